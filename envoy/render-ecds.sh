@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Wrap a plugin config (envoy/plugin.yaml) into the ECDS resource Envoy watches,
+# and put it in place by rename: Envoy reloads on a file moved into the
+# watched directory, not on an in-place edit.
+#   usage: envoy/render-ecds.sh PLUGIN_YAML OUT_FILE [WASM_FILE]
+set -euo pipefail
+in="$1"; out="$2"
+wasm="${3:-target/wasm32-wasip1/release/portcullis_filter.wasm}"
+mkdir -p "$(dirname "$out")"
+tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
+{
+  cat <<HEAD
+resources:
+- "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
+  name: portcullis
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+    config:
+      name: portcullis
+      root_id: portcullis
+      allow_on_headers_stop_iteration: true
+      fail_open: false
+      vm_config:
+        vm_id: portcullis
+        runtime: envoy.wasm.runtime.v8
+        code: {local: {filename: "$wasm"}}
+        environment_variables:
+          host_env_keys: [OPENAI_API_KEY, BACKUP_API_KEY]
+      configuration:
+        "@type": type.googleapis.com/google.protobuf.StringValue
+        value: |
+HEAD
+  sed 's/^/          /' "$in"
+} > "$tmp"
+mv -f "$tmp" "$out"

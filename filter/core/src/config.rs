@@ -1,0 +1,574 @@
+//! The plugin config (the control plane): parse, validate everything at once,
+//! compile into the structures the request path uses.
+//!
+//! `compile` either returns a complete [`Gateway`] or one error listing every
+//! problem it found; the host swaps a new config in only on success.
+
+use hashbrown::HashMap;
+use serde::Deserialize;
+use serde_yaml::Value;
+use std::fmt::Write as _;
+
+/// The name a client sends to let the gateway pick a model.
+pub const AUTO_MODEL: &str = "auto";
+
+const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    providers: Vec<RawProvider>,
+    #[serde(default)]
+    routing: RawRouting,
+    #[serde(default)]
+    clients: Vec<RawClient>,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    name: String,
+    cluster: String,
+    host: String,
+    #[serde(default = "default_base_path")]
+    base_path: String,
+    #[serde(default)]
+    api_key_env: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default)]
+    models: Vec<RawModel>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default = "default_weight")]
+    weight: u32,
+    #[serde(default)]
+    aliases: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRouting {
+    #[serde(default)]
+    chain: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    name: String,
+    key_sha256: String,
+    #[serde(default)]
+    models: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default = "default_max_body")]
+    max_body_bytes: usize,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+    }
+}
+
+fn default_base_path() -> String {
+    "/v1".to_string()
+}
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TIMEOUT_MS
+}
+fn default_weight() -> u32 {
+    1
+}
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY_BYTES
+}
+
+/// The keys allowed at each level, so that every unknown key is reported in
+/// one pass (serde stops at the first).
+const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits"];
+const PROVIDER_KEYS: &[&str] = &["name", "cluster", "host", "base_path", "api_key_env", "timeout_ms", "models"];
+const MODEL_KEYS: &[&str] = &["name", "id", "weight", "aliases"];
+const ROUTING_KEYS: &[&str] = &["chain"];
+const CLIENT_KEYS: &[&str] = &["name", "key_sha256", "models"];
+const LIMITS_KEYS: &[&str] = &["max_body_bytes"];
+
+/// A provider as the request path uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provider {
+    pub name: String,
+    pub cluster: String,
+    pub host: String,
+    pub base_path: String,
+    pub api_key_env: Option<String>,
+    pub timeout_ms: u64,
+}
+
+impl Provider {
+    pub fn chat_path(&self) -> String {
+        format!("{}/chat/completions", self.base_path.trim_end_matches('/'))
+    }
+}
+
+/// One provider serving a model, under that provider's own model id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serving {
+    pub provider: usize,
+    pub provider_model_id: String,
+}
+
+/// A model by its public (canonical) name, with the providers serving it in
+/// chain order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    pub name: String,
+    pub aliases: Vec<String>,
+    pub serving: Vec<Serving>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub name: String,
+    /// Canonical model indexes this client may use; `None` means all.
+    pub allowed: Option<Vec<usize>>,
+}
+
+impl Client {
+    pub fn may_use(&self, model: usize) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(&model))
+    }
+}
+
+/// The compiled config: everything the request path needs, with names
+/// resolved to indexes.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    /// Providers in chain order.
+    pub providers: Vec<Provider>,
+    pub models: Vec<Model>,
+    /// Public name or alias -> model index.
+    pub names: HashMap<String, usize>,
+    /// `auto` candidates: (model index, weight) within the first provider.
+    pub auto: Vec<(usize, u32)>,
+    /// SHA-256 of the client key -> client.
+    pub clients: HashMap<[u8; 32], Client>,
+    pub max_body_bytes: usize,
+}
+
+/// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
+/// On failure, the error lists every problem found, one per line.
+pub fn compile(text: &[u8]) -> Result<Gateway, String> {
+    let text = std::str::from_utf8(text).map_err(|e| format!("plugin config is not UTF-8: {e}"))?;
+    if text.trim().is_empty() {
+        return Err("plugin config is empty: it needs at least `providers` and `clients`".into());
+    }
+    let mut value: Value =
+        serde_yaml::from_str(text).map_err(|e| format!("plugin config is not valid YAML/JSON: {e}"))?;
+    let mut problems = Vec::new();
+    check_keys(&mut value, &mut problems);
+    if !value.is_mapping() {
+        return Err(report(&problems));
+    }
+    let raw: RawConfig = match serde_yaml::from_value(value) {
+        Ok(raw) => raw,
+        Err(e) => {
+            problems.push(format!("a field has the wrong type: {e}"));
+            return Err(report(&problems));
+        }
+    };
+    build(raw, &mut problems).filter(|_| problems.is_empty()).ok_or_else(|| report(&problems))
+}
+
+fn report(problems: &[String]) -> String {
+    let mut out = format!("plugin config rejected ({} problem{}):", problems.len(), if problems.len() == 1 { "" } else { "s" });
+    for p in problems {
+        let _ = write!(out, "\n  - {p}");
+    }
+    out
+}
+
+/// Report and remove unknown keys, so that the typed parse and the
+/// cross-reference checks still run and every problem lands in one report.
+fn unknown_keys(v: &mut Value, path: &str, allowed: &[&str], problems: &mut Vec<String>) {
+    if let Value::Mapping(m) = v {
+        m.retain(|k, _| {
+            let name = k.as_str().unwrap_or("<non-string key>");
+            let known = allowed.contains(&name);
+            if !known {
+                problems.push(format!("{path}: unknown key `{name}` (expected one of: {})", allowed.join(", ")));
+            }
+            known
+        });
+    }
+}
+
+fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
+    if !v.is_mapping() {
+        problems.push("plugin config must be a mapping with `providers`, `routing`, `clients`, `limits`".into());
+        return;
+    }
+    unknown_keys(v, "config", TOP_KEYS, problems);
+    if let Some(Value::Sequence(ps)) = v.get_mut("providers") {
+        for (i, p) in ps.iter_mut().enumerate() {
+            unknown_keys(p, &format!("providers[{i}]"), PROVIDER_KEYS, problems);
+            if let Some(Value::Sequence(ms)) = p.get_mut("models") {
+                for (j, m) in ms.iter_mut().enumerate() {
+                    unknown_keys(m, &format!("providers[{i}].models[{j}]"), MODEL_KEYS, problems);
+                }
+            }
+        }
+    }
+    if let Some(r) = v.get_mut("routing") {
+        unknown_keys(r, "routing", ROUTING_KEYS, problems);
+    }
+    if let Some(Value::Sequence(cs)) = v.get_mut("clients") {
+        for (i, c) in cs.iter_mut().enumerate() {
+            unknown_keys(c, &format!("clients[{i}]"), CLIENT_KEYS, problems);
+        }
+    }
+    if let Some(l) = v.get_mut("limits") {
+        unknown_keys(l, "limits", LIMITS_KEYS, problems);
+    }
+}
+
+fn valid_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+pub fn parse_sha256_hex(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        let pair = s.get(i * 2..i * 2 + 2)?;
+        *byte = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
+    if raw.providers.is_empty() {
+        problems.push("providers: at least one provider is required".into());
+    }
+    // Providers: unique names and sane fields.
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (i, p) in raw.providers.iter().enumerate() {
+        let at = format!("providers[{i}] ({})", p.name);
+        if p.name.trim().is_empty() {
+            problems.push(format!("providers[{i}]: `name` is empty"));
+        } else if by_name.insert(p.name.as_str(), i).is_some() {
+            problems.push(format!("{at}: duplicate provider name"));
+        }
+        if p.cluster.trim().is_empty() {
+            problems.push(format!("{at}: `cluster` is empty (name the Envoy cluster of this provider)"));
+        }
+        if p.host.trim().is_empty() {
+            problems.push(format!("{at}: `host` is empty (the :authority sent to the provider)"));
+        }
+        if !p.base_path.starts_with('/') {
+            problems.push(format!("{at}: `base_path` must start with `/` (got `{}`)", p.base_path));
+        }
+        if let Some(env) = &p.api_key_env {
+            if !valid_env_name(env) {
+                problems.push(format!("{at}: `api_key_env` `{env}` is not an environment variable name"));
+            }
+        }
+        if p.timeout_ms == 0 {
+            problems.push(format!("{at}: `timeout_ms` must be greater than 0"));
+        }
+        if p.models.is_empty() {
+            problems.push(format!("{at}: `models` is empty"));
+        }
+        let mut seen = hashbrown::HashSet::new();
+        for (j, m) in p.models.iter().enumerate() {
+            if m.name.trim().is_empty() {
+                problems.push(format!("{at}.models[{j}]: `name` is empty"));
+            } else if m.name == AUTO_MODEL {
+                problems.push(format!("{at}.models[{j}]: `{AUTO_MODEL}` is reserved and cannot name a model"));
+            } else if !seen.insert(m.name.as_str()) {
+                problems.push(format!("{at}: model `{}` listed twice", m.name));
+            }
+            if m.id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+                problems.push(format!("{at}.models[{j}]: `id` is empty"));
+            }
+        }
+    }
+
+    // Chain order.
+    let chain: Vec<String> = match &raw.routing.chain {
+        Some(c) => c.clone(),
+        None => raw.providers.iter().map(|p| p.name.clone()).collect(),
+    };
+    let mut order: Vec<usize> = Vec::new();
+    for name in &chain {
+        match by_name.get(name.as_str()) {
+            Some(&i) if order.contains(&i) => problems.push(format!("routing.chain: provider `{name}` appears twice")),
+            Some(&i) => order.push(i),
+            None => problems.push(format!("routing.chain: no provider named `{name}`")),
+        }
+    }
+    for (i, p) in raw.providers.iter().enumerate() {
+        if !order.contains(&i) && by_name.get(p.name.as_str()) == Some(&i) {
+            problems.push(format!("providers[{i}] ({}): not in routing.chain, so it would never be used", p.name));
+        }
+    }
+
+    // Models by canonical name, serving providers in chain order.
+    let mut providers = Vec::new();
+    let mut models: Vec<Model> = Vec::new();
+    let mut model_idx: HashMap<String, usize> = HashMap::new();
+    for &pi in &order {
+        let Some(p) = raw.providers.get(pi) else { continue };
+        let chain_pos = providers.len();
+        providers.push(Provider {
+            name: p.name.clone(),
+            cluster: p.cluster.clone(),
+            host: p.host.clone(),
+            base_path: p.base_path.clone(),
+            api_key_env: p.api_key_env.clone(),
+            timeout_ms: p.timeout_ms,
+        });
+        for m in &p.models {
+            let idx = *model_idx.entry(m.name.clone()).or_insert_with(|| {
+                models.push(Model { name: m.name.clone(), aliases: Vec::new(), serving: Vec::new() });
+                models.len() - 1
+            });
+            if let Some(model) = models.get_mut(idx) {
+                model.serving.push(Serving {
+                    provider: chain_pos,
+                    provider_model_id: m.id.clone().unwrap_or_else(|| m.name.clone()),
+                });
+            }
+        }
+    }
+
+    // Aliases: each alias names exactly one model and never shadows a model name.
+    let mut names: HashMap<String, usize> = model_idx.clone();
+    let mut alias_owner: HashMap<String, usize> = HashMap::new();
+    for p in &raw.providers {
+        for m in &p.models {
+            let Some(&target) = model_idx.get(&m.name) else { continue };
+            for a in &m.aliases {
+                if a.trim().is_empty() {
+                    problems.push(format!("provider `{}` model `{}`: empty alias", p.name, m.name));
+                } else if a == AUTO_MODEL {
+                    problems.push(format!("provider `{}` model `{}`: alias `{AUTO_MODEL}` is reserved", p.name, m.name));
+                } else if model_idx.get(a).is_some_and(|&t| t != target) {
+                    problems.push(format!("alias `{a}` (of model `{}`) collides with the model named `{a}`", m.name));
+                } else if let Some(&other) = alias_owner.get(a) {
+                    if other != target {
+                        let other_name = models.get(other).map(|o| o.name.as_str()).unwrap_or("?");
+                        problems.push(format!("alias `{a}` names two models: `{other_name}` and `{}`", m.name));
+                    }
+                } else if !model_idx.contains_key(a) {
+                    alias_owner.insert(a.clone(), target);
+                    names.insert(a.clone(), target);
+                    if let Some(model) = models.get_mut(target) {
+                        model.aliases.push(a.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    // `auto`: weighted among the models of the first provider in the chain.
+    let mut auto = Vec::new();
+    if let Some(first) = order.first().and_then(|&i| raw.providers.get(i)) {
+        for m in &first.models {
+            if let Some(&idx) = model_idx.get(&m.name) {
+                if m.weight > 0 {
+                    auto.push((idx, m.weight));
+                }
+            }
+        }
+        if !first.models.is_empty() && auto.is_empty() {
+            problems.push(format!(
+                "provider `{}` (first in the chain): model weights sum to zero, so `{AUTO_MODEL}` has nothing to pick",
+                first.name
+            ));
+        }
+    }
+
+    // Clients.
+    if raw.clients.is_empty() {
+        problems.push("clients: at least one client is required (name + key_sha256)".into());
+    }
+    let mut clients = HashMap::new();
+    let mut client_names = hashbrown::HashSet::new();
+    for (i, c) in raw.clients.iter().enumerate() {
+        let at = format!("clients[{i}] ({})", c.name);
+        if c.name.trim().is_empty() {
+            problems.push(format!("clients[{i}]: `name` is empty"));
+        } else if !client_names.insert(c.name.as_str()) {
+            problems.push(format!("{at}: duplicate client name"));
+        }
+        let allowed = c.models.as_ref().map(|ms| {
+            let mut out = Vec::new();
+            for m in ms {
+                match names.get(m) {
+                    Some(&idx) => out.push(idx),
+                    None => problems.push(format!("{at}: allowed model `{m}` is not served by any provider")),
+                }
+            }
+            out
+        });
+        match parse_sha256_hex(&c.key_sha256) {
+            None => problems.push(format!("{at}: `key_sha256` must be 64 hex characters (the SHA-256 of the key)")),
+            Some(hash) => {
+                if clients.insert(hash, Client { name: c.name.clone(), allowed }).is_some() {
+                    problems.push(format!("{at}: `key_sha256` is the same as another client's"));
+                }
+            }
+        }
+    }
+
+    if raw.limits.max_body_bytes == 0 {
+        problems.push("limits.max_body_bytes must be greater than 0".into());
+    }
+
+    Some(Gateway { providers, models, names, auto, clients, max_body_bytes: raw.limits.max_body_bytes })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    pub(crate) const GOOD: &str = r#"
+providers:
+  - name: primary
+    cluster: c_primary
+    host: primary.example
+    api_key_env: OPENAI_API_KEY
+    models:
+      - {name: gpt-4o-mini, weight: 3, aliases: [mini]}
+      - {name: gpt-4o, id: gpt-4o-2024-08-06, weight: 1}
+  - name: backup
+    cluster: c_backup
+    host: backup.example
+    base_path: /openai/v1/
+    models:
+      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}
+      - {name: llama-3, weight: 0}
+routing:
+  chain: [primary, backup]
+clients:
+  - name: demo
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"
+  - name: limited
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000002"
+    models: [mini]
+"#;
+
+    #[test]
+    fn good_config_compiles_with_models_in_chain_order() {
+        let g = compile(GOOD.as_bytes()).unwrap();
+        assert_eq!(g.providers.len(), 2);
+        let mini = g.names["gpt-4o-mini"];
+        assert_eq!(g.names["mini"], mini);
+        let serving = &g.models[mini].serving;
+        assert_eq!(serving[0].provider, 0);
+        assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
+        assert_eq!(g.auto.len(), 2);
+        assert_eq!(g.providers[1].chat_path(), "/openai/v1/chat/completions");
+        assert_eq!(g.max_body_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn json_config_is_accepted() {
+        let json = r#"{"providers":[{"name":"p","cluster":"c","host":"h","models":[{"name":"m"}]}],
+            "clients":[{"name":"a","key_sha256":"0000000000000000000000000000000000000000000000000000000000000001"}]}"#;
+        let g = compile(json.as_bytes()).unwrap();
+        assert_eq!(g.models[0].name, "m");
+    }
+
+    #[test]
+    fn unknown_keys_at_every_level_are_all_reported() {
+        let bad = GOOD
+            .replace("routing:\n", "routing:\n  retries: 3\n")
+            .replace("    api_key_env:", "    colour: red\n    api_key_env:")
+            .replace("{name: gpt-4o, id:", "{name: gpt-4o, nickname: x, id:")
+            + "extra: 1\n";
+        let err = compile(bad.as_bytes()).unwrap_err();
+        for needle in ["`retries`", "`colour`", "`nickname`", "`extra`"] {
+            assert!(err.contains(needle), "{needle} missing from {err}");
+        }
+        assert!(err.starts_with("plugin config rejected (4 problems)"), "{err}");
+        let both = GOOD.replace("chain: [primary, backup]", "chain: [primary, ghost]\n  retries: 2");
+        let err = compile(both.as_bytes()).unwrap_err();
+        assert!(err.contains("`retries`") && err.contains("no provider named `ghost`"), "{err}");
+    }
+
+    #[test]
+    fn cross_reference_problems_are_reported_together() {
+        let bad = GOOD
+            .replace("chain: [primary, backup]", "chain: [primary, backup, ghost]")
+            .replace("aliases: [mini]}\n      - {name: gpt-4o,", "aliases: [mini, gpt-4o]}\n      - {name: gpt-4o,")
+            .replace("models: [mini]", "models: [mini, claude]")
+            .replace("weight: 3", "weight: 0")
+            .replace("weight: 1}", "weight: 0}");
+        let err = compile(bad.as_bytes()).unwrap_err();
+        assert!(err.contains("no provider named `ghost`"), "{err}");
+        assert!(err.contains("alias `gpt-4o`"), "{err}");
+        assert!(err.contains("`claude` is not served"), "{err}");
+        assert!(err.contains("sum to zero"), "{err}");
+    }
+
+    #[test]
+    fn alias_naming_two_models_is_rejected() {
+        let bad = GOOD.replace("{name: llama-3, weight: 0}", "{name: llama-3, weight: 0, aliases: [mini]}");
+        let err = compile(bad.as_bytes()).unwrap_err();
+        assert!(err.contains("alias `mini` names two models"), "{err}");
+    }
+
+    #[test]
+    fn provider_missing_from_chain_and_bad_fields_are_reported() {
+        let bad = GOOD
+            .replace("chain: [primary, backup]", "chain: [primary]")
+            .replace("base_path: /openai/v1/", "base_path: openai")
+            .replace("\"0000000000000000000000000000000000000000000000000000000000000002\"", "nothex");
+        let err = compile(bad.as_bytes()).unwrap_err();
+        assert!(err.contains("not in routing.chain"), "{err}");
+        assert!(err.contains("must start with `/`"), "{err}");
+        assert!(err.contains("64 hex characters"), "{err}");
+    }
+
+    #[test]
+    fn empty_and_garbage_configs_are_rejected_with_a_message() {
+        assert!(compile(b"").unwrap_err().contains("empty"));
+        assert!(compile(b"providers: [").unwrap_err().contains("not valid YAML"));
+        assert!(compile(b"- 1\n- 2").unwrap_err().contains("must be a mapping"));
+        assert!(compile(b"providers: 3\nclients: []").unwrap_err().contains("wrong type"));
+        let err = compile(b"providers: 3\nclients: []\nflavour: x").unwrap_err();
+        assert!(err.contains("wrong type") && err.contains("`flavour`"), "{err}");
+        let err = compile(b"providers: []\nclients: []").unwrap_err();
+        assert!(err.contains("at least one provider") && err.contains("at least one client"), "{err}");
+    }
+
+    #[test]
+    fn client_allow_list_resolves_aliases() {
+        let g = compile(GOOD.as_bytes()).unwrap();
+        let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+        assert!(limited.may_use(g.names["gpt-4o-mini"]));
+        assert!(!limited.may_use(g.names["gpt-4o"]));
+    }
+}

@@ -1,0 +1,181 @@
+//! Who is calling, and where their request goes.
+
+use crate::config::{Client, Gateway, AUTO_MODEL};
+use crate::error::GatewayError;
+use sha2::{Digest, Sha256};
+
+/// The client key from an `Authorization` header value (`Bearer <key>`).
+pub fn bearer_key(authorization: Option<&str>) -> Option<&str> {
+    let v = authorization?.trim();
+    let (scheme, key) = v.split_once(' ')?;
+    let key = key.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
+}
+
+/// Authenticate a client by the SHA-256 of its key: the config holds no secret.
+pub fn authenticate<'g>(gw: &'g Gateway, authorization: Option<&str>) -> Result<&'g Client, GatewayError> {
+    let key = bearer_key(authorization).ok_or_else(GatewayError::missing_key)?;
+    let hash: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+    gw.clients.get(&hash).ok_or_else(GatewayError::unknown_key)
+}
+
+/// The decision for one request: the model and the providers to try, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub model: usize,
+    /// Indexes into `Gateway::providers`, paired with the provider's model id.
+    pub candidates: Vec<(usize, String)>,
+}
+
+/// Pick by weight: `roll` is any uniformly random u64.
+pub fn pick_weighted(choices: &[(usize, u32)], roll: u64) -> Option<usize> {
+    let total: u64 = choices.iter().map(|&(_, w)| u64::from(w)).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut point = roll % total;
+    for &(idx, w) in choices {
+        let w = u64::from(w);
+        if point < w {
+            return Some(idx);
+        }
+        point -= w;
+    }
+    None
+}
+
+/// Resolve the requested model (name, alias or `auto`) for a client.
+pub fn resolve(gw: &Gateway, client: &Client, requested: &str, roll: u64) -> Result<Route, GatewayError> {
+    let model = if requested == AUTO_MODEL {
+        let allowed: Vec<(usize, u32)> = gw.auto.iter().copied().filter(|&(m, _)| client.may_use(m)).collect();
+        pick_weighted(&allowed, roll).ok_or_else(|| GatewayError::model_not_allowed(AUTO_MODEL))?
+    } else {
+        let idx = *gw.names.get(requested).ok_or_else(|| GatewayError::model_not_found(requested))?;
+        if !client.may_use(idx) {
+            return Err(GatewayError::model_not_allowed(requested));
+        }
+        idx
+    };
+    let serving = gw.models.get(model).map(|m| m.serving.as_slice()).unwrap_or_default();
+    let candidates = serving.iter().map(|s| (s.provider, s.provider_model_id.clone())).collect::<Vec<_>>();
+    if candidates.is_empty() {
+        return Err(GatewayError::model_not_found(requested));
+    }
+    Ok(Route { model, candidates })
+}
+
+/// The `/v1/models` list for a client, in OpenAI's format: every model and
+/// alias it may use, and `auto`.
+pub fn models_list(gw: &Gateway, client: &Client) -> Vec<u8> {
+    let mut data = Vec::new();
+    for (idx, m) in gw.models.iter().enumerate() {
+        if !client.may_use(idx) {
+            continue;
+        }
+        let owner = m.serving.first().and_then(|s| gw.providers.get(s.provider)).map(|p| p.name.as_str()).unwrap_or("");
+        for id in std::iter::once(&m.name).chain(m.aliases.iter()) {
+            data.push(serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}));
+        }
+    }
+    if gw.auto.iter().any(|&(m, _)| client.may_use(m)) {
+        data.push(serde_json::json!({"id": AUTO_MODEL, "object": "model", "created": 0, "owned_by": "portcullis"}));
+    }
+    serde_json::to_vec(&serde_json::json!({"object": "list", "data": data})).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::compile;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn gw() -> Gateway {
+        compile(crate::config::tests::GOOD.as_bytes()).unwrap()
+    }
+
+    fn client<'a>(g: &'a Gateway, name: &str) -> &'a Client {
+        g.clients.values().find(|c| c.name == name).unwrap()
+    }
+
+    #[test]
+    fn bearer_key_parsing() {
+        assert_eq!(bearer_key(Some("Bearer sk-1")), Some("sk-1"));
+        assert_eq!(bearer_key(Some("bearer   sk-1 ")), Some("sk-1"));
+        assert_eq!(bearer_key(Some("Basic abc")), None);
+        assert_eq!(bearer_key(Some("Bearer ")), None);
+        assert_eq!(bearer_key(None), None);
+    }
+
+    #[test]
+    fn authenticate_by_key_hash() {
+        let mut g = gw();
+        let hash: [u8; 32] = Sha256::digest(b"sk-demo").into();
+        g.clients.insert(hash, Client { name: "real".into(), allowed: None });
+        assert_eq!(authenticate(&g, Some("Bearer sk-demo")).unwrap().name, "real");
+        assert_eq!(authenticate(&g, Some("Bearer sk-other")).unwrap_err().status, 401);
+        assert_eq!(authenticate(&g, None).unwrap_err().message, GatewayError::missing_key().message);
+    }
+
+    #[test]
+    fn explicit_model_goes_to_providers_in_chain_order() {
+        let g = gw();
+        let r = resolve(&g, client(&g, "demo"), "gpt-4o-mini", 0).unwrap();
+        assert_eq!(r.candidates, vec![(0, "gpt-4o-mini".to_string()), (1, "openai/gpt-4o-mini".to_string())]);
+        let r = resolve(&g, client(&g, "demo"), "llama-3", 0).unwrap();
+        assert_eq!(r.candidates, vec![(1, "llama-3".to_string())]);
+    }
+
+    #[test]
+    fn alias_resolves_to_its_model() {
+        let g = gw();
+        let r = resolve(&g, client(&g, "demo"), "mini", 0).unwrap();
+        assert_eq!(g.models[r.model].name, "gpt-4o-mini");
+    }
+
+    #[test]
+    fn unknown_and_forbidden_models() {
+        let g = gw();
+        assert_eq!(resolve(&g, client(&g, "demo"), "gpt-9", 0).unwrap_err().status, 404);
+        assert_eq!(resolve(&g, client(&g, "limited"), "gpt-4o", 0).unwrap_err().status, 403);
+        assert!(resolve(&g, client(&g, "limited"), "mini", 0).is_ok());
+    }
+
+    #[test]
+    fn auto_follows_weights_exactly_over_a_full_cycle() {
+        let g = gw();
+        let mut counts = [0u32; 2];
+        for roll in 0..4000u64 {
+            let r = resolve(&g, client(&g, "demo"), "auto", roll).unwrap();
+            counts[r.model] += 1;
+        }
+        assert_eq!(counts, [3000, 1000]);
+    }
+
+    #[test]
+    fn auto_respects_client_allow_list() {
+        let g = gw();
+        for roll in 0..50 {
+            let r = resolve(&g, client(&g, "limited"), "auto", roll).unwrap();
+            assert_eq!(g.models[r.model].name, "gpt-4o-mini");
+        }
+    }
+
+    #[test]
+    fn pick_weighted_edges() {
+        assert_eq!(pick_weighted(&[], 5), None);
+        assert_eq!(pick_weighted(&[(7, 0)], 5), None);
+        assert_eq!(pick_weighted(&[(7, 0), (9, 2)], u64::MAX), Some(9));
+    }
+
+    #[test]
+    fn models_list_shows_what_the_client_may_use() {
+        let g = gw();
+        let v: serde_json::Value = serde_json::from_slice(&models_list(&g, client(&g, "limited"))).unwrap();
+        let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, vec!["gpt-4o-mini", "mini", "auto"]);
+        assert_eq!(v["object"], "list");
+        let v: serde_json::Value = serde_json::from_slice(&models_list(&g, client(&g, "demo"))).unwrap();
+        assert_eq!(v["data"].as_array().unwrap().len(), 5);
+    }
+}

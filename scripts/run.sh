@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Start the local gateway: two mock providers, Envoy with the filter on
+# 127.0.0.1:10000 (admin 127.0.0.1:9901). Ctrl-C stops everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ENVOY="${ENVOY:-.venv/bin/envoy}"
+MOCK=target/release/portcullis-mock
+mkdir -p .run/ecds .run/logs
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo "portcullis: stopped"
+}
+trap cleanup INT TERM EXIT
+
+wait_for() { # url what
+  local deadline=$((SECONDS + 30))
+  until curl -fsS -o /dev/null "$1" 2>/dev/null; do
+    if ((SECONDS > deadline)); then echo "portcullis: $2 did not come up; see .run/logs/" >&2; exit 1; fi
+    sleep 0.1
+  done
+}
+
+# The mocks check the provider keys Envoy injects from its environment.
+"$MOCK" --port 18001 --name primary --api-key sk-mock-primary >.run/logs/primary.log 2>&1 & pids+=($!)
+"$MOCK" --port 18002 --name backup --api-key sk-mock-backup >.run/logs/backup.log 2>&1 & pids+=($!)
+wait_for http://127.0.0.1:18001/__mock/hits "mock provider primary"
+wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
+
+envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
+OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup \
+  "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
+  >.run/logs/envoy.log 2>&1 & pids+=($!)
+wait_for http://127.0.0.1:9901/ready "Envoy"
+wait_for "http://127.0.0.1:10000/v1/models -H authorization:Bearer\ sk-portcullis-demo" "the gateway" 2>/dev/null || true
+until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http://127.0.0.1:10000/v1/models 2>/dev/null; do
+  ((SECONDS < 60)) || { echo "portcullis: gateway not answering; see .run/logs/envoy.log" >&2; exit 1; }
+  sleep 0.1
+done
+
+cat <<MSG
+portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, logs in .run/logs/). Try:
+  curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
+Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
+MSG
+wait -n "${pids[@]}" || true
+echo "portcullis: a process exited; see .run/logs/" >&2

