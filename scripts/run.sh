@@ -34,7 +34,6 @@ OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup \
   "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"
-wait_for "http://127.0.0.1:10000/v1/models -H authorization:Bearer\ sk-portcullis-demo" "the gateway" 2>/dev/null || true
 until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http://127.0.0.1:10000/v1/models 2>/dev/null; do
   ((SECONDS < 60)) || { echo "portcullis: gateway not answering; see .run/logs/envoy.log" >&2; exit 1; }
   sleep 0.1
@@ -46,4 +45,6 @@ portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, logs i
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
 wait -n "${pids[@]}" || true
-echo "portcullis: a process exited; see .run/logs/" >&2
+for p in "${pids[@]}"; do
+  kill -0 "$p" 2>/dev/null || { echo "portcullis: a process exited; see .run/logs/" >&2; exit 1; }
+done

@@ -9,3 +9,5 @@ pub mod error;
 pub mod headers;
 pub mod request;
 pub mod routing;
+pub mod breaker;
+pub mod store;
