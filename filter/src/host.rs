@@ -1,36 +1,52 @@
-use portcullis_core::config::{compile, Gateway};
+use crate::shared::{count, gauge, histogram, provider_metric, HostStore};
+use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
+use portcullis_core::breaker::{self, Admission, Breaker, Transition};
+use portcullis_core::config::{compile, Gateway, Provider};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{authenticate, models_list, resolve};
+use portcullis_core::store::{update, Store};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, Status};
 use std::cell::Cell;
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 fn log(level: LogLevel, msg: &str) {
     let _ = hostcalls::log(level, msg);
 }
 
+fn now_ms() -> u64 {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn breaker_key(provider: &str) -> String {
+    format!("portcullis:breaker:{provider}")
+}
+
 /// A compiled config plus what it needs from the VM environment.
 struct Loaded {
     gw: Gateway,
-    /// Provider credentials, read from the VM environment at configure time
-    /// (index = provider index). Never from the plugin config.
-    provider_keys: Vec<Option<String>>,
+    /// `Bearer <key>` per provider index, read from the VM environment at
+    /// configure time. Never from the plugin config.
+    credentials: Vec<Option<String>>,
 }
 
 impl Loaded {
     fn new(gw: Gateway) -> Self {
-        let provider_keys = gw
+        let credentials = gw
             .providers
             .iter()
             .map(|p| {
                 let env = p.api_key_env.as_ref()?;
                 match std::env::var(env) {
-                    Ok(v) if !v.is_empty() => Some(v),
+                    Ok(v) if !v.is_empty() => Some(format!("Bearer {v}")),
                     _ => {
                         log(
                             LogLevel::Warn,
@@ -45,7 +61,7 @@ impl Loaded {
                 }
             })
             .collect();
-        Self { gw, provider_keys }
+        Self { gw, credentials }
     }
 }
 
@@ -60,7 +76,7 @@ impl Root {
         // xorshift64*: cheap, good enough to spread `auto` picks by weight.
         let mut x = self.rng.get();
         if x == 0 {
-            x = now_nanos() | 1;
+            x = (now_ms() << 20) ^ 0x9E37_79B9_7F4A_7C15;
         }
         x ^= x >> 12;
         x ^= x << 25;
@@ -68,14 +84,6 @@ impl Root {
         self.rng.set(x);
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-}
-
-fn now_nanos() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0x9E37_79B9_7F4A_7C15)
 }
 
 impl Context for Root {}
@@ -91,6 +99,19 @@ impl RootContext for Root {
         };
         match compile(&bytes) {
             Ok(gw) => {
+                // Breaker keys are created here, so request-time updates always
+                // have a CAS token; existing state (a reload) is kept.
+                for p in &gw.providers {
+                    let key = breaker_key(&p.name);
+                    match HostStore.get(&key) {
+                        Ok((Some(v), _)) => gauge(&provider_metric(&p.name, "breaker_state"), Breaker::decode(Some(&v)).state.gauge()),
+                        Ok((None, _)) => {
+                            let _ = HostStore.set(&key, &Breaker::default().encode(), None);
+                            gauge(&provider_metric(&p.name, "breaker_state"), 0);
+                        }
+                        Err(e) => log(LogLevel::Warn, &format!("breaker state of `{}` unreadable: {e:?}", p.name)),
+                    }
+                }
                 log(
                     LogLevel::Info,
                     &format!(
@@ -110,8 +131,14 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn proxy_wasm::traits::HttpContext>> {
-        Some(Box::new(Stream { loaded: self.loaded.clone(), roll: self.next_roll(), phase: Phase::Headers, client: None, routed: None }))
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Stream {
+            loaded: self.loaded.clone(),
+            roll: self.next_roll(),
+            phase: Phase::Headers,
+            client: None,
+            flight: None,
+        }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -125,10 +152,36 @@ enum Phase {
     Headers,
     /// A chat request: waiting for the whole body.
     ChatBody,
-    /// Forwarded upstream.
+    /// The first attempt went through Envoy's router.
     Proxied,
+    /// A fallback `dispatch_http_call` is in flight; the upstream's answer is held.
+    FallbackPending,
+    /// An answer is on its way to the client.
+    Responding,
     /// Answered locally, or not ours: nothing more to do.
     Done,
+}
+
+/// The provider currently tried, and whether it is a half-open probe.
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    provider: usize,
+    probe: bool,
+    reported: bool,
+}
+
+/// A routed chat request across its attempts.
+struct Flight {
+    chat: ChatRequest,
+    model_name: String,
+    candidates: Vec<(usize, String)>,
+    next_candidate: usize,
+    attempts: u32,
+    tried: Vec<(String, Cause)>,
+    skipped: Vec<(String, u64)>,
+    current: Option<Current>,
+    /// (token, started ms, timeout ms) of the pending fallback call.
+    call: Option<(u32, u64, u64)>,
 }
 
 struct Stream {
@@ -136,13 +189,59 @@ struct Stream {
     roll: u64,
     phase: Phase,
     client: Option<String>,
-    /// (model name, provider name) once routed.
-    routed: Option<(String, String)>,
+    flight: Option<Flight>,
 }
-
 
 fn set_req_header(name: &str, value: Option<&str>) -> Result<(), Status> {
     hostcalls::set_map_value(MapType::HttpRequestHeaders, name, value)
+}
+
+fn set_resp_header(name: &str, value: &str) {
+    let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value));
+}
+
+fn note_transition(provider: &str, t: Option<Transition>) {
+    if let Some(t) = t {
+        gauge(&provider_metric(provider, "breaker_state"), t.to.gauge());
+        count(&provider_metric(provider, &format!("breaker_to_{}", t.to.name())), 1);
+        log(LogLevel::Info, &format!("breaker of `{provider}`: {} -> {}", t.from.name(), t.to.name()));
+    }
+}
+
+/// Ask the provider's breaker for admission (one CAS update carrying the decision).
+fn breaker_admit(p: &Provider, now: u64) -> Admission {
+    let r = update(&HostStore, &breaker_key(&p.name), |cur| {
+        let (next, adm, t) = breaker::admit(&Breaker::decode(cur), &p.breaker, now);
+        (next.map(|n| n.encode()), (adm, t))
+    });
+    match r {
+        Ok((adm, t)) => {
+            note_transition(&p.name, t);
+            adm
+        }
+        Err(e) => {
+            // Fail open: a store problem must not take a provider out.
+            log(LogLevel::Warn, &format!("breaker of `{}` unavailable ({e:?}); letting the request through", p.name));
+            Admission::Allowed
+        }
+    }
+}
+
+fn breaker_result(p: &Provider, now: u64, success: bool, probe: bool) {
+    let r = update(&HostStore, &breaker_key(&p.name), |cur| {
+        let (next, t) = breaker::on_result(&Breaker::decode(cur), &p.breaker, now, success, probe);
+        (next.map(|n| n.encode()), t)
+    });
+    match r {
+        Ok(t) => note_transition(&p.name, t),
+        Err(e) => log(LogLevel::Warn, &format!("breaker of `{}` not updated: {e:?}", p.name)),
+    }
+}
+
+fn breaker_release_probe(p: &Provider) {
+    let _ = update(&HostStore, &breaker_key(&p.name), |cur| {
+        (breaker::release_probe(&Breaker::decode(cur)).map(|n| n.encode()), ())
+    });
 }
 
 impl Stream {
@@ -234,29 +333,178 @@ impl Stream {
             .and_then(|name| gw.clients.values().find(|c| c.name == name))
             .ok_or_else(GatewayError::unknown_key)?;
         let route = resolve(gw, client, &chat.model, self.roll)?;
-        let (provider_idx, provider_model_id) =
-            route.candidates.first().ok_or_else(|| GatewayError::model_not_found(&chat.model))?;
-        let provider = gw
-            .providers
-            .get(*provider_idx)
-            .ok_or_else(|| GatewayError::internal("routing chose a provider that does not exist"))?;
-        let new_body = chat.body_for(provider_model_id);
+        let model_name = gw.models.get(route.model).map(|m| m.name.clone()).unwrap_or_default();
+        let mut flight = Flight {
+            chat,
+            model_name,
+            candidates: route.candidates,
+            next_candidate: 0,
+            attempts: 0,
+            tried: Vec::new(),
+            skipped: Vec::new(),
+            current: None,
+            call: None,
+        };
+        let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
+            return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
+        };
+        let provider =
+            gw.providers.get(provider_idx).ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
+        let new_body = flight.chat.body_for(&model_id);
         let host_err = |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
         hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body).map_err(host_err)?;
         set_req_header(headers::CLUSTER, Some(&provider.cluster)).map_err(host_err)?;
         set_req_header(":authority", Some(&provider.host)).map_err(host_err)?;
         set_req_header(":path", Some(&provider.chat_path())).map_err(host_err)?;
-        let credential = loaded.provider_keys.get(*provider_idx).and_then(|k| k.as_ref()).map(|k| format!("Bearer {k}"));
+        set_req_header("x-envoy-upstream-rq-timeout-ms", Some(&provider.timeout_ms.to_string())).map_err(host_err)?;
         // The client's key never reaches a provider.
-        set_req_header("authorization", credential.as_deref()).map_err(host_err)?;
-        let model_name = gw.models.get(route.model).map(|m| m.name.clone()).unwrap_or_default();
-        self.routed = Some((model_name, provider.name.clone()));
+        let credential = loaded.credentials.get(provider_idx).and_then(|c| c.as_deref());
+        set_req_header("authorization", credential).map_err(host_err)?;
+        self.flight = Some(flight);
         self.phase = Phase::Proxied;
         Ok(Action::Continue)
     }
+
+    /// Record the current attempt's outcome; on a retryable failure, start the
+    /// next attempt or answer with the aggregated error.
+    fn after_attempt(&mut self, outcome: Outcome) -> Option<Action> {
+        let loaded = self.loaded.clone()?;
+        let gw = &loaded.gw;
+        let flight = self.flight.as_mut()?;
+        let cur = flight.current.as_mut()?;
+        let provider = gw.providers.get(cur.provider)?;
+        cur.reported = true;
+        let now = now_ms();
+        match outcome {
+            Outcome::Success => breaker_result(provider, now, true, cur.probe),
+            // The provider is alive; the client's request is at fault.
+            Outcome::ClientError if cur.probe => breaker_result(provider, now, true, true),
+            Outcome::ClientError => {}
+            Outcome::Retryable(cause) => {
+                breaker_result(provider, now, false, cur.probe);
+                count(&provider_metric(&provider.name, cause.metric()), 1);
+                flight.tried.push((provider.name.clone(), cause));
+                return Some(self.next_attempt());
+            }
+        }
+        None
+    }
+
+    /// Dispatch to the next admitted candidate, or answer with the error.
+    fn next_attempt(&mut self) -> Action {
+        let Some(loaded) = self.loaded.clone() else { return Action::Continue };
+        let gw = &loaded.gw;
+        let Some(flight) = self.flight.as_mut() else { return Action::Continue };
+        while let Some((idx, model_id)) = flight.admit_next(gw) {
+            let Some(p) = gw.providers.get(idx) else { continue };
+            let body = flight.chat.body_for(&model_id);
+            let path = p.chat_path();
+            let mut hdrs: Vec<(&str, &str)> = vec![
+                (":method", "POST"),
+                (":path", &path),
+                (":authority", &p.host),
+                ("content-type", "application/json"),
+            ];
+            if let Some(c) = loaded.credentials.get(idx).and_then(|c| c.as_deref()) {
+                hdrs.push(("authorization", c));
+            }
+            match hostcalls::dispatch_http_call(&p.cluster, hdrs, Some(&body), vec![], Duration::from_millis(p.timeout_ms)) {
+                Ok(token) => {
+                    count("portcullis.fallbacks", 1);
+                    flight.call = Some((token, now_ms(), p.timeout_ms));
+                    self.phase = Phase::FallbackPending;
+                    return Action::Pause;
+                }
+                Err(s) => {
+                    log(LogLevel::Error, &format!("fallback to `{}` (cluster {}) not dispatched: {s:?}", p.name, p.cluster));
+                    if let Some(cur) = flight.current.as_mut() {
+                        cur.reported = true;
+                        if cur.probe {
+                            breaker_release_probe(p);
+                        }
+                    }
+                    flight.tried.push((p.name.clone(), Cause::ConnectFailure));
+                }
+            }
+        }
+        let err = exhausted(&flight.model_name, &flight.tried, &flight.skipped);
+        histogram("portcullis.attempts", u64::from(flight.attempts));
+        self.fail(&err)
+    }
+
+    fn gateway_headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let (Some(f), Some(loaded)) = (self.flight.as_ref(), self.loaded.as_ref()) {
+            out.push((headers::MODEL, f.model_name.clone()));
+            if let Some(p) = f.current.and_then(|c| loaded.gw.providers.get(c.provider)) {
+                out.push((headers::PROVIDER, p.name.clone()));
+            }
+            out.push((headers::ATTEMPTS, f.attempts.to_string()));
+        }
+        out
+    }
 }
 
-impl Context for Stream {}
+impl Flight {
+    /// The next candidate whose breaker admits a request, within the attempt
+    /// budget. Open breakers are skipped without spending an attempt.
+    fn admit_next(&mut self, gw: &Gateway) -> Option<(usize, String)> {
+        while self.attempts < gw.max_attempts {
+            let (idx, model_id) = self.candidates.get(self.next_candidate)?.clone();
+            self.next_candidate += 1;
+            let p = gw.providers.get(idx)?;
+            match breaker_admit(p, now_ms()) {
+                Admission::Refused { retry_after_ms } => {
+                    count(&provider_metric(&p.name, "skipped_open"), 1);
+                    self.skipped.push((p.name.clone(), retry_after_ms));
+                }
+                adm => {
+                    self.attempts += 1;
+                    self.current = Some(Current { provider: idx, probe: adm == Admission::Probe, reported: false });
+                    return Some((idx, model_id));
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Context for Stream {
+    fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
+        let Some((token, started, timeout)) = self.flight.as_ref().and_then(|f| f.call) else { return };
+        if self.phase != Phase::FallbackPending || token != token_id {
+            return;
+        }
+        if let Some(f) = self.flight.as_mut() {
+            f.call = None;
+        }
+        let call_headers = hostcalls::get_map(MapType::HttpCallResponseHeaders).unwrap_or_default();
+        let status = call_headers.iter().find(|(k, _)| k == ":status").and_then(|(_, v)| v.parse::<u16>().ok());
+        let outcome = classify_call(status, now_ms().saturating_sub(started), timeout);
+        if self.after_attempt(outcome).is_some() {
+            return; // next attempt dispatched, or the error was sent
+        }
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let ours = self.gateway_headers();
+        let mut hdrs: Vec<(&str, &str)> = call_headers
+            .iter()
+            .filter(|(k, _)| {
+                !k.starts_with(':')
+                    && !matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection" | "keep-alive")
+                    && !headers::is_gateway_header(k)
+            })
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_str())));
+        if let Some(f) = self.flight.as_ref() {
+            histogram("portcullis.attempts", u64::from(f.attempts));
+        }
+        self.phase = Phase::Done;
+        if let Err(s) = hostcalls::send_http_response(u32::from(status.unwrap_or(502)), hdrs, Some(&body)) {
+            log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
+        }
+    }
+}
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -280,10 +528,50 @@ impl HttpContext for Stream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let Some((model, provider)) = &self.routed {
-            let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, headers::MODEL, Some(model));
-            let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, headers::PROVIDER, Some(provider));
+        match self.phase {
+            Phase::Proxied => {}
+            Phase::FallbackPending => return Action::Pause,
+            _ => return Action::Continue,
         }
+        let status = hostcalls::get_map_value(MapType::HttpResponseHeaders, ":status")
+            .ok()
+            .flatten()
+            .and_then(|s| s.parse::<u16>().ok())
+            .unwrap_or(0);
+        let details = hostcalls::get_property(vec!["response", "code_details"])
+            .ok()
+            .flatten()
+            .and_then(|b| String::from_utf8(b).ok());
+        if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
+            return action;
+        }
+        for (k, v) in self.gateway_headers() {
+            set_resp_header(k, &v);
+        }
+        if let Some(f) = self.flight.as_ref() {
+            histogram("portcullis.attempts", u64::from(f.attempts));
+        }
+        self.phase = Phase::Responding;
         Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+        // While a fallback is pending, hold the failed upstream's body: letting
+        // it through would flush the held headers to the client.
+        if self.phase == Phase::FallbackPending {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
+    }
+
+    fn on_log(&mut self) {
+        // A probe that never reported (client went away) gives its slot back.
+        let (Some(loaded), Some(f)) = (self.loaded.as_ref(), self.flight.as_ref()) else { return };
+        if let Some(cur) = f.current.filter(|c| c.probe && !c.reported) {
+            if let Some(p) = loaded.gw.providers.get(cur.provider) {
+                breaker_release_probe(p);
+            }
+        }
     }
 }

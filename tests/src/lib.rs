@@ -189,6 +189,11 @@ impl Mock {
     pub fn requests(&self) -> Vec<Value> {
         get(&self.url("/__mock/requests"), &[]).json().as_array().cloned().unwrap_or_default()
     }
+    /// The answer for every request once the script is used up.
+    pub fn default_step(&self, step: Value) {
+        let r = post(&self.url("/__mock/default"), &[], &step.to_string());
+        assert_eq!(r.status, 200, "mock default rejected: {}", r.body);
+    }
     pub fn release(&self) {
         post(&self.url("/__mock/release"), &[], "");
     }
@@ -325,6 +330,11 @@ fn render_ecds(dir: &Path, plugin_yaml: &str) {
 /// The shipped plugin config (`envoy/plugin.yaml`).
 pub fn shipped_plugin() -> String {
     std::fs::read_to_string(repo_root().join("envoy/plugin.yaml")).expect("read envoy/plugin.yaml")
+}
+
+/// A loopback port with nothing listening (bound, then released).
+pub fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
 /// SHA-256 hex of a client key, for plugin configs written by tests.

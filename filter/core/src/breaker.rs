@@ -15,6 +15,10 @@ pub struct BreakerConfig {
     pub cooldown_ms: u64,
     /// Requests let through while half-open, across all workers.
     pub half_open_probes: u32,
+    /// A probe that has not reported after this long is presumed lost
+    /// (client gone, VM restarted) and its slot is given to a new probe. Set
+    /// from the provider's timeout: a live probe cannot take longer.
+    pub probe_timeout_ms: u64,
 }
 
 impl Default for BreakerConfig {
@@ -26,6 +30,7 @@ impl Default for BreakerConfig {
             window_ms: 10_000,
             cooldown_ms: 10_000,
             half_open_probes: 1,
+            probe_timeout_ms: 60_000,
         }
     }
 }
@@ -139,12 +144,13 @@ pub fn admit(b: &Breaker, cfg: &BreakerConfig, now_ms: u64) -> (Option<Breaker>,
         State::HalfOpen => {
             if b.probes_in_flight < cfg.half_open_probes {
                 (Some(Breaker { probes_in_flight: b.probes_in_flight + 1, ..*b }), Admission::Probe, None)
-            } else if now_ms >= b.since_ms.saturating_add(cfg.cooldown_ms) {
-                // Probes that never reported (cancelled, VM restarted) must not
-                // wedge the breaker: after a cooldown, start a new probe round.
+            } else if now_ms >= b.since_ms.saturating_add(cfg.probe_timeout_ms) {
+                // Probes that never reported must not wedge the breaker.
                 (Some(Breaker { since_ms: now_ms, probes_in_flight: 1, ..*b }), Admission::Probe, None)
             } else {
-                let retry = b.since_ms.saturating_add(cfg.cooldown_ms) - now_ms;
+                // The probes report within their timeout; a new round can start
+                // a cooldown after a failed one at the earliest.
+                let retry = cfg.cooldown_ms.min(b.since_ms.saturating_add(cfg.probe_timeout_ms) - now_ms);
                 (None, Admission::Refused { retry_after_ms: retry }, None)
             }
         }
@@ -219,6 +225,7 @@ mod tests {
         window_ms: 1_000,
         cooldown_ms: 5_000,
         half_open_probes: 2,
+        probe_timeout_ms: 30_000,
     };
 
     fn fail(b: &Breaker, now: u64) -> (Breaker, Option<Transition>) {
@@ -248,8 +255,9 @@ mod tests {
             (open, 5_100, Admission::Probe),
             (half(0), 300, Admission::Probe),
             (half(1), 300, Admission::Probe),
-            (half(2), 300, Admission::Refused { retry_after_ms: 4_900 }),
-            (half(2), 5_200, Admission::Probe),
+            (half(2), 300, Admission::Refused { retry_after_ms: 5_000 }),
+            (half(2), 29_000, Admission::Refused { retry_after_ms: 1_200 }),
+            (half(2), 30_200, Admission::Probe),
         ];
         for (b, now, want) in cases {
             assert_eq!(admit(b, &CFG, *now).1, *want, "{b:?} at {now}");

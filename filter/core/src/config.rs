@@ -4,6 +4,7 @@
 //! `compile` either returns a complete [`Gateway`] or one error listing every
 //! problem it found; the host swaps a new config in only on success.
 
+use crate::breaker::BreakerConfig;
 use hashbrown::HashMap;
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -26,6 +27,52 @@ struct RawConfig {
     clients: Vec<RawClient>,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    breaker: RawBreaker,
+}
+
+/// Breaker thresholds; every field optional so a provider can override some.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBreaker {
+    consecutive_failures: Option<u32>,
+    failure_ratio: Option<f64>,
+    min_requests: Option<u32>,
+    window_ms: Option<u64>,
+    cooldown_ms: Option<u64>,
+    half_open_probes: Option<u32>,
+}
+
+impl RawBreaker {
+    fn over(&self, base: &BreakerConfig) -> BreakerConfig {
+        BreakerConfig {
+            consecutive_failures: self.consecutive_failures.unwrap_or(base.consecutive_failures),
+            failure_ratio: self.failure_ratio.or(base.failure_ratio),
+            min_requests: self.min_requests.unwrap_or(base.min_requests),
+            window_ms: self.window_ms.unwrap_or(base.window_ms),
+            cooldown_ms: self.cooldown_ms.unwrap_or(base.cooldown_ms),
+            half_open_probes: self.half_open_probes.unwrap_or(base.half_open_probes),
+            probe_timeout_ms: base.probe_timeout_ms,
+        }
+    }
+}
+
+fn check_breaker(at: &str, b: &BreakerConfig, problems: &mut Vec<String>) {
+    if b.consecutive_failures == 0 {
+        problems.push(format!("{at}: `consecutive_failures` must be at least 1"));
+    }
+    if b.failure_ratio.is_some_and(|r| !(r > 0.0 && r <= 1.0)) {
+        problems.push(format!("{at}: `failure_ratio` must be in (0, 1]"));
+    }
+    if b.min_requests == 0 {
+        problems.push(format!("{at}: `min_requests` must be at least 1"));
+    }
+    if b.window_ms == 0 || b.cooldown_ms == 0 {
+        problems.push(format!("{at}: `window_ms` and `cooldown_ms` must be greater than 0"));
+    }
+    if b.half_open_probes == 0 {
+        problems.push(format!("{at}: `half_open_probes` must be at least 1"));
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +89,8 @@ struct RawProvider {
     timeout_ms: u64,
     #[serde(default)]
     models: Vec<RawModel>,
+    #[serde(default)]
+    breaker: Option<RawBreaker>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,6 +110,8 @@ struct RawModel {
 struct RawRouting {
     #[serde(default)]
     chain: Option<Vec<String>>,
+    #[serde(default)]
+    max_attempts: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,15 +151,19 @@ fn default_max_body() -> usize {
 
 /// The keys allowed at each level, so that every unknown key is reported in
 /// one pass (serde stops at the first).
-const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits"];
-const PROVIDER_KEYS: &[&str] = &["name", "cluster", "host", "base_path", "api_key_env", "timeout_ms", "models"];
+const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits", "breaker"];
+const PROVIDER_KEYS: &[&str] =
+    &["name", "cluster", "host", "base_path", "api_key_env", "timeout_ms", "models", "breaker"];
+const BREAKER_KEYS: &[&str] =
+    &["consecutive_failures", "failure_ratio", "min_requests", "window_ms", "cooldown_ms", "half_open_probes"];
 const MODEL_KEYS: &[&str] = &["name", "id", "weight", "aliases"];
-const ROUTING_KEYS: &[&str] = &["chain"];
+const ROUTING_KEYS: &[&str] = &["chain", "max_attempts"];
+const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 const CLIENT_KEYS: &[&str] = &["name", "key_sha256", "models"];
 const LIMITS_KEYS: &[&str] = &["max_body_bytes"];
 
 /// A provider as the request path uses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Provider {
     pub name: String,
     pub cluster: String,
@@ -116,6 +171,7 @@ pub struct Provider {
     pub base_path: String,
     pub api_key_env: Option<String>,
     pub timeout_ms: u64,
+    pub breaker: BreakerConfig,
 }
 
 impl Provider {
@@ -167,6 +223,8 @@ pub struct Gateway {
     /// SHA-256 of the client key -> client.
     pub clients: HashMap<[u8; 32], Client>,
     pub max_body_bytes: usize,
+    /// Providers tried per request at most (open breakers skipped for free).
+    pub max_attempts: u32,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
@@ -225,6 +283,9 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
     if let Some(Value::Sequence(ps)) = v.get_mut("providers") {
         for (i, p) in ps.iter_mut().enumerate() {
             unknown_keys(p, &format!("providers[{i}]"), PROVIDER_KEYS, problems);
+            if let Some(b) = p.get_mut("breaker") {
+                unknown_keys(b, &format!("providers[{i}].breaker"), BREAKER_KEYS, problems);
+            }
             if let Some(Value::Sequence(ms)) = p.get_mut("models") {
                 for (j, m) in ms.iter_mut().enumerate() {
                     unknown_keys(m, &format!("providers[{i}].models[{j}]"), MODEL_KEYS, problems);
@@ -239,6 +300,9 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
         for (i, c) in cs.iter_mut().enumerate() {
             unknown_keys(c, &format!("clients[{i}]"), CLIENT_KEYS, problems);
         }
+    }
+    if let Some(b) = v.get_mut("breaker") {
+        unknown_keys(b, "breaker", BREAKER_KEYS, problems);
     }
     if let Some(l) = v.get_mut("limits") {
         unknown_keys(l, "limits", LIMITS_KEYS, problems);
@@ -274,6 +338,8 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         let at = format!("providers[{i}] ({})", p.name);
         if p.name.trim().is_empty() {
             problems.push(format!("providers[{i}]: `name` is empty"));
+        } else if !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            problems.push(format!("{at}: `name` may use only letters, digits, `_` and `-` (it labels metrics)"));
         } else if by_name.insert(p.name.as_str(), i).is_some() {
             problems.push(format!("{at}: duplicate provider name"));
         }
@@ -332,6 +398,8 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     }
 
     // Models by canonical name, serving providers in chain order.
+    let default_breaker = raw.breaker.over(&BreakerConfig::default());
+    check_breaker("breaker", &default_breaker, problems);
     let mut providers = Vec::new();
     let mut models: Vec<Model> = Vec::new();
     let mut model_idx: HashMap<String, usize> = HashMap::new();
@@ -345,7 +413,14 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
             base_path: p.base_path.clone(),
             api_key_env: p.api_key_env.clone(),
             timeout_ms: p.timeout_ms,
+            breaker: BreakerConfig {
+                probe_timeout_ms: p.timeout_ms.saturating_add(1_000),
+                ..p.breaker.as_ref().map(|b| b.over(&default_breaker)).unwrap_or(default_breaker)
+            },
         });
+        if let Some(b) = &p.breaker {
+            check_breaker(&format!("provider `{}` breaker", p.name), &b.over(&default_breaker), problems);
+        }
         for m in &p.models {
             let idx = *model_idx.entry(m.name.clone()).or_insert_with(|| {
                 models.push(Model { name: m.name.clone(), aliases: Vec::new(), serving: Vec::new() });
@@ -444,7 +519,11 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         problems.push("limits.max_body_bytes must be greater than 0".into());
     }
 
-    Some(Gateway { providers, models, names, auto, clients, max_body_bytes: raw.limits.max_body_bytes })
+    let max_attempts = raw.routing.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if max_attempts == 0 {
+        problems.push("routing.max_attempts must be at least 1".into());
+    }
+    Some(Gateway { providers, models, names, auto, clients, max_body_bytes: raw.limits.max_body_bytes, max_attempts })
 }
 
 #[cfg(test)]
@@ -466,11 +545,14 @@ providers:
     cluster: c_backup
     host: backup.example
     base_path: /openai/v1/
+    breaker: {cooldown_ms: 500}
     models:
       - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}
       - {name: llama-3, weight: 0}
 routing:
   chain: [primary, backup]
+breaker:
+  consecutive_failures: 4
 clients:
   - name: demo
     key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"
@@ -491,6 +573,19 @@ clients:
         assert_eq!(g.auto.len(), 2);
         assert_eq!(g.providers[1].chat_path(), "/openai/v1/chat/completions");
         assert_eq!(g.max_body_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn breaker_defaults_and_per_provider_overrides() {
+        let g = compile(GOOD.as_bytes()).unwrap();
+        assert_eq!(g.providers[0].breaker.consecutive_failures, 4);
+        assert_eq!(g.providers[0].breaker.cooldown_ms, BreakerConfig::default().cooldown_ms);
+        assert_eq!(g.providers[1].breaker.consecutive_failures, 4);
+        assert_eq!(g.providers[1].breaker.cooldown_ms, 500);
+        assert_eq!(g.max_attempts, 3);
+        let bad = GOOD.replace("breaker: {cooldown_ms: 500}", "breaker: {cooldown_ms: 0, failure_ratio: 2.0, probes: 1}");
+        let err = compile(bad.as_bytes()).unwrap_err();
+        assert!(err.contains("`probes`") && err.contains("`failure_ratio` must be") && err.contains("`cooldown_ms`"), "{err}");
     }
 
     #[test]

@@ -11,3 +11,4 @@ pub mod request;
 pub mod routing;
 pub mod breaker;
 pub mod store;
+pub mod attempt;

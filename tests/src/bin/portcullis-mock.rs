@@ -9,6 +9,7 @@
 //! - `POST /__mock/script` — JSON array of steps, each used by one request:
 //!   `{"status":500,"delay_ms":100,"reset":true,"cut_after":2,"hold":true,
 //!     "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw"}`
+//! - `POST /__mock/default` — one step used whenever the script is empty.
 //! - `POST /__mock/release` — let a held stream (`"hold":true`) finish.
 //! - `GET /__mock/hits` — `{"hits":N}` chat requests seen.
 //! - `GET /__mock/requests` — the last requests: headers and body.
@@ -62,6 +63,8 @@ struct State {
     name: String,
     api_key: Option<String>,
     script: Mutex<VecDeque<Step>>,
+    /// Used when the script is empty (`POST /__mock/default`).
+    default: Mutex<Step>,
     hits: AtomicU64,
     log: Mutex<VecDeque<Value>>,
     release: Notify,
@@ -118,7 +121,13 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         }
         log.push_back(json!({"path": path, "headers": headers, "body": parsed.clone()}));
     }
-    let step = state.script.lock().ok().and_then(|mut s| s.pop_front()).unwrap_or_default();
+    let step = state
+        .script
+        .lock()
+        .ok()
+        .and_then(|mut s| s.pop_front())
+        .or_else(|| state.default.lock().ok().map(|d| d.clone()))
+        .unwrap_or_default();
     if let Some(ms) = step.delay_ms {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
@@ -231,6 +240,15 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
             }
             Err(e) => json_response(400, &json!({"error": e.to_string()})),
         },
+        ("POST", "/__mock/default") => match serde_json::from_slice::<Step>(&body) {
+            Ok(step) => {
+                if let Ok(mut d) = state.default.lock() {
+                    *d = step;
+                }
+                json_response(200, &json!({"ok": true}))
+            }
+            Err(e) => json_response(400, &json!({"error": e.to_string()})),
+        },
         ("POST", "/__mock/release") => {
             state.release.notify_waiters();
             state.release.notify_one();
@@ -286,6 +304,7 @@ fn main() -> io::Result<()> {
             name,
             api_key,
             script: Mutex::new(VecDeque::new()),
+            default: Mutex::new(Step::default()),
             hits: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
             release: Notify::new(),

@@ -20,11 +20,17 @@ pub struct Stack {
 
 impl Stack {
     pub fn start(plugin_yaml: &str, workers: u32) -> Stack {
+        Self::start_with(plugin_yaml, workers, false)
+    }
+
+    /// `primary_dead`: Envoy's primary cluster points at a port nobody
+    /// listens on (connection refused); the primary mock is still started.
+    pub fn start_with(plugin_yaml: &str, workers: u32, primary_dead: bool) -> Stack {
         let primary = mock("primary", Some(PRIMARY_KEY));
         let backup = mock("backup", Some(BACKUP_KEY));
         let envoy = Envoy::start(EnvoyOpts {
             plugin_yaml,
-            primary_port: primary.port,
+            primary_port: if primary_dead { dead_port() } else { primary.port },
             backup_port: backup.port,
             workers,
             env: vec![("OPENAI_API_KEY", PRIMARY_KEY), ("BACKUP_API_KEY", BACKUP_KEY)],

@@ -1,0 +1,66 @@
+//! Envoy shared data behind the core's `Store` trait, and the metrics cache.
+
+use portcullis_core::store::{Store, StoreError};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{MetricType, Status};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Shared data of this VM id: one value per key, with a CAS token.
+pub struct HostStore;
+
+impl Store for HostStore {
+    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        hostcalls::get_shared_data(key).map_err(|s| StoreError::Host(s as u32))
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        match hostcalls::set_shared_data(key, Some(value), cas) {
+            Ok(()) => Ok(()),
+            Err(Status::CasMismatch) => Err(StoreError::CasMismatch),
+            Err(s) => Err(StoreError::Host(s as u32)),
+        }
+    }
+}
+
+thread_local! {
+    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
+}
+
+/// Metric id by name, defined on first use (ids are per VM).
+fn metric(kind: MetricType, name: &str) -> Option<u32> {
+    METRICS.with(|m| {
+        let mut m = m.try_borrow_mut().ok()?;
+        if let Some(id) = m.get(name) {
+            return Some(*id);
+        }
+        let id = hostcalls::define_metric(kind, name).ok()?;
+        m.insert(name.to_string(), id);
+        Some(id)
+    })
+}
+
+/// Metric names: `portcullis.<what>` or `portcullis.provider.<name>.<what>`;
+/// Envoy shows them as `wasmcustom.<name>`, and the bootstrap's `stats_tags`
+/// turn the provider part into a `provider` label.
+pub fn count(name: &str, by: i64) {
+    if let Some(id) = metric(MetricType::Counter, name) {
+        let _ = hostcalls::increment_metric(id, by);
+    }
+}
+
+pub fn gauge(name: &str, value: u64) {
+    if let Some(id) = metric(MetricType::Gauge, name) {
+        let _ = hostcalls::record_metric(id, value);
+    }
+}
+
+pub fn histogram(name: &str, value: u64) {
+    if let Some(id) = metric(MetricType::Histogram, name) {
+        let _ = hostcalls::record_metric(id, value);
+    }
+}
+
+pub fn provider_metric(provider: &str, what: &str) -> String {
+    format!("portcullis.provider.{provider}.{what}")
+}
