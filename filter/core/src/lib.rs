@@ -12,3 +12,5 @@ pub mod routing;
 pub mod breaker;
 pub mod store;
 pub mod attempt;
+pub mod sse;
+pub mod cache;

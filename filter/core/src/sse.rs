@@ -1,0 +1,272 @@
+//! Server-sent events for chat completions: an incremental parser for a
+//! provider's stream, assembly of a stream into one completion (for the cache
+//! and for usage), and replay of a stored completion as a stream.
+
+use serde_json::{json, Map, Value};
+
+/// Bytes of one unfinished event kept at most; past that the stream is not
+/// assembled (it passes through untouched all the same).
+const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// Incremental SSE parser: `push` chunks as they pass, `next_data` yields the
+/// `data:` payload of each complete event.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+    pub overflowed: bool,
+}
+
+impl SseParser {
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.overflowed {
+            return;
+        }
+        self.buf.extend_from_slice(chunk);
+        if self.buf.len() > MAX_EVENT_BYTES && find_event_end(&self.buf).is_none() {
+            self.overflowed = true;
+            self.buf.clear();
+        }
+    }
+
+    /// The data of the next complete event (several `data:` lines joined by
+    /// `\n`), skipping events without data.
+    pub fn next_data(&mut self) -> Option<String> {
+        loop {
+            let (end, sep) = find_event_end(&self.buf)?;
+            let event: Vec<u8> = self.buf.drain(..end + sep).take(end).collect();
+            let text = String::from_utf8_lossy(&event);
+            let mut data = Vec::new();
+            for line in text.lines() {
+                if let Some(d) = line.strip_prefix("data:") {
+                    data.push(d.strip_prefix(' ').unwrap_or(d));
+                }
+            }
+            if !data.is_empty() {
+                return Some(data.join("\n"));
+            }
+        }
+    }
+}
+
+fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A streamed completion put back together.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Assembly {
+    id: Option<String>,
+    model: Option<String>,
+    created: Option<u64>,
+    content: String,
+    finish_reason: Option<String>,
+    pub usage: Option<Value>,
+    /// Tool calls and other deltas we do not reassemble: never cached.
+    unsupported: bool,
+    pub done: bool,
+}
+
+impl Assembly {
+    pub fn feed(&mut self, data: &str) {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            self.unsupported = true;
+            return;
+        };
+        if self.id.is_none() {
+            self.id = v.get("id").and_then(Value::as_str).map(str::to_string);
+            self.model = v.get("model").and_then(Value::as_str).map(str::to_string);
+            self.created = v.get("created").and_then(Value::as_u64);
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(u.clone());
+        }
+        let Some(choices) = v.get("choices").and_then(Value::as_array) else { return };
+        for c in choices {
+            if c.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                self.unsupported = true;
+                continue;
+            }
+            if let Some(delta) = c.get("delta").and_then(Value::as_object) {
+                for (k, val) in delta {
+                    match (k.as_str(), val) {
+                        ("content", Value::String(s)) => self.content.push_str(s),
+                        ("role" | "content" | "refusal", Value::Null) | ("role", _) => {}
+                        _ => self.unsupported = true,
+                    }
+                }
+            }
+            if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(f.to_string());
+            }
+        }
+    }
+
+    /// The completion in the non-streamed format, if the stream finished
+    /// cleanly and held only text.
+    pub fn completion(&self) -> Option<Vec<u8>> {
+        if !self.done || self.unsupported {
+            return None;
+        }
+        let finish = self.finish_reason.as_deref()?;
+        let mut doc = json!({
+            "id": self.id.clone().unwrap_or_default(),
+            "object": "chat.completion",
+            "created": self.created.unwrap_or(0),
+            "model": self.model.clone().unwrap_or_default(),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.content}, "finish_reason": finish, "logprobs": null}],
+        });
+        if let (Some(u), Some(obj)) = (&self.usage, doc.as_object_mut()) {
+            obj.insert("usage".into(), u.clone());
+        }
+        serde_json::to_vec(&doc).ok()
+    }
+}
+
+/// Replay a stored completion (non-streamed format) as an SSE stream: role,
+/// content in pieces, finish reason, usage when asked, `[DONE]`.
+pub fn replay(completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
+    let v: Value = serde_json::from_slice(completion).ok()?;
+    let choice = v.get("choices")?.get(0)?;
+    let content = choice.get("message")?.get("content")?.as_str().unwrap_or("");
+    let finish = choice.get("finish_reason").cloned().unwrap_or(Value::String("stop".into()));
+    let mut head = Map::new();
+    for k in ["id", "created", "model", "system_fingerprint"] {
+        if let Some(x) = v.get(k) {
+            head.insert(k.into(), x.clone());
+        }
+    }
+    head.insert("object".into(), Value::String("chat.completion.chunk".into()));
+    let mut out = Vec::with_capacity(content.len() * 2 + 512);
+    let mut emit = |choices: Value, usage: Option<&Value>| {
+        let mut m = head.clone();
+        m.insert("choices".into(), choices);
+        if let Some(u) = usage {
+            m.insert("usage".into(), u.clone());
+        }
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(&serde_json::to_vec(&Value::Object(m)).unwrap_or_default());
+        out.extend_from_slice(b"\n\n");
+    };
+    emit(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None);
+    for piece in pieces(content, 24) {
+        emit(json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}]), None);
+    }
+    emit(json!([{"index": 0, "delta": {}, "finish_reason": finish}]), None);
+    if include_usage {
+        if let Some(u) = v.get("usage") {
+            emit(json!([]), Some(u));
+        }
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    Some(out)
+}
+
+/// Split text into pieces of about `size` bytes on char boundaries.
+fn pieces(s: &str, size: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < s.len() {
+        let mut end = (start + size).min(s.len());
+        while !s.is_char_boundary(end) {
+            end += 1;
+        }
+        if let Some(p) = s.get(start..end) {
+            out.push(p);
+        }
+        start = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    const STREAM: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hél\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo wörld\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"id\":\"c1\",\"created\":7,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n\
+data: [DONE]\n\n";
+
+    fn assemble(bytes: &[u8], chunk: usize) -> Assembly {
+        let mut p = SseParser::default();
+        let mut a = Assembly::default();
+        for c in bytes.chunks(chunk) {
+            p.push(c);
+            while let Some(d) = p.next_data() {
+                a.feed(&d);
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn assembly_is_the_same_whatever_the_chunking() {
+        let whole = assemble(STREAM.as_bytes(), STREAM.len());
+        for size in [1, 2, 7, 64] {
+            assert_eq!(assemble(STREAM.as_bytes(), size), whole, "chunk size {size}");
+        }
+        let v: Value = serde_json::from_slice(&whole.completion().unwrap()).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "Héllo wörld");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert_eq!(v["usage"]["total_tokens"], 5);
+        assert_eq!(v["id"], "c1");
+    }
+
+    #[test]
+    fn crlf_and_multiline_data_and_comments() {
+        let mut p = SseParser::default();
+        p.push(b": keep-alive\r\n\r\ndata: a\r\ndata: b\r\n\r\nevent: x\ndata: c\n\n");
+        assert_eq!(p.next_data().as_deref(), Some("a\nb"));
+        assert_eq!(p.next_data().as_deref(), Some("c"));
+        assert_eq!(p.next_data(), None);
+    }
+
+    #[test]
+    fn unfinished_or_tool_call_streams_are_not_assembled() {
+        let cut = &STREAM[..STREAM.find("data: [DONE]").unwrap()];
+        assert!(assemble(cut.as_bytes(), 5).completion().is_none());
+        let tools = STREAM.replace("{\"content\":\"Hél\"}", "{\"tool_calls\":[{\"index\":0}]}");
+        assert!(assemble(tools.as_bytes(), 5).completion().is_none());
+    }
+
+    #[test]
+    fn replay_reproduces_the_content_and_usage_only_when_asked() {
+        let completion = assemble(STREAM.as_bytes(), 9).completion().unwrap();
+        let with = replay(&completion, true).unwrap();
+        let again = assemble(&with, 3);
+        assert_eq!(again.completion().unwrap(), completion);
+        let without = replay(&completion, false).unwrap();
+        let a = assemble(&without, 3);
+        assert!(a.usage.is_none());
+        assert!(String::from_utf8(without).unwrap().ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn long_content_is_split_on_char_boundaries() {
+        let s = "ééééé".repeat(20);
+        let p = pieces(&s, 7);
+        assert!(p.len() > 5);
+        assert_eq!(p.concat(), s);
+    }
+
+    #[test]
+    fn oversized_event_stops_assembly() {
+        let mut p = SseParser::default();
+        p.push(&vec![b'x'; MAX_EVENT_BYTES + 1]);
+        assert!(p.overflowed);
+        assert_eq!(p.next_data(), None);
+    }
+}
