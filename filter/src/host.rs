@@ -138,6 +138,8 @@ impl RootContext for Root {
             phase: Phase::Headers,
             client: None,
             flight: None,
+            req_path: String::new(),
+            req_authority: String::new(),
         }))
     }
 
@@ -168,6 +170,8 @@ struct Current {
     provider: usize,
     probe: bool,
     reported: bool,
+    /// The breaker was closed with nothing counted when this attempt began.
+    clean: bool,
 }
 
 /// A routed chat request across its attempts.
@@ -190,14 +194,8 @@ struct Stream {
     phase: Phase,
     client: Option<String>,
     flight: Option<Flight>,
-}
-
-fn set_req_header(name: &str, value: Option<&str>) -> Result<(), Status> {
-    hostcalls::set_map_value(MapType::HttpRequestHeaders, name, value)
-}
-
-fn set_resp_header(name: &str, value: &str) {
-    let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value));
+    req_path: String,
+    req_authority: String,
 }
 
 fn note_transition(provider: &str, t: Option<Transition>) {
@@ -209,27 +207,32 @@ fn note_transition(provider: &str, t: Option<Transition>) {
 }
 
 /// Ask the provider's breaker for admission (one CAS update carrying the decision).
-fn breaker_admit(p: &Provider, now: u64) -> Admission {
+/// Ask the provider's breaker for admission (one CAS update carrying the
+/// decision). Also says whether the breaker was clean (closed, no failures
+/// counted, no ratio window): then a success has nothing to record.
+fn breaker_admit(p: &Provider) -> (Admission, bool) {
     let r = update(&HostStore, &breaker_key(&p.name), |cur| {
-        let (next, adm, t) = breaker::admit(&Breaker::decode(cur), &p.breaker, now);
-        (next.map(|n| n.encode()), (adm, t))
+        let b = Breaker::decode(cur);
+        let clean = b.state == breaker::State::Closed && b.consecutive_failures == 0 && p.breaker.failure_ratio.is_none();
+        let (next, adm, t) = breaker::admit_at(&b, &p.breaker, now_ms);
+        (next.map(|n| n.encode()), (adm, t, clean))
     });
     match r {
-        Ok((adm, t)) => {
+        Ok((adm, t, clean)) => {
             note_transition(&p.name, t);
-            adm
+            (adm, clean)
         }
         Err(e) => {
             // Fail open: a store problem must not take a provider out.
             log(LogLevel::Warn, &format!("breaker of `{}` unavailable ({e:?}); letting the request through", p.name));
-            Admission::Allowed
+            (Admission::Allowed, false)
         }
     }
 }
 
-fn breaker_result(p: &Provider, now: u64, success: bool, probe: bool) {
+fn breaker_result(p: &Provider, success: bool, probe: bool) {
     let r = update(&HostStore, &breaker_key(&p.name), |cur| {
-        let (next, t) = breaker::on_result(&Breaker::decode(cur), &p.breaker, now, success, probe);
+        let (next, t) = breaker::on_result_at(&Breaker::decode(cur), &p.breaker, now_ms, success, probe);
         (next.map(|n| n.encode()), t)
     });
     match r {
@@ -280,9 +283,6 @@ impl Stream {
                 _ => {}
             }
         }
-        for (k, _) in all.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
-            let _ = set_req_header(k, None);
-        }
         let path = path.split('?').next().unwrap_or_default();
         let path = path.trim_end_matches('/');
         match (method, path) {
@@ -303,8 +303,13 @@ impl Stream {
                         "Request body is empty: send a JSON object with `model` and `messages`.",
                     ));
                 }
-                // The body is rewritten, so its length changes.
-                let _ = set_req_header("content-length", None);
+                // Client-sent gateway headers never go upstream.
+                for (k, _) in all.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
+                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, k, None);
+                }
+                self.req_path = path.to_string();
+                self.req_authority =
+                    all.iter().find(|(k, _)| k == ":authority").map(|(_, v)| v.clone()).unwrap_or_default();
                 self.phase = Phase::ChatBody;
                 Ok(Action::Pause)
             }
@@ -350,16 +355,25 @@ impl Stream {
         };
         let provider =
             gw.providers.get(provider_idx).ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
-        let new_body = flight.chat.body_for(&model_id);
         let host_err = |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
-        hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body).map_err(host_err)?;
-        set_req_header(headers::CLUSTER, Some(&provider.cluster)).map_err(host_err)?;
-        set_req_header(":authority", Some(&provider.host)).map_err(host_err)?;
-        set_req_header(":path", Some(&provider.chat_path())).map_err(host_err)?;
-        set_req_header("x-envoy-upstream-rq-timeout-ms", Some(&provider.timeout_ms.to_string())).map_err(host_err)?;
+        let set = |k: &str, v: Option<&str>| hostcalls::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err);
+        // Each host call costs: touch only what changes.
+        if model_id != flight.chat.model {
+            let new_body = flight.chat.body_for(&model_id);
+            hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body).map_err(host_err)?;
+            set("content-length", Some(&new_body.len().to_string()))?;
+        }
+        let path = provider.chat_path();
+        if path != self.req_path {
+            set(":path", Some(&path))?;
+        }
+        if provider.host != self.req_authority {
+            set(":authority", Some(&provider.host))?;
+        }
+        set(headers::CLUSTER, Some(&provider.cluster))?;
+        set("x-envoy-upstream-rq-timeout-ms", Some(&provider.timeout_ms.to_string()))?;
         // The client's key never reaches a provider.
-        let credential = loaded.credentials.get(provider_idx).and_then(|c| c.as_deref());
-        set_req_header("authorization", credential).map_err(host_err)?;
+        set("authorization", loaded.credentials.get(provider_idx).and_then(|c| c.as_deref()))?;
         self.flight = Some(flight);
         self.phase = Phase::Proxied;
         Ok(Action::Continue)
@@ -374,14 +388,15 @@ impl Stream {
         let cur = flight.current.as_mut()?;
         let provider = gw.providers.get(cur.provider)?;
         cur.reported = true;
-        let now = now_ms();
         match outcome {
-            Outcome::Success => breaker_result(provider, now, true, cur.probe),
+            // Nothing to record: saves a shared-data read on the hot path.
+            Outcome::Success if cur.clean && !cur.probe => {}
+            Outcome::Success => breaker_result(provider, true, cur.probe),
             // The provider is alive; the client's request is at fault.
-            Outcome::ClientError if cur.probe => breaker_result(provider, now, true, true),
+            Outcome::ClientError if cur.probe => breaker_result(provider, true, true),
             Outcome::ClientError => {}
             Outcome::Retryable(cause) => {
-                breaker_result(provider, now, false, cur.probe);
+                breaker_result(provider, false, cur.probe);
                 count(&provider_metric(&provider.name, cause.metric()), 1);
                 flight.tried.push((provider.name.clone(), cause));
                 return Some(self.next_attempt());
@@ -453,14 +468,15 @@ impl Flight {
             let (idx, model_id) = self.candidates.get(self.next_candidate)?.clone();
             self.next_candidate += 1;
             let p = gw.providers.get(idx)?;
-            match breaker_admit(p, now_ms()) {
-                Admission::Refused { retry_after_ms } => {
+            match breaker_admit(p) {
+                (Admission::Refused { retry_after_ms }, _) => {
                     count(&provider_metric(&p.name, "skipped_open"), 1);
                     self.skipped.push((p.name.clone(), retry_after_ms));
                 }
-                adm => {
+                (adm, clean) => {
                     self.attempts += 1;
-                    self.current = Some(Current { provider: idx, probe: adm == Admission::Probe, reported: false });
+                    self.current =
+                        Some(Current { provider: idx, probe: adm == Admission::Probe, reported: false, clean });
                     return Some((idx, model_id));
                 }
             }
@@ -533,22 +549,21 @@ impl HttpContext for Stream {
             Phase::FallbackPending => return Action::Pause,
             _ => return Action::Continue,
         }
-        let status = hostcalls::get_map_value(MapType::HttpResponseHeaders, ":status")
-            .ok()
-            .flatten()
-            .and_then(|s| s.parse::<u16>().ok())
-            .unwrap_or(0);
-        let details = hostcalls::get_property(vec!["response", "code_details"])
-            .ok()
+        let mut resp = hostcalls::get_map(MapType::HttpResponseHeaders).unwrap_or_default();
+        let status = resp.iter().find(|(k, _)| k == ":status").and_then(|(_, v)| v.parse::<u16>().ok()).unwrap_or(0);
+        // Why Envoy failed, for its own local replies (only read on failures).
+        let details = (status == 429 || status >= 500)
+            .then(|| hostcalls::get_property(vec!["response", "code_details"]).ok().flatten())
             .flatten()
             .and_then(|b| String::from_utf8(b).ok());
         if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
             return action;
         }
-        for (k, v) in self.gateway_headers() {
-            set_resp_header(k, &v);
-        }
-        if let Some(f) = self.flight.as_ref() {
+        // Gateway headers from a provider never reach the client as ours.
+        resp.retain(|(k, _)| !headers::is_gateway_header(k));
+        resp.extend(self.gateway_headers().into_iter().map(|(k, v)| (k.to_string(), v)));
+        let _ = hostcalls::set_map(MapType::HttpResponseHeaders, resp.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect());
+        if let Some(f) = self.flight.as_ref().filter(|f| f.attempts > 1) {
             histogram("portcullis.attempts", u64::from(f.attempts));
         }
         self.phase = Phase::Responding;

@@ -130,6 +130,20 @@ pub struct Transition {
 /// May a request go to this provider now? Returns the new state to write
 /// (if any) with the decision, for [`crate::store::update`].
 pub fn admit(b: &Breaker, cfg: &BreakerConfig, now_ms: u64) -> (Option<Breaker>, Admission, Option<Transition>) {
+    admit_at(b, cfg, || now_ms)
+}
+
+/// [`admit`] with a clock read only when the state needs it (never when
+/// closed: the hot path makes no host call for time).
+pub fn admit_at(
+    b: &Breaker,
+    cfg: &BreakerConfig,
+    now: impl FnOnce() -> u64,
+) -> (Option<Breaker>, Admission, Option<Transition>) {
+    if b.state == State::Closed {
+        return (None, Admission::Allowed, None);
+    }
+    let now_ms = now();
     match b.state {
         State::Closed => (None, Admission::Allowed, None),
         State::Open => {
@@ -165,7 +179,24 @@ pub fn on_result(
     success: bool,
     probe: bool,
 ) -> (Option<Breaker>, Option<Transition>) {
+    on_result_at(b, cfg, || now_ms, success, probe)
+}
+
+/// [`on_result`] with a clock read only when a counter changes.
+pub fn on_result_at(
+    b: &Breaker,
+    cfg: &BreakerConfig,
+    now: impl FnOnce() -> u64,
+    success: bool,
+    probe: bool,
+) -> (Option<Breaker>, Option<Transition>) {
+    if b.state == State::Closed && success && b.consecutive_failures == 0 && cfg.failure_ratio.is_none() {
+        return (None, None);
+    }
+    let now_ms = now();
     match b.state {
+        // The common case writes nothing: a success that changes no counter.
+        State::Closed if success && b.consecutive_failures == 0 && cfg.failure_ratio.is_none() => (None, None),
         State::Closed => {
             let mut n = *b;
             if now_ms.saturating_sub(n.window_start_ms) >= cfg.window_ms {

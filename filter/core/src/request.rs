@@ -1,14 +1,50 @@
 //! The chat-completions request body: validate what the gateway needs and
 //! rewrite it for a provider.
+//!
+//! The hot path never builds a JSON tree: serde validates the whole document
+//! while borrowing the few fields the gateway reads, and the rewrite splices
+//! the new model id into the original bytes at the span serde borrowed.
 
 use crate::error::GatewayError;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream_options: Option<&'a RawValue>,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
-    doc: Map<String, Value>,
+    body: Vec<u8>,
+    /// Byte range of the `model` value (with its quotes) in `body`.
+    model_span: (usize, usize),
     pub model: String,
     pub stream: bool,
+    /// `stream_options.include_usage` as the client sent it.
+    pub include_usage: bool,
+}
+
+fn invalid_json(detail: impl std::fmt::Display) -> GatewayError {
+    GatewayError::bad_request(
+        "invalid_json",
+        format!("Request body is not valid JSON ({detail}). Send a JSON object with `model` and `messages`."),
+    )
+}
+
+/// Offset of a borrowed slice inside the buffer it was borrowed from.
+fn span_in(outer: &[u8], inner: &str) -> Option<(usize, usize)> {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    let end = start.checked_add(inner.len())?;
+    (end <= outer.len()).then_some((start, end))
 }
 
 impl ChatRequest {
@@ -21,50 +57,65 @@ impl ChatRequest {
                 "Request body is empty: send a JSON object with `model` and `messages`.",
             ));
         }
-        let doc: Map<String, Value> = match serde_json::from_slice(body) {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => {
-                return Err(GatewayError::bad_request(
-                    "invalid_json",
-                    "Request body must be a JSON object with `model` and `messages`.",
-                ))
-            }
-            Err(e) => {
-                return Err(GatewayError::bad_request(
-                    "invalid_json",
-                    format!("Request body is not valid JSON ({e}). Send a JSON object with `model` and `messages`."),
-                ))
-            }
+        let text = std::str::from_utf8(body).map_err(|e| invalid_json(format!("not UTF-8: {e}")))?;
+        let not_object = || {
+            GatewayError::bad_request("invalid_json", "Request body must be a JSON object with `model` and `messages`.")
         };
-        let model = match doc.get("model") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            Some(Value::String(_)) | None => {
+        // serde would also read a struct from an array.
+        if !text.trim_start().starts_with('{') {
+            return Err(serde_json::from_str::<serde::de::IgnoredAny>(text).map_or_else(invalid_json, |_| not_object()));
+        }
+        let peek: Peek<'_> = serde_json::from_str(text).map_err(invalid_json)?;
+        let (model, model_span) = match peek.model {
+            None => {
                 return Err(GatewayError::bad_request("missing_model", "You must provide a model parameter (`model`)."))
             }
-            Some(_) => return Err(GatewayError::bad_request("invalid_model", "`model` must be a string.")),
+            Some(raw) => match serde_json::from_str::<String>(raw.get()) {
+                Ok(s) if s.is_empty() => {
+                    return Err(GatewayError::bad_request("missing_model", "You must provide a model parameter (`model`)."))
+                }
+                Ok(s) => (s, span_in(body, raw.get()).ok_or_else(|| GatewayError::internal("model span"))?),
+                Err(_) => return Err(GatewayError::bad_request("invalid_model", "`model` must be a string.")),
+            },
         };
-        match doc.get("messages") {
-            Some(Value::Array(a)) if !a.is_empty() => {}
-            Some(Value::Array(_)) => {
+        match peek.messages.map(|raw| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get())) {
+            None => return Err(GatewayError::bad_request("missing_messages", "Missing required parameter: `messages`.")),
+            Some(Ok(v)) if v.is_empty() => {
                 return Err(GatewayError::bad_request("missing_messages", "`messages` must contain at least one message."))
             }
-            None => return Err(GatewayError::bad_request("missing_messages", "Missing required parameter: `messages`.")),
-            Some(_) => return Err(GatewayError::bad_request("invalid_messages", "`messages` must be an array.")),
+            Some(Ok(_)) => {}
+            Some(Err(_)) => return Err(GatewayError::bad_request("invalid_messages", "`messages` must be an array.")),
         }
-        let stream = match doc.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
+        let stream = match peek.stream.map(|r| r.get()) {
+            None | Some("null") => false,
+            Some("true") => true,
+            Some("false") => false,
             Some(_) => return Err(GatewayError::bad_request("invalid_stream", "`stream` must be true or false.")),
         };
-        Ok(Self { doc, model, stream })
+        let include_usage = peek
+            .stream_options
+            .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+            .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
+            .unwrap_or(false);
+        Ok(Self { body: body.to_vec(), model_span, model, stream, include_usage })
     }
 
-    /// The body to send to a provider: the same document with the provider's
-    /// model id.
+    /// The body to send to a provider: the client's bytes with the provider's
+    /// model id spliced in.
     pub fn body_for(&self, provider_model_id: &str) -> Vec<u8> {
-        let mut doc = self.doc.clone();
-        doc.insert("model".into(), Value::String(provider_model_id.to_string()));
-        serde_json::to_vec(&doc).unwrap_or_default()
+        let (start, end) = self.model_span;
+        let id = serde_json::to_vec(provider_model_id).unwrap_or_default();
+        let mut out = Vec::with_capacity(self.body.len() + id.len());
+        out.extend_from_slice(self.body.get(..start).unwrap_or_default());
+        out.extend_from_slice(&id);
+        out.extend_from_slice(self.body.get(end..).unwrap_or_default());
+        out
+    }
+
+    /// The whole document as a tree, for the cache key (parsed only when the
+    /// cache needs it).
+    pub fn document(&self) -> Map<String, Value> {
+        serde_json::from_slice(&self.body).unwrap_or_default()
     }
 }
 
@@ -79,16 +130,30 @@ mod tests {
         let r = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#).unwrap();
         assert_eq!(r.model, "m");
         assert!(r.stream);
+        assert!(!r.include_usage);
+        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true}}"#).unwrap();
+        assert!(r.include_usage);
     }
 
     #[test]
-    fn rewrite_changes_only_the_model() {
-        let r = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"x":{"y":[1,2]}}"#).unwrap();
-        let v: Value = serde_json::from_slice(&r.body_for("provider/m")).unwrap();
-        assert_eq!(v["model"], "provider/m");
-        assert_eq!(v["temperature"], 0.5);
-        assert_eq!(v["x"]["y"][1], 2);
-        assert_eq!(v["messages"][0]["content"], "hi");
+    fn rewrite_changes_only_the_model_bytes() {
+        let src = br#"{ "temperature":0.5, "model" : "m\u00e9", "messages":[{"role":"user","content":"model"}],"x":{"model":"inner"}}"#;
+        let r = ChatRequest::parse(src).unwrap();
+        assert_eq!(r.model, "mé");
+        let out = r.body_for("provider/\"m\"");
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            r#"{ "temperature":0.5, "model" : "provider/\"m\"", "messages":[{"role":"user","content":"model"}],"x":{"model":"inner"}}"#
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model"], "provider/\"m\"");
+        assert_eq!(v["x"]["model"], "inner");
+    }
+
+    #[test]
+    fn document_is_the_full_tree() {
+        let r = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":3}"#).unwrap();
+        assert_eq!(r.document()["seed"], 3);
     }
 
     #[test]
@@ -97,6 +162,10 @@ mod tests {
             (b"", "invalid_json"),
             (b"{not json", "invalid_json"),
             (b"[1,2]", "invalid_json"),
+            (b"\"str\"", "invalid_json"),
+            (b"{\"model\":\"m\",\"messages\":[{}]} trailing", "invalid_json"),
+            (b"\xff\xfe", "invalid_json"),
+            (br#"{"model":"a","model":"b","messages":[{}]}"#, "invalid_json"),
             (br#"{"messages":[{"role":"user","content":"x"}]}"#, "missing_model"),
             (br#"{"model":"","messages":[{"role":"user","content":"x"}]}"#, "missing_model"),
             (br#"{"model":3,"messages":[{"role":"user","content":"x"}]}"#, "invalid_model"),
