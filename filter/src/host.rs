@@ -1,10 +1,12 @@
-use crate::shared::{count, gauge, histogram, provider_metric, HostStore};
+use crate::shared::{count, count_gauge, gauge, histogram, provider_metric, HostStore};
 use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
+use portcullis_core::cache::{self, CacheConfig, Directive, StoreOutcome};
+use portcullis_core::sse::{self, Relay};
 use portcullis_core::config::{compile, Gateway, Provider};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::request::ChatRequest;
+use portcullis_core::request::{ChatRequest, Document};
 use portcullis_core::routing::{authenticate, models_list, resolve};
 use portcullis_core::store::{update, Store};
 use proxy_wasm::hostcalls;
@@ -140,6 +142,7 @@ impl RootContext for Root {
             flight: None,
             req_path: String::new(),
             req_authority: String::new(),
+            cache_control: None,
         }))
     }
 
@@ -165,9 +168,10 @@ enum Phase {
 }
 
 /// The provider currently tried, and whether it is a half-open probe.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Current {
     provider: usize,
+    model_id: String,
     probe: bool,
     reported: bool,
     /// The breaker was closed with nothing counted when this attempt began.
@@ -186,6 +190,23 @@ struct Flight {
     current: Option<Current>,
     /// (token, started ms, timeout ms) of the pending fallback call.
     call: Option<(u32, u64, u64)>,
+    /// `x-portcullis-cache`: hit, miss, refresh or off.
+    cache_status: &'static str,
+    /// Set when the answer should be stored: the request document (for the
+    /// key of whichever provider answers) and the client scope.
+    cache: Option<CacheFill>,
+    /// The gateway asked a streaming provider for the usage chunk the client
+    /// did not ask for; it is read, then dropped from what the client gets.
+    ask_usage: bool,
+    /// A streamed answer being relayed (and read).
+    relay: Option<Relay>,
+}
+
+struct CacheFill {
+    doc: Document,
+    scope: Option<String>,
+    /// The key for this provider index, computed at lookup.
+    key: (usize, cache::Hash),
 }
 
 struct Stream {
@@ -196,6 +217,7 @@ struct Stream {
     flight: Option<Flight>,
     req_path: String,
     req_authority: String,
+    cache_control: Option<String>,
 }
 
 fn note_transition(provider: &str, t: Option<Transition>) {
@@ -247,6 +269,23 @@ fn breaker_release_probe(p: &Provider) {
     });
 }
 
+fn store_entry(cfg: &CacheConfig, key: &cache::Hash, body: &[u8]) {
+    match cache::insert(&HostStore, cfg, key, body, now_ms()) {
+        Ok(StoreOutcome::Stored(st)) => {
+            count("portcullis.cache.stores", 1);
+            if st.evicted {
+                count("portcullis.cache.evictions", 1);
+            }
+            if st.bytes_delta != 0 {
+                // A gauge shared by the workers: each adds its own change.
+                count_gauge("portcullis.cache.bytes", st.bytes_delta);
+            }
+        }
+        Ok(StoreOutcome::TooLarge) => count("portcullis.cache.too_large", 1),
+        Err(e) => log(LogLevel::Warn, &format!("cache store failed: {e:?}")),
+    }
+}
+
 impl Stream {
     fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
         self.phase = Phase::Done;
@@ -280,6 +319,7 @@ impl Stream {
                 ":path" => path = v,
                 "authorization" => authorization = Some(v.as_str()),
                 "content-length" => content_length = v.parse::<usize>().ok(),
+                "cache-control" => self.cache_control = Some(v.clone()),
                 _ => {}
             }
         }
@@ -349,17 +389,49 @@ impl Stream {
             skipped: Vec::new(),
             current: None,
             call: None,
+            cache_status: "off",
+            cache: None,
+            ask_usage: false,
+            relay: None,
         };
         let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
             return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
         };
         let provider =
             gw.providers.get(provider_idx).ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
+        if let Some(cfg) = &gw.cache {
+            let directive = cache::directive(self.cache_control.as_deref());
+            if directive != Directive::Bypass {
+                let doc = flight.chat.document();
+                let scope = cfg.per_client.then(|| client.name.clone());
+                let key = cache::key(&provider.name, &model_id, &doc, cfg.normalize, scope.as_deref());
+                if directive == Directive::Normal {
+                    match cache::lookup(&HostStore, cfg, &key, now_ms()) {
+                        Ok(Some(stored)) => {
+                            count("portcullis.cache.hits", 1);
+                            if let Some(cur) = flight.current.as_mut() {
+                                cur.reported = true;
+                                if cur.probe {
+                                    breaker_release_probe(provider);
+                                }
+                            }
+                            return Ok(self.answer_from_cache(&flight, &provider.name, &stored));
+                        }
+                        Ok(None) => count("portcullis.cache.misses", 1),
+                        Err(e) => log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
+                    }
+                }
+                flight.cache_status = if directive == Directive::Refresh { "refresh" } else { "miss" };
+                flight.cache = Some(CacheFill { doc, scope, key: (provider_idx, key) });
+                // Stored streams keep their usage, for replays that ask for it.
+                flight.ask_usage = flight.chat.needs_usage_request();
+            }
+        }
         let host_err = |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
         let set = |k: &str, v: Option<&str>| hostcalls::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err);
         // Each host call costs: touch only what changes.
-        if model_id != flight.chat.model {
-            let new_body = flight.chat.body_for(&model_id);
+        if model_id != flight.chat.model || flight.ask_usage {
+            let new_body = flight.chat.body_for_with(&model_id, flight.ask_usage);
             hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body).map_err(host_err)?;
             set("content-length", Some(&new_body.len().to_string()))?;
         }
@@ -412,7 +484,7 @@ impl Stream {
         let Some(flight) = self.flight.as_mut() else { return Action::Continue };
         while let Some((idx, model_id)) = flight.admit_next(gw) {
             let Some(p) = gw.providers.get(idx) else { continue };
-            let body = flight.chat.body_for(&model_id);
+            let body = flight.chat.body_for_with(&model_id, flight.ask_usage);
             let path = p.chat_path();
             let mut hdrs: Vec<(&str, &str)> = vec![
                 (":method", "POST"),
@@ -451,12 +523,54 @@ impl Stream {
         let mut out = Vec::new();
         if let (Some(f), Some(loaded)) = (self.flight.as_ref(), self.loaded.as_ref()) {
             out.push((headers::MODEL, f.model_name.clone()));
-            if let Some(p) = f.current.and_then(|c| loaded.gw.providers.get(c.provider)) {
+            if let Some(p) = f.current.as_ref().and_then(|c| loaded.gw.providers.get(c.provider)) {
                 out.push((headers::PROVIDER, p.name.clone()));
             }
             out.push((headers::ATTEMPTS, f.attempts.to_string()));
+            out.push((headers::CACHE, f.cache_status.to_string()));
         }
         out
+    }
+
+    /// Answer from the cache: as stored, or replayed as an SSE stream when the
+    /// request asked for one.
+    fn answer_from_cache(&mut self, flight: &Flight, provider: &str, stored: &[u8]) -> Action {
+        let (content_type, body) = if flight.chat.stream {
+            match sse::replay(stored, flight.chat.include_usage) {
+                Some(b) => ("text/event-stream", b),
+                None => ("application/json", stored.to_vec()),
+            }
+        } else {
+            ("application/json", stored.to_vec())
+        };
+        self.phase = Phase::Done;
+        let hdrs = vec![
+            ("content-type", content_type),
+            (headers::MODEL, flight.model_name.as_str()),
+            (headers::PROVIDER, provider),
+            (headers::ATTEMPTS, "0"),
+            (headers::CACHE, "hit"),
+        ];
+        if let Err(s) = hostcalls::send_http_response(200, hdrs, Some(&body)) {
+            log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
+        }
+        Action::Pause
+    }
+
+    /// Store a complete, successful answer of the current provider.
+    fn cache_store(&mut self, body: &[u8]) {
+        let Some(loaded) = self.loaded.clone() else { return };
+        let Some(cfg) = loaded.gw.cache.as_ref() else { return };
+        let Some(f) = self.flight.as_mut() else { return };
+        let Some(cur) = f.current.as_ref() else { return };
+        let Some(fill) = f.cache.take() else { return };
+        let Some(p) = loaded.gw.providers.get(cur.provider) else { return };
+        let key = if fill.key.0 == cur.provider {
+            fill.key.1
+        } else {
+            cache::key(&p.name, &cur.model_id, &fill.doc, cfg.normalize, fill.scope.as_deref())
+        };
+        store_entry(cfg, &key, body);
     }
 }
 
@@ -475,8 +589,13 @@ impl Flight {
                 }
                 (adm, clean) => {
                     self.attempts += 1;
-                    self.current =
-                        Some(Current { provider: idx, probe: adm == Admission::Probe, reported: false, clean });
+                    self.current = Some(Current {
+                        provider: idx,
+                        model_id: model_id.clone(),
+                        probe: adm == Admission::Probe,
+                        reported: false,
+                        clean,
+                    });
                     return Some((idx, model_id));
                 }
             }
@@ -500,7 +619,22 @@ impl Context for Stream {
         if self.after_attempt(outcome).is_some() {
             return; // next attempt dispatched, or the error was sent
         }
-        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let mut body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let ok = status == Some(200);
+        let (stream, ask_usage) = self.flight.as_ref().map(|f| (f.chat.stream, f.ask_usage)).unwrap_or_default();
+        if ok && stream {
+            let mut relay = Relay::new(ask_usage);
+            let mut out = relay.chunk(&body);
+            out.extend(relay.finish());
+            if ask_usage {
+                body = out;
+            }
+            if let Some(done) = relay.assembly.completion() {
+                self.cache_store(&done);
+            }
+        } else if ok {
+            self.cache_store(&body);
+        }
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &str)> = call_headers
             .iter()
@@ -559,6 +693,14 @@ impl HttpContext for Stream {
         if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
             return action;
         }
+        if let Some(f) = self.flight.as_mut() {
+            if status != 200 {
+                f.cache = None;
+            }
+            if f.chat.stream && (f.cache.is_some() || f.ask_usage) {
+                f.relay = Some(Relay::new(f.ask_usage));
+            }
+        }
         // Gateway headers from a provider never reach the client as ours.
         resp.retain(|(k, _)| !headers::is_gateway_header(k));
         resp.extend(self.gateway_headers().into_iter().map(|(k, v)| (k.to_string(), v)));
@@ -570,20 +712,49 @@ impl HttpContext for Stream {
         Action::Continue
     }
 
-    fn on_http_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
-        // While a fallback is pending, hold the failed upstream's body: letting
-        // it through would flush the held headers to the client.
-        if self.phase == Phase::FallbackPending {
-            Action::Pause
-        } else {
-            Action::Continue
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        match self.phase {
+            // While a fallback is pending, hold the failed upstream's body:
+            // letting it through would flush the held headers to the client.
+            Phase::FallbackPending => return Action::Pause,
+            Phase::Responding => {}
+            _ => return Action::Continue,
         }
+        let Some(f) = self.flight.as_mut() else { return Action::Continue };
+        if let Some(relay) = f.relay.as_mut() {
+            // Streams pass through chunk by chunk; a copy is read.
+            let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+            let mut out = relay.chunk(&chunk);
+            if end_of_stream {
+                out.extend(relay.finish());
+            }
+            if relay.strip_usage {
+                let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out);
+            }
+            if end_of_stream {
+                if let Some(done) = relay.assembly.completion() {
+                    self.cache_store(&done);
+                }
+            }
+            return Action::Continue;
+        }
+        if f.cache.is_none() {
+            return Action::Continue;
+        }
+        // A whole answer is kept until its end, then stored.
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        if let Ok(Some(body)) = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
+            self.cache_store(&body);
+        }
+        Action::Continue
     }
 
     fn on_log(&mut self) {
         // A probe that never reported (client went away) gives its slot back.
         let (Some(loaded), Some(f)) = (self.loaded.as_ref(), self.flight.as_ref()) else { return };
-        if let Some(cur) = f.current.filter(|c| c.probe && !c.reported) {
+        if let Some(cur) = f.current.as_ref().filter(|c| c.probe && !c.reported) {
             if let Some(p) = loaded.gw.providers.get(cur.provider) {
                 breaker_release_probe(p);
             }

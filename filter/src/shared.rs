@@ -55,6 +55,13 @@ pub fn gauge(name: &str, value: u64) {
     }
 }
 
+/// Add to a gauge (each worker adds its own changes to the shared value).
+pub fn count_gauge(name: &str, by: i64) {
+    if let Some(id) = metric(MetricType::Gauge, name) {
+        let _ = hostcalls::increment_metric(id, by);
+    }
+}
+
 pub fn histogram(name: &str, value: u64) {
     if let Some(id) = metric(MetricType::Histogram, name) {
         let _ = hostcalls::record_metric(id, value);

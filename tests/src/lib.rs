@@ -337,6 +337,15 @@ pub fn dead_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
+/// The shipped plugin config with the prompt cache off, so that tests
+/// counting provider hits see every request reach a provider. Cache tests
+/// turn it on.
+pub fn test_plugin() -> String {
+    let p = shipped_plugin();
+    assert!(p.contains("cache:\n  enabled: true"), "envoy/plugin.yaml: cache section changed; update the harness");
+    p.replace("cache:\n  enabled: true", "cache:\n  enabled: false")
+}
+
 /// SHA-256 hex of a client key, for plugin configs written by tests.
 pub fn key_hash(key: &str) -> String {
     use sha2::{Digest, Sha256};

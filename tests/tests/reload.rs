@@ -16,7 +16,7 @@ fn auto_model(s: &Stack) -> String {
 
 #[test]
 fn new_weights_apply_live_and_a_bad_config_is_rejected_while_the_old_one_serves() {
-    let only_mini = shipped_plugin().replace("weight: 1\n", "weight: 0\n");
+    let only_mini = test_plugin().replace("weight: 1\n", "weight: 0\n");
     let s = Stack::start(&only_mini, 2);
     for _ in 0..20 {
         assert_eq!(auto_model(&s), "gpt-4o-mini");
@@ -24,7 +24,7 @@ fn new_weights_apply_live_and_a_bad_config_is_rejected_while_the_old_one_serves(
     let reloads = s.envoy.stat(RELOAD).unwrap_or(0);
 
     // Flip the weights: only gpt-4o now.
-    let only_4o = shipped_plugin().replace("weight: 3\n", "weight: 0\n");
+    let only_4o = test_plugin().replace("weight: 3\n", "weight: 0\n");
     s.envoy.reload(&only_4o);
     poll_until(Duration::from_secs(20), "the reload to apply", || {
         (s.envoy.stat(RELOAD).unwrap_or(0) > reloads).then_some(())

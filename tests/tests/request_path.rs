@@ -166,7 +166,7 @@ fn streamed_completion_reaches_the_client_before_the_provider_finishes() {
 
 #[test]
 fn body_over_the_configured_limit_is_413() {
-    let plugin = shipped_plugin().replace("max_body_bytes: 1048576", "max_body_bytes: 2048");
+    let plugin = test_plugin().replace("max_body_bytes: 1048576", "max_body_bytes: 2048");
     let s = Stack::start(&plugin, 1);
     let big = chat_body("gpt-4o-mini", &"x".repeat(8_000));
     assert_openai_error(&s.chat(DEMO_KEY, &big), 413, "request_too_large");

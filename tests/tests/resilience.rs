@@ -9,7 +9,7 @@ const STATE: &str = "wasmcustom.portcullis.provider.primary.breaker_state";
 
 /// Both providers serve gpt-4o-mini (the backup as `openai/gpt-4o-mini`).
 fn plugin(threshold: u32, cooldown_ms: u64, probes: u32, primary_timeout_ms: u64) -> String {
-    shipped_plugin()
+    test_plugin()
         .replacen("timeout_ms: 30000", &format!("timeout_ms: {primary_timeout_ms}"), 1)
         .replace(
             "routing:\n",

@@ -5,6 +5,7 @@
 //! problem it found; the host swaps a new config in only on success.
 
 use crate::breaker::BreakerConfig;
+use crate::cache::CacheConfig;
 use hashbrown::HashMap;
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -29,6 +30,57 @@ struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     breaker: RawBreaker,
+    #[serde(default)]
+    cache: RawCache,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default = "default_cache_bytes")]
+    max_bytes: usize,
+    #[serde(default = "default_cache_entry_bytes")]
+    max_entry_bytes: usize,
+    #[serde(default = "default_cache_ways")]
+    ways: u32,
+    #[serde(default = "default_cache_ttl_s")]
+    ttl_s: u64,
+    #[serde(default)]
+    normalize: bool,
+    #[serde(default = "default_cache_scope")]
+    scope: String,
+}
+
+impl Default for RawCache {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_bytes: default_cache_bytes(),
+            max_entry_bytes: default_cache_entry_bytes(),
+            ways: default_cache_ways(),
+            ttl_s: default_cache_ttl_s(),
+            normalize: false,
+            scope: default_cache_scope(),
+        }
+    }
+}
+
+fn default_cache_bytes() -> usize {
+    16 << 20
+}
+fn default_cache_entry_bytes() -> usize {
+    64 << 10
+}
+fn default_cache_ways() -> u32 {
+    4
+}
+fn default_cache_ttl_s() -> u64 {
+    3600
+}
+fn default_cache_scope() -> String {
+    "shared".into()
 }
 
 /// Breaker thresholds; every field optional so a provider can override some.
@@ -151,7 +203,8 @@ fn default_max_body() -> usize {
 
 /// The keys allowed at each level, so that every unknown key is reported in
 /// one pass (serde stops at the first).
-const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits", "breaker"];
+const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits", "breaker", "cache"];
+const CACHE_KEYS: &[&str] = &["enabled", "max_bytes", "max_entry_bytes", "ways", "ttl_s", "normalize", "scope"];
 const PROVIDER_KEYS: &[&str] =
     &["name", "cluster", "host", "base_path", "api_key_env", "timeout_ms", "models", "breaker"];
 const BREAKER_KEYS: &[&str] =
@@ -225,6 +278,8 @@ pub struct Gateway {
     pub max_body_bytes: usize,
     /// Providers tried per request at most (open breakers skipped for free).
     pub max_attempts: u32,
+    /// The prompt cache, when enabled.
+    pub cache: Option<CacheConfig>,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
@@ -303,6 +358,9 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
     }
     if let Some(b) = v.get_mut("breaker") {
         unknown_keys(b, "breaker", BREAKER_KEYS, problems);
+    }
+    if let Some(c) = v.get_mut("cache") {
+        unknown_keys(c, "cache", CACHE_KEYS, problems);
     }
     if let Some(l) = v.get_mut("limits") {
         unknown_keys(l, "limits", LIMITS_KEYS, problems);
@@ -523,7 +581,46 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     if max_attempts == 0 {
         problems.push("routing.max_attempts must be at least 1".into());
     }
-    Some(Gateway { providers, models, names, auto, clients, max_body_bytes: raw.limits.max_body_bytes, max_attempts })
+    let cache = compile_cache(&raw.cache, problems);
+    Some(Gateway {
+        providers,
+        models,
+        names,
+        auto,
+        clients,
+        max_body_bytes: raw.limits.max_body_bytes,
+        max_attempts,
+        cache,
+    })
+}
+
+fn compile_cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheConfig> {
+    let per_client = match c.scope.as_str() {
+        "shared" => false,
+        "client" => true,
+        other => {
+            problems.push(format!("cache.scope must be `shared` or `client` (got `{other}`)"));
+            false
+        }
+    };
+    if c.max_entry_bytes == 0 || c.max_bytes < c.max_entry_bytes {
+        problems.push("cache: need 0 < max_entry_bytes <= max_bytes".into());
+    }
+    if c.ways == 0 || c.ttl_s == 0 {
+        problems.push("cache: `ways` and `ttl_s` must be at least 1".into());
+    }
+    if !c.enabled {
+        return None;
+    }
+    let (sets, ways) = CacheConfig::sized(c.max_bytes, c.max_entry_bytes, c.ways);
+    Some(CacheConfig {
+        sets,
+        ways,
+        ttl_ms: c.ttl_s.saturating_mul(1000),
+        max_entry_bytes: c.max_entry_bytes,
+        normalize: c.normalize,
+        per_client,
+    })
 }
 
 #[cfg(test)]
@@ -586,6 +683,17 @@ clients:
         let bad = GOOD.replace("breaker: {cooldown_ms: 500}", "breaker: {cooldown_ms: 0, failure_ratio: 2.0, probes: 1}");
         let err = compile(bad.as_bytes()).unwrap_err();
         assert!(err.contains("`probes`") && err.contains("`failure_ratio` must be") && err.contains("`cooldown_ms`"), "{err}");
+    }
+
+    #[test]
+    fn cache_is_off_by_default_and_sized_from_bytes() {
+        assert!(compile(GOOD.as_bytes()).unwrap().cache.is_none());
+        let on = format!("{GOOD}cache: {{enabled: true, max_bytes: 1048576, max_entry_bytes: 16384, scope: client}}\n");
+        let c = compile(on.as_bytes()).unwrap().cache.unwrap();
+        assert_eq!((c.sets, c.ways, c.per_client, c.ttl_ms), (16, 4, true, 3_600_000));
+        let bad = format!("{GOOD}cache: {{enabled: true, max_bytes: 10, max_entry_bytes: 100, scope: team, size: 1}}\n");
+        let err = compile(bad.as_bytes()).unwrap_err();
+        assert!(err.contains("cache.scope") && err.contains("max_entry_bytes <= max_bytes") && err.contains("`size`"), "{err}");
     }
 
     #[test]

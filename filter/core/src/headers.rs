@@ -11,3 +11,4 @@ pub fn is_gateway_header(name: &str) -> bool {
     name.len() >= PREFIX.len() && name.get(..PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
 }
 pub const ATTEMPTS: &str = "x-portcullis-attempts";
+pub const CACHE: &str = "x-portcullis-cache";

@@ -22,6 +22,9 @@ struct Peek<'a> {
     stream_options: Option<&'a RawValue>,
 }
 
+/// A request body as a JSON tree.
+pub type Document = Map<String, Value>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     body: Vec<u8>,
@@ -112,6 +115,30 @@ impl ChatRequest {
         out
     }
 
+    /// Whether the gateway must ask the provider for the usage chunk itself
+    /// (a stream whose client did not ask for it).
+    pub fn needs_usage_request(&self) -> bool {
+        self.stream && !self.include_usage
+    }
+
+    /// `body_for`, asking a streaming provider for the final usage chunk
+    /// (`stream_options.include_usage: true`) when `ask_usage`.
+    pub fn body_for_with(&self, provider_model_id: &str, ask_usage: bool) -> Vec<u8> {
+        if !(ask_usage && self.needs_usage_request()) {
+            return self.body_for(provider_model_id);
+        }
+        let mut doc = self.document();
+        doc.insert("model".into(), Value::String(provider_model_id.to_string()));
+        let opts = doc.entry("stream_options").or_insert_with(|| Value::Object(Map::new()));
+        if !opts.is_object() {
+            *opts = Value::Object(Map::new());
+        }
+        if let Some(o) = opts.as_object_mut() {
+            o.insert("include_usage".into(), Value::Bool(true));
+        }
+        serde_json::to_vec(&doc).unwrap_or_else(|_| self.body_for(provider_model_id))
+    }
+
     /// The whole document as a tree, for the cache key (parsed only when the
     /// cache needs it).
     pub fn document(&self) -> Map<String, Value> {
@@ -148,6 +175,16 @@ mod tests {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["model"], "provider/\"m\"");
         assert_eq!(v["x"]["model"], "inner");
+    }
+
+    #[test]
+    fn usage_is_requested_only_for_streams_that_did_not_ask() {
+        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"x":1}}"#).unwrap();
+        let v: Value = serde_json::from_slice(&r.body_for_with("p", true)).unwrap();
+        assert_eq!((v["model"].as_str(), v["stream_options"]["include_usage"].as_bool(), v["stream_options"]["x"].as_i64()), (Some("p"), Some(true), Some(1)));
+        let plain = ChatRequest::parse(br#"{"model":"m","messages":[{}]}"#).unwrap();
+        assert_eq!(plain.body_for_with("p", true), plain.body_for("p"));
+        assert!(!plain.needs_usage_request());
     }
 
     #[test]

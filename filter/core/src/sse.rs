@@ -32,19 +32,82 @@ impl SseParser {
     /// `\n`), skipping events without data.
     pub fn next_data(&mut self) -> Option<String> {
         loop {
-            let (end, sep) = find_event_end(&self.buf)?;
-            let event: Vec<u8> = self.buf.drain(..end + sep).take(end).collect();
-            let text = String::from_utf8_lossy(&event);
-            let mut data = Vec::new();
-            for line in text.lines() {
-                if let Some(d) = line.strip_prefix("data:") {
-                    data.push(d.strip_prefix(' ').unwrap_or(d));
-                }
-            }
-            if !data.is_empty() {
-                return Some(data.join("\n"));
+            if let (_, Some(d)) = self.next_event()? {
+                return Some(d);
             }
         }
+    }
+
+    /// The next complete event: its raw bytes (separator included, to pass
+    /// on as they came) and its data, if it has any.
+    pub fn next_event(&mut self) -> Option<(Vec<u8>, Option<String>)> {
+        let (end, sep) = find_event_end(&self.buf)?;
+        let raw: Vec<u8> = self.buf.drain(..end + sep).collect();
+        let text = String::from_utf8_lossy(raw.get(..end).unwrap_or_default());
+        let mut data = Vec::new();
+        for line in text.lines() {
+            if let Some(d) = line.strip_prefix("data:") {
+                data.push(d.strip_prefix(' ').unwrap_or(d));
+            }
+        }
+        let data = (!data.is_empty()).then(|| data.join("\n"));
+        Some((raw, data))
+    }
+
+    /// Bytes of an unfinished event (sent on as they are at the end).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+}
+
+/// The usage-only chunk a provider sends when `stream_options.include_usage`
+/// is set (`"choices": []` plus `usage`): dropped for clients that did not
+/// ask for it, when the gateway asked on their behalf.
+pub fn is_usage_only(data: &str) -> bool {
+    data.contains("\"usage\"")
+        && serde_json::from_str::<Value>(data)
+            .ok()
+            .is_some_and(|v| v.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty) && v.get("usage").is_some_and(Value::is_object))
+}
+
+/// Events of a stream, with the usage-only chunk dropped when `strip`; also
+/// feeds every event's data to `assembly`. Partial events wait for the next
+/// chunk (or `finish`).
+#[derive(Debug, Default)]
+pub struct Relay {
+    parser: SseParser,
+    pub assembly: Assembly,
+    pub strip_usage: bool,
+}
+
+impl Relay {
+    pub fn new(strip_usage: bool) -> Self {
+        Self { strip_usage, ..Self::default() }
+    }
+
+    /// What to send on for this chunk (when stripping; otherwise the chunk
+    /// passes unchanged and the return value can be ignored).
+    pub fn chunk(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.parser.push(bytes);
+        if self.parser.overflowed {
+            // Too large to follow: stop reading, send on what came.
+            return bytes.to_vec();
+        }
+        let mut out = Vec::new();
+        while let Some((raw, data)) = self.parser.next_event() {
+            if let Some(d) = data {
+                self.assembly.feed(&d);
+                if self.strip_usage && is_usage_only(&d) {
+                    continue;
+                }
+            }
+            out.extend_from_slice(&raw);
+        }
+        out
+    }
+
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.parser.take_rest()
     }
 }
 
@@ -252,6 +315,26 @@ data: [DONE]\n\n";
         let a = assemble(&without, 3);
         assert!(a.usage.is_none());
         assert!(String::from_utf8(without).unwrap().ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn relay_strips_only_the_usage_chunk_and_keeps_everything_else_byte_for_byte() {
+        for size in [1, 3, 50, STREAM.len()] {
+            let mut relay = Relay::new(true);
+            let mut out = Vec::new();
+            for c in STREAM.as_bytes().chunks(size) {
+                out.extend(relay.chunk(c));
+            }
+            out.extend(relay.finish());
+            let expected = STREAM.replace(
+                "data: {\"id\":\"c1\",\"created\":7,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n",
+                "",
+            );
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "chunk size {size}");
+            assert_eq!(relay.assembly.usage.as_ref().unwrap()["total_tokens"], 5, "usage still read");
+        }
+        let mut keep = Relay::new(false);
+        assert_eq!(keep.chunk(STREAM.as_bytes()), STREAM.as_bytes());
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl Stack {
     }
 
     pub fn shipped(workers: u32) -> Stack {
-        Self::start(&shipped_plugin(), workers)
+        Self::start(&test_plugin(), workers)
     }
 
     pub fn chat(&self, key: &str, body: &str) -> Resp {
