@@ -6,7 +6,7 @@ use portcullis_core::sse::{self, Relay};
 use portcullis_core::config::{compile, Gateway, Provider};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::request::{ChatRequest, Document};
+use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{authenticate, models_list, resolve};
 use portcullis_core::store::{update, Store};
 use proxy_wasm::hostcalls;
@@ -171,7 +171,6 @@ enum Phase {
 #[derive(Debug, Clone)]
 struct Current {
     provider: usize,
-    model_id: String,
     probe: bool,
     reported: bool,
     /// The breaker was closed with nothing counted when this attempt began.
@@ -192,8 +191,7 @@ struct Flight {
     call: Option<(u32, u64, u64)>,
     /// `x-portcullis-cache`: hit, miss, refresh or off.
     cache_status: &'static str,
-    /// Set when the answer should be stored: the request document (for the
-    /// key of whichever provider answers) and the client scope.
+    /// Set when the answer should be stored, under this key.
     cache: Option<CacheFill>,
     /// The gateway asked a streaming provider for the usage chunk the client
     /// did not ask for; it is read, then dropped from what the client gets.
@@ -203,10 +201,7 @@ struct Flight {
 }
 
 struct CacheFill {
-    doc: Document,
-    scope: Option<String>,
-    /// The key for this provider index, computed at lookup.
-    key: (usize, cache::Hash),
+    key: cache::Hash,
 }
 
 struct Stream {
@@ -394,39 +389,37 @@ impl Stream {
             ask_usage: false,
             relay: None,
         };
-        let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
-            return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
-        };
-        let provider =
-            gw.providers.get(provider_idx).ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
-        if let Some(cfg) = &gw.cache {
+        // The cache is keyed by the model and the first provider of its chain
+        // (the resolved route), whichever provider ends up answering: a hit
+        // needs no breaker read and never touches a provider.
+        if let (Some(cfg), Some((first, first_model_id))) = (&gw.cache, flight.candidates.first()) {
             let directive = cache::directive(self.cache_control.as_deref());
+            let first_name = gw.providers.get(*first).map(|p| p.name.as_str()).unwrap_or_default();
             if directive != Directive::Bypass {
                 let doc = flight.chat.document();
-                let scope = cfg.per_client.then(|| client.name.clone());
-                let key = cache::key(&provider.name, &model_id, &doc, cfg.normalize, scope.as_deref());
+                let scope = cfg.per_client.then_some(client.name.as_str());
+                let key = cache::key(first_name, first_model_id, &doc, cfg.normalize, scope);
                 if directive == Directive::Normal {
                     match cache::lookup(&HostStore, cfg, &key, now_ms()) {
                         Ok(Some(stored)) => {
                             count("portcullis.cache.hits", 1);
-                            if let Some(cur) = flight.current.as_mut() {
-                                cur.reported = true;
-                                if cur.probe {
-                                    breaker_release_probe(provider);
-                                }
-                            }
-                            return Ok(self.answer_from_cache(&flight, &provider.name, &stored));
+                            return Ok(self.answer_from_cache(&flight, first_name, &stored));
                         }
                         Ok(None) => count("portcullis.cache.misses", 1),
                         Err(e) => log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
                     }
                 }
                 flight.cache_status = if directive == Directive::Refresh { "refresh" } else { "miss" };
-                flight.cache = Some(CacheFill { doc, scope, key: (provider_idx, key) });
+                flight.cache = Some(CacheFill { key });
                 // Stored streams keep their usage, for replays that ask for it.
                 flight.ask_usage = flight.chat.needs_usage_request();
             }
         }
+        let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
+            return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
+        };
+        let provider =
+            gw.providers.get(provider_idx).ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
         let host_err = |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
         let set = |k: &str, v: Option<&str>| hostcalls::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err);
         // Each host call costs: touch only what changes.
@@ -557,20 +550,12 @@ impl Stream {
         Action::Pause
     }
 
-    /// Store a complete, successful answer of the current provider.
+    /// Store a complete, successful answer.
     fn cache_store(&mut self, body: &[u8]) {
         let Some(loaded) = self.loaded.clone() else { return };
         let Some(cfg) = loaded.gw.cache.as_ref() else { return };
-        let Some(f) = self.flight.as_mut() else { return };
-        let Some(cur) = f.current.as_ref() else { return };
-        let Some(fill) = f.cache.take() else { return };
-        let Some(p) = loaded.gw.providers.get(cur.provider) else { return };
-        let key = if fill.key.0 == cur.provider {
-            fill.key.1
-        } else {
-            cache::key(&p.name, &cur.model_id, &fill.doc, cfg.normalize, fill.scope.as_deref())
-        };
-        store_entry(cfg, &key, body);
+        let Some(fill) = self.flight.as_mut().and_then(|f| f.cache.take()) else { return };
+        store_entry(cfg, &fill.key, body);
     }
 }
 
@@ -591,7 +576,6 @@ impl Flight {
                     self.attempts += 1;
                     self.current = Some(Current {
                         provider: idx,
-                        model_id: model_id.clone(),
                         probe: adm == Admission::Probe,
                         reported: false,
                         clean,

@@ -10,6 +10,7 @@
 use crate::store::{Store, StoreError, MAX_CAS_TRIES};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::io::Write as _;
 
 /// Changes whenever the canonical form changes, so old entries stop matching.
 const KEY_VERSION: &[u8] = b"portcullis-cache-v1";
@@ -70,13 +71,6 @@ fn normalize_messages(messages: &mut Value) {
 /// The cache key of a request for a provider and its model id. Object keys
 /// are sorted (serde_json's map is ordered), so field order never matters.
 pub fn key(provider: &str, model_id: &str, doc: &Map<String, Value>, normalize: bool, client: Option<&str>) -> Hash {
-    let mut canon: Map<String, Value> =
-        doc.iter().filter(|(k, _)| !IGNORED_FIELDS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
-    if normalize {
-        if let Some(m) = canon.get_mut("messages") {
-            normalize_messages(m);
-        }
-    }
     let mut h = Sha256::new();
     h.update(KEY_VERSION);
     h.update([0]);
@@ -86,8 +80,40 @@ pub fn key(provider: &str, model_id: &str, doc: &Map<String, Value>, normalize: 
     h.update([0]);
     h.update(client.unwrap_or("").as_bytes());
     h.update([0]);
-    h.update(serde_json::to_vec(&Value::Object(canon)).unwrap_or_default());
+    // The canonical document is hashed as it is serialized: `{k:v,...}` in
+    // key order, without the ignored fields, and without copying the tree.
+    let mut w = HashWriter(&mut h);
+    let _ = w.write(b"{");
+    let mut first = true;
+    for (k, v) in doc.iter().filter(|(k, _)| !IGNORED_FIELDS.contains(&k.as_str())) {
+        if !first {
+            let _ = w.write(b",");
+        }
+        first = false;
+        let _ = serde_json::to_writer(&mut w, k);
+        let _ = w.write(b":");
+        if normalize && k == "messages" {
+            let mut m = v.clone();
+            normalize_messages(&mut m);
+            let _ = serde_json::to_writer(&mut w, &m);
+        } else {
+            let _ = serde_json::to_writer(&mut w, v);
+        }
+    }
+    let _ = w.write(b"}");
     h.finalize().into()
+}
+
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 pub fn set_of(hash: &Hash, sets: u32) -> u32 {
@@ -268,6 +294,16 @@ mod tests {
     }
 
     const CFG: CacheConfig = CacheConfig { sets: 4, ways: 2, ttl_ms: 1_000, max_entry_bytes: 100, normalize: false, per_client: false };
+
+    #[test]
+    fn key_is_the_hash_of_the_canonical_document() {
+        let d = doc(r#"{"temperature":0.5,"model":"x","messages":[{"role":"user","content":"hi"}],"stream":true}"#);
+        let mut h = Sha256::new();
+        h.update(b"portcullis-cache-v1\0p\0m\0\0");
+        h.update(br#"{"messages":[{"content":"hi","role":"user"}],"temperature":0.5}"#);
+        let want: Hash = h.finalize().into();
+        assert_eq!(key("p", "m", &d, false, None), want);
+    }
 
     #[test]
     fn key_ignores_field_order_and_non_answer_fields() {
