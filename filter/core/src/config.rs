@@ -6,6 +6,7 @@
 
 use crate::breaker::BreakerConfig;
 use crate::cache::CacheConfig;
+use crate::ratelimit::{Micros, Price};
 use hashbrown::HashMap;
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -32,6 +33,51 @@ struct RawConfig {
     breaker: RawBreaker,
     #[serde(default)]
     cache: RawCache,
+    #[serde(default)]
+    prices: std::collections::BTreeMap<String, RawPrice>,
+    #[serde(default)]
+    experiments: Vec<RawExperiment>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input: f64,
+    output: f64,
+    #[serde(default)]
+    cached_input: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: String,
+    #[serde(default)]
+    salt: Option<String>,
+    #[serde(default)]
+    applies_to: Vec<String>,
+    #[serde(default)]
+    arms: Vec<RawArm>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawArm {
+    name: String,
+    #[serde(default = "default_weight")]
+    weight: u32,
+    model: String,
+}
+
+/// Per-client limits; every field optional so a client can override some.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClientLimits {
+    requests_per_minute: Option<u64>,
+    tokens_per_minute: Option<u64>,
+    max_concurrent: Option<u32>,
+    budget_usd_per_day: Option<f64>,
+    default_max_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +219,8 @@ struct RawClient {
     key_sha256: String,
     #[serde(default)]
     models: Option<Vec<String>>,
+    #[serde(default)]
+    limits: Option<RawClientLimits>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,11 +228,39 @@ struct RawClient {
 struct RawLimits {
     #[serde(default = "default_max_body")]
     max_body_bytes: usize,
+    #[serde(flatten)]
+    defaults: RawClientLimits,
 }
 
 impl Default for RawLimits {
     fn default() -> Self {
-        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES, defaults: RawClientLimits::default() }
+    }
+}
+
+const DEFAULT_MAX_TOKENS: u64 = 1024;
+
+impl RawClientLimits {
+    fn over(&self, base: &Limits) -> Limits {
+        Limits {
+            requests_per_minute: self.requests_per_minute.or(base.requests_per_minute),
+            tokens_per_minute: self.tokens_per_minute.or(base.tokens_per_minute),
+            max_concurrent: self.max_concurrent.or(base.max_concurrent),
+            budget_micros: self.budget_usd_per_day.map(|usd| (usd * 1e6).round() as Micros).or(base.budget_micros),
+            default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
+        }
+    }
+}
+
+fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<String>) {
+    if l.requests_per_minute == Some(0) || l.tokens_per_minute == Some(0) || l.max_concurrent == Some(0) {
+        problems.push(format!("{at}: a limit of 0 would refuse everything; leave it out for no limit"));
+    }
+    if l.budget_usd_per_day.is_some_and(|b| !(b >= 0.0 && b.is_finite())) {
+        problems.push(format!("{at}: `budget_usd_per_day` must be a non-negative number"));
+    }
+    if l.default_max_tokens == Some(0) {
+        problems.push(format!("{at}: `default_max_tokens` must be at least 1"));
     }
 }
 
@@ -203,7 +279,12 @@ fn default_max_body() -> usize {
 
 /// The keys allowed at each level, so that every unknown key is reported in
 /// one pass (serde stops at the first).
-const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits", "breaker", "cache"];
+const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits", "breaker", "cache", "prices", "experiments"];
+const CLIENT_LIMIT_KEYS: &[&str] =
+    &["requests_per_minute", "tokens_per_minute", "max_concurrent", "budget_usd_per_day", "default_max_tokens"];
+const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
+const EXPERIMENT_KEYS: &[&str] = &["name", "salt", "applies_to", "arms"];
+const ARM_KEYS: &[&str] = &["name", "weight", "model"];
 const CACHE_KEYS: &[&str] = &["enabled", "max_bytes", "max_entry_bytes", "ways", "ttl_s", "normalize", "scope"];
 const PROVIDER_KEYS: &[&str] =
     &["name", "cluster", "host", "base_path", "api_key_env", "timeout_ms", "models", "breaker"];
@@ -212,8 +293,15 @@ const BREAKER_KEYS: &[&str] =
 const MODEL_KEYS: &[&str] = &["name", "id", "weight", "aliases"];
 const ROUTING_KEYS: &[&str] = &["chain", "max_attempts"];
 const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-const CLIENT_KEYS: &[&str] = &["name", "key_sha256", "models"];
-const LIMITS_KEYS: &[&str] = &["max_body_bytes"];
+const CLIENT_KEYS: &[&str] = &["name", "key_sha256", "models", "limits"];
+const LIMITS_KEYS: &[&str] = &[
+    "max_body_bytes",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "max_concurrent",
+    "budget_usd_per_day",
+    "default_max_tokens",
+];
 
 /// A provider as the request path uses it.
 #[derive(Debug, Clone, PartialEq)]
@@ -249,11 +337,47 @@ pub struct Model {
     pub serving: Vec<Serving>,
 }
 
+/// Limits of one client key (`None`: no limit).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Limits {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub max_concurrent: Option<u32>,
+    /// Daily budget in micro-USD.
+    pub budget_micros: Option<Micros>,
+    /// Completion tokens reserved when a request names no max.
+    pub default_max_tokens: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Client {
     pub name: String,
     /// Canonical model indexes this client may use; `None` means all.
     pub allowed: Option<Vec<usize>>,
+    pub limits: Limits,
+}
+
+/// Which requests an experiment covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applies {
+    All,
+    /// Requests for these model indexes, and `auto` when `auto` is set.
+    Models { models: Vec<usize>, auto: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm {
+    pub name: String,
+    pub weight: u32,
+    pub model: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Experiment {
+    pub name: String,
+    pub salt: String,
+    pub applies: Applies,
+    pub arms: Vec<Arm>,
 }
 
 impl Client {
@@ -280,6 +404,9 @@ pub struct Gateway {
     pub max_attempts: u32,
     /// The prompt cache, when enabled.
     pub cache: Option<CacheConfig>,
+    /// Price per model index.
+    pub prices: Vec<Option<Price>>,
+    pub experiments: Vec<Experiment>,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
@@ -354,6 +481,24 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
     if let Some(Value::Sequence(cs)) = v.get_mut("clients") {
         for (i, c) in cs.iter_mut().enumerate() {
             unknown_keys(c, &format!("clients[{i}]"), CLIENT_KEYS, problems);
+            if let Some(l) = c.get_mut("limits") {
+                unknown_keys(l, &format!("clients[{i}].limits"), CLIENT_LIMIT_KEYS, problems);
+            }
+        }
+    }
+    if let Some(Value::Mapping(ps)) = v.get_mut("prices") {
+        for (k, p) in ps.iter_mut() {
+            unknown_keys(p, &format!("prices.{}", k.as_str().unwrap_or("?")), PRICE_KEYS, problems);
+        }
+    }
+    if let Some(Value::Sequence(es)) = v.get_mut("experiments") {
+        for (i, e) in es.iter_mut().enumerate() {
+            unknown_keys(e, &format!("experiments[{i}]"), EXPERIMENT_KEYS, problems);
+            if let Some(Value::Sequence(arms)) = e.get_mut("arms") {
+                for (j, a) in arms.iter_mut().enumerate() {
+                    unknown_keys(a, &format!("experiments[{i}].arms[{j}]"), ARM_KEYS, problems);
+                }
+            }
         }
     }
     if let Some(b) = v.get_mut("breaker") {
@@ -544,6 +689,8 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     if raw.clients.is_empty() {
         problems.push("clients: at least one client is required (name + key_sha256)".into());
     }
+    check_limits("limits", &raw.limits.defaults, problems);
+    let base_limits = raw.limits.defaults.over(&Limits { default_max_tokens: DEFAULT_MAX_TOKENS, ..Limits::default() });
     let mut clients = HashMap::new();
     let mut client_names = hashbrown::HashSet::new();
     for (i, c) in raw.clients.iter().enumerate() {
@@ -566,7 +713,11 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         match parse_sha256_hex(&c.key_sha256) {
             None => problems.push(format!("{at}: `key_sha256` must be 64 hex characters (the SHA-256 of the key)")),
             Some(hash) => {
-                if clients.insert(hash, Client { name: c.name.clone(), allowed }).is_some() {
+                if let Some(l) = &c.limits {
+                    check_limits(&format!("{at}.limits"), l, problems);
+                }
+                let limits = c.limits.as_ref().map(|l| l.over(&base_limits)).unwrap_or_else(|| base_limits.clone());
+                if clients.insert(hash, Client { name: c.name.clone(), allowed, limits }).is_some() {
                     problems.push(format!("{at}: `key_sha256` is the same as another client's"));
                 }
             }
@@ -582,6 +733,83 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         problems.push("routing.max_attempts must be at least 1".into());
     }
     let cache = compile_cache(&raw.cache, problems);
+
+    // Prices per model; a budget needs a price for every model.
+    let mut prices: Vec<Option<Price>> = vec![None; models.len()];
+    for (name, p) in &raw.prices {
+        match names.get(name) {
+            Some(&idx) => {
+                if [p.input, p.output, p.cached_input.unwrap_or(0.0)].iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
+                    problems.push(format!("prices.{name}: prices must be non-negative numbers (USD per 1M tokens)"));
+                }
+                if let Some(slot) = prices.get_mut(idx) {
+                    *slot = Some(Price { input: p.input, output: p.output, cached_input: p.cached_input.unwrap_or(p.input) });
+                }
+            }
+            None => problems.push(format!("prices: `{name}` is not a model any provider serves")),
+        }
+    }
+    if clients.values().any(|c| c.limits.budget_micros.is_some()) {
+        let unpriced: Vec<&str> =
+            models.iter().zip(&prices).filter(|(_, p)| p.is_none()).map(|(m, _)| m.name.as_str()).collect();
+        if !unpriced.is_empty() {
+            problems.push(format!("a budget is set, but these models have no entry in `prices`: {}", unpriced.join(", ")));
+        }
+    }
+
+    // Experiments.
+    let mut experiments = Vec::new();
+    let mut exp_names = hashbrown::HashSet::new();
+    for (i, e) in raw.experiments.iter().enumerate() {
+        let at = format!("experiments[{i}] ({})", e.name);
+        if e.name.trim().is_empty() || !e.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            problems.push(format!("experiments[{i}]: `name` must be letters, digits, `_` or `-`"));
+        } else if !exp_names.insert(e.name.as_str()) {
+            problems.push(format!("{at}: duplicate experiment name"));
+        }
+        let applies = if e.applies_to.iter().any(|a| a == "all") {
+            Applies::All
+        } else {
+            let mut ms = Vec::new();
+            let mut auto_too = false;
+            for a in &e.applies_to {
+                if a == AUTO_MODEL {
+                    auto_too = true;
+                } else if let Some(&idx) = names.get(a) {
+                    ms.push(idx);
+                } else {
+                    problems.push(format!("{at}: applies_to `{a}` is not a model any provider serves"));
+                }
+            }
+            if e.applies_to.is_empty() {
+                problems.push(format!("{at}: `applies_to` is empty (list models, `auto`, or `all`)"));
+            }
+            Applies::Models { models: ms, auto: auto_too }
+        };
+        let mut arms = Vec::new();
+        let mut arm_names = hashbrown::HashSet::new();
+        for a in &e.arms {
+            if !arm_names.insert(a.name.as_str()) || a.name.trim().is_empty() {
+                problems.push(format!("{at}: arm name `{}` is empty or repeated", a.name));
+            }
+            match names.get(&a.model) {
+                Some(&m) => arms.push(Arm { name: a.name.clone(), weight: a.weight, model: m }),
+                None => problems.push(format!("{at}: arm `{}` targets `{}`, which no provider serves", a.name, a.model)),
+            }
+        }
+        if e.arms.len() < 2 {
+            problems.push(format!("{at}: needs at least two arms"));
+        } else if e.arms.iter().all(|a| a.weight == 0) {
+            problems.push(format!("{at}: arm weights sum to zero"));
+        }
+        experiments.push(Experiment {
+            name: e.name.clone(),
+            salt: e.salt.clone().unwrap_or_else(|| e.name.clone()),
+            applies,
+            arms,
+        });
+    }
+
     Some(Gateway {
         providers,
         models,
@@ -591,6 +819,8 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         max_body_bytes: raw.limits.max_body_bytes,
         max_attempts,
         cache,
+        prices,
+        experiments,
     })
 }
 
@@ -694,6 +924,58 @@ clients:
         let bad = format!("{GOOD}cache: {{enabled: true, max_bytes: 10, max_entry_bytes: 100, scope: team, size: 1}}\n");
         let err = compile(bad.as_bytes()).unwrap_err();
         assert!(err.contains("cache.scope") && err.contains("max_entry_bytes <= max_bytes") && err.contains("`size`"), "{err}");
+    }
+
+    #[test]
+    fn limits_defaults_overrides_prices_and_experiments() {
+        let cfg = GOOD.replace("limits:\n", "") + r#"
+limits:
+  requests_per_minute: 60
+  budget_usd_per_day: 1.5
+prices:
+  gpt-4o-mini: {input: 0.15, output: 0.6}
+  gpt-4o: {input: 2.5, output: 10, cached_input: 1.25}
+  llama-3: {input: 0, output: 0}
+experiments:
+  - name: ab
+    applies_to: [mini, auto]
+    arms:
+      - {name: control, weight: 1, model: gpt-4o-mini}
+      - {name: big, weight: 1, model: gpt-4o}
+"#;
+        let cfg = cfg.replace("    models: [mini]\n", "    models: [mini]\n    limits: {requests_per_minute: 5, max_concurrent: 2}\n");
+        let g = compile(cfg.as_bytes()).unwrap();
+        let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
+        assert_eq!(demo.limits.requests_per_minute, Some(60));
+        assert_eq!(demo.limits.budget_micros, Some(1_500_000));
+        assert_eq!(demo.limits.default_max_tokens, 1024);
+        let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+        assert_eq!((limited.limits.requests_per_minute, limited.limits.max_concurrent), (Some(5), Some(2)));
+        assert_eq!(limited.limits.budget_micros, Some(1_500_000), "inherits the default");
+        assert_eq!(g.prices[g.names["gpt-4o-mini"]].unwrap().cached_input, 0.15);
+        let e = &g.experiments[0];
+        assert_eq!(e.salt, "ab");
+        assert_eq!(e.applies, Applies::Models { models: vec![g.names["gpt-4o-mini"]], auto: true });
+    }
+
+    #[test]
+    fn limit_price_and_experiment_problems_are_reported() {
+        let cfg = GOOD.to_string() + r#"
+limits: {requests_per_minute: 0, budget_usd_per_day: 2}
+prices:
+  gpt-5: {input: 1, output: 1}
+experiments:
+  - name: ab
+    applies_to: [nothing]
+    arms:
+      - {name: a, weight: 0, model: gpt-4o}
+      - {name: a, weight: 0, model: ghost}
+"#;
+        let err = compile(cfg.as_bytes()).unwrap_err();
+        for needle in ["limit of 0", "`gpt-5` is not a model", "have no entry in `prices`", "applies_to `nothing`",
+            "arm name `a` is empty or repeated", "targets `ghost`"] {
+            assert!(err.contains(needle), "{needle} missing: {err}");
+        }
     }
 
     #[test]

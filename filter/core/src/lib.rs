@@ -14,3 +14,5 @@ pub mod store;
 pub mod attempt;
 pub mod sse;
 pub mod cache;
+pub mod experiment;
+pub mod ratelimit;

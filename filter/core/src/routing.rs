@@ -1,6 +1,7 @@
 //! Who is calling, and where their request goes.
 
-use crate::config::{Client, Gateway, AUTO_MODEL};
+use crate::config::{Applies, Client, Gateway, AUTO_MODEL};
+use crate::experiment;
 use crate::error::GatewayError;
 use sha2::{Digest, Sha256};
 
@@ -23,6 +24,8 @@ pub fn authenticate<'g>(gw: &'g Gateway, authorization: Option<&str>) -> Result<
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub model: usize,
+    /// (experiment index, arm index) when an experiment chose the model.
+    pub experiment: Option<(usize, usize)>,
     /// Indexes into `Gateway::providers`, paired with the provider's model id.
     pub candidates: Vec<(usize, String)>,
 }
@@ -56,12 +59,39 @@ pub fn resolve(gw: &Gateway, client: &Client, requested: &str, roll: u64) -> Res
         }
         idx
     };
+    // An experiment overrides even an explicit model: that is what an A/B
+    // test of model quality means. The first experiment covering it wins;
+    // an arm the client may not use leaves the request alone.
+    let mut model = model;
+    let mut chosen = None;
+    for (ei, e) in gw.experiments.iter().enumerate() {
+        let covers = match &e.applies {
+            Applies::All => true,
+            Applies::Models { models, auto } => {
+                if requested == AUTO_MODEL {
+                    *auto
+                } else {
+                    models.contains(&model)
+                }
+            }
+        };
+        if !covers {
+            continue;
+        }
+        let weights: Vec<u32> = e.arms.iter().map(|a| a.weight).collect();
+        let Some(ai) = experiment::arm_for(experiment::bucket(&e.salt, &client.name), &weights) else { continue };
+        if let Some(arm) = e.arms.get(ai).filter(|a| client.may_use(a.model)) {
+            model = arm.model;
+            chosen = Some((ei, ai));
+        }
+        break;
+    }
     let serving = gw.models.get(model).map(|m| m.serving.as_slice()).unwrap_or_default();
     let candidates = serving.iter().map(|s| (s.provider, s.provider_model_id.clone())).collect::<Vec<_>>();
     if candidates.is_empty() {
         return Err(GatewayError::model_not_found(requested));
     }
-    Ok(Route { model, candidates })
+    Ok(Route { model, experiment: chosen, candidates })
 }
 
 /// The `/v1/models` list for a client, in OpenAI's format: every model and
@@ -111,7 +141,7 @@ mod tests {
     fn authenticate_by_key_hash() {
         let mut g = gw();
         let hash: [u8; 32] = Sha256::digest(b"sk-demo").into();
-        g.clients.insert(hash, Client { name: "real".into(), allowed: None });
+        g.clients.insert(hash, Client { name: "real".into(), allowed: None, limits: Default::default() });
         assert_eq!(authenticate(&g, Some("Bearer sk-demo")).unwrap().name, "real");
         assert_eq!(authenticate(&g, Some("Bearer sk-other")).unwrap_err().status, 401);
         assert_eq!(authenticate(&g, None).unwrap_err().message, GatewayError::missing_key().message);
@@ -159,6 +189,43 @@ mod tests {
             let r = resolve(&g, client(&g, "limited"), "auto", roll).unwrap();
             assert_eq!(g.models[r.model].name, "gpt-4o-mini");
         }
+    }
+
+    fn with_experiment(applies: &str) -> Gateway {
+        let cfg = format!(
+            "{}experiments:\n  - name: ab\n    applies_to: [{applies}]\n    arms:\n      - {{name: small, weight: 1, model: gpt-4o-mini}}\n      - {{name: big, weight: 1, model: gpt-4o}}\n",
+            crate::config::tests::GOOD
+        );
+        compile(cfg.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn experiment_overrides_even_an_explicit_model_and_is_sticky_per_client() {
+        let g = with_experiment("gpt-4o-mini, auto");
+        let mut seen = [0; 2];
+        for i in 0..200 {
+            let c = Client { name: format!("client-{i}"), allowed: None, limits: Default::default() };
+            let r = resolve(&g, &c, "mini", 0).unwrap();
+            let (e, arm) = r.experiment.unwrap();
+            assert_eq!(e, 0);
+            assert_eq!(g.models[r.model].name, ["gpt-4o-mini", "gpt-4o"][arm]);
+            seen[arm] += 1;
+            for roll in 0..5 {
+                assert_eq!(resolve(&g, &c, "auto", roll).unwrap().experiment, Some((0, arm)), "sticky");
+            }
+        }
+        assert!(seen[0] > 60 && seen[1] > 60, "{seen:?}");
+        // Not covered: llama-3 is not in applies_to.
+        let c = client(&g, "demo");
+        assert_eq!(resolve(&g, c, "llama-3", 0).unwrap().experiment, None);
+    }
+
+    #[test]
+    fn experiment_arm_outside_the_allow_list_is_not_applied() {
+        let g = with_experiment("all");
+        let limited = client(&g, "limited");
+        let r = resolve(&g, limited, "mini", 0).unwrap();
+        assert_eq!(g.models[r.model].name, "gpt-4o-mini");
     }
 
     #[test]

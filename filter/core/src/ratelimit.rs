@@ -1,0 +1,292 @@
+//! Per-client admission: token buckets (requests and tokens per minute), a
+//! concurrency counter, and a daily USD budget. Pure arithmetic over small
+//! fixed encodings; every check is the decision of one CAS write, so two
+//! workers can never both take the last unit. Time is a parameter.
+
+/// Units are thousandths, so refill rates below one per millisecond stay exact.
+const MILLI: i64 = 1000;
+
+/// A token bucket: `capacity` per minute, refilled continuously. The level
+/// may go negative when a settlement takes more than was reserved (debt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bucket {
+    /// Level in thousandths of a unit.
+    pub level_milli: i64,
+    pub updated_ms: u64,
+    /// Set once the bucket has been used (a fresh bucket starts full).
+    pub initialized: bool,
+}
+
+impl Bucket {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(17);
+        v.extend_from_slice(&self.level_milli.to_le_bytes());
+        v.extend_from_slice(&self.updated_ms.to_le_bytes());
+        v.push(u8::from(self.initialized));
+        v
+    }
+
+    pub fn decode(b: Option<&[u8]>) -> Bucket {
+        let Some(b) = b.filter(|b| b.len() == 17) else { return Bucket::default() };
+        Bucket {
+            level_milli: b.get(0..8).and_then(|s| s.try_into().ok()).map(i64::from_le_bytes).unwrap_or(0),
+            updated_ms: b.get(8..16).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0),
+            initialized: b.get(16) == Some(&1),
+        }
+    }
+
+    /// The level at `now`, refilled at `per_minute` and capped there.
+    pub fn refilled(&self, per_minute: u64, now_ms: u64) -> Bucket {
+        let cap = per_minute as i64 * MILLI;
+        if !self.initialized {
+            return Bucket { level_milli: cap, updated_ms: now_ms, initialized: true };
+        }
+        let elapsed = now_ms.saturating_sub(self.updated_ms) as i64;
+        // per_minute units per 60_000 ms, in thousandths: per_minute * elapsed / 60.
+        let add = (per_minute as i64).saturating_mul(elapsed) / 60;
+        Bucket { level_milli: self.level_milli.saturating_add(add).min(cap), updated_ms: now_ms, initialized: true }
+    }
+}
+
+/// What a bucket said about a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Take {
+    pub admitted: bool,
+    /// Whole units left after this request (for `x-ratelimit-remaining-*`).
+    pub remaining: u64,
+    /// Milliseconds until `amount` would be available (when refused) or
+    /// until the bucket is full again (when admitted), for `retry-after` and
+    /// `x-ratelimit-reset-*`.
+    pub wait_ms: u64,
+}
+
+fn ms_to_refill(deficit_milli: i64, per_minute: u64) -> u64 {
+    if deficit_milli <= 0 || per_minute == 0 {
+        return 0;
+    }
+    // deficit (thousandths) / (per_minute/60 per ms in thousandths) = deficit * 60 / per_minute.
+    ((deficit_milli as u64).saturating_mul(60)).div_ceil(per_minute)
+}
+
+/// Take `amount` units if the bucket holds them. Returns the state to write
+/// (always: the refill is part of it) and the decision.
+pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, Take) {
+    let cur = b.refilled(per_minute, now_ms);
+    let want = (amount as i64).saturating_mul(MILLI);
+    let cap = per_minute as i64 * MILLI;
+    if cur.level_milli >= want {
+        let next = Bucket { level_milli: cur.level_milli - want, ..cur };
+        let remaining = (next.level_milli.max(0) / MILLI) as u64;
+        (next, Take { admitted: true, remaining, wait_ms: ms_to_refill(cap - next.level_milli, per_minute) })
+    } else {
+        let remaining = (cur.level_milli.max(0) / MILLI) as u64;
+        (cur, Take { admitted: false, remaining, wait_ms: ms_to_refill(want - cur.level_milli, per_minute).max(1) })
+    }
+}
+
+/// Give back (positive) or take more (negative) after the fact: settling a
+/// reservation with real usage. Never above capacity; may go into debt.
+pub fn adjust(b: &Bucket, per_minute: u64, delta: i64, now_ms: u64) -> Bucket {
+    let cur = b.refilled(per_minute, now_ms);
+    let cap = per_minute as i64 * MILLI;
+    Bucket { level_milli: cur.level_milli.saturating_add(delta.saturating_mul(MILLI)).min(cap), ..cur }
+}
+
+/// Requests in flight: acquire if under `max`.
+pub fn acquire(in_flight: Option<&[u8]>, max: u32) -> (Option<Vec<u8>>, bool) {
+    let n = decode_u32(in_flight);
+    if n < max {
+        (Some((n + 1).to_le_bytes().to_vec()), true)
+    } else {
+        (None, false)
+    }
+}
+
+pub fn release(in_flight: Option<&[u8]>) -> Option<Vec<u8>> {
+    let n = decode_u32(in_flight);
+    (n > 0).then(|| (n - 1).to_le_bytes().to_vec())
+}
+
+pub fn decode_u32(b: Option<&[u8]>) -> u32 {
+    b.and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0)
+}
+
+/// Money in millionths of a USD (micro-dollars), so sums stay exact.
+pub type Micros = i64;
+
+/// USD per million tokens for one model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cached_input: f64,
+}
+
+impl Price {
+    /// Cost in micro-USD: tokens * (USD per 1M tokens) = micro-USD exactly.
+    pub fn cost(&self, prompt: u64, completion: u64, cached: u64) -> Micros {
+        let cached = cached.min(prompt);
+        let micros = (prompt - cached) as f64 * self.input + cached as f64 * self.cached_input + completion as f64 * self.output;
+        micros.ceil() as Micros
+    }
+}
+
+/// Spend `amount` of a daily budget if it fits (a reservation); the stored
+/// value is what was spent or reserved today.
+pub fn spend(spent: Option<&[u8]>, cap: Micros, amount: Micros) -> (Option<Vec<u8>>, bool, Micros) {
+    let s = decode_i64(spent);
+    if s.saturating_add(amount) <= cap {
+        let n = s.saturating_add(amount);
+        (Some(n.to_le_bytes().to_vec()), true, n)
+    } else {
+        (None, false, s)
+    }
+}
+
+/// Correct a reservation by `delta` (negative gives back).
+pub fn settle_spend(spent: Option<&[u8]>, delta: Micros) -> Vec<u8> {
+    decode_i64(spent).saturating_add(delta).max(0).to_le_bytes().to_vec()
+}
+
+pub fn decode_i64(b: Option<&[u8]>) -> i64 {
+    b.and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).unwrap_or(0)
+}
+
+/// The UTC day number of a time (budget periods).
+pub fn day_of(now_ms: u64) -> u64 {
+    now_ms / 86_400_000
+}
+
+/// Milliseconds until the next UTC midnight.
+pub fn ms_to_midnight(now_ms: u64) -> u64 {
+    86_400_000 - now_ms % 86_400_000
+}
+
+/// Tokens to reserve for a request: a prompt estimate (about 4 bytes a
+/// token of the request body) plus the completion cap it asked for.
+pub fn reservation(body_len: usize, max_tokens: Option<u64>, default_max_tokens: u64) -> (u64, u64) {
+    ((body_len as u64).div_ceil(4), max_tokens.unwrap_or(default_max_tokens))
+}
+
+/// OpenAI's reset format: `1s`, `6m0s`, `1h2m3s`, `250ms`.
+pub fn reset_text(ms: u64) -> String {
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms.div_ceil(1000);
+    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{update, MemStore};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn fresh_bucket_is_full_and_refills_continuously() {
+        let b = Bucket::default();
+        let (b, t) = take(&b, 60, 1, 1_000);
+        assert_eq!((t.admitted, t.remaining), (true, 59));
+        assert_eq!(t.wait_ms, 1_000, "one unit back a second later at 60/min");
+        let (b, _) = take(&b, 60, 59, 1_000);
+        let (b2, t) = take(&b, 60, 1, 1_000);
+        assert!(!t.admitted);
+        assert_eq!((t.remaining, t.wait_ms), (0, 1_000));
+        assert_eq!(b2.level_milli, 0);
+        let (_, t) = take(&b, 60, 1, 2_000);
+        assert!(t.admitted, "refilled after a second");
+        let full = b.refilled(60, 1_000_000);
+        assert_eq!(full.level_milli, 60_000, "capped at capacity");
+    }
+
+    #[test]
+    fn slow_rates_refill_exactly() {
+        // 1 per minute: 1/60000 per ms; after 30 s half a unit.
+        let (b, _) = take(&Bucket::default(), 1, 1, 0);
+        assert_eq!(b.refilled(1, 30_000).level_milli, 500);
+        let (_, t) = take(&b, 1, 1, 30_000);
+        assert_eq!((t.admitted, t.wait_ms), (false, 30_000));
+    }
+
+    #[test]
+    fn settlement_refunds_and_debt() {
+        let (b, _) = take(&Bucket::default(), 1000, 300, 0);
+        assert_eq!(adjust(&b, 1000, 250, 0).level_milli, 950_000);
+        let debt = adjust(&b, 1000, -800, 0);
+        assert_eq!(debt.level_milli, -100_000);
+        let (_, t) = take(&debt, 1000, 1, 0);
+        assert!(!t.admitted);
+        assert_eq!(adjust(&b, 1000, 10_000, 0).level_milli, 1_000_000, "never above capacity");
+    }
+
+    #[test]
+    fn encoding_round_trips() {
+        let b = Bucket { level_milli: -5, updated_ms: 99, initialized: true };
+        assert_eq!(Bucket::decode(Some(&b.encode())), b);
+        assert_eq!(Bucket::decode(Some(b"x")), Bucket::default());
+    }
+
+    #[test]
+    fn concurrency_counter() {
+        let (v, ok) = acquire(None, 1);
+        assert!(ok);
+        assert_eq!(acquire(v.as_deref(), 1), (None, false));
+        assert_eq!(decode_u32(release(v.as_deref()).as_deref()), 0);
+        assert_eq!(release(None), None);
+    }
+
+    #[test]
+    fn budget_reserves_and_settles_in_micro_dollars() {
+        let p = Price { input: 0.15, output: 0.60, cached_input: 0.075 };
+        assert_eq!(p.cost(1_000_000, 0, 0), 150_000);
+        assert_eq!(p.cost(1000, 1000, 400), 90 + 30 + 600);
+        let (v, ok, total) = spend(None, 1000, 600);
+        assert!(ok && total == 600);
+        let (_, ok, total) = spend(v.as_deref(), 1000, 500);
+        assert!(!ok && total == 600);
+        assert_eq!(decode_i64(Some(&settle_spend(v.as_deref(), -100))), 500);
+        assert_eq!(decode_i64(Some(&settle_spend(v.as_deref(), -10_000))), 0);
+    }
+
+    #[test]
+    fn days_and_reset_text() {
+        assert_eq!(day_of(86_400_000 * 3 + 5), 3);
+        assert_eq!(ms_to_midnight(86_400_000 * 3 + 1_000), 86_399_000);
+        assert_eq!(reset_text(250), "250ms");
+        assert_eq!(reset_text(1_000), "1s");
+        assert_eq!(reset_text(360_000), "6m0s");
+        assert_eq!(reset_text(3_723_000), "1h2m3s");
+    }
+
+    #[test]
+    fn reservation_estimates() {
+        assert_eq!(reservation(400, Some(50), 1024), (100, 50));
+        assert_eq!(reservation(401, None, 1024), (101, 1024));
+    }
+
+    #[test]
+    fn concurrent_takes_never_admit_past_the_limit() {
+        // Ten racing workers each interfere once; only capacity is admitted.
+        let s = MemStore::default();
+        let mut admitted = 0;
+        for _ in 0..20 {
+            s.inject_conflicts(1, |v| v.to_vec());
+            let ok = update(&s, "b", |cur| {
+                let (next, t) = take(&Bucket::decode(cur), 10, 1, 0);
+                (Some(next.encode()), t.admitted)
+            })
+            .unwrap();
+            admitted += u32::from(ok);
+        }
+        assert_eq!(admitted, 10);
+    }
+}
