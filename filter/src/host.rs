@@ -1,3 +1,4 @@
+use crate::limits::{self, Held};
 use crate::shared::{count, count_gauge, gauge, histogram, provider_metric, HostStore};
 use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
@@ -7,7 +8,9 @@ use portcullis_core::config::{compile, Gateway, Provider};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::request::ChatRequest;
+use portcullis_core::ratelimit::{self, Take};
 use portcullis_core::routing::{authenticate, models_list, resolve};
+use portcullis_core::usage::Usage;
 use portcullis_core::store::{update, Store};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -20,7 +23,7 @@ fn log(level: LogLevel, msg: &str) {
     let _ = hostcalls::log(level, msg);
 }
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -143,6 +146,9 @@ impl RootContext for Root {
             req_path: String::new(),
             req_authority: String::new(),
             cache_control: None,
+            req_take: None,
+            rate_headers: Vec::new(),
+            held: None,
         }))
     }
 
@@ -198,6 +204,8 @@ struct Flight {
     ask_usage: bool,
     /// A streamed answer being relayed (and read).
     relay: Option<Relay>,
+    /// `name/arm` when an experiment chose the model.
+    experiment: Option<String>,
 }
 
 struct CacheFill {
@@ -213,6 +221,12 @@ struct Stream {
     req_path: String,
     req_authority: String,
     cache_control: Option<String>,
+    /// The request-rate take at headers (for the rate-limit headers).
+    req_take: Option<Take>,
+    /// `x-ratelimit-*` headers for every response to this request.
+    rate_headers: Vec<(&'static str, String)>,
+    /// What the request holds of its client's limits until it finishes.
+    held: Option<Held>,
 }
 
 fn note_transition(provider: &str, t: Option<Transition>) {
@@ -284,8 +298,12 @@ fn store_entry(cfg: &CacheConfig, key: &cache::Hash, body: &[u8]) {
 impl Stream {
     fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
         self.phase = Phase::Done;
+        if let Some(h) = self.held.as_mut() {
+            h.release();
+        }
         let mut hdrs: Vec<(&str, &str)> = vec![("content-type", "application/json")];
         hdrs.extend_from_slice(extra);
+        hdrs.extend(self.rate_headers.iter().map(|(k, v)| (*k, v.as_str())));
         if let Err(s) = hostcalls::send_http_response(u32::from(status), hdrs, Some(body)) {
             log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
         }
@@ -329,6 +347,14 @@ impl Stream {
             ("POST", "/v1/chat/completions") => {
                 let client = authenticate(&loaded.gw, authorization)?;
                 self.client = Some(client.name.clone());
+                // Request rate first: a refused request's body is never read.
+                match limits::take_request(client, now_ms()) {
+                    Ok(t) => self.req_take = t,
+                    Err((e, t)) => {
+                        self.rate_headers = limits::headers(client, Some(t), None);
+                        return Err(e);
+                    }
+                }
                 if content_length.is_some_and(|n| n > loaded.gw.max_body_bytes) {
                     return Err(GatewayError::body_too_large(loaded.gw.max_body_bytes));
                 }
@@ -372,8 +398,20 @@ impl Stream {
             .as_deref()
             .and_then(|name| gw.clients.values().find(|c| c.name == name))
             .ok_or_else(GatewayError::unknown_key)?;
-        let route = resolve(gw, client, &chat.model, self.roll)?;
+        let route = match resolve(gw, client, &chat.model, self.roll) {
+            Ok(r) => r,
+            Err(e) => {
+                self.rate_headers = limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
+                return Err(e);
+            }
+        };
         let model_name = gw.models.get(route.model).map(|m| m.name.clone()).unwrap_or_default();
+        let experiment = route.experiment.and_then(|(ei, ai)| {
+            let e = gw.experiments.get(ei)?;
+            let arm = e.arms.get(ai)?;
+            count(&format!("portcullis.experiment.{}.{}", e.name, arm.name), 1);
+            Some(format!("{}/{}", e.name, arm.name))
+        });
         let mut flight = Flight {
             chat,
             model_name,
@@ -388,6 +426,7 @@ impl Stream {
             cache: None,
             ask_usage: false,
             relay: None,
+            experiment,
         };
         // The cache is keyed by the model and the first provider of its chain
         // (the resolved route), whichever provider ends up answering: a hit
@@ -403,6 +442,9 @@ impl Stream {
                     match cache::lookup(&HostStore, cfg, &key, now_ms()) {
                         Ok(Some(stored)) => {
                             count("portcullis.cache.hits", 1);
+                            // A hit costs no tokens or budget, but it was a request.
+                            self.rate_headers =
+                                limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
                             return Ok(self.answer_from_cache(&flight, first_name, &stored));
                         }
                         Ok(None) => count("portcullis.cache.misses", 1),
@@ -414,6 +456,27 @@ impl Stream {
                 // Stored streams keep their usage, for replays that ask for it.
                 flight.ask_usage = flight.chat.needs_usage_request();
             }
+        }
+        // Limits on what reaches a provider: concurrency, tokens, budget.
+        let l = &client.limits;
+        if l.max_concurrent.is_some() || l.tokens_per_minute.is_some() || l.budget_micros.is_some() {
+            let reserve = ratelimit::reservation(flight.chat.body_len(), flight.chat.max_tokens, l.default_max_tokens);
+            let price = gw.prices.get(route.model).copied().flatten();
+            match limits::admit(client, reserve, price, now_ms()) {
+                Ok((held, tokens)) => {
+                    self.rate_headers = limits::headers(client, self.req_take, tokens);
+                    if held.wants_usage() {
+                        flight.ask_usage |= flight.chat.needs_usage_request();
+                    }
+                    self.held = Some(held);
+                }
+                Err(e) => {
+                    self.rate_headers = limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
+                    return Err(e);
+                }
+            }
+        } else {
+            self.rate_headers = limits::headers(client, self.req_take, None);
         }
         let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
             return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
@@ -521,7 +584,11 @@ impl Stream {
             }
             out.push((headers::ATTEMPTS, f.attempts.to_string()));
             out.push((headers::CACHE, f.cache_status.to_string()));
+            if let Some(e) = &f.experiment {
+                out.push((headers::EXPERIMENT, e.clone()));
+            }
         }
+        out.extend(self.rate_headers.iter().cloned());
         out
     }
 
@@ -537,17 +604,28 @@ impl Stream {
             ("application/json", stored.to_vec())
         };
         self.phase = Phase::Done;
-        let hdrs = vec![
+        let mut hdrs = vec![
             ("content-type", content_type),
             (headers::MODEL, flight.model_name.as_str()),
             (headers::PROVIDER, provider),
             (headers::ATTEMPTS, "0"),
             (headers::CACHE, "hit"),
         ];
+        if let Some(e) = &flight.experiment {
+            hdrs.push((headers::EXPERIMENT, e.as_str()));
+        }
+        hdrs.extend(self.rate_headers.iter().map(|(k, v)| (*k, v.as_str())));
         if let Err(s) = hostcalls::send_http_response(200, hdrs, Some(&body)) {
             log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
         }
         Action::Pause
+    }
+
+    /// Settle the client's reservations with what the provider reported.
+    fn settle(&mut self, usage: Option<Usage>) {
+        if let Some(h) = self.held.as_mut() {
+            h.settle(usage, now_ms());
+        }
     }
 
     /// Store a complete, successful answer.
@@ -613,11 +691,15 @@ impl Context for Stream {
             if ask_usage {
                 body = out;
             }
+            self.settle(relay.assembly.usage.as_ref().and_then(Usage::from_usage));
             if let Some(done) = relay.assembly.completion() {
                 self.cache_store(&done);
             }
         } else if ok {
+            self.settle(Usage::from_body(&body));
             self.cache_store(&body);
+        } else if let Some(h) = self.held.as_mut() {
+            h.release();
         }
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &str)> = call_headers
@@ -677,11 +759,18 @@ impl HttpContext for Stream {
         if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
             return action;
         }
+        let wants_usage = self.held.as_ref().is_some_and(Held::wants_usage);
+        if status >= 400 {
+            // Passed through as the client's error: it used nothing.
+            if let Some(h) = self.held.as_mut() {
+                h.release();
+            }
+        }
         if let Some(f) = self.flight.as_mut() {
             if status != 200 {
                 f.cache = None;
             }
-            if f.chat.stream && (f.cache.is_some() || f.ask_usage) {
+            if f.chat.stream && status == 200 && (f.cache.is_some() || f.ask_usage || wants_usage) {
                 f.relay = Some(Relay::new(f.ask_usage));
             }
         }
@@ -716,26 +805,39 @@ impl HttpContext for Stream {
                 let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out);
             }
             if end_of_stream {
-                if let Some(done) = relay.assembly.completion() {
+                let usage = relay.assembly.usage.as_ref().and_then(Usage::from_usage);
+                let done = relay.assembly.completion();
+                self.settle(usage);
+                if let Some(done) = done {
                     self.cache_store(&done);
                 }
             }
             return Action::Continue;
         }
-        if f.cache.is_none() {
+        let wants_usage = self.held.as_ref().is_some_and(Held::wants_usage);
+        if f.cache.is_none() && !wants_usage {
             return Action::Continue;
         }
-        // A whole answer is kept until its end, then stored.
+        // A whole answer is kept until its end, then read and stored.
         if !end_of_stream {
             return Action::Pause;
         }
         if let Ok(Some(body)) = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
+            self.settle(Usage::from_body(&body));
             self.cache_store(&body);
         }
         Action::Continue
     }
 
     fn on_log(&mut self) {
+        if let Some(h) = self.held.as_mut() {
+            match self.phase {
+                // Cancelled before any answer: it used nothing.
+                Phase::Proxied | Phase::FallbackPending | Phase::ChatBody => h.release(),
+                // An answer without usage (or cut short): the reservation stands.
+                _ => h.settle(None, now_ms()),
+            }
+        }
         // A probe that never reported (client went away) gives its slot back.
         let (Some(loaded), Some(f)) = (self.loaded.as_ref(), self.flight.as_ref()) else { return };
         if let Some(cur) = f.current.as_ref().filter(|c| c.probe && !c.reported) {

@@ -6,6 +6,7 @@
 //! trap the VM and break every later request on this worker.
 
 mod host;
+mod limits;
 mod shared;
 
 use host::Root;

@@ -12,3 +12,4 @@ pub fn is_gateway_header(name: &str) -> bool {
 }
 pub const ATTEMPTS: &str = "x-portcullis-attempts";
 pub const CACHE: &str = "x-portcullis-cache";
+pub const EXPERIMENT: &str = "x-portcullis-experiment";

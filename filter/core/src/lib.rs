@@ -16,3 +16,4 @@ pub mod sse;
 pub mod cache;
 pub mod experiment;
 pub mod ratelimit;
+pub mod usage;

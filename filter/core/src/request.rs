@@ -20,6 +20,10 @@ struct Peek<'a> {
     stream: Option<&'a RawValue>,
     #[serde(borrow, default)]
     stream_options: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_completion_tokens: Option<&'a RawValue>,
 }
 
 /// A request body as a JSON tree.
@@ -34,6 +38,8 @@ pub struct ChatRequest {
     pub stream: bool,
     /// `stream_options.include_usage` as the client sent it.
     pub include_usage: bool,
+    /// `max_completion_tokens`, else `max_tokens`, if given.
+    pub max_tokens: Option<u64>,
 }
 
 fn invalid_json(detail: impl std::fmt::Display) -> GatewayError {
@@ -100,7 +106,9 @@ impl ChatRequest {
             .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
             .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
             .unwrap_or(false);
-        Ok(Self { body: body.to_vec(), model_span, model, stream, include_usage })
+        let count = |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<u64>(r.get()).ok());
+        let max_tokens = count(peek.max_completion_tokens).or(count(peek.max_tokens));
+        Ok(Self { body: body.to_vec(), model_span, model, stream, include_usage, max_tokens })
     }
 
     /// The body to send to a provider: the client's bytes with the provider's
@@ -113,6 +121,10 @@ impl ChatRequest {
         out.extend_from_slice(&id);
         out.extend_from_slice(self.body.get(end..).unwrap_or_default());
         out
+    }
+
+    pub fn body_len(&self) -> usize {
+        self.body.len()
     }
 
     /// Whether the gateway must ask the provider for the usage chunk itself
@@ -160,6 +172,17 @@ mod tests {
         assert!(!r.include_usage);
         let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"include_usage":true}}"#).unwrap();
         assert!(r.include_usage);
+        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"max_tokens":50}"#).unwrap();
+        assert_eq!(r.max_tokens, Some(50));
+        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"max_tokens":50,"max_completion_tokens":70}"#).unwrap();
+        assert_eq!(r.max_tokens, Some(70));
+    }
+
+    /// The raw body length (for prompt-size estimates).
+    #[test]
+    fn body_len_is_the_client_body() {
+        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}]}"#).unwrap();
+        assert_eq!(r.body_len(), 29);
     }
 
     #[test]
