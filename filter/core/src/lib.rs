@@ -17,3 +17,4 @@ pub mod cache;
 pub mod experiment;
 pub mod ratelimit;
 pub mod usage;
+pub mod record;

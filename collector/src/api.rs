@@ -1,0 +1,149 @@
+//! HTTP: health, Prometheus metrics, the query API and the dashboard.
+
+use crate::store::Stats;
+use crate::summary;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use rusqlite::Connection;
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone)]
+pub struct Api {
+    pub reader: Arc<Mutex<Connection>>,
+    pub stats: Arc<Stats>,
+}
+
+pub fn router(api: Api) -> Router {
+    Router::new()
+        .route("/", get(|| async { axum::response::Redirect::temporary("/dashboard") }))
+        .route("/healthz", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/metrics/summary", get(summary_handler))
+        .route("/v1/requests/recent", get(recent_handler))
+        .route("/dashboard", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], DASHBOARD) }))
+        .with_state(api)
+}
+
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+fn error(status: StatusCode, msg: String) -> Response {
+    (status, Json(serde_json::json!({"error": {"message": msg}}))).into_response()
+}
+
+async fn with_reader<T: Send + 'static>(
+    api: &Api,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+) -> Result<T, Response> {
+    let reader = api.reader.clone();
+    tokio::task::spawn_blocking(move || {
+        let conn = reader.lock().map_err(|_| "reader lock poisoned".to_string())?;
+        f(&conn).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))
+}
+
+async fn health(State(api): State<Api>) -> Response {
+    match with_reader(&api, |c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))).await {
+        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn metrics(State(api): State<Api>) -> Response {
+    let s = &api.stats;
+    let commits = s.commits.load(Ordering::Relaxed);
+    let micros = s.commit_micros_total.load(Ordering::Relaxed);
+    let body = format!(
+        "# TYPE portcullis_collector_ingested_total counter\nportcullis_collector_ingested_total {}\n\
+         # TYPE portcullis_collector_duplicates_total counter\nportcullis_collector_duplicates_total {}\n\
+         # TYPE portcullis_collector_rejected_total counter\nportcullis_collector_rejected_total {}\n\
+         # TYPE portcullis_collector_batches_total counter\nportcullis_collector_batches_total {}\n\
+         # TYPE portcullis_collector_queue_depth gauge\nportcullis_collector_queue_depth {}\n\
+         # TYPE portcullis_collector_commit_seconds summary\nportcullis_collector_commit_seconds_sum {}\nportcullis_collector_commit_seconds_count {}\n\
+         # TYPE portcullis_collector_failed_commits_total counter\nportcullis_collector_failed_commits_total {}\n",
+        s.ingested.load(Ordering::Relaxed),
+        s.duplicates.load(Ordering::Relaxed),
+        s.rejected.load(Ordering::Relaxed),
+        s.batches.load(Ordering::Relaxed),
+        s.queue_depth.load(Ordering::Relaxed),
+        micros as f64 / 1e6,
+        commits,
+        s.failed_commits.load(Ordering::Relaxed),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+#[derive(Deserialize)]
+struct SinceQuery {
+    since: Option<String>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// `since`: epoch milliseconds, or a span back from now (`90s`, `15m`, `24h`, `7d`).
+pub fn parse_since(s: Option<&str>, now: i64) -> Result<i64, String> {
+    let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else { return Ok(now - 86_400_000) };
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    let (num, unit) = s.split_at(s.len() - 1);
+    let n: i64 = num.parse().map_err(|_| format!("`since` must be epoch milliseconds or like 15m, 24h (got `{s}`)"))?;
+    let unit_ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`since` unit must be s, m, h or d (got `{s}`)")),
+    };
+    Ok(now - n * unit_ms)
+}
+
+async fn summary_handler(State(api): State<Api>, Query(q): Query<SinceQuery>) -> Response {
+    let since = match parse_since(q.since.as_deref(), now_ms()) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match with_reader(&api, move |c| summary::summary(c, since)).await {
+        Ok(s) => Json(s).into_response(),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+struct LimitQuery {
+    limit: Option<i64>,
+}
+
+async fn recent_handler(State(api): State<Api>, Query(q): Query<LimitQuery>) -> Response {
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=1000).contains(&limit) {
+        return error(StatusCode::BAD_REQUEST, "`limit` must be between 1 and 1000".into());
+    }
+    match with_reader(&api, move |c| summary::recent(c, limit)).await {
+        Ok(rows) => Json(serde_json::json!({"data": rows})).into_response(),
+        Err(r) => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_accepts_epoch_ms_and_spans() {
+        assert_eq!(parse_since(Some("1234"), 10_000_000), Ok(1234));
+        assert_eq!(parse_since(Some("15m"), 10_000_000), Ok(10_000_000 - 900_000));
+        assert_eq!(parse_since(None, 100_000_000), Ok(100_000_000 - 86_400_000));
+        assert!(parse_since(Some("3w"), 0).is_err());
+        assert!(parse_since(Some("abc"), 0).is_err());
+    }
+}

@@ -1,0 +1,12 @@
+//! Portcullis collector: request records over gRPC into SQLite, with a query
+//! API, Prometheus metrics and a dashboard.
+
+pub mod api;
+pub mod grpc;
+pub mod store;
+pub mod summary;
+
+#[allow(clippy::all, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+pub mod proto {
+    tonic::include_proto!("portcullis.v1");
+}

@@ -1,0 +1,50 @@
+//! portcullis-collector: `--grpc ADDR --http ADDR --db PATH [--retention-days N] [--queue N]`.
+//! Prints `portcullis-collector grpc=<addr> http=<addr>` once both listen.
+
+use portcullis_collector::api::{router, Api};
+use portcullis_collector::grpc::Ingest;
+use portcullis_collector::proto::collector_server::CollectorServer;
+use portcullis_collector::store::{migrate, open, Writer};
+use std::sync::{Arc, Mutex};
+
+fn arg(args: &[String], flag: &str) -> Option<String> {
+    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned()
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("portcullis-collector: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let grpc_addr = arg(&args, "--grpc").unwrap_or_else(|| "127.0.0.1:50051".into());
+    let http_addr = arg(&args, "--http").unwrap_or_else(|| "127.0.0.1:9090".into());
+    let db = arg(&args, "--db").unwrap_or_else(|| "portcullis.db".into());
+    let retention = arg(&args, "--retention-days").map(|d| d.parse::<u64>()).transpose()?;
+    let queue: usize = arg(&args, "--queue").map(|d| d.parse()).transpose()?.unwrap_or(256);
+
+    let mut conn = open(db.as_ref())?;
+    migrate(&mut conn)?;
+    let writer = Writer::start(conn, queue, retention);
+    let reader = Arc::new(Mutex::new(open(db.as_ref())?));
+    let api = Api { reader, stats: writer.stats.clone() };
+
+    let grpc_listener = tokio::net::TcpListener::bind(&grpc_addr).await?;
+    let http_listener = tokio::net::TcpListener::bind(&http_addr).await?;
+    println!("portcullis-collector grpc={} http={}", grpc_listener.local_addr()?, http_listener.local_addr()?);
+
+    let grpc = tonic::transport::Server::builder()
+        .add_service(CollectorServer::new(Ingest { writer }))
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc_listener));
+    let http = axum::serve(http_listener, router(api));
+    tokio::select! {
+        r = grpc => r?,
+        r = http => r?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! SQLite: one writer thread owns the connection and commits batches in
+//! transactions; callers hand it work through a bounded queue and get their
+//! answer once the batch is committed.
+
+use crate::proto::RequestRecord;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Schema migrations, applied in order; `PRAGMA user_version` says how many ran.
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE requests (
+        request_id TEXT PRIMARY KEY,
+        time_ms INTEGER NOT NULL,
+        client TEXT NOT NULL,
+        requested_model TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        experiment TEXT NOT NULL,
+        arm TEXT NOT NULL,
+        cache TEXT NOT NULL,
+        attempts TEXT NOT NULL,
+        attempt_count INTEGER NOT NULL,
+        status INTEGER NOT NULL,
+        error TEXT NOT NULL,
+        latency_ms INTEGER NOT NULL,
+        ttfb_ms INTEGER NOT NULL,
+        stream INTEGER NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL,
+        reasoning_tokens INTEGER NOT NULL,
+        cost_micros INTEGER NOT NULL,
+        prompt TEXT,
+        completion TEXT
+    );
+    CREATE INDEX requests_time ON requests(time_ms);",
+];
+
+pub fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<usize> {
+    let current: usize = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+    for (i, m) in MIGRATIONS.iter().enumerate().skip(current) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(m)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(MIGRATIONS.len())
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub struct Stats {
+    pub ingested: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub rejected: AtomicU64,
+    pub batches: AtomicU64,
+    pub queue_depth: AtomicU64,
+    pub commit_micros_total: AtomicU64,
+    pub commits: AtomicU64,
+    pub failed_commits: AtomicU64,
+}
+
+pub type Ack = Result<(u32, u32), String>;
+
+struct Job {
+    records: Vec<RequestRecord>,
+    done: oneshot::Sender<Ack>,
+}
+
+#[derive(Clone)]
+pub struct Writer {
+    tx: SyncSender<Job>,
+    pub stats: Arc<Stats>,
+}
+
+#[derive(Debug)]
+pub enum SubmitError {
+    /// The queue is full: the caller should retry later.
+    Full,
+    /// The writer is gone.
+    Closed,
+}
+
+impl Writer {
+    /// Start the writer thread over `conn`, with a queue of `capacity` batches.
+    pub fn start(conn: Connection, capacity: usize, retention_days: Option<u64>) -> Writer {
+        let (tx, rx) = sync_channel(capacity);
+        let stats = Arc::new(Stats::default());
+        let s = stats.clone();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || run(conn, rx, s, retention_days))
+            .map(|_| ())
+            .unwrap_or_else(|e| eprintln!("portcullis-collector: cannot start the writer thread: {e}"));
+        Writer { tx, stats }
+    }
+
+    /// Queue a batch; the receiver resolves once it is committed.
+    pub fn submit(&self, records: Vec<RequestRecord>) -> Result<oneshot::Receiver<Ack>, SubmitError> {
+        let (done, rx) = oneshot::channel();
+        match self.tx.try_send(Job { records, done }) {
+            Ok(()) => {
+                self.stats.queue_depth.fetch_add(1, Ordering::Relaxed);
+                Ok(rx)
+            }
+            Err(TrySendError::Full(_)) => {
+                self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(SubmitError::Full)
+            }
+            Err(TrySendError::Disconnected(_)) => Err(SubmitError::Closed),
+        }
+    }
+}
+
+/// Most batches folded into one transaction.
+const GROUP: usize = 64;
+
+fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention_days: Option<u64>) {
+    let mut last_prune = Instant::now();
+    prune(&conn, retention_days);
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < GROUP {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        stats.queue_depth.fetch_sub(jobs.len() as u64, Ordering::Relaxed);
+        let started = Instant::now();
+        let result = write(&mut conn, &jobs);
+        match &result {
+            Ok(counts) => {
+                stats.commits.fetch_add(1, Ordering::Relaxed);
+                stats.commit_micros_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                for (stored, dup) in counts {
+                    stats.ingested.fetch_add(u64::from(*stored), Ordering::Relaxed);
+                    stats.duplicates.fetch_add(u64::from(*dup), Ordering::Relaxed);
+                }
+                stats.batches.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        for (i, job) in jobs.into_iter().enumerate() {
+            let ack = match &result {
+                Ok(counts) => Ok(counts.get(i).copied().unwrap_or((0, 0))),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = job.done.send(ack);
+        }
+        if last_prune.elapsed().as_secs() >= 60 {
+            prune(&conn, retention_days);
+            last_prune = Instant::now();
+        }
+    }
+}
+
+fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)>> {
+    let tx = conn.transaction()?;
+    let mut counts = Vec::with_capacity(jobs.len());
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
+                experiment, arm, cache, attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream,
+                prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+        )?;
+        for job in jobs {
+            let (mut stored, mut dup) = (0u32, 0u32);
+            for r in &job.records {
+                let attempts: Vec<serde_json::Value> = r
+                    .attempts
+                    .iter()
+                    .map(|a| serde_json::json!({"provider": a.provider, "status": a.status, "cause": a.cause}))
+                    .collect();
+                let n = stmt.execute(params![
+                    r.request_id,
+                    r.time_ms as i64,
+                    r.client,
+                    r.requested_model,
+                    r.model,
+                    r.provider,
+                    r.experiment,
+                    r.arm,
+                    r.cache,
+                    serde_json::Value::Array(attempts).to_string(),
+                    r.attempts.len() as i64,
+                    r.status,
+                    r.error,
+                    r.latency_ms as i64,
+                    r.ttfb_ms as i64,
+                    r.stream,
+                    r.prompt_tokens as i64,
+                    r.completion_tokens as i64,
+                    r.cached_tokens as i64,
+                    r.reasoning_tokens as i64,
+                    r.cost_micros,
+                    (!r.prompt.is_empty()).then_some(&r.prompt),
+                    (!r.completion.is_empty()).then_some(&r.completion),
+                ])?;
+                if n == 1 {
+                    stored += 1;
+                } else {
+                    dup += 1;
+                }
+            }
+            counts.push((stored, dup));
+        }
+    }
+    tx.commit()?;
+    Ok(counts)
+}
+
+fn prune(conn: &Connection, retention_days: Option<u64>) {
+    let Some(days) = retention_days else { return };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let cutoff = now - (days as i64) * 86_400_000;
+    if let Err(e) = conn.execute("DELETE FROM requests WHERE time_ms < ?1", [cutoff]) {
+        eprintln!("portcullis-collector: retention prune failed: {e}");
+    }
+}
+
+/// How many records there are (tests, health).
+pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
+}
+
+pub fn exists(conn: &Connection, request_id: &str) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT 1 FROM requests WHERE request_id = ?1", [request_id], |_| Ok(()))
+        .optional()
+        .map(|o| o.is_some())
+}
