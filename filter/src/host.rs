@@ -1,4 +1,6 @@
 use crate::limits::{self, Held};
+use crate::telemetry::{self, Shipper};
+use portcullis_core::record::{Attempt as RecordAttempt, Record};
 use crate::shared::{count, count_gauge, gauge, histogram, provider_metric, HostStore};
 use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
@@ -74,6 +76,32 @@ impl Loaded {
 pub struct Root {
     loaded: Option<Rc<Loaded>>,
     rng: Cell<u64>,
+    shipper: Shipper,
+}
+
+/// A config generation shared by the workers: it rises once per distinct
+/// config, however many workers apply it.
+fn bump_generation(config: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::default();
+    h.write(config);
+    let hash = h.finish();
+    update(&HostStore, "portcullis:config_generation", |cur| {
+        let (old_hash, gen) = match cur.filter(|c| c.len() == 16) {
+            Some(c) => (
+                c.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0),
+                c.get(8..).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0),
+            ),
+            None => (0, 0),
+        };
+        if old_hash == hash {
+            return (None, gen);
+        }
+        let mut v = hash.to_le_bytes().to_vec();
+        v.extend_from_slice(&(gen + 1).to_le_bytes());
+        (Some(v), gen + 1)
+    })
+    .unwrap_or(0)
 }
 
 impl Root {
@@ -91,7 +119,11 @@ impl Root {
     }
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, _response_size: usize) {
+        self.shipper.on_response(token_id, status_code);
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
@@ -117,6 +149,12 @@ impl RootContext for Root {
                         Err(e) => log(LogLevel::Warn, &format!("breaker state of `{}` unreadable: {e:?}", p.name)),
                     }
                 }
+                telemetry::configure(gw.log.as_ref());
+                let tick = gw.log.as_ref().map(|l| l.flush_interval_ms).unwrap_or(1000);
+                if let Err(s) = hostcalls::set_tick_period(Duration::from_millis(tick)) {
+                    log(LogLevel::Warn, &format!("no tick for metrics and the request log: {s:?}"));
+                }
+                telemetry::config_generation(bump_generation(&bytes));
                 log(
                     LogLevel::Info,
                     &format!(
@@ -149,11 +187,17 @@ impl RootContext for Root {
             req_take: None,
             rate_headers: Vec::new(),
             held: None,
+            log: LogFacts::default(),
         }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
+    }
+
+    fn on_tick(&mut self) {
+        let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
+        self.shipper.tick(cfg.as_ref());
     }
 }
 
@@ -227,6 +271,22 @@ struct Stream {
     rate_headers: Vec<(&'static str, String)>,
     /// What the request holds of its client's limits until it finishes.
     held: Option<Held>,
+    /// For the request record.
+    log: LogFacts,
+}
+
+/// What the request record needs, gathered along the way.
+#[derive(Default)]
+struct LogFacts {
+    chat: bool,
+    started_ms: u64,
+    request_id: String,
+    status: u16,
+    error: &'static str,
+    ttfb_ms: u64,
+    usage: Option<Usage>,
+    prompt: String,
+    completion: String,
 }
 
 fn note_transition(provider: &str, t: Option<Transition>) {
@@ -278,6 +338,11 @@ fn breaker_release_probe(p: &Provider) {
     });
 }
 
+/// `choices[0].message.content` of a completion body.
+fn serde_completion_text(body: &[u8]) -> String {
+    portcullis_core::sse::completion_text(body)
+}
+
 fn store_entry(cfg: &CacheConfig, key: &cache::Hash, body: &[u8]) {
     match cache::insert(&HostStore, cfg, key, body, now_ms()) {
         Ok(StoreOutcome::Stored(st)) => {
@@ -298,6 +363,7 @@ fn store_entry(cfg: &CacheConfig, key: &cache::Hash, body: &[u8]) {
 impl Stream {
     fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
         self.phase = Phase::Done;
+        self.log.status = status;
         if let Some(h) = self.held.as_mut() {
             h.release();
         }
@@ -311,6 +377,7 @@ impl Stream {
     }
 
     fn fail(&mut self, err: &GatewayError) -> Action {
+        self.log.error = err.code;
         let retry = err.retry_after_s.map(|s| s.to_string());
         let extra: Vec<(&str, &str)> = retry.as_deref().map(|r| vec![("retry-after", r)]).unwrap_or_default();
         self.reply(err.status, &extra, &err.body())
@@ -333,6 +400,7 @@ impl Stream {
                 "authorization" => authorization = Some(v.as_str()),
                 "content-length" => content_length = v.parse::<usize>().ok(),
                 "cache-control" => self.cache_control = Some(v.clone()),
+                "x-request-id" => self.log.request_id = v.clone(),
                 _ => {}
             }
         }
@@ -345,6 +413,8 @@ impl Stream {
                 Ok(self.reply(200, &[], &body))
             }
             ("POST", "/v1/chat/completions") => {
+                self.log.chat = true;
+                self.log.started_ms = now_ms();
                 let client = authenticate(&loaded.gw, authorization)?;
                 self.client = Some(client.name.clone());
                 // Request rate first: a refused request's body is never read.
@@ -409,7 +479,7 @@ impl Stream {
         let experiment = route.experiment.and_then(|(ei, ai)| {
             let e = gw.experiments.get(ei)?;
             let arm = e.arms.get(ai)?;
-            count(&format!("portcullis.experiment.{}.{}", e.name, arm.name), 1);
+            telemetry::add(format!("portcullis.experiment_requests.experiment.{}.arm.{}.total", e.name, arm.name), 1);
             Some(format!("{}/{}", e.name, arm.name))
         });
         let mut flight = Flight {
@@ -445,7 +515,10 @@ impl Stream {
                             // A hit costs no tokens or budget, but it was a request.
                             self.rate_headers =
                                 limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
-                            return Ok(self.answer_from_cache(&flight, first_name, &stored));
+                            flight.cache_status = "hit";
+                            let action = self.answer_from_cache(&flight, first_name, &stored);
+                            self.flight = Some(flight);
+                            return Ok(action);
                         }
                         Ok(None) => count("portcullis.cache.misses", 1),
                         Err(e) => log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
@@ -477,6 +550,12 @@ impl Stream {
             }
         } else {
             self.rate_headers = limits::headers(client, self.req_take, None);
+        }
+        if telemetry::enabled() {
+            flight.ask_usage |= flight.chat.needs_usage_request();
+            if gw.log.as_ref().is_some_and(|l| l.include_content) {
+                self.log.prompt = flight.chat.messages_text();
+            }
         }
         let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
             return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
@@ -595,6 +674,10 @@ impl Stream {
     /// Answer from the cache: as stored, or replayed as an SSE stream when the
     /// request asked for one.
     fn answer_from_cache(&mut self, flight: &Flight, provider: &str, stored: &[u8]) -> Action {
+        self.log.status = 200;
+        if telemetry::enabled() {
+            self.log.usage = Usage::from_body(stored);
+        }
         let (content_type, body) = if flight.chat.stream {
             match sse::replay(stored, flight.chat.include_usage) {
                 Some(b) => ("text/event-stream", b),
@@ -623,9 +706,96 @@ impl Stream {
 
     /// Settle the client's reservations with what the provider reported.
     fn settle(&mut self, usage: Option<Usage>) {
+        self.log.usage = usage;
         if let Some(h) = self.held.as_mut() {
             h.settle(usage, now_ms());
         }
+    }
+
+    fn include_content(&self) -> bool {
+        self.loaded.as_ref().and_then(|l| l.gw.log.as_ref()).is_some_and(|l| l.include_content)
+    }
+
+    fn keep_completion(&mut self, text: String) {
+        if self.include_content() {
+            self.log.completion = text;
+        }
+    }
+
+    fn keep_completion_of(&mut self, body: &[u8]) {
+        if self.include_content() {
+            self.log.completion = serde_completion_text(body);
+        }
+    }
+
+    /// The request record and per-request metrics, at the end of the stream.
+    fn emit_record(&mut self) {
+        if !self.log.chat {
+            return;
+        }
+        let Some(loaded) = self.loaded.clone() else { return };
+        let gw = &loaded.gw;
+        let mut rec = Record {
+            request_id: std::mem::take(&mut self.log.request_id),
+            time_ms: self.log.started_ms,
+            client: self.client.clone().unwrap_or_default(),
+            status: u32::from(self.log.status),
+            error: self.log.error.to_string(),
+            latency_ms: now_ms().saturating_sub(self.log.started_ms),
+            ttfb_ms: self.log.ttfb_ms,
+            prompt: std::mem::take(&mut self.log.prompt),
+            completion: std::mem::take(&mut self.log.completion),
+            cache: "off".into(),
+            ..Record::default()
+        };
+        if rec.request_id.is_empty() {
+            rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
+        }
+        if let Some(f) = self.flight.as_ref() {
+            rec.requested_model = f.chat.model.clone();
+            rec.model = f.model_name.clone();
+            rec.stream = f.chat.stream;
+            rec.cache = f.cache_status.to_string();
+            if let Some((e, a)) = f.experiment.as_deref().and_then(|x| x.split_once('/')) {
+                rec.experiment = e.to_string();
+                rec.arm = a.to_string();
+            }
+            for (p, cause) in &f.tried {
+                rec.attempts.push(RecordAttempt { provider: p.clone(), status: cause.status(), cause: cause.class().into() });
+            }
+            for (p, _) in &f.skipped {
+                rec.attempts.push(RecordAttempt { provider: p.clone(), status: 0, cause: "circuit_open".into() });
+            }
+            let answered = f.current.as_ref().and_then(|c| gw.providers.get(c.provider));
+            if let Some(p) = answered {
+                rec.provider = p.name.clone();
+                let failed_last = f.tried.last().is_some_and(|(name, _)| name == &p.name) && self.log.status >= 500;
+                if !failed_last && self.log.status != 0 {
+                    rec.attempts.push(RecordAttempt { provider: p.name.clone(), status: rec.status, cause: String::new() });
+                }
+            }
+            if f.cache_status == "hit" {
+                if let Some(p) = f.candidates.first().and_then(|(i, _)| gw.providers.get(*i)) {
+                    rec.provider = p.name.clone();
+                }
+            }
+            if let Some(u) = self.log.usage {
+                rec.prompt_tokens = u.prompt;
+                rec.completion_tokens = u.completion;
+                rec.cached_tokens = u.cached;
+                rec.reasoning_tokens = u.reasoning;
+                if let Some(price) = gw.names.get(&rec.model).and_then(|&m| gw.prices.get(m).copied().flatten()) {
+                    rec.cost_micros = price.cost(u.prompt, u.completion, u.cached);
+                }
+            }
+        }
+        telemetry::request_metrics(&rec);
+        telemetry::push(&rec);
+    }
+
+    /// Whether the answer's usage must be read (limits to settle, or the log).
+    fn wants_usage(&self) -> bool {
+        self.held.as_ref().is_some_and(Held::wants_usage) || telemetry::enabled()
     }
 
     /// Store a complete, successful answer.
@@ -759,7 +929,14 @@ impl HttpContext for Stream {
         if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
             return action;
         }
-        let wants_usage = self.held.as_ref().is_some_and(Held::wants_usage);
+        let wants_usage = self.wants_usage();
+        self.log.status = status;
+        if self.flight.as_ref().is_some_and(|f| f.chat.stream) {
+            self.log.ttfb_ms = now_ms().saturating_sub(self.log.started_ms);
+        }
+        if (400..500).contains(&status) {
+            self.log.error = "provider_client_error";
+        }
         if status >= 400 {
             // Passed through as the client's error: it used nothing.
             if let Some(h) = self.held.as_mut() {
@@ -807,6 +984,8 @@ impl HttpContext for Stream {
             if end_of_stream {
                 let usage = relay.assembly.usage.as_ref().and_then(Usage::from_usage);
                 let done = relay.assembly.completion();
+                let text = relay.assembly.content().to_string();
+                self.keep_completion(text);
                 self.settle(usage);
                 if let Some(done) = done {
                     self.cache_store(&done);
@@ -814,7 +993,7 @@ impl HttpContext for Stream {
             }
             return Action::Continue;
         }
-        let wants_usage = self.held.as_ref().is_some_and(Held::wants_usage);
+        let wants_usage = self.held.as_ref().is_some_and(Held::wants_usage) || telemetry::enabled();
         if f.cache.is_none() && !wants_usage {
             return Action::Continue;
         }
@@ -824,12 +1003,14 @@ impl HttpContext for Stream {
         }
         if let Ok(Some(body)) = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
             self.settle(Usage::from_body(&body));
+            self.keep_completion_of(&body);
             self.cache_store(&body);
         }
         Action::Continue
     }
 
     fn on_log(&mut self) {
+        self.emit_record();
         if let Some(h) = self.held.as_mut() {
             match self.phase {
                 // Cancelled before any answer: it used nothing.

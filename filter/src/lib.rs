@@ -8,6 +8,7 @@
 mod host;
 mod limits;
 mod shared;
+mod telemetry;
 
 use host::Root;
 

@@ -199,12 +199,76 @@ impl Mock {
     }
 }
 
+// ---------------------------------------------------------------- collector
+
+/// The collector binary (`make test` builds it; `PORTCULLIS_COLLECTOR_BIN` overrides).
+pub fn collector_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PORTCULLIS_COLLECTOR_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = repo_root().join("target/debug/portcullis-collector");
+    assert!(p.exists(), "no collector at {}: run `make test` (it builds it) or `cargo build -p portcullis-collector`", p.display());
+    p
+}
+
+pub struct Collector {
+    proc: Proc,
+    pub grpc_port: u16,
+    pub http_port: u16,
+    pub db: PathBuf,
+}
+
+impl Collector {
+    /// Start the collector on `db`; `grpc_port` 0 lets the kernel choose.
+    pub fn start(db: &Path, grpc_port: u16) -> Collector {
+        let mut child = Command::new(collector_bin())
+            .args(["--grpc", &format!("127.0.0.1:{grpc_port}"), "--http", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start collector");
+        let stdout = child.stdout.take().expect("collector stdout");
+        let proc = Proc(child);
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("collector ready line");
+        let port_of = |key: &str| -> u16 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("collector did not print its addresses: {line:?}"))
+        };
+        let c = Collector { grpc_port: port_of("grpc="), http_port: port_of("http="), proc, db: db.to_path_buf() };
+        poll_until(Duration::from_secs(10), "collector health", || {
+            try_get(&c.url("/healthz")).filter(|r| r.status == 200).map(|_| ())
+        });
+        c
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.http_port)
+    }
+
+    pub fn recent(&self, limit: usize) -> Vec<Value> {
+        get(&self.url(&format!("/v1/requests/recent?limit={limit}")), &[]).json()["data"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill(mut self) {
+        let _ = self.proc.0.kill();
+        let _ = self.proc.0.wait();
+    }
+}
+
 // ---------------------------------------------------------------- envoy
 
 pub struct EnvoyOpts<'a> {
     pub plugin_yaml: &'a str,
     pub primary_port: u16,
     pub backup_port: u16,
+    /// The collector's gRPC port; a dead port when there is none.
+    pub collector_port: u16,
     pub workers: u32,
     pub env: Vec<(&'a str, &'a str)>,
 }
@@ -232,6 +296,7 @@ impl Envoy {
         let bootstrap = replace_once(&bootstrap, "port_value: 9901", "port_value: 0");
         let bootstrap = replace_once(&bootstrap, "port_value: 18001", &format!("port_value: {}", opts.primary_port));
         let bootstrap = replace_once(&bootstrap, "port_value: 18002", &format!("port_value: {}", opts.backup_port));
+        let bootstrap = replace_once(&bootstrap, "port_value: 50051", &format!("port_value: {}", opts.collector_port));
         let bootstrap = replace_once(&bootstrap, ".run/ecds", &ecds_dir.display().to_string());
         let bootstrap_path = dir.0.join("envoy.yaml");
         std::fs::write(&bootstrap_path, bootstrap).expect("write bootstrap");

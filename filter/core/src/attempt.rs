@@ -24,6 +24,24 @@ impl Cause {
         }
     }
 
+    /// The cause in the request record.
+    pub fn class(self) -> &'static str {
+        match self {
+            Cause::Status(429) => "http_429",
+            Cause::Status(_) => "http_5xx",
+            Cause::ConnectFailure => "connect",
+            Cause::Reset => "reset",
+            Cause::Timeout => "timeout",
+        }
+    }
+
+    pub fn status(self) -> u32 {
+        match self {
+            Cause::Status(s) => u32::from(s),
+            _ => 0,
+        }
+    }
+
     pub fn describe(self) -> String {
         match self {
             Cause::Status(s) => format!("HTTP {s}"),

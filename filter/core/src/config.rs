@@ -37,6 +37,56 @@ struct RawConfig {
     prices: std::collections::BTreeMap<String, RawPrice>,
     #[serde(default)]
     experiments: Vec<RawExperiment>,
+    #[serde(default)]
+    log: Option<RawLog>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    collector_cluster: String,
+    #[serde(default = "default_log_batch")]
+    batch_size: usize,
+    #[serde(default = "default_log_flush")]
+    flush_interval_ms: u64,
+    #[serde(default = "default_log_buffer")]
+    buffer_records: usize,
+    #[serde(default = "default_log_buffer_bytes")]
+    buffer_bytes: usize,
+    #[serde(default = "default_log_timeout")]
+    timeout_ms: u64,
+    #[serde(default)]
+    include_content: bool,
+}
+
+fn default_log_batch() -> usize {
+    500
+}
+fn default_log_flush() -> u64 {
+    1000
+}
+fn default_log_buffer() -> usize {
+    10_000
+}
+fn default_log_buffer_bytes() -> usize {
+    8 << 20
+}
+fn default_log_timeout() -> u64 {
+    5000
+}
+
+/// Where and how request records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Envoy cluster (HTTP/2) of the collector.
+    pub cluster: String,
+    pub batch_size: usize,
+    pub flush_interval_ms: u64,
+    pub buffer_records: usize,
+    pub buffer_bytes: usize,
+    pub timeout_ms: u64,
+    /// Keep prompt and completion text in records.
+    pub include_content: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -279,7 +329,17 @@ fn default_max_body() -> usize {
 
 /// The keys allowed at each level, so that every unknown key is reported in
 /// one pass (serde stops at the first).
-const TOP_KEYS: &[&str] = &["providers", "routing", "clients", "limits", "breaker", "cache", "prices", "experiments"];
+const TOP_KEYS: &[&str] =
+    &["providers", "routing", "clients", "limits", "breaker", "cache", "prices", "experiments", "log"];
+const LOG_KEYS: &[&str] = &[
+    "collector_cluster",
+    "batch_size",
+    "flush_interval_ms",
+    "buffer_records",
+    "buffer_bytes",
+    "timeout_ms",
+    "include_content",
+];
 const CLIENT_LIMIT_KEYS: &[&str] =
     &["requests_per_minute", "tokens_per_minute", "max_concurrent", "budget_usd_per_day", "default_max_tokens"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
@@ -407,6 +467,8 @@ pub struct Gateway {
     /// Price per model index.
     pub prices: Vec<Option<Price>>,
     pub experiments: Vec<Experiment>,
+    /// The request log, when a collector is configured.
+    pub log: Option<LogConfig>,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
@@ -506,6 +568,9 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
     }
     if let Some(c) = v.get_mut("cache") {
         unknown_keys(c, "cache", CACHE_KEYS, problems);
+    }
+    if let Some(l) = v.get_mut("log") {
+        unknown_keys(l, "log", LOG_KEYS, problems);
     }
     if let Some(l) = v.get_mut("limits") {
         unknown_keys(l, "limits", LIMITS_KEYS, problems);
@@ -810,7 +875,26 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         });
     }
 
+    let log = raw.log.as_ref().map(|l| {
+        if l.collector_cluster.trim().is_empty() {
+            problems.push("log.collector_cluster is empty (name the Envoy cluster of the collector)".into());
+        }
+        if l.batch_size == 0 || l.flush_interval_ms == 0 || l.buffer_records == 0 || l.timeout_ms == 0 {
+            problems.push("log: batch_size, flush_interval_ms, buffer_records and timeout_ms must be at least 1".into());
+        }
+        LogConfig {
+            cluster: l.collector_cluster.clone(),
+            batch_size: l.batch_size,
+            flush_interval_ms: l.flush_interval_ms,
+            buffer_records: l.buffer_records,
+            buffer_bytes: l.buffer_bytes,
+            timeout_ms: l.timeout_ms,
+            include_content: l.include_content,
+        }
+    });
+
     Some(Gateway {
+        log,
         providers,
         models,
         names,

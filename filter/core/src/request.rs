@@ -123,6 +123,11 @@ impl ChatRequest {
         out
     }
 
+    /// The `messages` array as JSON text (for records that keep content).
+    pub fn messages_text(&self) -> String {
+        self.document().get("messages").map(Value::to_string).unwrap_or_default()
+    }
+
     pub fn body_len(&self) -> usize {
         self.body.len()
     }

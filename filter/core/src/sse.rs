@@ -173,6 +173,11 @@ impl Assembly {
         }
     }
 
+    /// The text streamed so far.
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
     /// The completion in the non-streamed format, if the stream finished
     /// cleanly and held only text.
     pub fn completion(&self) -> Option<Vec<u8>> {
@@ -192,6 +197,14 @@ impl Assembly {
         }
         serde_json::to_vec(&doc).ok()
     }
+}
+
+/// `choices[0].message.content` of a non-streamed completion ("" if none).
+pub fn completion_text(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.pointer("/choices/0/message/content").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Replay a stored completion (non-streamed format) as an SSE stream: role,

@@ -26,10 +26,15 @@ impl Stack {
     /// `primary_dead`: Envoy's primary cluster points at a port nobody
     /// listens on (connection refused); the primary mock is still started.
     pub fn start_with(plugin_yaml: &str, workers: u32, primary_dead: bool) -> Stack {
+        Self::start_full(plugin_yaml, workers, primary_dead, dead_port())
+    }
+
+    pub fn start_full(plugin_yaml: &str, workers: u32, primary_dead: bool, collector_port: u16) -> Stack {
         let primary = mock("primary", Some(PRIMARY_KEY));
         let backup = mock("backup", Some(BACKUP_KEY));
         let envoy = Envoy::start(EnvoyOpts {
             plugin_yaml,
+            collector_port,
             primary_port: if primary_dead { dead_port() } else { primary.port },
             backup_port: backup.port,
             workers,

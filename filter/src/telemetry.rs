@@ -1,0 +1,182 @@
+//! Metrics and the request log on the host. Per-request counters are summed
+//! in the VM and handed to Envoy once per tick (no host call per request);
+//! records wait in a bounded buffer and go to the collector in batches by
+//! `dispatch_grpc_call` from the root context's tick. Nothing here can block
+//! or fail a request: a full buffer drops (and counts) the record.
+
+use crate::shared::{count, gauge, histogram};
+use portcullis_core::config::LogConfig;
+use portcullis_core::record::{encode_batch, LogBuffer, Record};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::LogLevel;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+thread_local! {
+    static COUNTERS: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
+    static BUFFER: RefCell<Option<LogBuffer>> = const { RefCell::new(None) };
+}
+
+/// A label value inside a metric name: dots would split it.
+pub fn label(v: &str) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.chars().map(|c| if c == '.' || c.is_whitespace() { '_' } else { c }).collect()
+}
+
+/// Add to a counter, flushed to Envoy at the next tick.
+pub fn add(name: String, by: i64) {
+    if by == 0 {
+        return;
+    }
+    COUNTERS.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            *c.entry(name).or_insert(0) += by;
+        }
+    });
+}
+
+pub fn flush_counters() {
+    let pending: Vec<(String, i64)> =
+        COUNTERS.with(|c| c.try_borrow_mut().map(|mut c| c.drain().collect()).unwrap_or_default());
+    for (name, by) in pending {
+        count(&name, by);
+    }
+}
+
+/// (Re)size the buffer for a new config; records already waiting are kept.
+pub fn configure(cfg: Option<&LogConfig>) {
+    BUFFER.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            match cfg {
+                Some(c) => {
+                    let mut fresh = LogBuffer::new(c.buffer_records, c.buffer_bytes);
+                    if let Some(old) = b.as_mut() {
+                        fresh.dropped = old.dropped;
+                        let waiting = old.take(usize::MAX);
+                        fresh.requeue(waiting);
+                    }
+                    *b = Some(fresh);
+                }
+                None => *b = None,
+            }
+        }
+    });
+}
+
+pub fn enabled() -> bool {
+    BUFFER.with(|b| b.try_borrow().map(|b| b.is_some()).unwrap_or(false))
+}
+
+pub fn push(record: &Record) {
+    BUFFER.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if let Some(buf) = b.as_mut() {
+                buf.push(record.encode());
+            }
+        }
+    });
+}
+
+/// The batch in flight to the collector, per VM.
+#[derive(Default)]
+pub struct Shipper {
+    in_flight: Option<(u32, Vec<Vec<u8>>)>,
+    reported_drops: u64,
+}
+
+impl Shipper {
+    /// At a tick: publish counters and, if nothing is in flight, send a batch.
+    pub fn tick(&mut self, cfg: Option<&LogConfig>) {
+        flush_counters();
+        let dropped = BUFFER.with(|b| b.try_borrow().ok().and_then(|b| b.as_ref().map(|b| b.dropped)).unwrap_or(0));
+        if dropped > self.reported_drops {
+            count("portcullis.log.dropped", (dropped - self.reported_drops) as i64);
+            self.reported_drops = dropped;
+        }
+        let Some(cfg) = cfg else { return };
+        if self.in_flight.is_some() {
+            return;
+        }
+        let batch = BUFFER.with(|b| {
+            b.try_borrow_mut().ok().and_then(|mut b| b.as_mut().map(|b| b.take(cfg.batch_size))).unwrap_or_default()
+        });
+        if batch.is_empty() {
+            return;
+        }
+        let body = encode_batch(&batch);
+        match hostcalls::dispatch_grpc_call(
+            &cfg.cluster,
+            "portcullis.v1.Collector",
+            "Ingest",
+            vec![],
+            Some(&body),
+            Duration::from_millis(cfg.timeout_ms),
+        ) {
+            Ok(token) => self.in_flight = Some((token, batch)),
+            Err(s) => {
+                let _ = hostcalls::log(LogLevel::Warn, &format!("request log not sent to {}: {s:?}", cfg.cluster));
+                count("portcullis.log.flush_failures", 1);
+                requeue(batch);
+            }
+        }
+    }
+
+    /// The collector answered (gRPC status 0 = committed).
+    pub fn on_response(&mut self, token: u32, grpc_status: u32) {
+        let Some((t, batch)) = self.in_flight.take() else { return };
+        if t != token {
+            self.in_flight = Some((t, batch));
+            return;
+        }
+        if grpc_status == 0 {
+            count("portcullis.log.records_sent", batch.len() as i64);
+        } else {
+            count("portcullis.log.flush_failures", 1);
+            requeue(batch);
+        }
+    }
+}
+
+fn requeue(batch: Vec<Vec<u8>>) {
+    BUFFER.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if let Some(buf) = b.as_mut() {
+                buf.requeue(batch);
+            }
+        }
+    });
+}
+
+/// Per-request metrics: requests by client, provider, model, status class and
+/// cache status; tokens; gateway latency.
+pub fn request_metrics(r: &Record) {
+    let class = match r.status {
+        200..=299 => "2xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    };
+    add(
+        format!(
+            "portcullis.requests.client.{}.provider.{}.model.{}.status.{class}.cache.{}.total",
+            label(&r.client),
+            label(&r.provider),
+            label(&r.model),
+            label(&r.cache)
+        ),
+        1,
+    );
+    if r.prompt_tokens + r.completion_tokens > 0 {
+        let pm = format!("provider.{}.model.{}", label(&r.provider), label(&r.model));
+        add(format!("portcullis.tokens_in.{pm}.total"), r.prompt_tokens as i64);
+        add(format!("portcullis.tokens_out.{pm}.total"), r.completion_tokens as i64);
+    }
+    histogram(&format!("portcullis.latency.provider.{}.ms", label(&r.provider)), r.latency_ms);
+}
+
+pub fn config_generation(generation: u64) {
+    gauge("portcullis.config_generation", generation);
+}
