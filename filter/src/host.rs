@@ -674,10 +674,8 @@ impl Stream {
     /// Answer from the cache: as stored, or replayed as an SSE stream when the
     /// request asked for one.
     fn answer_from_cache(&mut self, flight: &Flight, provider: &str, stored: &[u8]) -> Action {
+        // A hit spends no provider tokens: the record and metrics say 0.
         self.log.status = 200;
-        if telemetry::enabled() {
-            self.log.usage = Usage::from_body(stored);
-        }
         let (content_type, body) = if flight.chat.stream {
             match sse::replay(stored, flight.chat.include_usage) {
                 Some(b) => ("text/event-stream", b),
@@ -886,6 +884,7 @@ impl Context for Stream {
             histogram("portcullis.attempts", u64::from(f.attempts));
         }
         self.phase = Phase::Done;
+        self.log.status = status.unwrap_or(502);
         if let Err(s) = hostcalls::send_http_response(u32::from(status.unwrap_or(502)), hdrs, Some(&body)) {
             log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
         }
