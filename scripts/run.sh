@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
 MOCK=target/release/portcullis-mock
+COLLECTOR=target/release/portcullis-collector
 mkdir -p .run/ecds .run/logs
 pids=()
 cleanup() {
@@ -29,6 +30,9 @@ wait_for() { # url what
 wait_for http://127.0.0.1:18001/__mock/hits "mock provider primary"
 wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 
+"$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db >.run/logs/collector.log 2>&1 & pids+=($!)
+wait_for http://127.0.0.1:9090/healthz "collector"
+
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup \
   "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
@@ -40,7 +44,7 @@ until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http:
 done
 
 cat <<MSG
-portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, logs in .run/logs/). Try:
+portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, dashboard http://127.0.0.1:9090/dashboard, logs in .run/logs/). Try:
   curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG

@@ -1,0 +1,76 @@
+//! The dashboard loads in headless Chromium with data rendered.
+use portcullis_collector::proto::{collector_client::CollectorClient, RecordBatch, RequestRecord};
+use portcullis_tests::*;
+use std::process::Command;
+
+fn chromium() -> String {
+    for c in ["chromium", "chromium-browser", "google-chrome"] {
+        if Command::new("which").arg(c).output().map(|o| o.status.success()).unwrap_or(false) {
+            return c.to_string();
+        }
+    }
+    panic!("no chromium: `make test` installs Debian's chromium package");
+}
+
+fn chrome(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Output {
+    Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,1000",
+            "--virtual-time-budget=8000",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("run chromium")
+}
+
+#[test]
+fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
+    let dir = TempDir::new("dashboard");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let records: Vec<RequestRecord> = (0..7)
+        .map(|i| RequestRecord {
+            request_id: format!("d-{i}"),
+            time_ms: now - 1000 * i,
+            client: "demo".into(),
+            model: if i < 5 { "gpt-4o-mini".into() } else { "llama-3.1-8b".into() },
+            provider: if i < 5 { "primary".into() } else { "backup".into() },
+            cache: if i == 0 { "hit".into() } else { "miss".into() },
+            status: 200,
+            latency_ms: 40 + i,
+            prompt_tokens: 10,
+            completion_tokens: 20,
+            cost_micros: 250,
+            ..Default::default()
+        })
+        .collect();
+    let port = c.grpc_port;
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+        let mut client = CollectorClient::connect(format!("http://127.0.0.1:{port}")).await.unwrap();
+        client.ingest(RecordBatch { records }).await.unwrap();
+    });
+    let url = c.url("/dashboard");
+    let dom = chrome(&dir.0, &["--dump-dom"], &url);
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(html.contains("data-loaded=\"yes\""), "the page did not finish loading data:\n{html}\n{}", String::from_utf8_lossy(&dom.stderr));
+    assert!(html.contains("<div class=\"v\">7</div><div class=\"l\">requests</div>"), "{html}");
+    assert!(html.contains("14.3%"), "cache hit rate 1/7: {html}");
+    assert!(html.contains("llama-3.1-8b") && html.contains("backup"), "{html}");
+    let shot = dir.0.join("dashboard.png");
+    let out = chrome(&dir.0, &[&format!("--screenshot={}", shot.display())], &url);
+    let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(&png[1..4], b"PNG");
+    assert!(png.len() > 20_000, "a blank page is smaller ({} bytes)", png.len());
+    // Kept for people to look at: target/dashboard.png.
+    let _ = std::fs::copy(&shot, repo_root().join("target/dashboard.png"));
+}
