@@ -11,7 +11,8 @@ WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 .PHONY: run test bench bench-collector lint wasm tools envoy chromium unit wasm-unit integration reload clean
 
 run: tools wasm
-	cargo build --release -p portcullis-tests --bin portcullis-mock -p portcullis-collector
+	cargo build --release -p portcullis-tests --bin portcullis-mock
+	cargo build --release -p portcullis-collector --bin portcullis-collector
 	ENVOY="$(ENVOY)" scripts/run.sh
 
 reload:
