@@ -164,8 +164,8 @@ fn record(id: &str, provider: &str, status: u32, latency: u64, cache: &str, atte
         completion_tokens: 5,
         cost_micros: 1500,
         attempts: (0..attempts).map(|_| Default::default()).collect(),
-        experiment: if (latency / 10) % 2 == 0 { "ab".into() } else { String::new() },
-        arm: if (latency / 10) % 2 == 0 { "control".into() } else { String::new() },
+        experiment: if (latency / 10).is_multiple_of(2) { "ab".into() } else { String::new() },
+        arm: if (latency / 10).is_multiple_of(2) { "control".into() } else { String::new() },
         ..Default::default()
     }
 }
