@@ -338,6 +338,13 @@ impl Envoy {
             let l = try_get(&format!("http://127.0.0.1:{admin}/listeners?format=json"))?.json();
             l["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64().map(|p| p as u16)
         });
+        // The filter's config must have been applied, not rejected.
+        let applied = poll_until(Duration::from_secs(30), "the plugin config to be applied or rejected", || {
+            let ok = envoy.stat("extension_config_discovery.http_filter.portcullis.config_reload").unwrap_or(0);
+            let failed = envoy.stat("extension_config_discovery.http_filter.portcullis.config_fail").unwrap_or(0);
+            (ok + failed > 0).then_some(ok > 0)
+        });
+        assert!(applied, "Envoy rejected the plugin config:\n{}", tail(&log_path));
         envoy
     }
 

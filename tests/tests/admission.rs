@@ -111,8 +111,10 @@ fn concurrency_cap_holds_and_frees_slots() {
 #[test]
 fn budget_holds_under_a_concurrent_burst_and_settles_with_real_usage() {
     // 1000 USD per 1M tokens = 1000 micro-USD a token; budget 0.1 USD.
-    let prices = "prices:\n  gpt-4o-mini: {input: 1000, output: 1000}\n  gpt-4o: {input: 1000, output: 1000}\n  llama-3.1-8b: {input: 0, output: 0}\n";
-    let s = Stack::start(&plugin("{budget_usd_per_day: 0.1}", prices), 2);
+    let shipped = "  gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}\n";
+    let p = plugin("{budget_usd_per_day: 0.1}", "");
+    assert!(p.contains(shipped), "envoy/plugin.yaml prices changed; update this test");
+    let s = Stack::start(&p.replace(shipped, "  gpt-4o-mini: {input: 1000, output: 1000}\n"), 2);
     s.primary.default_step(json!({"delay_ms": 500, "usage": {"prompt_tokens": 10, "completion_tokens": 20}}));
     let body = json!({"model": "gpt-4o-mini", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}).to_string();
     // Reservation: (body/4 ≈ 21 + 10 tokens) ≈ 31_000 micro-USD; 3 fit in 100_000.
