@@ -99,7 +99,9 @@ fn collector_down_never_fails_a_request_drops_are_counted_and_records_flow_when_
     poll_until(Duration::from_secs(10), "dropped records to be counted", || {
         (s.envoy.stat("wasmcustom.portcullis.log.dropped").unwrap_or(0) >= 15).then_some(())
     });
-    assert!(s.envoy.stat("wasmcustom.portcullis.log.flush_failures").unwrap_or(0) > 0);
+    poll_until(Duration::from_secs(10), "a failed flush to be counted", || {
+        (s.envoy.stat("wasmcustom.portcullis.log.flush_failures").unwrap_or(0) > 0).then_some(())
+    });
 
     let dir = TempDir::new("collector");
     let c = Collector::start(&dir.0.join("log.db"), grpc_port);
@@ -215,12 +217,14 @@ fn summary_figures_match_a_known_set_of_records() {
 #[test]
 fn sigkill_during_ingest_loses_no_acknowledged_record_and_resends_are_harmless() {
     let dir = TempDir::new("collector");
-    let db = dir.0.join("log.db");
-    let c = Collector::start(&db, 0);
+    let c = Collector::start(&dir.0.join("log.db"), 0);
     let port = c.grpc_port;
+    let acked_count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = acked_count.clone();
     let acked: Vec<Vec<String>> = rt().block_on(async move {
         let mut tasks = Vec::new();
         for w in 0..4 {
+            let counter = counter.clone();
             tasks.push(tokio::spawn(async move {
                 let mut acked = Vec::new();
                 let Ok(mut client) = CollectorClient::connect(format!("http://127.0.0.1:{port}")).await else { return acked };
@@ -228,17 +232,19 @@ fn sigkill_during_ingest_loses_no_acknowledged_record_and_resends_are_harmless()
                     let ids: Vec<String> = (0..50).map(|i| format!("w{w}-b{b}-r{i}")).collect();
                     let batch = RecordBatch { records: ids.iter().map(|id| record(id, "primary", 200, 5, "miss", 1)).collect() };
                     match client.ingest(batch).await {
-                        Ok(_) => acked.push(ids),
+                        Ok(_) => {
+                            counter.fetch_add(ids.len(), std::sync::atomic::Ordering::SeqCst);
+                            acked.push(ids);
+                        }
                         Err(_) => break,
                     }
                 }
                 acked.into_iter().flatten().collect::<Vec<String>>().chunks(50).map(|c| c.to_vec()).collect::<Vec<_>>()
             }));
         }
-        // Kill once ingest is well under way.
-        poll_until(Duration::from_secs(30), "ingest under way", || {
-            let n = rusqlite::Connection::open(&db).ok()?.query_row("SELECT COUNT(*) FROM requests", [], |r| r.get::<_, i64>(0)).ok()?;
-            (n > 2000).then_some(())
+        // Kill once ingest is well under way (while batches are in flight).
+        poll_until(Duration::from_secs(30), "2000 acknowledged records", || {
+            (counter.load(std::sync::atomic::Ordering::SeqCst) >= 2000).then_some(())
         });
         c.kill();
         let mut all = Vec::new();
@@ -248,7 +254,8 @@ fn sigkill_during_ingest_loses_no_acknowledged_record_and_resends_are_harmless()
         all
     });
     let total_acked: usize = acked.iter().map(Vec::len).sum();
-    assert!(total_acked > 2000, "only {total_acked} acknowledged before the kill");
+    assert!(total_acked >= 2000, "only {total_acked} acknowledged before the kill");
+    assert_eq!(total_acked, acked_count.load(std::sync::atomic::Ordering::SeqCst));
     let c = Collector::start(&dir.0.join("log.db"), 0);
     let conn = rusqlite::Connection::open(&c.db).unwrap();
     let mut missing = 0;
