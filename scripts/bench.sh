@@ -21,20 +21,24 @@ if ! command -v wrk >/dev/null; then
   (apt-get install -y -qq wrk >/dev/null 2>&1) || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 fi
 cargo build --release -q -p portcullis-tests --bin portcullis-mock
+cargo build --release -q -p portcullis-collector --bin portcullis-collector
 dir=$(mktemp -d /tmp/portcullis-bench.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT INT TERM
 wait_for() { local d=$((SECONDS + 30)); until curl -fsS -o /dev/null "$@" 2>/dev/null; do ((SECONDS < d)) || { echo "bench: $* not ready" >&2; exit 1; }; sleep 0.1; done; }
 
-MOCK_PORT=18101
+MOCK_PORT=18101; COLLECTOR_PORT=18151
+# The request log goes to a real collector, as in a real deployment.
+taskset -c 1 target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR_PORT --http 127.0.0.1:18152 --db "$dir/log.db" >"$dir/collector.log" 2>&1 & pids+=($!)
 taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --threads 1 --api-key sk-bench >"$dir/mock.log" 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
+wait_for http://127.0.0.1:18152/healthz
 
 declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102) ADMIN=([bare]=9912 [route]=9911 [hit]=9913) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo)
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/bare.yaml"
 for v in route hit; do
-  sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
+  sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
 done
 sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
 grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench: cannot turn the cache off in envoy/plugin.yaml" >&2; exit 1; }
@@ -110,4 +114,5 @@ mkdir -p .run
   echo "Median route/bare: $(median_of "${rr[@]}")x (CPU per request: $(median_of "${rc[@]}")x)"
   echo "Median hit/bare:   $(median_of "${hr[@]}")x (CPU per request: $(median_of "${hc[@]}")x)"
   echo "Hit gateway over the whole run: $hits cache hits, $misses misses (the first request)"
+  echo "Request records in the collector: $(curl -s 'http://127.0.0.1:18152/v1/metrics/summary?since=0' | sed 's/.*"total":\([0-9]*\).*/\1/')"
 } | tee .run/bench-latest.md

@@ -80,10 +80,14 @@ pub fn push(record: &Record) {
     });
 }
 
-/// The batch in flight to the collector, per VM.
+/// Batches sent at once at most, per VM: with a batch of 500 every tick, one
+/// at a time would cap the log at 500 records per second per worker.
+const MAX_IN_FLIGHT: usize = 8;
+
+/// The batches in flight to the collector, per VM.
 #[derive(Default)]
 pub struct Shipper {
-    in_flight: Option<(u32, Vec<Vec<u8>>)>,
+    in_flight: HashMap<u32, Vec<Vec<u8>>>,
     reported_drops: u64,
 }
 
@@ -97,40 +101,38 @@ impl Shipper {
             self.reported_drops = dropped;
         }
         let Some(cfg) = cfg else { return };
-        if self.in_flight.is_some() {
-            return;
-        }
-        let batch = BUFFER.with(|b| {
-            b.try_borrow_mut().ok().and_then(|mut b| b.as_mut().map(|b| b.take(cfg.batch_size))).unwrap_or_default()
-        });
-        if batch.is_empty() {
-            return;
-        }
-        let body = encode_batch(&batch);
-        match hostcalls::dispatch_grpc_call(
-            &cfg.cluster,
-            "portcullis.v1.Collector",
-            "Ingest",
-            vec![],
-            Some(&body),
-            Duration::from_millis(cfg.timeout_ms),
-        ) {
-            Ok(token) => self.in_flight = Some((token, batch)),
-            Err(s) => {
-                let _ = hostcalls::log(LogLevel::Warn, &format!("request log not sent to {}: {s:?}", cfg.cluster));
-                count("portcullis.log.flush_failures", 1);
-                requeue(batch);
+        while self.in_flight.len() < MAX_IN_FLIGHT {
+            let batch = BUFFER.with(|b| {
+                b.try_borrow_mut().ok().and_then(|mut b| b.as_mut().map(|b| b.take(cfg.batch_size))).unwrap_or_default()
+            });
+            if batch.is_empty() {
+                return;
+            }
+            let body = encode_batch(&batch);
+            match hostcalls::dispatch_grpc_call(
+                &cfg.cluster,
+                "portcullis.v1.Collector",
+                "Ingest",
+                vec![],
+                Some(&body),
+                Duration::from_millis(cfg.timeout_ms),
+            ) {
+                Ok(token) => {
+                    self.in_flight.insert(token, batch);
+                }
+                Err(s) => {
+                    let _ = hostcalls::log(LogLevel::Warn, &format!("request log not sent to {}: {s:?}", cfg.cluster));
+                    count("portcullis.log.flush_failures", 1);
+                    requeue(batch);
+                    return;
+                }
             }
         }
     }
 
     /// The collector answered (gRPC status 0 = committed).
     pub fn on_response(&mut self, token: u32, grpc_status: u32) {
-        let Some((t, batch)) = self.in_flight.take() else { return };
-        if t != token {
-            self.in_flight = Some((t, batch));
-            return;
-        }
+        let Some(batch) = self.in_flight.remove(&token) else { return };
         if grpc_status == 0 {
             count("portcullis.log.records_sent", batch.len() as i64);
         } else {

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 fn logging_plugin(extra_log: &str) -> String {
-    let base = test_plugin().replace("flush_interval_ms: 1000", "flush_interval_ms: 100");
+    let base = test_plugin().replace("flush_interval_ms: 250", "flush_interval_ms: 100");
     let base = base.replace("  include_content: false        # true: keep prompt and completion text\n", extra_log);
     base.replace("cache:\n  enabled: false", "cache:\n  enabled: true")
 }

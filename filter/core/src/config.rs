@@ -63,7 +63,7 @@ fn default_log_batch() -> usize {
     500
 }
 fn default_log_flush() -> u64 {
-    1000
+    250
 }
 fn default_log_buffer() -> usize {
     10_000
