@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run test bench bench-collector lint wasm tools envoy chromium unit wasm-unit integration reload clean
+.PHONY: run test bench bench-collector lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean
 
 run: tools wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -24,7 +24,7 @@ test: tools wasm lint unit wasm-unit integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools wasm chromium
+integration: tools wasm chromium sdk
 	cargo build -p portcullis-collector
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
 
@@ -50,6 +50,13 @@ tools: envoy
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 
 envoy: $(if $(ENVOY_BIN),,$(VENV)/bin/envoy)
+
+# The official OpenAI Python SDK, for the SDK compatibility test.
+OPENAI_SDK_VERSION := 3.57.0
+sdk:
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet openai==$(OPENAI_SDK_VERSION)
 
 # Headless Chromium for the dashboard test (Debian's package).
 chromium:
