@@ -18,3 +18,4 @@ pub mod experiment;
 pub mod ratelimit;
 pub mod usage;
 pub mod record;
+mod robustness;
