@@ -20,12 +20,23 @@ pub struct Api {
 
 pub fn router(api: Api) -> Router {
     Router::new()
-        .route("/", get(|| async { axum::response::Redirect::temporary("/dashboard") }))
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::temporary("/dashboard") }),
+        )
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/metrics/summary", get(summary_handler))
         .route("/v1/requests/recent", get(recent_handler))
-        .route("/dashboard", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], DASHBOARD) }))
+        .route(
+            "/dashboard",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    DASHBOARD,
+                )
+            }),
+        )
         .with_state(api)
 }
 
@@ -41,7 +52,9 @@ async fn with_reader<T: Send + 'static>(
 ) -> Result<T, Response> {
     let reader = api.reader.clone();
     tokio::task::spawn_blocking(move || {
-        let conn = reader.lock().map_err(|_| "reader lock poisoned".to_string())?;
+        let conn = reader
+            .lock()
+            .map_err(|_| "reader lock poisoned".to_string())?;
         f(&conn).map_err(|e| e.to_string())
     })
     .await
@@ -50,7 +63,11 @@ async fn with_reader<T: Send + 'static>(
 }
 
 async fn health(State(api): State<Api>) -> Response {
-    match with_reader(&api, |c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))).await {
+    match with_reader(&api, |c| {
+        c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
+    })
+    .await
+    {
         Ok(_) => (StatusCode::OK, "ok\n").into_response(),
         Err(r) => r,
     }
@@ -86,17 +103,24 @@ struct SinceQuery {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// `since`: epoch milliseconds, or a span back from now (`90s`, `15m`, `24h`, `7d`).
 pub fn parse_since(s: Option<&str>, now: i64) -> Result<i64, String> {
-    let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else { return Ok(now - 86_400_000) };
+    let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(now - 86_400_000);
+    };
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
     }
     let (num, unit) = s.split_at(s.len() - 1);
-    let n: i64 = num.parse().map_err(|_| format!("`since` must be epoch milliseconds or like 15m, 24h (got `{s}`)"))?;
+    let n: i64 = num
+        .parse()
+        .map_err(|_| format!("`since` must be epoch milliseconds or like 15m, 24h (got `{s}`)"))?;
     let unit_ms = match unit {
         "s" => 1_000,
         "m" => 60_000,
@@ -126,7 +150,10 @@ struct LimitQuery {
 async fn recent_handler(State(api): State<Api>, Query(q): Query<LimitQuery>) -> Response {
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
-        return error(StatusCode::BAD_REQUEST, "`limit` must be between 1 and 1000".into());
+        return error(
+            StatusCode::BAD_REQUEST,
+            "`limit` must be between 1 and 1000".into(),
+        );
     }
     match with_reader(&api, move |c| summary::recent(c, limit)).await {
         Ok(rows) => Json(serde_json::json!({"data": rows})).into_response(),
@@ -141,7 +168,10 @@ mod tests {
     #[test]
     fn since_accepts_epoch_ms_and_spans() {
         assert_eq!(parse_since(Some("1234"), 10_000_000), Ok(1234));
-        assert_eq!(parse_since(Some("15m"), 10_000_000), Ok(10_000_000 - 900_000));
+        assert_eq!(
+            parse_since(Some("15m"), 10_000_000),
+            Ok(10_000_000 - 900_000)
+        );
         assert_eq!(parse_since(None, 100_000_000), Ok(100_000_000 - 86_400_000));
         assert!(parse_since(Some("3w"), 0).is_err());
         assert!(parse_since(Some("abc"), 0).is_err());

@@ -18,7 +18,11 @@ impl Collector for Ingest {
         }
         let done = match self.writer.submit(batch.records) {
             Ok(rx) => rx,
-            Err(SubmitError::Full) => return Err(Status::resource_exhausted("ingest queue is full; retry later")),
+            Err(SubmitError::Full) => {
+                return Err(Status::resource_exhausted(
+                    "ingest queue is full; retry later",
+                ))
+            }
             Err(SubmitError::Closed) => return Err(Status::unavailable("the writer has stopped")),
         };
         match done.await {

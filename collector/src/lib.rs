@@ -6,7 +6,13 @@ pub mod grpc;
 pub mod store;
 pub mod summary;
 
-#[allow(clippy::all, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#[allow(
+    clippy::all,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 pub mod proto {
     tonic::include_proto!("portcullis.v1");
 }

@@ -8,7 +8,10 @@ use portcullis_collector::store::{migrate, open, Writer};
 use std::sync::{Arc, Mutex};
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
-    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned()
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 #[tokio::main]
@@ -24,18 +27,30 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let grpc_addr = arg(&args, "--grpc").unwrap_or_else(|| "127.0.0.1:50051".into());
     let http_addr = arg(&args, "--http").unwrap_or_else(|| "127.0.0.1:9090".into());
     let db = arg(&args, "--db").unwrap_or_else(|| "portcullis.db".into());
-    let retention = arg(&args, "--retention-days").map(|d| d.parse::<u64>()).transpose()?;
-    let queue: usize = arg(&args, "--queue").map(|d| d.parse()).transpose()?.unwrap_or(256);
+    let retention = arg(&args, "--retention-days")
+        .map(|d| d.parse::<u64>())
+        .transpose()?;
+    let queue: usize = arg(&args, "--queue")
+        .map(|d| d.parse())
+        .transpose()?
+        .unwrap_or(256);
 
     let mut conn = open(db.as_ref())?;
     migrate(&mut conn)?;
     let writer = Writer::start(conn, queue, retention);
     let reader = Arc::new(Mutex::new(open(db.as_ref())?));
-    let api = Api { reader, stats: writer.stats.clone() };
+    let api = Api {
+        reader,
+        stats: writer.stats.clone(),
+    };
 
     let grpc_listener = tokio::net::TcpListener::bind(&grpc_addr).await?;
     let http_listener = tokio::net::TcpListener::bind(&http_addr).await?;
-    println!("portcullis-collector grpc={} http={}", grpc_listener.local_addr()?, http_listener.local_addr()?);
+    println!(
+        "portcullis-collector grpc={} http={}",
+        grpc_listener.local_addr()?,
+        http_listener.local_addr()?
+    );
 
     let grpc = tonic::transport::Server::builder()
         .add_service(CollectorServer::new(Ingest { writer }))

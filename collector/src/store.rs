@@ -12,8 +12,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` says how many ran.
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE requests (
+const MIGRATIONS: &[&str] = &["CREATE TABLE requests (
         request_id TEXT PRIMARY KEY,
         time_ms INTEGER NOT NULL,
         client TEXT NOT NULL,
@@ -38,8 +37,7 @@ const MIGRATIONS: &[&str] = &[
         prompt TEXT,
         completion TEXT
     );
-    CREATE INDEX requests_time ON requests(time_ms);",
-];
+    CREATE INDEX requests_time ON requests(time_ms);"];
 
 pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
@@ -50,7 +48,8 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
 }
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<usize> {
-    let current: usize = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+    let current: usize =
+        conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
     for (i, m) in MIGRATIONS.iter().enumerate().skip(current) {
         let tx = conn.transaction()?;
         tx.execute_batch(m)?;
@@ -104,12 +103,17 @@ impl Writer {
             .name("sqlite-writer".into())
             .spawn(move || run(conn, rx, s, retention_days))
             .map(|_| ())
-            .unwrap_or_else(|e| eprintln!("portcullis-collector: cannot start the writer thread: {e}"));
+            .unwrap_or_else(|e| {
+                eprintln!("portcullis-collector: cannot start the writer thread: {e}")
+            });
         Writer { tx, stats }
     }
 
     /// Queue a batch; the receiver resolves once it is committed.
-    pub fn submit(&self, records: Vec<RequestRecord>) -> Result<oneshot::Receiver<Ack>, SubmitError> {
+    pub fn submit(
+        &self,
+        records: Vec<RequestRecord>,
+    ) -> Result<oneshot::Receiver<Ack>, SubmitError> {
         let (done, rx) = oneshot::channel();
         match self.tx.try_send(Job { records, done }) {
             Ok(()) => {
@@ -139,18 +143,28 @@ fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention_day
                 Err(_) => break,
             }
         }
-        stats.queue_depth.fetch_sub(jobs.len() as u64, Ordering::Relaxed);
+        stats
+            .queue_depth
+            .fetch_sub(jobs.len() as u64, Ordering::Relaxed);
         let started = Instant::now();
         let result = write(&mut conn, &jobs);
         match &result {
             Ok(counts) => {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
-                stats.commit_micros_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                stats
+                    .commit_micros_total
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 for (stored, dup) in counts {
-                    stats.ingested.fetch_add(u64::from(*stored), Ordering::Relaxed);
-                    stats.duplicates.fetch_add(u64::from(*dup), Ordering::Relaxed);
+                    stats
+                        .ingested
+                        .fetch_add(u64::from(*stored), Ordering::Relaxed);
+                    stats
+                        .duplicates
+                        .fetch_add(u64::from(*dup), Ordering::Relaxed);
                 }
-                stats.batches.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                stats
+                    .batches
+                    .fetch_add(jobs.len() as u64, Ordering::Relaxed);
             }
             Err(_) => {
                 stats.failed_commits.fetch_add(1, Ordering::Relaxed);
@@ -244,7 +258,11 @@ pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 pub fn exists(conn: &Connection, request_id: &str) -> rusqlite::Result<bool> {
-    conn.query_row("SELECT 1 FROM requests WHERE request_id = ?1", [request_id], |_| Ok(()))
-        .optional()
-        .map(|o| o.is_some())
+    conn.query_row(
+        "SELECT 1 FROM requests WHERE request_id = ?1",
+        [request_id],
+        |_| Ok(()),
+    )
+    .optional()
+    .map(|o| o.is_some())
 }

@@ -99,7 +99,11 @@ pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
         cost_usd: cost as f64 / 1e6,
         by_provider: groups(conn, since_ms, "provider")?,
         by_model: groups(conn, since_ms, "model")?,
-        by_experiment: groups(conn, since_ms, "CASE WHEN experiment = '' THEN '' ELSE experiment || '/' || arm END")?,
+        by_experiment: groups(
+            conn,
+            since_ms,
+            "CASE WHEN experiment = '' THEN '' ELSE experiment || '/' || arm END",
+        )?,
     })
 }
 

@@ -1,19 +1,19 @@
 use crate::limits::{self, Held};
-use crate::telemetry::{self, Shipper};
-use portcullis_core::record::{Attempt as RecordAttempt, Record};
 use crate::shared::{count, count_gauge, gauge, histogram, provider_metric, HostStore};
+use crate::telemetry::{self, Shipper};
 use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
 use portcullis_core::cache::{self, CacheConfig, Directive, StoreOutcome};
-use portcullis_core::sse::{self, Relay};
 use portcullis_core::config::{compile, Gateway, Provider};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::request::ChatRequest;
 use portcullis_core::ratelimit::{self, Take};
+use portcullis_core::record::{Attempt as RecordAttempt, Record};
+use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{authenticate, models_list, resolve};
-use portcullis_core::usage::Usage;
+use portcullis_core::sse::{self, Relay};
 use portcullis_core::store::{update, Store};
+use portcullis_core::usage::Usage;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, Status};
@@ -89,8 +89,14 @@ fn bump_generation(config: &[u8]) -> u64 {
     update(&HostStore, "portcullis:config_generation", |cur| {
         let (old_hash, gen) = match cur.filter(|c| c.len() == 16) {
             Some(c) => (
-                c.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0),
-                c.get(8..).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0),
+                c.get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_le_bytes)
+                    .unwrap_or(0),
+                c.get(8..)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_le_bytes)
+                    .unwrap_or(0),
             ),
             None => (0, 0),
         };
@@ -127,10 +133,17 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
-        let bytes = match hostcalls::get_buffer(BufferType::PluginConfiguration, 0, plugin_configuration_size) {
+        let bytes = match hostcalls::get_buffer(
+            BufferType::PluginConfiguration,
+            0,
+            plugin_configuration_size,
+        ) {
             Ok(b) => b.unwrap_or_default(),
             Err(status) => {
-                log(LogLevel::Error, &format!("cannot read plugin config: {status:?}"));
+                log(
+                    LogLevel::Error,
+                    &format!("cannot read plugin config: {status:?}"),
+                );
                 return false;
             }
         };
@@ -141,18 +154,27 @@ impl RootContext for Root {
                 for p in &gw.providers {
                     let key = breaker_key(&p.name);
                     match HostStore.get(&key) {
-                        Ok((Some(v), _)) => gauge(&provider_metric(&p.name, "breaker_state"), Breaker::decode(Some(&v)).state.gauge()),
+                        Ok((Some(v), _)) => gauge(
+                            &provider_metric(&p.name, "breaker_state"),
+                            Breaker::decode(Some(&v)).state.gauge(),
+                        ),
                         Ok((None, _)) => {
                             let _ = HostStore.set(&key, &Breaker::default().encode(), None);
                             gauge(&provider_metric(&p.name, "breaker_state"), 0);
                         }
-                        Err(e) => log(LogLevel::Warn, &format!("breaker state of `{}` unreadable: {e:?}", p.name)),
+                        Err(e) => log(
+                            LogLevel::Warn,
+                            &format!("breaker state of `{}` unreadable: {e:?}", p.name),
+                        ),
                     }
                 }
                 telemetry::configure(gw.log.as_ref());
                 let tick = gw.log.as_ref().map(|l| l.flush_interval_ms).unwrap_or(1000);
                 if let Err(s) = hostcalls::set_tick_period(Duration::from_millis(tick)) {
-                    log(LogLevel::Warn, &format!("no tick for metrics and the request log: {s:?}"));
+                    log(
+                        LogLevel::Warn,
+                        &format!("no tick for metrics and the request log: {s:?}"),
+                    );
                 }
                 telemetry::config_generation(bump_generation(&bytes));
                 log(
@@ -292,8 +314,18 @@ struct LogFacts {
 fn note_transition(provider: &str, t: Option<Transition>) {
     if let Some(t) = t {
         gauge(&provider_metric(provider, "breaker_state"), t.to.gauge());
-        count(&provider_metric(provider, &format!("breaker_to_{}", t.to.name())), 1);
-        log(LogLevel::Info, &format!("breaker of `{provider}`: {} -> {}", t.from.name(), t.to.name()));
+        count(
+            &provider_metric(provider, &format!("breaker_to_{}", t.to.name())),
+            1,
+        );
+        log(
+            LogLevel::Info,
+            &format!(
+                "breaker of `{provider}`: {} -> {}",
+                t.from.name(),
+                t.to.name()
+            ),
+        );
     }
 }
 
@@ -304,7 +336,9 @@ fn note_transition(provider: &str, t: Option<Transition>) {
 fn breaker_admit(p: &Provider) -> (Admission, bool) {
     let r = update(&HostStore, &breaker_key(&p.name), |cur| {
         let b = Breaker::decode(cur);
-        let clean = b.state == breaker::State::Closed && b.consecutive_failures == 0 && p.breaker.failure_ratio.is_none();
+        let clean = b.state == breaker::State::Closed
+            && b.consecutive_failures == 0
+            && p.breaker.failure_ratio.is_none();
         let (next, adm, t) = breaker::admit_at(&b, &p.breaker, now_ms);
         (next.map(|n| n.encode()), (adm, t, clean))
     });
@@ -315,7 +349,13 @@ fn breaker_admit(p: &Provider) -> (Admission, bool) {
         }
         Err(e) => {
             // Fail open: a store problem must not take a provider out.
-            log(LogLevel::Warn, &format!("breaker of `{}` unavailable ({e:?}); letting the request through", p.name));
+            log(
+                LogLevel::Warn,
+                &format!(
+                    "breaker of `{}` unavailable ({e:?}); letting the request through",
+                    p.name
+                ),
+            );
             (Admission::Allowed, false)
         }
     }
@@ -323,18 +363,25 @@ fn breaker_admit(p: &Provider) -> (Admission, bool) {
 
 fn breaker_result(p: &Provider, success: bool, probe: bool) {
     let r = update(&HostStore, &breaker_key(&p.name), |cur| {
-        let (next, t) = breaker::on_result_at(&Breaker::decode(cur), &p.breaker, now_ms, success, probe);
+        let (next, t) =
+            breaker::on_result_at(&Breaker::decode(cur), &p.breaker, now_ms, success, probe);
         (next.map(|n| n.encode()), t)
     });
     match r {
         Ok(t) => note_transition(&p.name, t),
-        Err(e) => log(LogLevel::Warn, &format!("breaker of `{}` not updated: {e:?}", p.name)),
+        Err(e) => log(
+            LogLevel::Warn,
+            &format!("breaker of `{}` not updated: {e:?}", p.name),
+        ),
     }
 }
 
 fn breaker_release_probe(p: &Provider) {
     let _ = update(&HostStore, &breaker_key(&p.name), |cur| {
-        (breaker::release_probe(&Breaker::decode(cur)).map(|n| n.encode()), ())
+        (
+            breaker::release_probe(&Breaker::decode(cur)).map(|n| n.encode()),
+            (),
+        )
     });
 }
 
@@ -371,7 +418,10 @@ impl Stream {
         hdrs.extend_from_slice(extra);
         hdrs.extend(self.rate_headers.iter().map(|(k, v)| (*k, v.as_str())));
         if let Err(s) = hostcalls::send_http_response(u32::from(status), hdrs, Some(body)) {
-            log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
+            log(
+                LogLevel::Error,
+                &format!("send_http_response failed: {s:?}"),
+            );
         }
         Action::Pause
     }
@@ -379,13 +429,18 @@ impl Stream {
     fn fail(&mut self, err: &GatewayError) -> Action {
         self.log.error = err.code;
         let retry = err.retry_after_s.map(|s| s.to_string());
-        let extra: Vec<(&str, &str)> = retry.as_deref().map(|r| vec![("retry-after", r)]).unwrap_or_default();
+        let extra: Vec<(&str, &str)> = retry
+            .as_deref()
+            .map(|r| vec![("retry-after", r)])
+            .unwrap_or_default();
         self.reply(err.status, &extra, &err.body())
     }
 
     fn on_headers(&mut self, end_of_stream: bool) -> Result<Action, GatewayError> {
         let Some(loaded) = self.loaded.clone() else {
-            return Err(GatewayError::internal("The gateway has no valid configuration yet."));
+            return Err(GatewayError::internal(
+                "The gateway has no valid configuration yet.",
+            ));
         };
         let all = hostcalls::get_map(MapType::HttpRequestHeaders)
             .map_err(|s| GatewayError::internal(format!("cannot read request headers: {s:?}")))?;
@@ -439,8 +494,11 @@ impl Stream {
                     let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, k, None);
                 }
                 self.req_path = path.to_string();
-                self.req_authority =
-                    all.iter().find(|(k, _)| k == ":authority").map(|(_, v)| v.clone()).unwrap_or_default();
+                self.req_authority = all
+                    .iter()
+                    .find(|(k, _)| k == ":authority")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
                 self.phase = Phase::ChatBody;
                 Ok(Action::Pause)
             }
@@ -450,7 +508,9 @@ impl Stream {
 
     fn on_body(&mut self, body_size: usize, end_of_stream: bool) -> Result<Action, GatewayError> {
         let Some(loaded) = self.loaded.clone() else {
-            return Err(GatewayError::internal("The gateway has no valid configuration yet."));
+            return Err(GatewayError::internal(
+                "The gateway has no valid configuration yet.",
+            ));
         };
         let gw = &loaded.gw;
         if body_size > gw.max_body_bytes {
@@ -471,15 +531,26 @@ impl Stream {
         let route = match resolve(gw, client, &chat.model, self.roll) {
             Ok(r) => r,
             Err(e) => {
-                self.rate_headers = limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
+                self.rate_headers =
+                    limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
                 return Err(e);
             }
         };
-        let model_name = gw.models.get(route.model).map(|m| m.name.clone()).unwrap_or_default();
+        let model_name = gw
+            .models
+            .get(route.model)
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
         let experiment = route.experiment.and_then(|(ei, ai)| {
             let e = gw.experiments.get(ei)?;
             let arm = e.arms.get(ai)?;
-            telemetry::add(format!("portcullis.experiment_requests.experiment.{}.arm.{}.total", e.name, arm.name), 1);
+            telemetry::add(
+                format!(
+                    "portcullis.experiment_requests.experiment.{}.arm.{}.total",
+                    e.name, arm.name
+                ),
+                1,
+            );
             Some(format!("{}/{}", e.name, arm.name))
         });
         let mut flight = Flight {
@@ -503,7 +574,11 @@ impl Stream {
         // needs no breaker read and never touches a provider.
         if let (Some(cfg), Some((first, first_model_id))) = (&gw.cache, flight.candidates.first()) {
             let directive = cache::directive(self.cache_control.as_deref());
-            let first_name = gw.providers.get(*first).map(|p| p.name.as_str()).unwrap_or_default();
+            let first_name = gw
+                .providers
+                .get(*first)
+                .map(|p| p.name.as_str())
+                .unwrap_or_default();
             if directive != Directive::Bypass {
                 let doc = flight.chat.document();
                 let scope = cfg.per_client.then_some(client.name.as_str());
@@ -513,8 +588,11 @@ impl Stream {
                         Ok(Some(stored)) => {
                             count("portcullis.cache.hits", 1);
                             // A hit costs no tokens or budget, but it was a request.
-                            self.rate_headers =
-                                limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
+                            self.rate_headers = limits::headers(
+                                client,
+                                self.req_take,
+                                limits::peek_tokens(client, now_ms()),
+                            );
                             flight.cache_status = "hit";
                             let action = self.answer_from_cache(&flight, first_name, &stored);
                             self.flight = Some(flight);
@@ -524,7 +602,11 @@ impl Stream {
                         Err(e) => log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
                     }
                 }
-                flight.cache_status = if directive == Directive::Refresh { "refresh" } else { "miss" };
+                flight.cache_status = if directive == Directive::Refresh {
+                    "refresh"
+                } else {
+                    "miss"
+                };
                 flight.cache = Some(CacheFill { key });
                 // Stored streams keep their usage, for replays that ask for it.
                 flight.ask_usage = flight.chat.needs_usage_request();
@@ -532,8 +614,13 @@ impl Stream {
         }
         // Limits on what reaches a provider: concurrency, tokens, budget.
         let l = &client.limits;
-        if l.max_concurrent.is_some() || l.tokens_per_minute.is_some() || l.budget_micros.is_some() {
-            let reserve = ratelimit::reservation(flight.chat.body_len(), flight.chat.max_tokens, l.default_max_tokens);
+        if l.max_concurrent.is_some() || l.tokens_per_minute.is_some() || l.budget_micros.is_some()
+        {
+            let reserve = ratelimit::reservation(
+                flight.chat.body_len(),
+                flight.chat.max_tokens,
+                l.default_max_tokens,
+            );
             let price = gw.prices.get(route.model).copied().flatten();
             match limits::admit(client, reserve, price, now_ms()) {
                 Ok((held, tokens)) => {
@@ -544,7 +631,11 @@ impl Stream {
                     self.held = Some(held);
                 }
                 Err(e) => {
-                    self.rate_headers = limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
+                    self.rate_headers = limits::headers(
+                        client,
+                        self.req_take,
+                        limits::peek_tokens(client, now_ms()),
+                    );
                     return Err(e);
                 }
             }
@@ -558,16 +649,26 @@ impl Stream {
             }
         }
         let Some((provider_idx, model_id)) = flight.admit_next(gw) else {
-            return Err(exhausted(&flight.model_name, &flight.tried, &flight.skipped));
+            return Err(exhausted(
+                &flight.model_name,
+                &flight.tried,
+                &flight.skipped,
+            ));
         };
-        let provider =
-            gw.providers.get(provider_idx).ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
-        let host_err = |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
-        let set = |k: &str, v: Option<&str>| hostcalls::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err);
+        let provider = gw
+            .providers
+            .get(provider_idx)
+            .ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
+        let host_err =
+            |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
+        let set = |k: &str, v: Option<&str>| {
+            hostcalls::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err)
+        };
         // Each host call costs: touch only what changes.
         if model_id != flight.chat.model || flight.ask_usage {
             let new_body = flight.chat.body_for_with(&model_id, flight.ask_usage);
-            hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body).map_err(host_err)?;
+            hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body)
+                .map_err(host_err)?;
             set("content-length", Some(&new_body.len().to_string()))?;
         }
         let path = provider.chat_path();
@@ -578,9 +679,18 @@ impl Stream {
             set(":authority", Some(&provider.host))?;
         }
         set(headers::CLUSTER, Some(&provider.cluster))?;
-        set("x-envoy-upstream-rq-timeout-ms", Some(&provider.timeout_ms.to_string()))?;
+        set(
+            "x-envoy-upstream-rq-timeout-ms",
+            Some(&provider.timeout_ms.to_string()),
+        )?;
         // The client's key never reaches a provider.
-        set("authorization", loaded.credentials.get(provider_idx).and_then(|c| c.as_deref()))?;
+        set(
+            "authorization",
+            loaded
+                .credentials
+                .get(provider_idx)
+                .and_then(|c| c.as_deref()),
+        )?;
         self.flight = Some(flight);
         self.phase = Phase::Proxied;
         Ok(Action::Continue)
@@ -614,11 +724,17 @@ impl Stream {
 
     /// Dispatch to the next admitted candidate, or answer with the error.
     fn next_attempt(&mut self) -> Action {
-        let Some(loaded) = self.loaded.clone() else { return Action::Continue };
+        let Some(loaded) = self.loaded.clone() else {
+            return Action::Continue;
+        };
         let gw = &loaded.gw;
-        let Some(flight) = self.flight.as_mut() else { return Action::Continue };
+        let Some(flight) = self.flight.as_mut() else {
+            return Action::Continue;
+        };
         while let Some((idx, model_id)) = flight.admit_next(gw) {
-            let Some(p) = gw.providers.get(idx) else { continue };
+            let Some(p) = gw.providers.get(idx) else {
+                continue;
+            };
             let body = flight.chat.body_for_with(&model_id, flight.ask_usage);
             let path = p.chat_path();
             let mut hdrs: Vec<(&str, &str)> = vec![
@@ -630,7 +746,13 @@ impl Stream {
             if let Some(c) = loaded.credentials.get(idx).and_then(|c| c.as_deref()) {
                 hdrs.push(("authorization", c));
             }
-            match hostcalls::dispatch_http_call(&p.cluster, hdrs, Some(&body), vec![], Duration::from_millis(p.timeout_ms)) {
+            match hostcalls::dispatch_http_call(
+                &p.cluster,
+                hdrs,
+                Some(&body),
+                vec![],
+                Duration::from_millis(p.timeout_ms),
+            ) {
                 Ok(token) => {
                     count("portcullis.fallbacks", 1);
                     flight.call = Some((token, now_ms(), p.timeout_ms));
@@ -638,7 +760,13 @@ impl Stream {
                     return Action::Pause;
                 }
                 Err(s) => {
-                    log(LogLevel::Error, &format!("fallback to `{}` (cluster {}) not dispatched: {s:?}", p.name, p.cluster));
+                    log(
+                        LogLevel::Error,
+                        &format!(
+                            "fallback to `{}` (cluster {}) not dispatched: {s:?}",
+                            p.name, p.cluster
+                        ),
+                    );
                     if let Some(cur) = flight.current.as_mut() {
                         cur.reported = true;
                         if cur.probe {
@@ -658,7 +786,11 @@ impl Stream {
         let mut out = Vec::new();
         if let (Some(f), Some(loaded)) = (self.flight.as_ref(), self.loaded.as_ref()) {
             out.push((headers::MODEL, f.model_name.clone()));
-            if let Some(p) = f.current.as_ref().and_then(|c| loaded.gw.providers.get(c.provider)) {
+            if let Some(p) = f
+                .current
+                .as_ref()
+                .and_then(|c| loaded.gw.providers.get(c.provider))
+            {
                 out.push((headers::PROVIDER, p.name.clone()));
             }
             out.push((headers::ATTEMPTS, f.attempts.to_string()));
@@ -697,7 +829,10 @@ impl Stream {
         }
         hdrs.extend(self.rate_headers.iter().map(|(k, v)| (*k, v.as_str())));
         if let Err(s) = hostcalls::send_http_response(200, hdrs, Some(&body)) {
-            log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
+            log(
+                LogLevel::Error,
+                &format!("send_http_response failed: {s:?}"),
+            );
         }
         Action::Pause
     }
@@ -711,7 +846,10 @@ impl Stream {
     }
 
     fn include_content(&self) -> bool {
-        self.loaded.as_ref().and_then(|l| l.gw.log.as_ref()).is_some_and(|l| l.include_content)
+        self.loaded
+            .as_ref()
+            .and_then(|l| l.gw.log.as_ref())
+            .is_some_and(|l| l.include_content)
     }
 
     fn keep_completion(&mut self, text: String) {
@@ -731,7 +869,9 @@ impl Stream {
         if !self.log.chat {
             return;
         }
-        let Some(loaded) = self.loaded.clone() else { return };
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
         let gw = &loaded.gw;
         let mut rec = Record {
             request_id: std::mem::take(&mut self.log.request_id),
@@ -759,17 +899,33 @@ impl Stream {
                 rec.arm = a.to_string();
             }
             for (p, cause) in &f.tried {
-                rec.attempts.push(RecordAttempt { provider: p.clone(), status: cause.status(), cause: cause.class().into() });
+                rec.attempts.push(RecordAttempt {
+                    provider: p.clone(),
+                    status: cause.status(),
+                    cause: cause.class().into(),
+                });
             }
             for (p, _) in &f.skipped {
-                rec.attempts.push(RecordAttempt { provider: p.clone(), status: 0, cause: "circuit_open".into() });
+                rec.attempts.push(RecordAttempt {
+                    provider: p.clone(),
+                    status: 0,
+                    cause: "circuit_open".into(),
+                });
             }
-            let answered = f.current.as_ref().and_then(|c| gw.providers.get(c.provider));
+            let answered = f
+                .current
+                .as_ref()
+                .and_then(|c| gw.providers.get(c.provider));
             if let Some(p) = answered {
                 rec.provider = p.name.clone();
-                let failed_last = f.tried.last().is_some_and(|(name, _)| name == &p.name) && self.log.status >= 500;
+                let failed_last = f.tried.last().is_some_and(|(name, _)| name == &p.name)
+                    && self.log.status >= 500;
                 if !failed_last && self.log.status != 0 {
-                    rec.attempts.push(RecordAttempt { provider: p.name.clone(), status: rec.status, cause: String::new() });
+                    rec.attempts.push(RecordAttempt {
+                        provider: p.name.clone(),
+                        status: rec.status,
+                        cause: String::new(),
+                    });
                 }
             }
             if f.cache_status == "hit" {
@@ -782,7 +938,11 @@ impl Stream {
                 rec.completion_tokens = u.completion;
                 rec.cached_tokens = u.cached;
                 rec.reasoning_tokens = u.reasoning;
-                if let Some(price) = gw.names.get(&rec.model).and_then(|&m| gw.prices.get(m).copied().flatten()) {
+                if let Some(price) = gw
+                    .names
+                    .get(&rec.model)
+                    .and_then(|&m| gw.prices.get(m).copied().flatten())
+                {
                     rec.cost_micros = price.cost(u.prompt, u.completion, u.cached);
                 }
             }
@@ -798,9 +958,15 @@ impl Stream {
 
     /// Store a complete, successful answer.
     fn cache_store(&mut self, body: &[u8]) {
-        let Some(loaded) = self.loaded.clone() else { return };
-        let Some(cfg) = loaded.gw.cache.as_ref() else { return };
-        let Some(fill) = self.flight.as_mut().and_then(|f| f.cache.take()) else { return };
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(cfg) = loaded.gw.cache.as_ref() else {
+            return;
+        };
+        let Some(fill) = self.flight.as_mut().and_then(|f| f.cache.take()) else {
+            return;
+        };
         store_entry(cfg, &fill.key, body);
     }
 }
@@ -835,8 +1001,16 @@ impl Flight {
 }
 
 impl Context for Stream {
-    fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
-        let Some((token, started, timeout)) = self.flight.as_ref().and_then(|f| f.call) else { return };
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        let Some((token, started, timeout)) = self.flight.as_ref().and_then(|f| f.call) else {
+            return;
+        };
         if self.phase != Phase::FallbackPending || token != token_id {
             return;
         }
@@ -844,14 +1018,24 @@ impl Context for Stream {
             f.call = None;
         }
         let call_headers = hostcalls::get_map(MapType::HttpCallResponseHeaders).unwrap_or_default();
-        let status = call_headers.iter().find(|(k, _)| k == ":status").and_then(|(_, v)| v.parse::<u16>().ok());
+        let status = call_headers
+            .iter()
+            .find(|(k, _)| k == ":status")
+            .and_then(|(_, v)| v.parse::<u16>().ok());
         let outcome = classify_call(status, now_ms().saturating_sub(started), timeout);
         if self.after_attempt(outcome).is_some() {
             return; // next attempt dispatched, or the error was sent
         }
-        let mut body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+        let mut body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         let ok = status == Some(200);
-        let (stream, ask_usage) = self.flight.as_ref().map(|f| (f.chat.stream, f.ask_usage)).unwrap_or_default();
+        let (stream, ask_usage) = self
+            .flight
+            .as_ref()
+            .map(|f| (f.chat.stream, f.ask_usage))
+            .unwrap_or_default();
         if ok && stream {
             let mut relay = Relay::new(ask_usage);
             let mut out = relay.chunk(&body);
@@ -874,7 +1058,10 @@ impl Context for Stream {
             .iter()
             .filter(|(k, _)| {
                 !k.starts_with(':')
-                    && !matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection" | "keep-alive")
+                    && !matches!(
+                        k.as_str(),
+                        "content-length" | "transfer-encoding" | "connection" | "keep-alive"
+                    )
                     && !headers::is_gateway_header(k)
             })
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -885,8 +1072,13 @@ impl Context for Stream {
         }
         self.phase = Phase::Done;
         self.log.status = status.unwrap_or(502);
-        if let Err(s) = hostcalls::send_http_response(u32::from(status.unwrap_or(502)), hdrs, Some(&body)) {
-            log(LogLevel::Error, &format!("send_http_response failed: {s:?}"));
+        if let Err(s) =
+            hostcalls::send_http_response(u32::from(status.unwrap_or(502)), hdrs, Some(&body))
+        {
+            log(
+                LogLevel::Error,
+                &format!("send_http_response failed: {s:?}"),
+            );
         }
     }
 }
@@ -919,10 +1111,18 @@ impl HttpContext for Stream {
             _ => return Action::Continue,
         }
         let mut resp = hostcalls::get_map(MapType::HttpResponseHeaders).unwrap_or_default();
-        let status = resp.iter().find(|(k, _)| k == ":status").and_then(|(_, v)| v.parse::<u16>().ok()).unwrap_or(0);
+        let status = resp
+            .iter()
+            .find(|(k, _)| k == ":status")
+            .and_then(|(_, v)| v.parse::<u16>().ok())
+            .unwrap_or(0);
         // Why Envoy failed, for its own local replies (only read on failures).
         let details = (status == 429 || status >= 500)
-            .then(|| hostcalls::get_property(vec!["response", "code_details"]).ok().flatten())
+            .then(|| {
+                hostcalls::get_property(vec!["response", "code_details"])
+                    .ok()
+                    .flatten()
+            })
             .flatten()
             .and_then(|b| String::from_utf8(b).ok());
         if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
@@ -952,8 +1152,15 @@ impl HttpContext for Stream {
         }
         // Gateway headers from a provider never reach the client as ours.
         resp.retain(|(k, _)| !headers::is_gateway_header(k));
-        resp.extend(self.gateway_headers().into_iter().map(|(k, v)| (k.to_string(), v)));
-        let _ = hostcalls::set_map(MapType::HttpResponseHeaders, resp.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect());
+        resp.extend(
+            self.gateway_headers()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        let _ = hostcalls::set_map(
+            MapType::HttpResponseHeaders,
+            resp.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+        );
         if let Some(f) = self.flight.as_ref().filter(|f| f.attempts > 1) {
             histogram("portcullis.attempts", u64::from(f.attempts));
         }
@@ -969,10 +1176,15 @@ impl HttpContext for Stream {
             Phase::Responding => {}
             _ => return Action::Continue,
         }
-        let Some(f) = self.flight.as_mut() else { return Action::Continue };
+        let Some(f) = self.flight.as_mut() else {
+            return Action::Continue;
+        };
         if let Some(relay) = f.relay.as_mut() {
             // Streams pass through chunk by chunk; a copy is read.
-            let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size).ok().flatten().unwrap_or_default();
+            let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             let mut out = relay.chunk(&chunk);
             if end_of_stream {
                 out.extend(relay.finish());
@@ -1019,7 +1231,9 @@ impl HttpContext for Stream {
             }
         }
         // A probe that never reported (client went away) gives its slot back.
-        let (Some(loaded), Some(f)) = (self.loaded.as_ref(), self.flight.as_ref()) else { return };
+        let (Some(loaded), Some(f)) = (self.loaded.as_ref(), self.flight.as_ref()) else {
+            return;
+        };
         if let Some(cur) = f.current.as_ref().filter(|c| c.probe && !c.reported) {
             if let Some(p) = loaded.gw.providers.get(cur.provider) {
                 breaker_release_probe(p);

@@ -16,7 +16,10 @@ fn key(client: &str, what: &str) -> String {
 }
 
 fn log_store_error(what: &str, e: portcullis_core::store::StoreError) {
-    let _ = hostcalls::log(LogLevel::Warn, &format!("{what}: shared data unavailable ({e:?}); not limiting"));
+    let _ = hostcalls::log(
+        LogLevel::Warn,
+        &format!("{what}: shared data unavailable ({e:?}); not limiting"),
+    );
 }
 
 fn limited(kind: &'static str, code: &'static str, message: String, wait_ms: u64) -> GatewayError {
@@ -27,23 +30,28 @@ fn limited(kind: &'static str, code: &'static str, message: String, wait_ms: u64
 /// Take one request from the client's requests-per-minute bucket. A refusal
 /// comes with the bucket's state, for the rate-limit headers.
 pub fn take_request(client: &Client, now_ms: u64) -> Result<Option<Take>, (GatewayError, Take)> {
-    let Some(rpm) = client.limits.requests_per_minute else { return Ok(None) };
+    let Some(rpm) = client.limits.requests_per_minute else {
+        return Ok(None);
+    };
     let r = update(&HostStore, &key(&client.name, "rpm"), |cur| {
         let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, 1, now_ms);
         (Some(next.encode()), t)
     });
     match r {
         Ok(t) if t.admitted => Ok(Some(t)),
-        Ok(t) => Err((limited(
-            "requests",
-            "rate_limit_exceeded",
-            format!(
+        Ok(t) => Err((
+            limited(
+                "requests",
+                "rate_limit_exceeded",
+                format!(
                 "Rate limit reached for requests per minute on key `{}`: limit {rpm}. Retry in {}.",
                 client.name,
                 ratelimit::reset_text(t.wait_ms)
             ),
-            t.wait_ms,
-        ), t)),
+                t.wait_ms,
+            ),
+            t,
+        )),
         Err(e) => {
             log_store_error("requests per minute", e);
             Ok(None)
@@ -58,7 +66,11 @@ pub fn peek_tokens(client: &Client, now_ms: u64) -> Option<Take> {
     let b = Bucket::decode(cur.as_deref()).refilled(tpm, now_ms);
     let remaining = (b.level_milli.max(0) / 1000) as u64;
     let wait_ms = ((tpm as i64 * 1000 - b.level_milli).max(0) as u64 * 60).div_ceil(tpm.max(1));
-    Some(Take { admitted: true, remaining, wait_ms })
+    Some(Take {
+        admitted: true,
+        remaining,
+        wait_ms,
+    })
 }
 
 /// What a request holds until it finishes.
@@ -81,7 +93,10 @@ pub fn admit(
     price: Option<Price>,
     now_ms: u64,
 ) -> Result<(Held, Option<Take>), GatewayError> {
-    let mut held = Held { client: client.name.clone(), ..Held::default() };
+    let mut held = Held {
+        client: client.name.clone(),
+        ..Held::default()
+    };
     let l = &client.limits;
     if let Some(max) = l.max_concurrent {
         match update(&HostStore, &key(&client.name, "conc"), |cur| ratelimit::acquire(cur, max)) {
@@ -133,7 +148,11 @@ pub fn admit(
     }
     if let (Some(cap), Some(price)) = (l.budget_micros, price) {
         let cost = price.cost(prompt_est, max_completion, 0);
-        let bkey = format!("portcullis:budget:{}:{}", client.name, ratelimit::day_of(now_ms));
+        let bkey = format!(
+            "portcullis:budget:{}:{}",
+            client.name,
+            ratelimit::day_of(now_ms)
+        );
         match update(&HostStore, &bkey, |cur| {
             let (next, ok, _) = ratelimit::spend(cur, cap, cost);
             (next, ok)
@@ -174,14 +193,22 @@ impl Held {
                 let delta = reserved as i64 - u.total() as i64;
                 if delta != 0 {
                     let _ = update(&HostStore, &key(&self.client, "tpm"), |cur| {
-                        (Some(ratelimit::adjust(&Bucket::decode(cur), tpm, delta, now_ms).encode()), ())
+                        (
+                            Some(
+                                ratelimit::adjust(&Bucket::decode(cur), tpm, delta, now_ms)
+                                    .encode(),
+                            ),
+                            (),
+                        )
                     });
                 }
             }
             if let Some((bkey, reserved, price)) = &self.budget {
                 let delta = price.cost(u.prompt, u.completion, u.cached) - reserved;
                 if delta != 0 {
-                    let _ = update(&HostStore, bkey, |cur| (Some(ratelimit::settle_spend(cur, delta)), ()));
+                    let _ = update(&HostStore, bkey, |cur| {
+                        (Some(ratelimit::settle_spend(cur, delta)), ())
+                    });
                 }
             }
         }
@@ -197,11 +224,18 @@ impl Held {
         if let Some((tpm, reserved)) = self.tokens {
             let now = crate::host::now_ms();
             let _ = update(&HostStore, &key(&self.client, "tpm"), |cur| {
-                (Some(ratelimit::adjust(&Bucket::decode(cur), tpm, reserved as i64, now).encode()), ())
+                (
+                    Some(
+                        ratelimit::adjust(&Bucket::decode(cur), tpm, reserved as i64, now).encode(),
+                    ),
+                    (),
+                )
             });
         }
         if let Some((bkey, reserved, _)) = &self.budget {
-            let _ = update(&HostStore, bkey, |cur| (Some(ratelimit::settle_spend(cur, -reserved)), ()));
+            let _ = update(&HostStore, bkey, |cur| {
+                (Some(ratelimit::settle_spend(cur, -reserved)), ())
+            });
         }
         self.free_slot();
         self.done = true;
@@ -209,7 +243,9 @@ impl Held {
 
     fn free_slot(&mut self) {
         if self.concurrency {
-            let _ = update(&HostStore, &key(&self.client, "conc"), |cur| (ratelimit::release(cur), ()));
+            let _ = update(&HostStore, &key(&self.client, "conc"), |cur| {
+                (ratelimit::release(cur), ())
+            });
             self.concurrency = false;
         }
     }
@@ -221,12 +257,19 @@ impl Held {
 }
 
 /// OpenAI's rate-limit headers for the takes of this request.
-pub fn headers(client: &Client, requests: Option<Take>, tokens: Option<Take>) -> Vec<(&'static str, String)> {
+pub fn headers(
+    client: &Client,
+    requests: Option<Take>,
+    tokens: Option<Take>,
+) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if let (Some(limit), Some(t)) = (client.limits.requests_per_minute, requests) {
         out.push(("x-ratelimit-limit-requests", limit.to_string()));
         out.push(("x-ratelimit-remaining-requests", t.remaining.to_string()));
-        out.push(("x-ratelimit-reset-requests", ratelimit::reset_text(t.wait_ms)));
+        out.push((
+            "x-ratelimit-reset-requests",
+            ratelimit::reset_text(t.wait_ms),
+        ));
     }
     if let (Some(limit), Some(t)) = (client.limits.tokens_per_minute, tokens) {
         out.push(("x-ratelimit-limit-tokens", limit.to_string()));

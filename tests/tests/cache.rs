@@ -7,7 +7,10 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 fn plugin(cache: &str) -> String {
-    format!("{}\ncache:\n{cache}\n", test_plugin().split("\ncache:\n").next().unwrap())
+    format!(
+        "{}\ncache:\n{cache}\n",
+        test_plugin().split("\ncache:\n").next().unwrap()
+    )
 }
 
 const ON: &str = "  enabled: true\n  ttl_s: 600";
@@ -28,7 +31,11 @@ fn streamed_text(body: &str) -> String {
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect()
 }
 
@@ -47,32 +54,58 @@ fn miss_then_hits_on_both_workers_without_reaching_the_provider() {
     }
     assert_eq!(s.primary.hits(), 1);
     // Each request came on a new connection; both workers accepted some.
-    let cx = |w: u32| s.envoy.stat(&format!("listener.127.0.0.1_0.worker_{w}.downstream_cx_total")).unwrap_or(0);
-    assert!(cx(0) > 0 && cx(1) > 0, "worker_0 {} worker_1 {}", cx(0), cx(1));
+    let cx = |w: u32| {
+        s.envoy
+            .stat(&format!(
+                "listener.127.0.0.1_0.worker_{w}.downstream_cx_total"
+            ))
+            .unwrap_or(0)
+    };
+    assert!(
+        cx(0) > 0 && cx(1) > 0,
+        "worker_0 {} worker_1 {}",
+        cx(0),
+        cx(1)
+    );
     assert_eq!(s.envoy.stat("wasmcustom.portcullis.cache.hits"), Some(40));
     // A different request (another field that changes the answer) misses.
     let mut other = chat("what is 2+2?");
     other["temperature"] = json!(1);
-    assert_eq!(ask_with(&s, &other, &[]).header("x-portcullis-cache"), Some("miss"));
+    assert_eq!(
+        ask_with(&s, &other, &[]).header("x-portcullis-cache"),
+        Some("miss")
+    );
 }
 
 #[test]
 fn normalization_is_off_by_default_and_on_when_configured() {
     let off = Stack::start(&plugin(ON), 1);
     ask_with(&off, &chat("Hello   World"), &[]);
-    assert_eq!(ask_with(&off, &chat("hello world"), &[]).header("x-portcullis-cache"), Some("miss"));
+    assert_eq!(
+        ask_with(&off, &chat("hello world"), &[]).header("x-portcullis-cache"),
+        Some("miss")
+    );
 
     let on = Stack::start(&plugin(&format!("{ON}\n  normalize: true")), 1);
     ask_with(&on, &chat("Hello   World"), &[]);
-    assert_eq!(ask_with(&on, &chat("hello world"), &[]).header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(
+        ask_with(&on, &chat("hello world"), &[]).header("x-portcullis-cache"),
+        Some("hit")
+    );
     assert_eq!(on.primary.hits(), 1);
 }
 
 #[test]
 fn entries_expire_after_the_ttl() {
     let s = Stack::start(&plugin("  enabled: true\n  ttl_s: 1"), 1);
-    assert_eq!(ask_with(&s, &chat("ttl"), &[]).header("x-portcullis-cache"), Some("miss"));
-    assert_eq!(ask_with(&s, &chat("ttl"), &[]).header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(
+        ask_with(&s, &chat("ttl"), &[]).header("x-portcullis-cache"),
+        Some("miss")
+    );
+    assert_eq!(
+        ask_with(&s, &chat("ttl"), &[]).header("x-portcullis-cache"),
+        Some("hit")
+    );
     poll_until(Duration::from_secs(10), "the entry to expire", || {
         (ask_with(&s, &chat("ttl"), &[]).header("x-portcullis-cache") == Some("miss")).then_some(())
     });
@@ -82,17 +115,36 @@ fn entries_expire_after_the_ttl() {
 #[test]
 fn no_cache_refreshes_and_no_store_neither_reads_nor_writes() {
     let s = Stack::start(&plugin(ON), 1);
-    s.primary.script(json!([{"content": "first"}, {"content": "second"}, {"content": "third"}]));
-    let content = |r: &Resp| r.json()["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    s.primary
+        .script(json!([{"content": "first"}, {"content": "second"}, {"content": "third"}]));
+    let content = |r: &Resp| {
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     assert_eq!(content(&ask_with(&s, &chat("q"), &[])), "first");
     let r = ask_with(&s, &chat("q"), &[("cache-control", "no-cache")]);
-    assert_eq!((r.header("x-portcullis-cache"), content(&r).as_str()), (Some("refresh"), "second"));
+    assert_eq!(
+        (r.header("x-portcullis-cache"), content(&r).as_str()),
+        (Some("refresh"), "second")
+    );
     let r = ask_with(&s, &chat("q"), &[]);
-    assert_eq!((r.header("x-portcullis-cache"), content(&r).as_str()), (Some("hit"), "second"));
+    assert_eq!(
+        (r.header("x-portcullis-cache"), content(&r).as_str()),
+        (Some("hit"), "second")
+    );
     let r = ask_with(&s, &chat("q"), &[("cache-control", "no-store")]);
-    assert_eq!((r.header("x-portcullis-cache"), content(&r).as_str()), (Some("off"), "third"));
+    assert_eq!(
+        (r.header("x-portcullis-cache"), content(&r).as_str()),
+        (Some("off"), "third")
+    );
     let r = ask_with(&s, &chat("q"), &[]);
-    assert_eq!((r.header("x-portcullis-cache"), content(&r).as_str()), (Some("hit"), "second"), "no-store wrote nothing");
+    assert_eq!(
+        (r.header("x-portcullis-cache"), content(&r).as_str()),
+        (Some("hit"), "second"),
+        "no-store wrote nothing"
+    );
     assert_eq!(s.primary.hits(), 3);
 }
 
@@ -107,7 +159,10 @@ fn streamed_answer_fills_the_cache_and_replays_as_a_stream_or_json() {
     assert_eq!(streamed_text(&live.body), "alpha beta gamma delta");
     // The gateway asked the provider for usage on the client's behalf, and
     // the client, who did not ask, does not get the extra chunk.
-    assert_eq!(s.primary.requests()[0]["body"]["stream_options"]["include_usage"], true);
+    assert_eq!(
+        s.primary.requests()[0]["body"]["stream_options"]["include_usage"],
+        true
+    );
     assert!(!live.body.contains("\"usage\""), "{}", live.body);
     assert!(live.body.trim_end().ends_with("data: [DONE]"));
 
@@ -122,14 +177,21 @@ fn streamed_answer_fills_the_cache_and_replays_as_a_stream_or_json() {
     req["stream_options"] = json!({"include_usage": true});
     let with_usage = ask_with(&s, &req, &[]);
     assert_eq!(with_usage.header("x-portcullis-cache"), Some("hit"));
-    assert!(with_usage.body.contains("\"completion_tokens\":4"), "{}", with_usage.body);
+    assert!(
+        with_usage.body.contains("\"completion_tokens\":4"),
+        "{}",
+        with_usage.body
+    );
 
     let mut plain = req.clone();
     plain.as_object_mut().unwrap().remove("stream");
     plain.as_object_mut().unwrap().remove("stream_options");
     let json_hit = ask_with(&s, &plain, &[]);
     assert_eq!(json_hit.header("x-portcullis-cache"), Some("hit"));
-    assert_eq!(json_hit.json()["choices"][0]["message"]["content"], "alpha beta gamma delta");
+    assert_eq!(
+        json_hit.json()["choices"][0]["message"]["content"],
+        "alpha beta gamma delta"
+    );
     assert_eq!(s.primary.hits(), 1);
 }
 
@@ -140,17 +202,27 @@ fn errors_are_never_stored() {
     s.primary.script(json!([{"status": 400, "body": raw}]));
     assert_eq!(ask_with(&s, &chat("e"), &[]).status, 400);
     let r = ask_with(&s, &chat("e"), &[]);
-    assert_eq!((r.status, r.header("x-portcullis-cache")), (200, Some("miss")));
+    assert_eq!(
+        (r.status, r.header("x-portcullis-cache")),
+        (200, Some("miss"))
+    );
 }
 
 fn allocated(s: &Stack) -> u64 {
-    get(&s.envoy.admin("/memory"), &[]).json()["allocated"].as_str().unwrap().parse().unwrap()
+    get(&s.envoy.admin("/memory"), &[]).json()["allocated"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
 fn filling_ten_times_the_capacity_keeps_memory_bounded() {
     // 256 KiB of 4 KiB slots = 64 entries; each answer is about 3.6 KB.
-    let s = Stack::start(&plugin("  enabled: true\n  max_bytes: 262144\n  max_entry_bytes: 4096\n  ways: 4"), 1);
+    let s = Stack::start(
+        &plugin("  enabled: true\n  max_bytes: 262144\n  max_entry_bytes: 4096\n  ways: 4"),
+        1,
+    );
     s.primary.default_step(json!({"content": "x".repeat(3400)}));
     let fill = |from: u32, to: u32| {
         for i in from..to {
@@ -163,10 +235,18 @@ fn filling_ten_times_the_capacity_keeps_memory_bounded() {
     fill(64, 640);
     let after = allocated(&s);
     let held = s.envoy.stat("wasmcustom.portcullis.cache.bytes").unwrap();
-    let evictions = s.envoy.stat("wasmcustom.portcullis.cache.evictions").unwrap();
-    eprintln!("cache bytes {held}, evictions {evictions}, envoy allocated {at_capacity} -> {after}");
+    let evictions = s
+        .envoy
+        .stat("wasmcustom.portcullis.cache.evictions")
+        .unwrap();
+    eprintln!(
+        "cache bytes {held}, evictions {evictions}, envoy allocated {at_capacity} -> {after}"
+    );
     assert!(held <= 64 * 4096, "cache holds {held} bytes");
     assert!(evictions >= 640 - 64, "{evictions} evictions");
     // Storing all 640 answers would take ~2.3 MB more; bounded, it is flat.
-    assert!(after < at_capacity + 1_000_000, "Envoy memory grew from {at_capacity} to {after}");
+    assert!(
+        after < at_capacity + 1_000_000,
+        "Envoy memory grew from {at_capacity} to {after}"
+    );
 }

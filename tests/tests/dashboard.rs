@@ -5,7 +5,12 @@ use std::process::Command;
 
 fn chromium() -> String {
     for c in ["chromium", "chromium-browser", "google-chrome"] {
-        if Command::new("which").arg(c).output().map(|o| o.status.success()).unwrap_or(false) {
+        if Command::new("which")
+            .arg(c)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+        {
             return c.to_string();
         }
     }
@@ -37,14 +42,25 @@ fn chrome(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Outp
 fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
     let dir = TempDir::new("dashboard");
     let c = Collector::start(&dir.0.join("log.db"), 0);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let records: Vec<RequestRecord> = (0..7)
         .map(|i| RequestRecord {
             request_id: format!("d-{i}"),
             time_ms: now - 1000 * i,
             client: "demo".into(),
-            model: if i < 5 { "gpt-4o-mini".into() } else { "llama-3.1-8b".into() },
-            provider: if i < 5 { "primary".into() } else { "backup".into() },
+            model: if i < 5 {
+                "gpt-4o-mini".into()
+            } else {
+                "llama-3.1-8b".into()
+            },
+            provider: if i < 5 {
+                "primary".into()
+            } else {
+                "backup".into()
+            },
             cache: if i == 0 { "hit".into() } else { "miss".into() },
             status: 200,
             latency_ms: 40 + i,
@@ -55,22 +71,47 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
         })
         .collect();
     let port = c.grpc_port;
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
-        let mut client = CollectorClient::connect(format!("http://127.0.0.1:{port}")).await.unwrap();
-        client.ingest(RecordBatch { records }).await.unwrap();
-    });
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let mut client = CollectorClient::connect(format!("http://127.0.0.1:{port}"))
+                .await
+                .unwrap();
+            client.ingest(RecordBatch { records }).await.unwrap();
+        });
     let url = c.url("/dashboard");
     let dom = chrome(&dir.0, &["--dump-dom"], &url);
     let html = String::from_utf8_lossy(&dom.stdout);
-    assert!(html.contains("data-loaded=\"yes\""), "the page did not finish loading data:\n{html}\n{}", String::from_utf8_lossy(&dom.stderr));
-    assert!(html.contains("<div class=\"v\">7</div><div class=\"l\">requests</div>"), "{html}");
+    assert!(
+        html.contains("data-loaded=\"yes\""),
+        "the page did not finish loading data:\n{html}\n{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    assert!(
+        html.contains("<div class=\"v\">7</div><div class=\"l\">requests</div>"),
+        "{html}"
+    );
     assert!(html.contains("14.3%"), "cache hit rate 1/7: {html}");
-    assert!(html.contains("llama-3.1-8b") && html.contains("backup"), "{html}");
+    assert!(
+        html.contains("llama-3.1-8b") && html.contains("backup"),
+        "{html}"
+    );
     let shot = dir.0.join("dashboard.png");
     let out = chrome(&dir.0, &[&format!("--screenshot={}", shot.display())], &url);
-    let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    let png = std::fs::read(&shot).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     assert_eq!(&png[1..4], b"PNG");
-    assert!(png.len() > 20_000, "a blank page is smaller ({} bytes)", png.len());
+    assert!(
+        png.len() > 20_000,
+        "a blank page is smaller ({} bytes)",
+        png.len()
+    );
     // Kept for people to look at: target/dashboard.png.
     let _ = std::fs::copy(&shot, repo_root().join("target/dashboard.png"));
 }

@@ -8,7 +8,8 @@ use std::process::Command;
 
 #[test]
 fn the_openai_python_sdk_works_unchanged_through_the_gateway() {
-    let python = std::env::var("PORTCULLIS_PYTHON").unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
+    let python = std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
     let s = Stack::shipped(2);
     s.primary.default_step(serde_json::json!({"content": "one two three", "usage": {"prompt_tokens": 4, "completion_tokens": 3}}));
     let out = Command::new(&python)
@@ -16,16 +17,28 @@ fn the_openai_python_sdk_works_unchanged_through_the_gateway() {
         .arg(s.envoy.url("/v1"))
         .args([DEMO_KEY, MINI_KEY])
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {python} (`make test` installs the openai package into .venv): {e}"));
-    assert!(out.status.success(), "SDK script failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python} (`make test` installs the openai package into .venv): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "SDK script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["completion"]["content"], "one two three");
     assert_eq!(v["completion"]["total_tokens"], 7);
     assert_eq!(v["completion"]["gateway_model_header"], "gpt-4o");
     assert_eq!(v["stream"]["text"], "one two three");
-    assert_eq!(v["stream"]["chunks_without_choices"], 0, "no usage chunk the client did not ask for");
+    assert_eq!(
+        v["stream"]["chunks_without_choices"], 0,
+        "no usage chunk the client did not ask for"
+    );
     assert_eq!(v["stream_with_usage"]["usage_total"], 7);
-    assert_eq!(v["models"], serde_json::json!(["auto", "fast", "gpt-4o-mini", "mini"]));
+    assert_eq!(
+        v["models"],
+        serde_json::json!(["auto", "fast", "gpt-4o-mini", "mini"])
+    );
     let e = &v["errors"];
     assert_eq!(e["bad_key"]["class"], "AuthenticationError");
     assert_eq!(e["unknown_model"]["class"], "NotFoundError");

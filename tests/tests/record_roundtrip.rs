@@ -16,8 +16,16 @@ fn full() -> Record {
         arm: "treatment".into(),
         cache: "miss".into(),
         attempts: vec![
-            Attempt { provider: "primary".into(), status: 503, cause: "http_5xx".into() },
-            Attempt { provider: "backup".into(), status: 200, cause: String::new() },
+            Attempt {
+                provider: "primary".into(),
+                status: 503,
+                cause: "http_5xx".into(),
+            },
+            Attempt {
+                provider: "backup".into(),
+                status: 200,
+                cause: String::new(),
+            },
         ],
         status: 200,
         error: String::new(),
@@ -37,7 +45,14 @@ fn full() -> Record {
 #[test]
 fn every_field_round_trips_through_prost() {
     let r = full();
-    let batch = encode_batch(&[r.encode(), Record { request_id: "req-2".into(), ..Record::default() }.encode()]);
+    let batch = encode_batch(&[
+        r.encode(),
+        Record {
+            request_id: "req-2".into(),
+            ..Record::default()
+        }
+        .encode(),
+    ]);
     let decoded = proto::RecordBatch::decode(batch.as_slice()).unwrap();
     assert_eq!(decoded.records.len(), 2);
     let d = &decoded.records[0];
@@ -54,7 +69,11 @@ fn every_field_round_trips_through_prost() {
         attempts: r
             .attempts
             .iter()
-            .map(|a| proto::Attempt { provider: a.provider.clone(), status: a.status, cause: a.cause.clone() })
+            .map(|a| proto::Attempt {
+                provider: a.provider.clone(),
+                status: a.status,
+                cause: a.cause.clone(),
+            })
             .collect(),
         status: r.status,
         error: r.error.clone(),

@@ -29,20 +29,31 @@ fn new_weights_apply_live_and_a_bad_config_is_rejected_while_the_old_one_serves(
     poll_until(Duration::from_secs(20), "the reload to apply", || {
         (s.envoy.stat(RELOAD).unwrap_or(0) > reloads).then_some(())
     });
-    poll_until(Duration::from_secs(10), "new weights on every worker", || {
-        (0..20).all(|_| auto_model(&s) == "gpt-4o").then_some(())
-    });
+    poll_until(
+        Duration::from_secs(10),
+        "new weights on every worker",
+        || (0..20).all(|_| auto_model(&s) == "gpt-4o").then_some(()),
+    );
 
     // A config with several problems is rejected as a whole.
     let fails = s.envoy.stat(FAIL).unwrap_or(0);
-    let bad = only_4o.replace("chain: [primary, backup]", "chain: [primary, nowhere]").replace("timeout_ms: 30000", "timeout_ms: 30000\n    colour: blue");
+    let bad = only_4o
+        .replace("chain: [primary, backup]", "chain: [primary, nowhere]")
+        .replace("timeout_ms: 30000", "timeout_ms: 30000\n    colour: blue");
     s.envoy.reload(&bad);
     poll_until(Duration::from_secs(20), "config_fail to rise", || {
         (s.envoy.stat(FAIL).unwrap_or(0) > fails).then_some(())
     });
     for _ in 0..20 {
-        assert_eq!(auto_model(&s), "gpt-4o", "the previous config must keep serving");
+        assert_eq!(
+            auto_model(&s),
+            "gpt-4o",
+            "the previous config must keep serving"
+        );
     }
     let log = s.envoy.log();
-    assert!(log.contains("no provider named `nowhere`") && log.contains("unknown key `colour`"), "every problem is logged in one message");
+    assert!(
+        log.contains("no provider named `nowhere`") && log.contains("unknown key `colour`"),
+        "every problem is logged in one message"
+    );
 }

@@ -26,7 +26,10 @@ fn explicit_model_is_routed_to_the_first_provider_with_its_model_id() {
 fn alias_and_backup_only_models_are_routed() {
     let s = Stack::shipped(1);
     let r = s.chat(DEMO_KEY, &chat_body("fast", "hello"));
-    assert_eq!((r.status, r.header("x-portcullis-model")), (200, Some("gpt-4o-mini")));
+    assert_eq!(
+        (r.status, r.header("x-portcullis-model")),
+        (200, Some("gpt-4o-mini"))
+    );
     assert_eq!(s.primary.requests()[0]["body"]["model"], "gpt-4o-mini");
 
     let r = s.chat(DEMO_KEY, &chat_body("llama-3.1-8b", "hello"));
@@ -43,7 +46,11 @@ fn provider_key_is_injected_and_client_key_and_gateway_headers_never_reach_the_p
     let auth = format!("Bearer {DEMO_KEY}");
     let r = post(
         &s.envoy.url("/v1/chat/completions"),
-        &[("authorization", &auth), ("x-portcullis-cluster", "backup"), ("x-portcullis-model", "evil")],
+        &[
+            ("authorization", &auth),
+            ("x-portcullis-cluster", "backup"),
+            ("x-portcullis-model", "evil"),
+        ],
         &chat_body("gpt-4o-mini", "hello"),
     );
     assert_eq!(r.status, 200, "{}", r.body);
@@ -52,7 +59,10 @@ fn provider_key_is_injected_and_client_key_and_gateway_headers_never_reach_the_p
     assert_eq!(seen["authorization"], format!("Bearer {PRIMARY_KEY}"));
     let all = seen.to_string();
     assert!(!all.contains(DEMO_KEY), "client key leaked upstream: {all}");
-    assert!(!all.contains("evil"), "client x-portcullis-* header leaked: {all}");
+    assert!(
+        !all.contains("evil"),
+        "client x-portcullis-* header leaked: {all}"
+    );
     assert_eq!(s.backup.hits(), 0);
 }
 
@@ -73,7 +83,10 @@ fn auto_follows_the_model_weights_of_the_first_provider() {
         }
     }
     // Expected 300 of 400 (sd 8.7); tolerance is 5 sd.
-    assert!((257..=343).contains(&mini), "gpt-4o-mini picked {mini} of {n}, expected 300 +- 43");
+    assert!(
+        (257..=343).contains(&mini),
+        "gpt-4o-mini picked {mini} of {n}, expected 300 +- 43"
+    );
 }
 
 #[test]
@@ -83,15 +96,39 @@ fn every_client_error_has_its_status_and_an_openai_body_and_reaches_no_provider(
     let good = chat_body("gpt-4o-mini", "hi");
     assert_openai_error(&post(&url, &[], &good), 401, "invalid_api_key");
     assert_openai_error(&s.chat("sk-wrong", &good), 401, "invalid_api_key");
-    assert_openai_error(&post(&url, &[("authorization", "Basic abc")], &good), 401, "invalid_api_key");
+    assert_openai_error(
+        &post(&url, &[("authorization", "Basic abc")], &good),
+        401,
+        "invalid_api_key",
+    );
     assert_openai_error(&s.chat(DEMO_KEY, "{not json"), 400, "invalid_json");
     assert_openai_error(&s.chat(DEMO_KEY, ""), 400, "invalid_json");
-    assert_openai_error(&s.chat(DEMO_KEY, r#"{"messages":[{"role":"user","content":"x"}]}"#), 400, "missing_model");
-    assert_openai_error(&s.chat(DEMO_KEY, r#"{"model":"gpt-4o"}"#), 400, "missing_messages");
-    assert_openai_error(&s.chat(DEMO_KEY, &chat_body("gpt-9", "hi")), 404, "model_not_found");
-    assert_openai_error(&s.chat(MINI_KEY, &chat_body("gpt-4o", "hi")), 403, "model_not_allowed");
+    assert_openai_error(
+        &s.chat(DEMO_KEY, r#"{"messages":[{"role":"user","content":"x"}]}"#),
+        400,
+        "missing_model",
+    );
+    assert_openai_error(
+        &s.chat(DEMO_KEY, r#"{"model":"gpt-4o"}"#),
+        400,
+        "missing_messages",
+    );
+    assert_openai_error(
+        &s.chat(DEMO_KEY, &chat_body("gpt-9", "hi")),
+        404,
+        "model_not_found",
+    );
+    assert_openai_error(
+        &s.chat(MINI_KEY, &chat_body("gpt-4o", "hi")),
+        403,
+        "model_not_allowed",
+    );
     let auth = format!("Bearer {DEMO_KEY}");
-    assert_openai_error(&get(&s.envoy.url("/v1/embeddings"), &[("authorization", &auth)]), 404, "unknown_url");
+    assert_openai_error(
+        &get(&s.envoy.url("/v1/embeddings"), &[("authorization", &auth)]),
+        404,
+        "unknown_url",
+    );
     assert_eq!(s.primary.hits() + s.backup.hits(), 0);
     // The worker is still healthy after all of that.
     assert_eq!(s.chat(MINI_KEY, &good).status, 200);
@@ -101,29 +138,44 @@ fn every_client_error_has_its_status_and_an_openai_body_and_reaches_no_provider(
 fn models_endpoint_lists_what_the_client_may_use() {
     let s = Stack::shipped(1);
     let ids = |key: &str| -> Vec<String> {
-        let r = get(&s.envoy.url("/v1/models"), &[("authorization", &format!("Bearer {key}"))]);
+        let r = get(
+            &s.envoy.url("/v1/models"),
+            &[("authorization", &format!("Bearer {key}"))],
+        );
         assert_eq!(r.status, 200, "{}", r.body);
         let v = r.json();
         assert_eq!(v["object"], "list");
-        v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect()
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
     };
     assert_eq!(ids(MINI_KEY), ["gpt-4o-mini", "mini", "fast", "auto"]);
     let all = ids(DEMO_KEY);
     for m in ["gpt-4o-mini", "gpt-4o", "llama-3.1-8b", "mini", "auto"] {
         assert!(all.iter().any(|x| x == m), "{m} missing from {all:?}");
     }
-    assert_openai_error(&get(&s.envoy.url("/v1/models"), &[]), 401, "invalid_api_key");
+    assert_openai_error(
+        &get(&s.envoy.url("/v1/models"), &[]),
+        401,
+        "invalid_api_key",
+    );
 }
 
 #[test]
 fn streamed_completion_reaches_the_client_before_the_provider_finishes() {
     let s = Stack::shipped(1);
     // The mock sends its first chunk, then holds the stream until released.
-    s.primary.script(serde_json::json!([{"hold": true, "content": "one two three"}]));
+    s.primary
+        .script(serde_json::json!([{"hold": true, "content": "one two three"}]));
     let body = serde_json::json!({"model": "gpt-4o-mini", "stream": true,
-        "messages": [{"role": "user", "content": "count"}]}).to_string();
+        "messages": [{"role": "user", "content": "count"}]})
+    .to_string();
     let mut sock = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     write!(
         sock,
         "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {DEMO_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -134,7 +186,9 @@ fn streamed_completion_reaches_the_client_before_the_provider_finishes() {
     let mut head = String::new();
     loop {
         let mut line = String::new();
-        reader.read_line(&mut line).expect("response headers while the provider holds the stream");
+        reader
+            .read_line(&mut line)
+            .expect("response headers while the provider holds the stream");
         if line == "\r\n" {
             break;
         }
@@ -147,7 +201,9 @@ fn streamed_completion_reaches_the_client_before_the_provider_finishes() {
     let mut got = String::new();
     while !got.contains("data: {") {
         let mut line = String::new();
-        reader.read_line(&mut line).expect("first SSE chunk before the provider finished");
+        reader
+            .read_line(&mut line)
+            .expect("first SSE chunk before the provider finished");
         got.push_str(&line);
     }
     assert!(!got.contains("[DONE]"));
@@ -170,6 +226,10 @@ fn body_over_the_configured_limit_is_413() {
     let s = Stack::start(&plugin, 1);
     let big = chat_body("gpt-4o-mini", &"x".repeat(8_000));
     assert_openai_error(&s.chat(DEMO_KEY, &big), 413, "request_too_large");
-    assert_eq!(s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", &"x".repeat(1_500))).status, 200);
+    assert_eq!(
+        s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", &"x".repeat(1_500)))
+            .status,
+        200
+    );
     assert_eq!(s.primary.hits(), 1);
 }

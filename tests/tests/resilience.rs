@@ -25,8 +25,18 @@ fn ask(s: &Stack) -> Resp {
 
 fn assert_served_by(r: &Resp, provider: &str, attempts: &str) {
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.header("x-portcullis-provider"), Some(provider), "{:?}", r.headers);
-    assert_eq!(r.header("x-portcullis-attempts"), Some(attempts), "{:?}", r.headers);
+    assert_eq!(
+        r.header("x-portcullis-provider"),
+        Some(provider),
+        "{:?}",
+        r.headers
+    );
+    assert_eq!(
+        r.header("x-portcullis-attempts"),
+        Some(attempts),
+        "{:?}",
+        r.headers
+    );
     assert_eq!(r.header("x-portcullis-model"), Some("gpt-4o-mini"));
 }
 
@@ -36,11 +46,17 @@ fn primary_500_falls_back_to_the_backup_with_its_model_id_and_key() {
     s.primary.script(json!([{"status": 500}]));
     let r = ask(&s);
     assert_served_by(&r, "backup", "2");
-    assert!(r.json()["choices"][0]["message"]["content"].as_str().unwrap().contains("backup"));
+    assert!(r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("backup"));
     assert_eq!((s.primary.hits(), s.backup.hits()), (1, 1));
     let seen = &s.backup.requests()[0];
     assert_eq!(seen["body"]["model"], "openai/gpt-4o-mini");
-    assert_eq!(seen["headers"]["authorization"], format!("Bearer {BACKUP_KEY}"));
+    assert_eq!(
+        seen["headers"]["authorization"],
+        format!("Bearer {BACKUP_KEY}")
+    );
     assert_eq!(seen["headers"]["host"], "backup.mock");
     // The next request goes to the primary again: one failure does not open it.
     assert_served_by(&ask(&s), "primary", "1");
@@ -51,7 +67,11 @@ fn primary_connection_refused_falls_back() {
     let s = Stack::start_with(&plugin(5, 10_000, 1, 30_000), 1, true);
     let r = ask(&s);
     assert_served_by(&r, "backup", "2");
-    assert_eq!(s.envoy.stat("wasmcustom.portcullis.provider.primary.failure_connect"), Some(1));
+    assert_eq!(
+        s.envoy
+            .stat("wasmcustom.portcullis.provider.primary.failure_connect"),
+        Some(1)
+    );
 }
 
 #[test]
@@ -60,7 +80,11 @@ fn primary_slower_than_its_timeout_falls_back() {
     s.primary.script(json!([{"delay_ms": 3000}]));
     let r = ask(&s);
     assert_served_by(&r, "backup", "2");
-    assert_eq!(s.envoy.stat("wasmcustom.portcullis.provider.primary.failure_timeout"), Some(1));
+    assert_eq!(
+        s.envoy
+            .stat("wasmcustom.portcullis.provider.primary.failure_timeout"),
+        Some(1)
+    );
 }
 
 #[test]
@@ -82,7 +106,8 @@ fn client_error_passes_through_verbatim_is_not_retried_and_leaves_the_breaker_al
 #[test]
 fn breaker_opens_at_the_threshold_skips_the_primary_then_a_probe_closes_it() {
     let s = Stack::start(&plugin(3, 300, 1, 30_000), 1);
-    s.primary.script(json!([{"status": 500}, {"status": 502}, {"status": 503}]));
+    s.primary
+        .script(json!([{"status": 500}, {"status": 502}, {"status": 503}]));
     for _ in 0..3 {
         assert_served_by(&ask(&s), "backup", "2");
     }
@@ -94,14 +119,24 @@ fn breaker_opens_at_the_threshold_skips_the_primary_then_a_probe_closes_it() {
         assert_served_by(&r, "backup", "1");
     }
     // After the cooldown one probe reaches the (now healthy) primary.
-    poll_until(Duration::from_secs(10), "a probe to reach the primary", || {
-        (ask(&s).header("x-portcullis-provider") == Some("primary")).then_some(())
-    });
+    poll_until(
+        Duration::from_secs(10),
+        "a probe to reach the primary",
+        || (ask(&s).header("x-portcullis-provider") == Some("primary")).then_some(()),
+    );
     assert_eq!(s.primary.hits(), 4, "exactly one probe");
     assert_eq!(s.envoy.stat(STATE), Some(0), "probe success closes it");
     assert_served_by(&ask(&s), "primary", "1");
-    assert_eq!(s.envoy.stat("wasmcustom.portcullis.provider.primary.breaker_to_open"), Some(1));
-    assert_eq!(s.envoy.stat("wasmcustom.portcullis.provider.primary.breaker_to_closed"), Some(1));
+    assert_eq!(
+        s.envoy
+            .stat("wasmcustom.portcullis.provider.primary.breaker_to_open"),
+        Some(1)
+    );
+    assert_eq!(
+        s.envoy
+            .stat("wasmcustom.portcullis.provider.primary.breaker_to_closed"),
+        Some(1)
+    );
 }
 
 #[test]
@@ -112,7 +147,10 @@ fn all_candidates_failing_gives_502_listing_each_attempt_then_503_when_all_are_o
     let r = ask(&s);
     assert_openai_error(&r, 502, "upstream_failed");
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("primary: HTTP 500") && msg.contains("backup: HTTP 429"), "{msg}");
+    assert!(
+        msg.contains("primary: HTTP 500") && msg.contains("backup: HTTP 429"),
+        "{msg}"
+    );
 
     // Threshold 1: both breakers are open now.
     let r = ask(&s);
@@ -138,7 +176,11 @@ fn streamed_request_gets_the_fallback_answer_when_the_primary_fails_before_heade
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
         .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
     assert_eq!(text, "alpha beta gamma");
     assert!(r.body.trim_end().ends_with("data: [DONE]"));
@@ -150,8 +192,10 @@ fn burst_on_two_workers_reaches_an_open_primary_at_most_probe_limit_times() {
     // two requests become probes, and the primary holds each for 3 s, so the
     // rest of the burst must skip it on both workers.
     let s = Stack::start(&plugin(3, 1, 2, 30_000), 2);
-    s.primary.script(json!([{"status": 500}, {"status": 500}, {"status": 500}]));
-    s.primary.default_step(json!({"status": 500, "delay_ms": 3000}));
+    s.primary
+        .script(json!([{"status": 500}, {"status": 500}, {"status": 500}]));
+    s.primary
+        .default_step(json!({"status": 500, "delay_ms": 3000}));
     for _ in 0..3 {
         assert_served_by(&ask(&s), "backup", "2");
     }
@@ -168,8 +212,14 @@ fn burst_on_two_workers_reaches_an_open_primary_at_most_probe_limit_times() {
     assert!(statuses.iter().all(|&c| c == 200), "{statuses:?}");
     let hits = s.primary.hits();
     eprintln!("primary reached {hits} times (3 to open it, then the burst)");
-    assert!(hits <= 3 + 2, "primary reached {hits} times; threshold 3 + probe limit 2 allowed");
-    assert!(hits >= 4, "the burst must have probed the primary at least once (hits {hits})");
+    assert!(
+        hits <= 3 + 2,
+        "primary reached {hits} times; threshold 3 + probe limit 2 allowed"
+    );
+    assert!(
+        hits >= 4,
+        "the burst must have probed the primary at least once (hits {hits})"
+    );
     assert_eq!(s.backup.hits(), 3 + 200);
 }
 
@@ -179,14 +229,27 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
     s.primary.script(json!([{"status": 500}]));
     assert_served_by(&ask(&s), "backup", "2");
     let prom = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
-    let line = |needle: &str| prom.lines().find(|l| l.starts_with(needle)).map(str::to_string);
+    let line = |needle: &str| {
+        prom.lines()
+            .find(|l| l.starts_with(needle))
+            .map(str::to_string)
+    };
     assert_eq!(
         line("portcullis_breaker_state{provider=\"primary\"}").as_deref(),
         Some("portcullis_breaker_state{provider=\"primary\"} 1"),
         "{prom}"
     );
-    assert!(line("portcullis_breaker_state{provider=\"backup\"} 0").is_some(), "{prom}");
-    assert!(line("portcullis_failure_5xx{provider=\"primary\"} 1").is_some(), "{prom}");
-    assert!(line("portcullis_breaker_to_open{provider=\"primary\"} 1").is_some(), "{prom}");
+    assert!(
+        line("portcullis_breaker_state{provider=\"backup\"} 0").is_some(),
+        "{prom}"
+    );
+    assert!(
+        line("portcullis_failure_5xx{provider=\"primary\"} 1").is_some(),
+        "{prom}"
+    );
+    assert!(
+        line("portcullis_breaker_to_open{provider=\"primary\"} 1").is_some(),
+        "{prom}"
+    );
     assert!(line("portcullis_fallbacks{} 1").is_some(), "{prom}");
 }

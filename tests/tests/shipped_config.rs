@@ -37,21 +37,34 @@ fn shipped_envoy_yamls_pass_envoy_validate() {
             .arg(format!("envoy/{name}"))
             .output()
             .unwrap();
-        assert!(out.status.success(), "{name} failed validation:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name} failed validation:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         // The rendered ECDS resource is a full Envoy config too.
         checked += 1;
     }
-    assert!(checked >= 2, "expected envoy.yaml and bare.yaml, validated {checked}");
+    assert!(
+        checked >= 2,
+        "expected envoy.yaml and bare.yaml, validated {checked}"
+    );
 }
 
 #[test]
 fn plugin_config_in_the_istio_manifest_compiles() {
-    let text = std::fs::read_to_string(repo_root().join("envoy/istio/portcullis-envoyfilter.yaml")).unwrap();
+    let text = std::fs::read_to_string(repo_root().join("envoy/istio/portcullis-envoyfilter.yaml"))
+        .unwrap();
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    let config = doc["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["config"]["configuration"]["value"]
+    let config = doc["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["config"]
+        ["configuration"]["value"]
         .as_str()
         .expect("plugin config text in the EnvoyFilter");
     let gw = portcullis_core::config::compile(config.as_bytes()).unwrap();
     assert_eq!(gw.providers[0].cluster, "outbound|443||api.openai.com");
-    assert_eq!(doc["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["config"]["allow_on_headers_stop_iteration"], true);
+    assert_eq!(
+        doc["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["config"]
+            ["allow_on_headers_stop_iteration"],
+        true
+    );
 }

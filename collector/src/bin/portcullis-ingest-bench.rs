@@ -18,7 +18,11 @@ fn record(i: u64) -> RequestRecord {
         model: "gpt-4o-mini".into(),
         provider: "primary".into(),
         cache: "miss".into(),
-        attempts: vec![Attempt { provider: "primary".into(), status: 200, cause: String::new() }],
+        attempts: vec![Attempt {
+            provider: "primary".into(),
+            status: 200,
+            cause: String::new(),
+        }],
         status: 200,
         latency_ms: 120 + i % 50,
         prompt_tokens: 42,
@@ -30,7 +34,10 @@ fn record(i: u64) -> RequestRecord {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let total: u64 = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(400_000);
+    let total: u64 = std::env::var("BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400_000);
     let dir = std::env::temp_dir().join(format!("portcullis-ingest-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     println!("| batch size | clients | records | seconds | records/s |");
@@ -58,10 +65,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let n = batch.min(per_client - sent);
                     let records = (0..n).map(|i| record(c * per_client + sent + i)).collect();
                     loop {
-                        match client.ingest(RecordBatch { records: Vec::clone(&records) }).await {
+                        match client
+                            .ingest(RecordBatch {
+                                records: Vec::clone(&records),
+                            })
+                            .await
+                        {
                             Ok(_) => break,
-                            Err(s) if s.code() == tonic::Code::ResourceExhausted => tokio::task::yield_now().await,
-                            Err(s) => return Err(Box::<dyn std::error::Error + Send + Sync>::from(s.to_string())),
+                            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                                tokio::task::yield_now().await
+                            }
+                            Err(s) => {
+                                return Err(Box::<dyn std::error::Error + Send + Sync>::from(
+                                    s.to_string(),
+                                ))
+                            }
                         }
                     }
                     sent += n;
@@ -79,7 +97,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if stored as u64 != sent {
             return Err(format!("stored {stored} of {sent}").into());
         }
-        println!("| {batch} | {clients} | {sent} | {secs:.2} | {:.0} |", sent as f64 / secs);
+        println!(
+            "| {batch} | {clients} | {sent} | {secs:.2} | {:.0} |",
+            sent as f64 / secs
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -77,9 +77,15 @@ fn cause_from_details(status: u16, details: Option<&str>) -> Cause {
     let d = details.unwrap_or("");
     if d.contains("timeout") {
         Cause::Timeout
-    } else if d.contains("connection_failure") || d.contains("connection_refused") || d.contains("no_healthy_upstream") {
+    } else if d.contains("connection_failure")
+        || d.contains("connection_refused")
+        || d.contains("no_healthy_upstream")
+    {
         Cause::ConnectFailure
-    } else if d.contains("reset") || d.contains("connection_termination") || d.contains("protocol_error") {
+    } else if d.contains("reset")
+        || d.contains("connection_termination")
+        || d.contains("protocol_error")
+    {
         Cause::Reset
     } else {
         Cause::Status(status)
@@ -99,9 +105,20 @@ pub fn classify_call(status: Option<u16>, elapsed_ms: u64, timeout_ms: u64) -> O
 /// The error when no candidate answered. `attempts`: each provider tried and
 /// why it failed; `skipped`: providers passed over because their breaker was
 /// open, with milliseconds until each lets a probe through.
-pub fn exhausted(model: &str, attempts: &[(String, Cause)], skipped: &[(String, u64)]) -> GatewayError {
-    let mut parts: Vec<String> = attempts.iter().map(|(p, c)| format!("{p}: {}", c.describe())).collect();
-    parts.extend(skipped.iter().map(|(p, ms)| format!("{p}: circuit open (retry in {}s)", ms.div_ceil(1000).max(1))));
+pub fn exhausted(
+    model: &str,
+    attempts: &[(String, Cause)],
+    skipped: &[(String, u64)],
+) -> GatewayError {
+    let mut parts: Vec<String> = attempts
+        .iter()
+        .map(|(p, c)| format!("{p}: {}", c.describe()))
+        .collect();
+    parts.extend(
+        skipped
+            .iter()
+            .map(|(p, ms)| format!("{p}: circuit open (retry in {}s)", ms.div_ceil(1000).max(1))),
+    );
     let list = parts.join("; ");
     if attempts.is_empty() {
         let soonest = skipped.iter().map(|&(_, ms)| ms).min().unwrap_or(1000);
@@ -151,18 +168,35 @@ mod tests {
 
     #[test]
     fn failed_calls_are_timeouts_only_when_they_used_the_timeout() {
-        assert_eq!(classify_call(None, 1000, 1000), Outcome::Retryable(Cause::Timeout));
-        assert_eq!(classify_call(None, 3, 1000), Outcome::Retryable(Cause::ConnectFailure));
+        assert_eq!(
+            classify_call(None, 1000, 1000),
+            Outcome::Retryable(Cause::Timeout)
+        );
+        assert_eq!(
+            classify_call(None, 3, 1000),
+            Outcome::Retryable(Cause::ConnectFailure)
+        );
         assert_eq!(classify_call(Some(200), 3, 1000), Outcome::Success);
     }
 
     #[test]
     fn exhausted_lists_every_attempt_and_uses_503_when_all_were_skipped() {
-        let e = exhausted("m", &[("a".into(), Cause::Status(500)), ("b".into(), Cause::Timeout)], &[("c".into(), 1500)]);
+        let e = exhausted(
+            "m",
+            &[
+                ("a".into(), Cause::Status(500)),
+                ("b".into(), Cause::Timeout),
+            ],
+            &[("c".into(), 1500)],
+        );
         assert_eq!(e.status, 502);
         assert_eq!(e.message, "Every provider of `m` failed (a: HTTP 500; b: timed out; c: circuit open (retry in 2s)).");
         let e = exhausted("m", &[], &[("a".into(), 4100), ("b".into(), 900)]);
         assert_eq!((e.status, e.retry_after_s), (503, Some(1)));
-        assert!(e.message.contains("a: circuit open (retry in 5s)"), "{}", e.message);
+        assert!(
+            e.message.contains("a: circuit open (retry in 5s)"),
+            "{}",
+            e.message
+        );
     }
 }

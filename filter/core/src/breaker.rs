@@ -91,9 +91,21 @@ impl Breaker {
 
     /// Unknown or damaged bytes read as a fresh closed breaker.
     pub fn decode(bytes: Option<&[u8]>) -> Breaker {
-        let Some(b) = bytes.filter(|b| b.len() == ENCODED_LEN) else { return Breaker::default() };
-        let u32_at = |i: usize| b.get(i..i + 4).and_then(|s| s.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0);
-        let u64_at = |i: usize| b.get(i..i + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+        let Some(b) = bytes.filter(|b| b.len() == ENCODED_LEN) else {
+            return Breaker::default();
+        };
+        let u32_at = |i: usize| {
+            b.get(i..i + 4)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_le_bytes)
+                .unwrap_or(0)
+        };
+        let u64_at = |i: usize| {
+            b.get(i..i + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+                .unwrap_or(0)
+        };
         let state = match b.first() {
             Some(1) => State::Open,
             Some(2) => State::HalfOpen,
@@ -129,7 +141,11 @@ pub struct Transition {
 
 /// May a request go to this provider now? Returns the new state to write
 /// (if any) with the decision, for [`crate::store::update`].
-pub fn admit(b: &Breaker, cfg: &BreakerConfig, now_ms: u64) -> (Option<Breaker>, Admission, Option<Transition>) {
+pub fn admit(
+    b: &Breaker,
+    cfg: &BreakerConfig,
+    now_ms: u64,
+) -> (Option<Breaker>, Admission, Option<Transition>) {
     admit_at(b, cfg, || now_ms)
 }
 
@@ -149,23 +165,64 @@ pub fn admit_at(
         State::Open => {
             let reopen = b.since_ms.saturating_add(cfg.cooldown_ms);
             if now_ms >= reopen {
-                let next = Breaker { state: State::HalfOpen, since_ms: now_ms, probes_in_flight: 1, ..Breaker::default() };
-                (Some(next), Admission::Probe, Some(Transition { from: State::Open, to: State::HalfOpen }))
+                let next = Breaker {
+                    state: State::HalfOpen,
+                    since_ms: now_ms,
+                    probes_in_flight: 1,
+                    ..Breaker::default()
+                };
+                (
+                    Some(next),
+                    Admission::Probe,
+                    Some(Transition {
+                        from: State::Open,
+                        to: State::HalfOpen,
+                    }),
+                )
             } else {
-                (None, Admission::Refused { retry_after_ms: reopen - now_ms }, None)
+                (
+                    None,
+                    Admission::Refused {
+                        retry_after_ms: reopen - now_ms,
+                    },
+                    None,
+                )
             }
         }
         State::HalfOpen => {
             if b.probes_in_flight < cfg.half_open_probes {
-                (Some(Breaker { probes_in_flight: b.probes_in_flight + 1, ..*b }), Admission::Probe, None)
+                (
+                    Some(Breaker {
+                        probes_in_flight: b.probes_in_flight + 1,
+                        ..*b
+                    }),
+                    Admission::Probe,
+                    None,
+                )
             } else if now_ms >= b.since_ms.saturating_add(cfg.probe_timeout_ms) {
                 // Probes that never reported must not wedge the breaker.
-                (Some(Breaker { since_ms: now_ms, probes_in_flight: 1, ..*b }), Admission::Probe, None)
+                (
+                    Some(Breaker {
+                        since_ms: now_ms,
+                        probes_in_flight: 1,
+                        ..*b
+                    }),
+                    Admission::Probe,
+                    None,
+                )
             } else {
                 // The probes report within their timeout; a new round can start
                 // a cooldown after a failed one at the earliest.
-                let retry = cfg.cooldown_ms.min(b.since_ms.saturating_add(cfg.probe_timeout_ms) - now_ms);
-                (None, Admission::Refused { retry_after_ms: retry }, None)
+                let retry = cfg
+                    .cooldown_ms
+                    .min(b.since_ms.saturating_add(cfg.probe_timeout_ms) - now_ms);
+                (
+                    None,
+                    Admission::Refused {
+                        retry_after_ms: retry,
+                    },
+                    None,
+                )
             }
         }
     }
@@ -190,13 +247,19 @@ pub fn on_result_at(
     success: bool,
     probe: bool,
 ) -> (Option<Breaker>, Option<Transition>) {
-    if b.state == State::Closed && success && b.consecutive_failures == 0 && cfg.failure_ratio.is_none() {
+    if b.state == State::Closed
+        && success
+        && b.consecutive_failures == 0
+        && cfg.failure_ratio.is_none()
+    {
         return (None, None);
     }
     let now_ms = now();
     match b.state {
         // The common case writes nothing: a success that changes no counter.
-        State::Closed if success && b.consecutive_failures == 0 && cfg.failure_ratio.is_none() => (None, None),
+        State::Closed if success && b.consecutive_failures == 0 && cfg.failure_ratio.is_none() => {
+            (None, None)
+        }
         State::Closed => {
             let mut n = *b;
             if now_ms.saturating_sub(n.window_start_ms) >= cfg.window_ms {
@@ -213,21 +276,51 @@ pub fn on_result_at(
             }
             let by_count = n.consecutive_failures >= cfg.consecutive_failures;
             let by_ratio = cfg.failure_ratio.is_some_and(|r| {
-                n.window_total >= cfg.min_requests && f64::from(n.window_failures) >= r * f64::from(n.window_total)
+                n.window_total >= cfg.min_requests
+                    && f64::from(n.window_failures) >= r * f64::from(n.window_total)
             });
             if !success && (by_count || by_ratio) {
-                let open = Breaker { state: State::Open, since_ms: now_ms, ..Breaker::default() };
-                return (Some(open), Some(Transition { from: State::Closed, to: State::Open }));
+                let open = Breaker {
+                    state: State::Open,
+                    since_ms: now_ms,
+                    ..Breaker::default()
+                };
+                return (
+                    Some(open),
+                    Some(Transition {
+                        from: State::Closed,
+                        to: State::Open,
+                    }),
+                );
             }
             (Some(n), None)
         }
         State::HalfOpen if probe => {
             if success {
-                let closed = Breaker { window_start_ms: now_ms, ..Breaker::default() };
-                (Some(closed), Some(Transition { from: State::HalfOpen, to: State::Closed }))
+                let closed = Breaker {
+                    window_start_ms: now_ms,
+                    ..Breaker::default()
+                };
+                (
+                    Some(closed),
+                    Some(Transition {
+                        from: State::HalfOpen,
+                        to: State::Closed,
+                    }),
+                )
             } else {
-                let open = Breaker { state: State::Open, since_ms: now_ms, ..Breaker::default() };
-                (Some(open), Some(Transition { from: State::HalfOpen, to: State::Open }))
+                let open = Breaker {
+                    state: State::Open,
+                    since_ms: now_ms,
+                    ..Breaker::default()
+                };
+                (
+                    Some(open),
+                    Some(Transition {
+                        from: State::HalfOpen,
+                        to: State::Open,
+                    }),
+                )
             }
         }
         // Late results of requests admitted before the breaker opened say
@@ -238,8 +331,10 @@ pub fn on_result_at(
 
 /// A probe ended without a result (client went away): give its slot back.
 pub fn release_probe(b: &Breaker) -> Option<Breaker> {
-    (b.state == State::HalfOpen && b.probes_in_flight > 0)
-        .then(|| Breaker { probes_in_flight: b.probes_in_flight - 1, ..*b })
+    (b.state == State::HalfOpen && b.probes_in_flight > 0).then(|| Breaker {
+        probes_in_flight: b.probes_in_flight - 1,
+        ..*b
+    })
 }
 
 #[cfg(test)]
@@ -266,8 +361,15 @@ mod tests {
 
     #[test]
     fn encoding_round_trips_and_garbage_reads_as_closed() {
-        let b = Breaker { state: State::HalfOpen, consecutive_failures: 2, window_start_ms: 77, window_total: 9,
-            window_failures: 4, since_ms: u64::MAX - 1, probes_in_flight: 3 };
+        let b = Breaker {
+            state: State::HalfOpen,
+            consecutive_failures: 2,
+            window_start_ms: 77,
+            window_total: 9,
+            window_failures: 4,
+            since_ms: u64::MAX - 1,
+            probes_in_flight: 3,
+        };
         assert_eq!(b.encode().len(), ENCODED_LEN);
         assert_eq!(Breaker::decode(Some(&b.encode())), b);
         assert_eq!(Breaker::decode(Some(b"short")), Breaker::default());
@@ -276,24 +378,57 @@ mod tests {
 
     #[test]
     fn transitions_table() {
-        let open = Breaker { state: State::Open, since_ms: 100, ..Breaker::default() };
-        let half = |probes| Breaker { state: State::HalfOpen, since_ms: 200, probes_in_flight: probes, ..Breaker::default() };
+        let open = Breaker {
+            state: State::Open,
+            since_ms: 100,
+            ..Breaker::default()
+        };
+        let half = |probes| Breaker {
+            state: State::HalfOpen,
+            since_ms: 200,
+            probes_in_flight: probes,
+            ..Breaker::default()
+        };
         // (state, now, admission expected)
         let cases: &[(Breaker, u64, Admission)] = &[
             (Breaker::default(), 0, Admission::Allowed),
-            (open, 100, Admission::Refused { retry_after_ms: 5_000 }),
+            (
+                open,
+                100,
+                Admission::Refused {
+                    retry_after_ms: 5_000,
+                },
+            ),
             (open, 5_099, Admission::Refused { retry_after_ms: 1 }),
             (open, 5_100, Admission::Probe),
             (half(0), 300, Admission::Probe),
             (half(1), 300, Admission::Probe),
-            (half(2), 300, Admission::Refused { retry_after_ms: 5_000 }),
-            (half(2), 29_000, Admission::Refused { retry_after_ms: 1_200 }),
+            (
+                half(2),
+                300,
+                Admission::Refused {
+                    retry_after_ms: 5_000,
+                },
+            ),
+            (
+                half(2),
+                29_000,
+                Admission::Refused {
+                    retry_after_ms: 1_200,
+                },
+            ),
             (half(2), 30_200, Admission::Probe),
         ];
         for (b, now, want) in cases {
             assert_eq!(admit(b, &CFG, *now).1, *want, "{b:?} at {now}");
         }
-        assert_eq!(admit(&open, &CFG, 5_100).2, Some(Transition { from: State::Open, to: State::HalfOpen }));
+        assert_eq!(
+            admit(&open, &CFG, 5_100).2,
+            Some(Transition {
+                from: State::Open,
+                to: State::HalfOpen
+            })
+        );
     }
 
     #[test]
@@ -306,7 +441,16 @@ mod tests {
         (b, _) = fail(&b, 3);
         (b, _) = fail(&b, 4);
         let (b, t) = fail(&b, 5);
-        assert_eq!((b.state, t), (State::Open, Some(Transition { from: State::Closed, to: State::Open })));
+        assert_eq!(
+            (b.state, t),
+            (
+                State::Open,
+                Some(Transition {
+                    from: State::Closed,
+                    to: State::Open
+                })
+            )
+        );
         assert_eq!(b.since_ms, 5);
     }
 
@@ -330,21 +474,48 @@ mod tests {
 
     #[test]
     fn probe_success_closes_and_probe_failure_reopens() {
-        let half = Breaker { state: State::HalfOpen, since_ms: 10, probes_in_flight: 1, ..Breaker::default() };
+        let half = Breaker {
+            state: State::HalfOpen,
+            since_ms: 10,
+            probes_in_flight: 1,
+            ..Breaker::default()
+        };
         let (n, t) = on_result(&half, &CFG, 20, true, true);
         assert_eq!(n.unwrap().state, State::Closed);
-        assert_eq!(t, Some(Transition { from: State::HalfOpen, to: State::Closed }));
+        assert_eq!(
+            t,
+            Some(Transition {
+                from: State::HalfOpen,
+                to: State::Closed
+            })
+        );
         let (n, _) = on_result(&half, &CFG, 20, false, true);
-        assert_eq!(n.unwrap(), Breaker { state: State::Open, since_ms: 20, ..Breaker::default() });
+        assert_eq!(
+            n.unwrap(),
+            Breaker {
+                state: State::Open,
+                since_ms: 20,
+                ..Breaker::default()
+            }
+        );
         // Results of non-probe requests while half-open or open are ignored.
         assert_eq!(on_result(&half, &CFG, 20, false, false), (None, None));
-        let open = Breaker { state: State::Open, since_ms: 10, ..Breaker::default() };
+        let open = Breaker {
+            state: State::Open,
+            since_ms: 10,
+            ..Breaker::default()
+        };
         assert_eq!(on_result(&open, &CFG, 20, true, false), (None, None));
     }
 
     #[test]
     fn released_probe_frees_its_slot() {
-        let half = Breaker { state: State::HalfOpen, since_ms: 10, probes_in_flight: 2, ..Breaker::default() };
+        let half = Breaker {
+            state: State::HalfOpen,
+            since_ms: 10,
+            probes_in_flight: 2,
+            ..Breaker::default()
+        };
         assert_eq!(release_probe(&half).unwrap().probes_in_flight, 1);
         assert_eq!(release_probe(&Breaker::default()), None);
     }
@@ -360,16 +531,32 @@ mod tests {
     #[test]
     fn probe_limit_holds_when_other_workers_race_for_probes() {
         let store = MemStore::default();
-        let open = Breaker { state: State::Open, since_ms: 0, ..Breaker::default() };
+        let open = Breaker {
+            state: State::Open,
+            since_ms: 0,
+            ..Breaker::default()
+        };
         store.set("b", &open.encode(), None).unwrap();
         // Another worker takes the first probe between our read and write.
         store.inject_conflicts(1, |_| {
-            Breaker { state: State::HalfOpen, since_ms: 5_000, probes_in_flight: 1, ..Breaker::default() }.encode()
+            Breaker {
+                state: State::HalfOpen,
+                since_ms: 5_000,
+                probes_in_flight: 1,
+                ..Breaker::default()
+            }
+            .encode()
         });
         assert_eq!(admit_in(&store, 5_000), Admission::Probe);
         let b = Breaker::decode(store.get("b").unwrap().0.as_deref());
-        assert_eq!(b.probes_in_flight, 2, "our probe is counted on top of theirs");
-        assert!(matches!(admit_in(&store, 5_001), Admission::Refused { .. }), "limit of 2 reached");
+        assert_eq!(
+            b.probes_in_flight, 2,
+            "our probe is counted on top of theirs"
+        );
+        assert!(
+            matches!(admit_in(&store, 5_001), Admission::Refused { .. }),
+            "limit of 2 reached"
+        );
     }
 
     #[test]
@@ -390,6 +577,12 @@ mod tests {
         })
         .unwrap();
         // Two interfering failures + ours = 3 in a row: ours is the one that opens it.
-        assert_eq!(t, Some(Transition { from: State::Closed, to: State::Open }));
+        assert_eq!(
+            t,
+            Some(Transition {
+                from: State::Closed,
+                to: State::Open
+            })
+        );
     }
 }

@@ -40,7 +40,8 @@ impl CacheConfig {
     /// Most bytes the table can hold (slot payloads and indexes).
     pub fn capacity_bytes(&self) -> usize {
         let slots = self.sets as usize * self.ways as usize;
-        slots * (self.max_entry_bytes + SLOT_HEADER) + self.sets as usize * self.ways as usize * WAY_LEN
+        slots * (self.max_entry_bytes + SLOT_HEADER)
+            + self.sets as usize * self.ways as usize * WAY_LEN
     }
 }
 
@@ -48,11 +49,16 @@ pub type Hash = [u8; 32];
 
 /// Case-fold and collapse whitespace in message text.
 fn normalize_text(s: &str) -> String {
-    s.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
+    s.split_whitespace()
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn normalize_messages(messages: &mut Value) {
-    let Some(arr) = messages.as_array_mut() else { return };
+    let Some(arr) = messages.as_array_mut() else {
+        return;
+    };
     for m in arr {
         match m.get_mut("content") {
             Some(Value::String(s)) => *s = normalize_text(s),
@@ -70,7 +76,13 @@ fn normalize_messages(messages: &mut Value) {
 
 /// The cache key of a request for a provider and its model id. Object keys
 /// are sorted (serde_json's map is ordered), so field order never matters.
-pub fn key(provider: &str, model_id: &str, doc: &Map<String, Value>, normalize: bool, client: Option<&str>) -> Hash {
+pub fn key(
+    provider: &str,
+    model_id: &str,
+    doc: &Map<String, Value>,
+    normalize: bool,
+    client: Option<&str>,
+) -> Hash {
     let mut h = Sha256::new();
     h.update(KEY_VERSION);
     h.update([0]);
@@ -85,7 +97,10 @@ pub fn key(provider: &str, model_id: &str, doc: &Map<String, Value>, normalize: 
     let mut w = HashWriter(&mut h);
     let _ = w.write(b"{");
     let mut first = true;
-    for (k, v) in doc.iter().filter(|(k, _)| !IGNORED_FIELDS.contains(&k.as_str())) {
+    for (k, v) in doc
+        .iter()
+        .filter(|(k, _)| !IGNORED_FIELDS.contains(&k.as_str()))
+    {
         if !first {
             let _ = w.write(b",");
         }
@@ -153,15 +168,26 @@ pub fn encode_index(ways: &[Way]) -> Vec<u8> {
 /// An index of `ways` entries; damaged or resized indexes read as empty.
 pub fn decode_index(bytes: Option<&[u8]>, ways: u32) -> Vec<Way> {
     let n = ways as usize;
-    let Some(b) = bytes.filter(|b| b.len() == n * WAY_LEN) else { return vec![Way::default(); n] };
+    let Some(b) = bytes.filter(|b| b.len() == n * WAY_LEN) else {
+        return vec![Way::default(); n];
+    };
     b.chunks_exact(WAY_LEN)
         .map(|c| {
             let mut w = Way::default();
             w.hash.copy_from_slice(c.get(..32).unwrap_or(&[0; 32]));
-            let u64_at = |i: usize| c.get(i..i + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+            let u64_at = |i: usize| {
+                c.get(i..i + 8)
+                    .and_then(|s| s.try_into().ok())
+                    .map(u64::from_le_bytes)
+                    .unwrap_or(0)
+            };
             w.expires_ms = u64_at(32);
             w.stored_ms = u64_at(40);
-            w.len = c.get(48..52).and_then(|s| s.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0);
+            w.len = c
+                .get(48..52)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_le_bytes)
+                .unwrap_or(0);
             w
         })
         .collect()
@@ -179,7 +205,12 @@ pub fn choose_way(index: &[Way], hash: &Hash, now_ms: u64) -> (usize, bool) {
     if let Some(i) = index.iter().position(|w| w.expires_ms <= now_ms) {
         return (i, false);
     }
-    let oldest = index.iter().enumerate().min_by_key(|(_, w)| w.stored_ms).map(|(i, _)| i).unwrap_or(0);
+    let oldest = index
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, w)| w.stored_ms)
+        .map(|(i, _)| i)
+        .unwrap_or(0);
     (oldest, true)
 }
 
@@ -194,15 +225,25 @@ fn slot_key(set: u32, way: usize) -> String {
 /// The stored completion for `hash`, if present and fresh. Two reads: the
 /// set's index, then the slot (whose own hash is checked, since a racing
 /// writer may have reused it).
-pub fn lookup<S: Store + ?Sized>(store: &S, cfg: &CacheConfig, hash: &Hash, now_ms: u64) -> Result<Option<Vec<u8>>, StoreError> {
+pub fn lookup<S: Store + ?Sized>(
+    store: &S,
+    cfg: &CacheConfig,
+    hash: &Hash,
+    now_ms: u64,
+) -> Result<Option<Vec<u8>>, StoreError> {
     let set = set_of(hash, cfg.sets);
     let (idx, _) = store.get(&index_key(set))?;
     let index = decode_index(idx.as_deref(), cfg.ways);
-    let Some(way) = index.iter().position(|w| &w.hash == hash && w.expires_ms > now_ms && !w.is_empty()) else {
+    let Some(way) = index
+        .iter()
+        .position(|w| &w.hash == hash && w.expires_ms > now_ms && !w.is_empty())
+    else {
         return Ok(None);
     };
     let (slot, _) = store.get(&slot_key(set, way))?;
-    Ok(slot.and_then(|s| (s.get(..32) == Some(hash.as_slice())).then(|| s.get(32..).unwrap_or_default().to_vec())))
+    Ok(slot.and_then(|s| {
+        (s.get(..32) == Some(hash.as_slice())).then(|| s.get(32..).unwrap_or_default().to_vec())
+    }))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +292,12 @@ pub fn insert<S: Store + ?Sized>(
             };
         }
         match store.set(&ikey, &encode_index(&index), cas) {
-            Ok(()) => return Ok(StoreOutcome::Stored(Stored { evicted, bytes_delta: body.len() as i64 - old_len })),
+            Ok(()) => {
+                return Ok(StoreOutcome::Stored(Stored {
+                    evicted,
+                    bytes_delta: body.len() as i64 - old_len,
+                }))
+            }
             Err(StoreError::CasMismatch) => continue,
             Err(e) => return Err(e),
         }
@@ -271,7 +317,9 @@ pub enum Directive {
 }
 
 pub fn directive(cache_control: Option<&str>) -> Directive {
-    let Some(cc) = cache_control else { return Directive::Normal };
+    let Some(cc) = cache_control else {
+        return Directive::Normal;
+    };
     let has = |d: &str| cc.split(',').any(|p| p.trim().eq_ignore_ascii_case(d));
     if has("no-store") {
         Directive::Bypass
@@ -293,11 +341,20 @@ mod tests {
         serde_json::from_str(s).unwrap()
     }
 
-    const CFG: CacheConfig = CacheConfig { sets: 4, ways: 2, ttl_ms: 1_000, max_entry_bytes: 100, normalize: false, per_client: false };
+    const CFG: CacheConfig = CacheConfig {
+        sets: 4,
+        ways: 2,
+        ttl_ms: 1_000,
+        max_entry_bytes: 100,
+        normalize: false,
+        per_client: false,
+    };
 
     #[test]
     fn key_is_the_hash_of_the_canonical_document() {
-        let d = doc(r#"{"temperature":0.5,"model":"x","messages":[{"role":"user","content":"hi"}],"stream":true}"#);
+        let d = doc(
+            r#"{"temperature":0.5,"model":"x","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        );
         let mut h = Sha256::new();
         h.update(b"portcullis-cache-v1\0p\0m\0\0");
         h.update(br#"{"messages":[{"content":"hi","role":"user"}],"temperature":0.5}"#);
@@ -307,9 +364,16 @@ mod tests {
 
     #[test]
     fn key_ignores_field_order_and_non_answer_fields() {
-        let a = doc(r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"stream":true,"user":"u1"}"#);
-        let b = doc(r#"{"temperature":0.5,"messages":[{"content":"hi","role":"user"}],"model":"y","stream_options":{"include_usage":true}}"#);
-        assert_eq!(key("p", "m", &a, false, None), key("p", "m", &b, false, None));
+        let a = doc(
+            r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"stream":true,"user":"u1"}"#,
+        );
+        let b = doc(
+            r#"{"temperature":0.5,"messages":[{"content":"hi","role":"user"}],"model":"y","stream_options":{"include_usage":true}}"#,
+        );
+        assert_eq!(
+            key("p", "m", &a, false, None),
+            key("p", "m", &b, false, None)
+        );
     }
 
     #[test]
@@ -319,8 +383,16 @@ mod tests {
         assert_ne!(k, key("q", "m", &doc(base), false, None));
         assert_ne!(k, key("p", "n", &doc(base), false, None));
         assert_ne!(k, key("p", "m", &doc(base), false, Some("client-a")));
-        for extra in [r#""temperature":1"#, r#""top_p":0.9"#, r#""max_tokens":5"#, r#""seed":1"#, r#""stop":["x"]"#,
-            r#""tools":[]"#, r#""tool_choice":"none""#, r#""response_format":{"type":"json_object"}"#] {
+        for extra in [
+            r#""temperature":1"#,
+            r#""top_p":0.9"#,
+            r#""max_tokens":5"#,
+            r#""seed":1"#,
+            r#""stop":["x"]"#,
+            r#""tools":[]"#,
+            r#""tool_choice":"none""#,
+            r#""response_format":{"type":"json_object"}"#,
+        ] {
             let d = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],{extra}}}"#);
             assert_ne!(k, key("p", "m", &doc(&d), false, None), "{extra}");
         }
@@ -330,11 +402,21 @@ mod tests {
     fn normalization_folds_case_and_whitespace_only_when_on() {
         let a = doc(r#"{"messages":[{"role":"user","content":"Hello   World\n"}]}"#);
         let b = doc(r#"{"messages":[{"role":"user","content":"hello world"}]}"#);
-        assert_ne!(key("p", "m", &a, false, None), key("p", "m", &b, false, None));
+        assert_ne!(
+            key("p", "m", &a, false, None),
+            key("p", "m", &b, false, None)
+        );
         assert_eq!(key("p", "m", &a, true, None), key("p", "m", &b, true, None));
-        let parts = doc(r#"{"messages":[{"role":"user","content":[{"type":"text","text":"HELLO  world"}]}]}"#);
-        let parts2 = doc(r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hello world"}]}]}"#);
-        assert_eq!(key("p", "m", &parts, true, None), key("p", "m", &parts2, true, None));
+        let parts = doc(
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"HELLO  world"}]}]}"#,
+        );
+        let parts2 = doc(
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hello world"}]}]}"#,
+        );
+        assert_eq!(
+            key("p", "m", &parts, true, None),
+            key("p", "m", &parts2, true, None)
+        );
     }
 
     #[test]
@@ -356,8 +438,14 @@ mod tests {
         let s = MemStore::default();
         let k = h(1, 0);
         assert_eq!(lookup(&s, &CFG, &k, 0).unwrap(), None);
-        assert!(matches!(insert(&s, &CFG, &k, b"answer", 0).unwrap(), StoreOutcome::Stored(_)));
-        assert_eq!(lookup(&s, &CFG, &k, 999).unwrap().as_deref(), Some(&b"answer"[..]));
+        assert!(matches!(
+            insert(&s, &CFG, &k, b"answer", 0).unwrap(),
+            StoreOutcome::Stored(_)
+        ));
+        assert_eq!(
+            lookup(&s, &CFG, &k, 999).unwrap().as_deref(),
+            Some(&b"answer"[..])
+        );
         assert_eq!(lookup(&s, &CFG, &k, 1_000).unwrap(), None, "expired at ttl");
     }
 
@@ -370,7 +458,14 @@ mod tests {
         insert(&s, &CFG, &a, b"a", 10).unwrap();
         insert(&s, &CFG, &b, b"bb", 20).unwrap();
         let out = insert(&s, &CFG, &c, b"ccc", 30).unwrap();
-        assert_eq!(out, StoreOutcome::Stored(Stored { evicted: true, bytes_delta: 2 }), "replaced `a` (1 byte)");
+        assert_eq!(
+            out,
+            StoreOutcome::Stored(Stored {
+                evicted: true,
+                bytes_delta: 2
+            }),
+            "replaced `a` (1 byte)"
+        );
         assert_eq!(lookup(&s, &CFG, &a, 31).unwrap(), None);
         assert_eq!(lookup(&s, &CFG, &b, 31).unwrap().unwrap(), b"bb");
         assert_eq!(lookup(&s, &CFG, &c, 31).unwrap().unwrap(), b"ccc");
@@ -385,10 +480,22 @@ mod tests {
         insert(&s, &CFG, &b, b"b", 500).unwrap();
         // At 1200 `a` has expired (ttl 1000) though `b` is live.
         let out = insert(&s, &CFG, &c, b"c", 1_200).unwrap();
-        assert_eq!(out, StoreOutcome::Stored(Stored { evicted: false, bytes_delta: 0 }));
+        assert_eq!(
+            out,
+            StoreOutcome::Stored(Stored {
+                evicted: false,
+                bytes_delta: 0
+            })
+        );
         assert_eq!(lookup(&s, &CFG, &b, 1_201).unwrap().unwrap(), b"b");
         let out = insert(&s, &CFG, &b, b"b2", 1_300).unwrap();
-        assert_eq!(out, StoreOutcome::Stored(Stored { evicted: false, bytes_delta: 1 }));
+        assert_eq!(
+            out,
+            StoreOutcome::Stored(Stored {
+                evicted: false,
+                bytes_delta: 1
+            })
+        );
         assert_eq!(lookup(&s, &CFG, &b, 1_301).unwrap().unwrap(), b"b2");
     }
 
@@ -400,13 +507,18 @@ mod tests {
             let mut k = [0u8; 32];
             k[..4].copy_from_slice(&i.to_le_bytes());
             let k: Hash = Sha256::digest(k).into();
-            if let StoreOutcome::Stored(st) = insert(&s, &CFG, &k, &[7u8; 90], u64::from(i)).unwrap() {
+            if let StoreOutcome::Stored(st) =
+                insert(&s, &CFG, &k, &[7u8; 90], u64::from(i)).unwrap()
+            {
                 held += st.bytes_delta;
             }
         }
         assert!(held <= (CFG.sets * CFG.ways) as i64 * 90, "{held}");
         assert!(held as usize <= CFG.capacity_bytes());
-        assert_eq!(insert(&s, &CFG, &h(1, 0), &[0u8; 101], 0).unwrap(), StoreOutcome::TooLarge);
+        assert_eq!(
+            insert(&s, &CFG, &h(1, 0), &[0u8; 101], 0).unwrap(),
+            StoreOutcome::TooLarge
+        );
     }
 
     #[test]

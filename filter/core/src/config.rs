@@ -194,7 +194,9 @@ struct RawBreaker {
 impl RawBreaker {
     fn over(&self, base: &BreakerConfig) -> BreakerConfig {
         BreakerConfig {
-            consecutive_failures: self.consecutive_failures.unwrap_or(base.consecutive_failures),
+            consecutive_failures: self
+                .consecutive_failures
+                .unwrap_or(base.consecutive_failures),
             failure_ratio: self.failure_ratio.or(base.failure_ratio),
             min_requests: self.min_requests.unwrap_or(base.min_requests),
             window_ms: self.window_ms.unwrap_or(base.window_ms),
@@ -216,7 +218,9 @@ fn check_breaker(at: &str, b: &BreakerConfig, problems: &mut Vec<String>) {
         problems.push(format!("{at}: `min_requests` must be at least 1"));
     }
     if b.window_ms == 0 || b.cooldown_ms == 0 {
-        problems.push(format!("{at}: `window_ms` and `cooldown_ms` must be greater than 0"));
+        problems.push(format!(
+            "{at}: `window_ms` and `cooldown_ms` must be greater than 0"
+        ));
     }
     if b.half_open_probes == 0 {
         problems.push(format!("{at}: `half_open_probes` must be at least 1"));
@@ -284,7 +288,10 @@ struct RawLimits {
 
 impl Default for RawLimits {
     fn default() -> Self {
-        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES, defaults: RawClientLimits::default() }
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            defaults: RawClientLimits::default(),
+        }
     }
 }
 
@@ -296,18 +303,30 @@ impl RawClientLimits {
             requests_per_minute: self.requests_per_minute.or(base.requests_per_minute),
             tokens_per_minute: self.tokens_per_minute.or(base.tokens_per_minute),
             max_concurrent: self.max_concurrent.or(base.max_concurrent),
-            budget_micros: self.budget_usd_per_day.map(|usd| (usd * 1e6).round() as Micros).or(base.budget_micros),
+            budget_micros: self
+                .budget_usd_per_day
+                .map(|usd| (usd * 1e6).round() as Micros)
+                .or(base.budget_micros),
             default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
         }
     }
 }
 
 fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<String>) {
-    if l.requests_per_minute == Some(0) || l.tokens_per_minute == Some(0) || l.max_concurrent == Some(0) {
-        problems.push(format!("{at}: a limit of 0 would refuse everything; leave it out for no limit"));
+    if l.requests_per_minute == Some(0)
+        || l.tokens_per_minute == Some(0)
+        || l.max_concurrent == Some(0)
+    {
+        problems.push(format!(
+            "{at}: a limit of 0 would refuse everything; leave it out for no limit"
+        ));
     }
-    if l.budget_usd_per_day.is_some_and(|b| !(b >= 0.0 && b.is_finite())) {
-        problems.push(format!("{at}: `budget_usd_per_day` must be a non-negative number"));
+    if l.budget_usd_per_day
+        .is_some_and(|b| !(b >= 0.0 && b.is_finite()))
+    {
+        problems.push(format!(
+            "{at}: `budget_usd_per_day` must be a non-negative number"
+        ));
     }
     if l.default_max_tokens == Some(0) {
         problems.push(format!("{at}: `default_max_tokens` must be at least 1"));
@@ -329,8 +348,17 @@ fn default_max_body() -> usize {
 
 /// The keys allowed at each level, so that every unknown key is reported in
 /// one pass (serde stops at the first).
-const TOP_KEYS: &[&str] =
-    &["providers", "routing", "clients", "limits", "breaker", "cache", "prices", "experiments", "log"];
+const TOP_KEYS: &[&str] = &[
+    "providers",
+    "routing",
+    "clients",
+    "limits",
+    "breaker",
+    "cache",
+    "prices",
+    "experiments",
+    "log",
+];
 const LOG_KEYS: &[&str] = &[
     "collector_cluster",
     "batch_size",
@@ -340,16 +368,43 @@ const LOG_KEYS: &[&str] = &[
     "timeout_ms",
     "include_content",
 ];
-const CLIENT_LIMIT_KEYS: &[&str] =
-    &["requests_per_minute", "tokens_per_minute", "max_concurrent", "budget_usd_per_day", "default_max_tokens"];
+const CLIENT_LIMIT_KEYS: &[&str] = &[
+    "requests_per_minute",
+    "tokens_per_minute",
+    "max_concurrent",
+    "budget_usd_per_day",
+    "default_max_tokens",
+];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
 const EXPERIMENT_KEYS: &[&str] = &["name", "salt", "applies_to", "arms"];
 const ARM_KEYS: &[&str] = &["name", "weight", "model"];
-const CACHE_KEYS: &[&str] = &["enabled", "max_bytes", "max_entry_bytes", "ways", "ttl_s", "normalize", "scope"];
-const PROVIDER_KEYS: &[&str] =
-    &["name", "cluster", "host", "base_path", "api_key_env", "timeout_ms", "models", "breaker"];
-const BREAKER_KEYS: &[&str] =
-    &["consecutive_failures", "failure_ratio", "min_requests", "window_ms", "cooldown_ms", "half_open_probes"];
+const CACHE_KEYS: &[&str] = &[
+    "enabled",
+    "max_bytes",
+    "max_entry_bytes",
+    "ways",
+    "ttl_s",
+    "normalize",
+    "scope",
+];
+const PROVIDER_KEYS: &[&str] = &[
+    "name",
+    "cluster",
+    "host",
+    "base_path",
+    "api_key_env",
+    "timeout_ms",
+    "models",
+    "breaker",
+];
+const BREAKER_KEYS: &[&str] = &[
+    "consecutive_failures",
+    "failure_ratio",
+    "min_requests",
+    "window_ms",
+    "cooldown_ms",
+    "half_open_probes",
+];
 const MODEL_KEYS: &[&str] = &["name", "id", "weight", "aliases"];
 const ROUTING_KEYS: &[&str] = &["chain", "max_attempts"];
 const DEFAULT_MAX_ATTEMPTS: u32 = 3;
@@ -422,7 +477,10 @@ pub struct Client {
 pub enum Applies {
     All,
     /// Requests for these model indexes, and `auto` when `auto` is set.
-    Models { models: Vec<usize>, auto: bool },
+    Models {
+        models: Vec<usize>,
+        auto: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -478,8 +536,8 @@ pub fn compile(text: &[u8]) -> Result<Gateway, String> {
     if text.trim().is_empty() {
         return Err("plugin config is empty: it needs at least `providers` and `clients`".into());
     }
-    let mut value: Value =
-        serde_yaml::from_str(text).map_err(|e| format!("plugin config is not valid YAML/JSON: {e}"))?;
+    let mut value: Value = serde_yaml::from_str(text)
+        .map_err(|e| format!("plugin config is not valid YAML/JSON: {e}"))?;
     let mut problems = Vec::new();
     check_keys(&mut value, &mut problems);
     if !value.is_mapping() {
@@ -492,11 +550,17 @@ pub fn compile(text: &[u8]) -> Result<Gateway, String> {
             return Err(report(&problems));
         }
     };
-    build(raw, &mut problems).filter(|_| problems.is_empty()).ok_or_else(|| report(&problems))
+    build(raw, &mut problems)
+        .filter(|_| problems.is_empty())
+        .ok_or_else(|| report(&problems))
 }
 
 fn report(problems: &[String]) -> String {
-    let mut out = format!("plugin config rejected ({} problem{}):", problems.len(), if problems.len() == 1 { "" } else { "s" });
+    let mut out = format!(
+        "plugin config rejected ({} problem{}):",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
     for p in problems {
         let _ = write!(out, "\n  - {p}");
     }
@@ -511,7 +575,10 @@ fn unknown_keys(v: &mut Value, path: &str, allowed: &[&str], problems: &mut Vec<
             let name = k.as_str().unwrap_or("<non-string key>");
             let known = allowed.contains(&name);
             if !known {
-                problems.push(format!("{path}: unknown key `{name}` (expected one of: {})", allowed.join(", ")));
+                problems.push(format!(
+                    "{path}: unknown key `{name}` (expected one of: {})",
+                    allowed.join(", ")
+                ));
             }
             known
         });
@@ -520,7 +587,10 @@ fn unknown_keys(v: &mut Value, path: &str, allowed: &[&str], problems: &mut Vec<
 
 fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
     if !v.is_mapping() {
-        problems.push("plugin config must be a mapping with `providers`, `routing`, `clients`, `limits`".into());
+        problems.push(
+            "plugin config must be a mapping with `providers`, `routing`, `clients`, `limits`"
+                .into(),
+        );
         return;
     }
     unknown_keys(v, "config", TOP_KEYS, problems);
@@ -528,11 +598,21 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
         for (i, p) in ps.iter_mut().enumerate() {
             unknown_keys(p, &format!("providers[{i}]"), PROVIDER_KEYS, problems);
             if let Some(b) = p.get_mut("breaker") {
-                unknown_keys(b, &format!("providers[{i}].breaker"), BREAKER_KEYS, problems);
+                unknown_keys(
+                    b,
+                    &format!("providers[{i}].breaker"),
+                    BREAKER_KEYS,
+                    problems,
+                );
             }
             if let Some(Value::Sequence(ms)) = p.get_mut("models") {
                 for (j, m) in ms.iter_mut().enumerate() {
-                    unknown_keys(m, &format!("providers[{i}].models[{j}]"), MODEL_KEYS, problems);
+                    unknown_keys(
+                        m,
+                        &format!("providers[{i}].models[{j}]"),
+                        MODEL_KEYS,
+                        problems,
+                    );
                 }
             }
         }
@@ -544,13 +624,23 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
         for (i, c) in cs.iter_mut().enumerate() {
             unknown_keys(c, &format!("clients[{i}]"), CLIENT_KEYS, problems);
             if let Some(l) = c.get_mut("limits") {
-                unknown_keys(l, &format!("clients[{i}].limits"), CLIENT_LIMIT_KEYS, problems);
+                unknown_keys(
+                    l,
+                    &format!("clients[{i}].limits"),
+                    CLIENT_LIMIT_KEYS,
+                    problems,
+                );
             }
         }
     }
     if let Some(Value::Mapping(ps)) = v.get_mut("prices") {
         for (k, p) in ps.iter_mut() {
-            unknown_keys(p, &format!("prices.{}", k.as_str().unwrap_or("?")), PRICE_KEYS, problems);
+            unknown_keys(
+                p,
+                &format!("prices.{}", k.as_str().unwrap_or("?")),
+                PRICE_KEYS,
+                problems,
+            );
         }
     }
     if let Some(Value::Sequence(es)) = v.get_mut("experiments") {
@@ -558,7 +648,12 @@ fn check_keys(v: &mut Value, problems: &mut Vec<String>) {
             unknown_keys(e, &format!("experiments[{i}]"), EXPERIMENT_KEYS, problems);
             if let Some(Value::Sequence(arms)) = e.get_mut("arms") {
                 for (j, a) in arms.iter_mut().enumerate() {
-                    unknown_keys(a, &format!("experiments[{i}].arms[{j}]"), ARM_KEYS, problems);
+                    unknown_keys(
+                        a,
+                        &format!("experiments[{i}].arms[{j}]"),
+                        ARM_KEYS,
+                        problems,
+                    );
                 }
             }
         }
@@ -606,23 +701,38 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         let at = format!("providers[{i}] ({})", p.name);
         if p.name.trim().is_empty() {
             problems.push(format!("providers[{i}]: `name` is empty"));
-        } else if !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            problems.push(format!("{at}: `name` may use only letters, digits, `_` and `-` (it labels metrics)"));
+        } else if !p
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            problems.push(format!(
+                "{at}: `name` may use only letters, digits, `_` and `-` (it labels metrics)"
+            ));
         } else if by_name.insert(p.name.as_str(), i).is_some() {
             problems.push(format!("{at}: duplicate provider name"));
         }
         if p.cluster.trim().is_empty() {
-            problems.push(format!("{at}: `cluster` is empty (name the Envoy cluster of this provider)"));
+            problems.push(format!(
+                "{at}: `cluster` is empty (name the Envoy cluster of this provider)"
+            ));
         }
         if p.host.trim().is_empty() {
-            problems.push(format!("{at}: `host` is empty (the :authority sent to the provider)"));
+            problems.push(format!(
+                "{at}: `host` is empty (the :authority sent to the provider)"
+            ));
         }
         if !p.base_path.starts_with('/') {
-            problems.push(format!("{at}: `base_path` must start with `/` (got `{}`)", p.base_path));
+            problems.push(format!(
+                "{at}: `base_path` must start with `/` (got `{}`)",
+                p.base_path
+            ));
         }
         if let Some(env) = &p.api_key_env {
             if !valid_env_name(env) {
-                problems.push(format!("{at}: `api_key_env` `{env}` is not an environment variable name"));
+                problems.push(format!(
+                    "{at}: `api_key_env` `{env}` is not an environment variable name"
+                ));
             }
         }
         if p.timeout_ms == 0 {
@@ -636,7 +746,9 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
             if m.name.trim().is_empty() {
                 problems.push(format!("{at}.models[{j}]: `name` is empty"));
             } else if m.name == AUTO_MODEL {
-                problems.push(format!("{at}.models[{j}]: `{AUTO_MODEL}` is reserved and cannot name a model"));
+                problems.push(format!(
+                    "{at}.models[{j}]: `{AUTO_MODEL}` is reserved and cannot name a model"
+                ));
             } else if !seen.insert(m.name.as_str()) {
                 problems.push(format!("{at}: model `{}` listed twice", m.name));
             }
@@ -654,14 +766,19 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     let mut order: Vec<usize> = Vec::new();
     for name in &chain {
         match by_name.get(name.as_str()) {
-            Some(&i) if order.contains(&i) => problems.push(format!("routing.chain: provider `{name}` appears twice")),
+            Some(&i) if order.contains(&i) => {
+                problems.push(format!("routing.chain: provider `{name}` appears twice"))
+            }
             Some(&i) => order.push(i),
             None => problems.push(format!("routing.chain: no provider named `{name}`")),
         }
     }
     for (i, p) in raw.providers.iter().enumerate() {
         if !order.contains(&i) && by_name.get(p.name.as_str()) == Some(&i) {
-            problems.push(format!("providers[{i}] ({}): not in routing.chain, so it would never be used", p.name));
+            problems.push(format!(
+                "providers[{i}] ({}): not in routing.chain, so it would never be used",
+                p.name
+            ));
         }
     }
 
@@ -672,7 +789,9 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     let mut models: Vec<Model> = Vec::new();
     let mut model_idx: HashMap<String, usize> = HashMap::new();
     for &pi in &order {
-        let Some(p) = raw.providers.get(pi) else { continue };
+        let Some(p) = raw.providers.get(pi) else {
+            continue;
+        };
         let chain_pos = providers.len();
         providers.push(Provider {
             name: p.name.clone(),
@@ -683,15 +802,26 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
             timeout_ms: p.timeout_ms,
             breaker: BreakerConfig {
                 probe_timeout_ms: p.timeout_ms.saturating_add(1_000),
-                ..p.breaker.as_ref().map(|b| b.over(&default_breaker)).unwrap_or(default_breaker)
+                ..p.breaker
+                    .as_ref()
+                    .map(|b| b.over(&default_breaker))
+                    .unwrap_or(default_breaker)
             },
         });
         if let Some(b) = &p.breaker {
-            check_breaker(&format!("provider `{}` breaker", p.name), &b.over(&default_breaker), problems);
+            check_breaker(
+                &format!("provider `{}` breaker", p.name),
+                &b.over(&default_breaker),
+                problems,
+            );
         }
         for m in &p.models {
             let idx = *model_idx.entry(m.name.clone()).or_insert_with(|| {
-                models.push(Model { name: m.name.clone(), aliases: Vec::new(), serving: Vec::new() });
+                models.push(Model {
+                    name: m.name.clone(),
+                    aliases: Vec::new(),
+                    serving: Vec::new(),
+                });
                 models.len() - 1
             });
             if let Some(model) = models.get_mut(idx) {
@@ -708,18 +838,32 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     let mut alias_owner: HashMap<String, usize> = HashMap::new();
     for p in &raw.providers {
         for m in &p.models {
-            let Some(&target) = model_idx.get(&m.name) else { continue };
+            let Some(&target) = model_idx.get(&m.name) else {
+                continue;
+            };
             for a in &m.aliases {
                 if a.trim().is_empty() {
-                    problems.push(format!("provider `{}` model `{}`: empty alias", p.name, m.name));
+                    problems.push(format!(
+                        "provider `{}` model `{}`: empty alias",
+                        p.name, m.name
+                    ));
                 } else if a == AUTO_MODEL {
-                    problems.push(format!("provider `{}` model `{}`: alias `{AUTO_MODEL}` is reserved", p.name, m.name));
+                    problems.push(format!(
+                        "provider `{}` model `{}`: alias `{AUTO_MODEL}` is reserved",
+                        p.name, m.name
+                    ));
                 } else if model_idx.get(a).is_some_and(|&t| t != target) {
-                    problems.push(format!("alias `{a}` (of model `{}`) collides with the model named `{a}`", m.name));
+                    problems.push(format!(
+                        "alias `{a}` (of model `{}`) collides with the model named `{a}`",
+                        m.name
+                    ));
                 } else if let Some(&other) = alias_owner.get(a) {
                     if other != target {
                         let other_name = models.get(other).map(|o| o.name.as_str()).unwrap_or("?");
-                        problems.push(format!("alias `{a}` names two models: `{other_name}` and `{}`", m.name));
+                        problems.push(format!(
+                            "alias `{a}` names two models: `{other_name}` and `{}`",
+                            m.name
+                        ));
                     }
                 } else if !model_idx.contains_key(a) {
                     alias_owner.insert(a.clone(), target);
@@ -755,7 +899,10 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
         problems.push("clients: at least one client is required (name + key_sha256)".into());
     }
     check_limits("limits", &raw.limits.defaults, problems);
-    let base_limits = raw.limits.defaults.over(&Limits { default_max_tokens: DEFAULT_MAX_TOKENS, ..Limits::default() });
+    let base_limits = raw.limits.defaults.over(&Limits {
+        default_max_tokens: DEFAULT_MAX_TOKENS,
+        ..Limits::default()
+    });
     let mut clients = HashMap::new();
     let mut client_names = hashbrown::HashSet::new();
     for (i, c) in raw.clients.iter().enumerate() {
@@ -770,20 +917,40 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
             for m in ms {
                 match names.get(m) {
                     Some(&idx) => out.push(idx),
-                    None => problems.push(format!("{at}: allowed model `{m}` is not served by any provider")),
+                    None => problems.push(format!(
+                        "{at}: allowed model `{m}` is not served by any provider"
+                    )),
                 }
             }
             out
         });
         match parse_sha256_hex(&c.key_sha256) {
-            None => problems.push(format!("{at}: `key_sha256` must be 64 hex characters (the SHA-256 of the key)")),
+            None => problems.push(format!(
+                "{at}: `key_sha256` must be 64 hex characters (the SHA-256 of the key)"
+            )),
             Some(hash) => {
                 if let Some(l) = &c.limits {
                     check_limits(&format!("{at}.limits"), l, problems);
                 }
-                let limits = c.limits.as_ref().map(|l| l.over(&base_limits)).unwrap_or_else(|| base_limits.clone());
-                if clients.insert(hash, Client { name: c.name.clone(), allowed, limits }).is_some() {
-                    problems.push(format!("{at}: `key_sha256` is the same as another client's"));
+                let limits = c
+                    .limits
+                    .as_ref()
+                    .map(|l| l.over(&base_limits))
+                    .unwrap_or_else(|| base_limits.clone());
+                if clients
+                    .insert(
+                        hash,
+                        Client {
+                            name: c.name.clone(),
+                            allowed,
+                            limits,
+                        },
+                    )
+                    .is_some()
+                {
+                    problems.push(format!(
+                        "{at}: `key_sha256` is the same as another client's"
+                    ));
                 }
             }
         }
@@ -804,21 +971,39 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     for (name, p) in &raw.prices {
         match names.get(name) {
             Some(&idx) => {
-                if [p.input, p.output, p.cached_input.unwrap_or(0.0)].iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
-                    problems.push(format!("prices.{name}: prices must be non-negative numbers (USD per 1M tokens)"));
+                if [p.input, p.output, p.cached_input.unwrap_or(0.0)]
+                    .iter()
+                    .any(|x| !(x.is_finite() && *x >= 0.0))
+                {
+                    problems.push(format!(
+                        "prices.{name}: prices must be non-negative numbers (USD per 1M tokens)"
+                    ));
                 }
                 if let Some(slot) = prices.get_mut(idx) {
-                    *slot = Some(Price { input: p.input, output: p.output, cached_input: p.cached_input.unwrap_or(p.input) });
+                    *slot = Some(Price {
+                        input: p.input,
+                        output: p.output,
+                        cached_input: p.cached_input.unwrap_or(p.input),
+                    });
                 }
             }
-            None => problems.push(format!("prices: `{name}` is not a model any provider serves")),
+            None => problems.push(format!(
+                "prices: `{name}` is not a model any provider serves"
+            )),
         }
     }
     if clients.values().any(|c| c.limits.budget_micros.is_some()) {
-        let unpriced: Vec<&str> =
-            models.iter().zip(&prices).filter(|(_, p)| p.is_none()).map(|(m, _)| m.name.as_str()).collect();
+        let unpriced: Vec<&str> = models
+            .iter()
+            .zip(&prices)
+            .filter(|(_, p)| p.is_none())
+            .map(|(m, _)| m.name.as_str())
+            .collect();
         if !unpriced.is_empty() {
-            problems.push(format!("a budget is set, but these models have no entry in `prices`: {}", unpriced.join(", ")));
+            problems.push(format!(
+                "a budget is set, but these models have no entry in `prices`: {}",
+                unpriced.join(", ")
+            ));
         }
     }
 
@@ -827,8 +1012,15 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     let mut exp_names = hashbrown::HashSet::new();
     for (i, e) in raw.experiments.iter().enumerate() {
         let at = format!("experiments[{i}] ({})", e.name);
-        if e.name.trim().is_empty() || !e.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            problems.push(format!("experiments[{i}]: `name` must be letters, digits, `_` or `-`"));
+        if e.name.trim().is_empty()
+            || !e
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            problems.push(format!(
+                "experiments[{i}]: `name` must be letters, digits, `_` or `-`"
+            ));
         } else if !exp_names.insert(e.name.as_str()) {
             problems.push(format!("{at}: duplicate experiment name"));
         }
@@ -843,13 +1035,20 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
                 } else if let Some(&idx) = names.get(a) {
                     ms.push(idx);
                 } else {
-                    problems.push(format!("{at}: applies_to `{a}` is not a model any provider serves"));
+                    problems.push(format!(
+                        "{at}: applies_to `{a}` is not a model any provider serves"
+                    ));
                 }
             }
             if e.applies_to.is_empty() {
-                problems.push(format!("{at}: `applies_to` is empty (list models, `auto`, or `all`)"));
+                problems.push(format!(
+                    "{at}: `applies_to` is empty (list models, `auto`, or `all`)"
+                ));
             }
-            Applies::Models { models: ms, auto: auto_too }
+            Applies::Models {
+                models: ms,
+                auto: auto_too,
+            }
         };
         let mut arms = Vec::new();
         let mut arm_names = hashbrown::HashSet::new();
@@ -858,8 +1057,15 @@ fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
                 problems.push(format!("{at}: arm name `{}` is empty or repeated", a.name));
             }
             match names.get(&a.model) {
-                Some(&m) => arms.push(Arm { name: a.name.clone(), weight: a.weight, model: m }),
-                None => problems.push(format!("{at}: arm `{}` targets `{}`, which no provider serves", a.name, a.model)),
+                Some(&m) => arms.push(Arm {
+                    name: a.name.clone(),
+                    weight: a.weight,
+                    model: m,
+                }),
+                None => problems.push(format!(
+                    "{at}: arm `{}` targets `{}`, which no provider serves",
+                    a.name, a.model
+                )),
             }
         }
         if e.arms.len() < 2 {
@@ -913,7 +1119,9 @@ fn compile_cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheConfig
         "shared" => false,
         "client" => true,
         other => {
-            problems.push(format!("cache.scope must be `shared` or `client` (got `{other}`)"));
+            problems.push(format!(
+                "cache.scope must be `shared` or `client` (got `{other}`)"
+            ));
             false
         }
     };
@@ -990,13 +1198,24 @@ clients:
     fn breaker_defaults_and_per_provider_overrides() {
         let g = compile(GOOD.as_bytes()).unwrap();
         assert_eq!(g.providers[0].breaker.consecutive_failures, 4);
-        assert_eq!(g.providers[0].breaker.cooldown_ms, BreakerConfig::default().cooldown_ms);
+        assert_eq!(
+            g.providers[0].breaker.cooldown_ms,
+            BreakerConfig::default().cooldown_ms
+        );
         assert_eq!(g.providers[1].breaker.consecutive_failures, 4);
         assert_eq!(g.providers[1].breaker.cooldown_ms, 500);
         assert_eq!(g.max_attempts, 3);
-        let bad = GOOD.replace("breaker: {cooldown_ms: 500}", "breaker: {cooldown_ms: 0, failure_ratio: 2.0, probes: 1}");
+        let bad = GOOD.replace(
+            "breaker: {cooldown_ms: 500}",
+            "breaker: {cooldown_ms: 0, failure_ratio: 2.0, probes: 1}",
+        );
         let err = compile(bad.as_bytes()).unwrap_err();
-        assert!(err.contains("`probes`") && err.contains("`failure_ratio` must be") && err.contains("`cooldown_ms`"), "{err}");
+        assert!(
+            err.contains("`probes`")
+                && err.contains("`failure_ratio` must be")
+                && err.contains("`cooldown_ms`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1004,15 +1223,24 @@ clients:
         assert!(compile(GOOD.as_bytes()).unwrap().cache.is_none());
         let on = format!("{GOOD}cache: {{enabled: true, max_bytes: 1048576, max_entry_bytes: 16384, scope: client}}\n");
         let c = compile(on.as_bytes()).unwrap().cache.unwrap();
-        assert_eq!((c.sets, c.ways, c.per_client, c.ttl_ms), (16, 4, true, 3_600_000));
+        assert_eq!(
+            (c.sets, c.ways, c.per_client, c.ttl_ms),
+            (16, 4, true, 3_600_000)
+        );
         let bad = format!("{GOOD}cache: {{enabled: true, max_bytes: 10, max_entry_bytes: 100, scope: team, size: 1}}\n");
         let err = compile(bad.as_bytes()).unwrap_err();
-        assert!(err.contains("cache.scope") && err.contains("max_entry_bytes <= max_bytes") && err.contains("`size`"), "{err}");
+        assert!(
+            err.contains("cache.scope")
+                && err.contains("max_entry_bytes <= max_bytes")
+                && err.contains("`size`"),
+            "{err}"
+        );
     }
 
     #[test]
     fn limits_defaults_overrides_prices_and_experiments() {
-        let cfg = GOOD.replace("limits:\n", "") + r#"
+        let cfg = GOOD.replace("limits:\n", "")
+            + r#"
 limits:
   requests_per_minute: 60
   budget_usd_per_day: 1.5
@@ -1027,24 +1255,44 @@ experiments:
       - {name: control, weight: 1, model: gpt-4o-mini}
       - {name: big, weight: 1, model: gpt-4o}
 "#;
-        let cfg = cfg.replace("    models: [mini]\n", "    models: [mini]\n    limits: {requests_per_minute: 5, max_concurrent: 2}\n");
+        let cfg = cfg.replace(
+            "    models: [mini]\n",
+            "    models: [mini]\n    limits: {requests_per_minute: 5, max_concurrent: 2}\n",
+        );
         let g = compile(cfg.as_bytes()).unwrap();
         let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
         assert_eq!(demo.limits.requests_per_minute, Some(60));
         assert_eq!(demo.limits.budget_micros, Some(1_500_000));
         assert_eq!(demo.limits.default_max_tokens, 1024);
         let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
-        assert_eq!((limited.limits.requests_per_minute, limited.limits.max_concurrent), (Some(5), Some(2)));
-        assert_eq!(limited.limits.budget_micros, Some(1_500_000), "inherits the default");
+        assert_eq!(
+            (
+                limited.limits.requests_per_minute,
+                limited.limits.max_concurrent
+            ),
+            (Some(5), Some(2))
+        );
+        assert_eq!(
+            limited.limits.budget_micros,
+            Some(1_500_000),
+            "inherits the default"
+        );
         assert_eq!(g.prices[g.names["gpt-4o-mini"]].unwrap().cached_input, 0.15);
         let e = &g.experiments[0];
         assert_eq!(e.salt, "ab");
-        assert_eq!(e.applies, Applies::Models { models: vec![g.names["gpt-4o-mini"]], auto: true });
+        assert_eq!(
+            e.applies,
+            Applies::Models {
+                models: vec![g.names["gpt-4o-mini"]],
+                auto: true
+            }
+        );
     }
 
     #[test]
     fn limit_price_and_experiment_problems_are_reported() {
-        let cfg = GOOD.to_string() + r#"
+        let cfg = GOOD.to_string()
+            + r#"
 limits: {requests_per_minute: 0, budget_usd_per_day: 2}
 prices:
   gpt-5: {input: 1, output: 1}
@@ -1056,8 +1304,14 @@ experiments:
       - {name: a, weight: 0, model: ghost}
 "#;
         let err = compile(cfg.as_bytes()).unwrap_err();
-        for needle in ["limit of 0", "`gpt-5` is not a model", "have no entry in `prices`", "applies_to `nothing`",
-            "arm name `a` is empty or repeated", "targets `ghost`"] {
+        for needle in [
+            "limit of 0",
+            "`gpt-5` is not a model",
+            "have no entry in `prices`",
+            "applies_to `nothing`",
+            "arm name `a` is empty or repeated",
+            "targets `ghost`",
+        ] {
             assert!(err.contains(needle), "{needle} missing: {err}");
         }
     }
@@ -1081,17 +1335,32 @@ experiments:
         for needle in ["`retries`", "`colour`", "`nickname`", "`extra`"] {
             assert!(err.contains(needle), "{needle} missing from {err}");
         }
-        assert!(err.starts_with("plugin config rejected (4 problems)"), "{err}");
-        let both = GOOD.replace("chain: [primary, backup]", "chain: [primary, ghost]\n  retries: 2");
+        assert!(
+            err.starts_with("plugin config rejected (4 problems)"),
+            "{err}"
+        );
+        let both = GOOD.replace(
+            "chain: [primary, backup]",
+            "chain: [primary, ghost]\n  retries: 2",
+        );
         let err = compile(both.as_bytes()).unwrap_err();
-        assert!(err.contains("`retries`") && err.contains("no provider named `ghost`"), "{err}");
+        assert!(
+            err.contains("`retries`") && err.contains("no provider named `ghost`"),
+            "{err}"
+        );
     }
 
     #[test]
     fn cross_reference_problems_are_reported_together() {
         let bad = GOOD
-            .replace("chain: [primary, backup]", "chain: [primary, backup, ghost]")
-            .replace("aliases: [mini]}\n      - {name: gpt-4o,", "aliases: [mini, gpt-4o]}\n      - {name: gpt-4o,")
+            .replace(
+                "chain: [primary, backup]",
+                "chain: [primary, backup, ghost]",
+            )
+            .replace(
+                "aliases: [mini]}\n      - {name: gpt-4o,",
+                "aliases: [mini, gpt-4o]}\n      - {name: gpt-4o,",
+            )
             .replace("models: [mini]", "models: [mini, claude]")
             .replace("weight: 3", "weight: 0")
             .replace("weight: 1}", "weight: 0}");
@@ -1104,7 +1373,10 @@ experiments:
 
     #[test]
     fn alias_naming_two_models_is_rejected() {
-        let bad = GOOD.replace("{name: llama-3, weight: 0}", "{name: llama-3, weight: 0, aliases: [mini]}");
+        let bad = GOOD.replace(
+            "{name: llama-3, weight: 0}",
+            "{name: llama-3, weight: 0, aliases: [mini]}",
+        );
         let err = compile(bad.as_bytes()).unwrap_err();
         assert!(err.contains("alias `mini` names two models"), "{err}");
     }
@@ -1114,7 +1386,10 @@ experiments:
         let bad = GOOD
             .replace("chain: [primary, backup]", "chain: [primary]")
             .replace("base_path: /openai/v1/", "base_path: openai")
-            .replace("\"0000000000000000000000000000000000000000000000000000000000000002\"", "nothex");
+            .replace(
+                "\"0000000000000000000000000000000000000000000000000000000000000002\"",
+                "nothex",
+            );
         let err = compile(bad.as_bytes()).unwrap_err();
         assert!(err.contains("not in routing.chain"), "{err}");
         assert!(err.contains("must start with `/`"), "{err}");
@@ -1124,13 +1399,25 @@ experiments:
     #[test]
     fn empty_and_garbage_configs_are_rejected_with_a_message() {
         assert!(compile(b"").unwrap_err().contains("empty"));
-        assert!(compile(b"providers: [").unwrap_err().contains("not valid YAML"));
-        assert!(compile(b"- 1\n- 2").unwrap_err().contains("must be a mapping"));
-        assert!(compile(b"providers: 3\nclients: []").unwrap_err().contains("wrong type"));
+        assert!(compile(b"providers: [")
+            .unwrap_err()
+            .contains("not valid YAML"));
+        assert!(compile(b"- 1\n- 2")
+            .unwrap_err()
+            .contains("must be a mapping"));
+        assert!(compile(b"providers: 3\nclients: []")
+            .unwrap_err()
+            .contains("wrong type"));
         let err = compile(b"providers: 3\nclients: []\nflavour: x").unwrap_err();
-        assert!(err.contains("wrong type") && err.contains("`flavour`"), "{err}");
+        assert!(
+            err.contains("wrong type") && err.contains("`flavour`"),
+            "{err}"
+        );
         let err = compile(b"providers: []\nclients: []").unwrap_err();
-        assert!(err.contains("at least one provider") && err.contains("at least one client"), "{err}");
+        assert!(
+            err.contains("at least one provider") && err.contains("at least one client"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -29,8 +29,19 @@ struct Inner<'a> {
 }
 
 impl GatewayError {
-    pub fn new(status: u16, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, kind, code, message: message.into(), retry_after_s: None }
+    pub fn new(
+        status: u16,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+            retry_after_s: None,
+        }
     }
 
     pub fn missing_key() -> Self {
@@ -103,7 +114,12 @@ impl GatewayError {
     /// The JSON body sent to the client.
     pub fn body(&self) -> Vec<u8> {
         let body = Body {
-            error: Inner { message: &self.message, kind: self.kind, code: self.code, param: None },
+            error: Inner {
+                message: &self.message,
+                kind: self.kind,
+                code: self.code,
+                param: None,
+            },
         };
         // Serializing plain strings cannot fail; fall back to a fixed body anyway.
         serde_json::to_vec(&body).unwrap_or_else(|_| {

@@ -44,7 +44,9 @@ mod tests {
     #[test]
     fn assignment_is_stable_and_depends_on_the_salt() {
         assert_eq!(bucket("s", "alice"), bucket("s", "alice"));
-        let moved = (0..200).filter(|i| bucket("s1", &format!("c{i}")) != bucket("s2", &format!("c{i}"))).count();
+        let moved = (0..200)
+            .filter(|i| bucket("s1", &format!("c{i}")) != bucket("s2", &format!("c{i}")))
+            .count();
         assert!(moved > 150, "a new salt reshuffles ({moved}/200)");
     }
 

@@ -8,7 +8,10 @@ pub const MODEL: &str = "x-portcullis-model";
 pub const PROVIDER: &str = "x-portcullis-provider";
 
 pub fn is_gateway_header(name: &str) -> bool {
-    name.len() >= PREFIX.len() && name.get(..PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
+    name.len() >= PREFIX.len()
+        && name
+            .get(..PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
 }
 pub const ATTEMPTS: &str = "x-portcullis-attempts";
 pub const CACHE: &str = "x-portcullis-cache";

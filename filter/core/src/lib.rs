@@ -4,18 +4,18 @@
 //! (time, header facts, body bytes) and returns decisions, so it is tested
 //! natively and on wasm32 alike.
 
+pub mod attempt;
+pub mod breaker;
+pub mod cache;
 pub mod config;
 pub mod error;
-pub mod headers;
-pub mod request;
-pub mod routing;
-pub mod breaker;
-pub mod store;
-pub mod attempt;
-pub mod sse;
-pub mod cache;
 pub mod experiment;
+pub mod headers;
 pub mod ratelimit;
-pub mod usage;
 pub mod record;
+pub mod request;
 mod robustness;
+pub mod routing;
+pub mod sse;
+pub mod store;
+pub mod usage;

@@ -27,10 +27,20 @@ impl Bucket {
     }
 
     pub fn decode(b: Option<&[u8]>) -> Bucket {
-        let Some(b) = b.filter(|b| b.len() == 17) else { return Bucket::default() };
+        let Some(b) = b.filter(|b| b.len() == 17) else {
+            return Bucket::default();
+        };
         Bucket {
-            level_milli: b.get(0..8).and_then(|s| s.try_into().ok()).map(i64::from_le_bytes).unwrap_or(0),
-            updated_ms: b.get(8..16).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0),
+            level_milli: b
+                .get(0..8)
+                .and_then(|s| s.try_into().ok())
+                .map(i64::from_le_bytes)
+                .unwrap_or(0),
+            updated_ms: b
+                .get(8..16)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+                .unwrap_or(0),
             initialized: b.get(16) == Some(&1),
         }
     }
@@ -39,12 +49,20 @@ impl Bucket {
     pub fn refilled(&self, per_minute: u64, now_ms: u64) -> Bucket {
         let cap = per_minute as i64 * MILLI;
         if !self.initialized {
-            return Bucket { level_milli: cap, updated_ms: now_ms, initialized: true };
+            return Bucket {
+                level_milli: cap,
+                updated_ms: now_ms,
+                initialized: true,
+            };
         }
         let elapsed = now_ms.saturating_sub(self.updated_ms) as i64;
         // per_minute units per 60_000 ms, in thousandths: per_minute * elapsed / 60.
         let add = (per_minute as i64).saturating_mul(elapsed) / 60;
-        Bucket { level_milli: self.level_milli.saturating_add(add).min(cap), updated_ms: now_ms, initialized: true }
+        Bucket {
+            level_milli: self.level_milli.saturating_add(add).min(cap),
+            updated_ms: now_ms,
+            initialized: true,
+        }
     }
 }
 
@@ -75,12 +93,29 @@ pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, T
     let want = (amount as i64).saturating_mul(MILLI);
     let cap = per_minute as i64 * MILLI;
     if cur.level_milli >= want {
-        let next = Bucket { level_milli: cur.level_milli - want, ..cur };
+        let next = Bucket {
+            level_milli: cur.level_milli - want,
+            ..cur
+        };
         let remaining = (next.level_milli.max(0) / MILLI) as u64;
-        (next, Take { admitted: true, remaining, wait_ms: ms_to_refill(cap - next.level_milli, per_minute) })
+        (
+            next,
+            Take {
+                admitted: true,
+                remaining,
+                wait_ms: ms_to_refill(cap - next.level_milli, per_minute),
+            },
+        )
     } else {
         let remaining = (cur.level_milli.max(0) / MILLI) as u64;
-        (cur, Take { admitted: false, remaining, wait_ms: ms_to_refill(want - cur.level_milli, per_minute).max(1) })
+        (
+            cur,
+            Take {
+                admitted: false,
+                remaining,
+                wait_ms: ms_to_refill(want - cur.level_milli, per_minute).max(1),
+            },
+        )
     }
 }
 
@@ -89,7 +124,13 @@ pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, T
 pub fn adjust(b: &Bucket, per_minute: u64, delta: i64, now_ms: u64) -> Bucket {
     let cur = b.refilled(per_minute, now_ms);
     let cap = per_minute as i64 * MILLI;
-    Bucket { level_milli: cur.level_milli.saturating_add(delta.saturating_mul(MILLI)).min(cap), ..cur }
+    Bucket {
+        level_milli: cur
+            .level_milli
+            .saturating_add(delta.saturating_mul(MILLI))
+            .min(cap),
+        ..cur
+    }
 }
 
 /// Requests in flight: acquire if under `max`.
@@ -108,7 +149,9 @@ pub fn release(in_flight: Option<&[u8]>) -> Option<Vec<u8>> {
 }
 
 pub fn decode_u32(b: Option<&[u8]>) -> u32 {
-    b.and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0)
+    b.and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .unwrap_or(0)
 }
 
 /// Money in millionths of a USD (micro-dollars), so sums stay exact.
@@ -126,7 +169,9 @@ impl Price {
     /// Cost in micro-USD: tokens * (USD per 1M tokens) = micro-USD exactly.
     pub fn cost(&self, prompt: u64, completion: u64, cached: u64) -> Micros {
         let cached = cached.min(prompt);
-        let micros = (prompt - cached) as f64 * self.input + cached as f64 * self.cached_input + completion as f64 * self.output;
+        let micros = (prompt - cached) as f64 * self.input
+            + cached as f64 * self.cached_input
+            + completion as f64 * self.output;
         micros.ceil() as Micros
     }
 }
@@ -145,11 +190,17 @@ pub fn spend(spent: Option<&[u8]>, cap: Micros, amount: Micros) -> (Option<Vec<u
 
 /// Correct a reservation by `delta` (negative gives back).
 pub fn settle_spend(spent: Option<&[u8]>, delta: Micros) -> Vec<u8> {
-    decode_i64(spent).saturating_add(delta).max(0).to_le_bytes().to_vec()
+    decode_i64(spent)
+        .saturating_add(delta)
+        .max(0)
+        .to_le_bytes()
+        .to_vec()
 }
 
 pub fn decode_i64(b: Option<&[u8]>) -> i64 {
-    b.and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).unwrap_or(0)
+    b.and_then(|b| b.try_into().ok())
+        .map(i64::from_le_bytes)
+        .unwrap_or(0)
 }
 
 /// The UTC day number of a time (budget periods).
@@ -164,8 +215,15 @@ pub fn ms_to_midnight(now_ms: u64) -> u64 {
 
 /// Tokens to reserve for a request: a prompt estimate (about 4 bytes a
 /// token of the request body) plus the completion cap it asked for.
-pub fn reservation(body_len: usize, max_tokens: Option<u64>, default_max_tokens: u64) -> (u64, u64) {
-    ((body_len as u64).div_ceil(4), max_tokens.unwrap_or(default_max_tokens))
+pub fn reservation(
+    body_len: usize,
+    max_tokens: Option<u64>,
+    default_max_tokens: u64,
+) -> (u64, u64) {
+    (
+        (body_len as u64).div_ceil(4),
+        max_tokens.unwrap_or(default_max_tokens),
+    )
 }
 
 /// OpenAI's reset format: `1s`, `6m0s`, `1h2m3s`, `250ms`.
@@ -225,12 +283,20 @@ mod tests {
         assert_eq!(debt.level_milli, -100_000);
         let (_, t) = take(&debt, 1000, 1, 0);
         assert!(!t.admitted);
-        assert_eq!(adjust(&b, 1000, 10_000, 0).level_milli, 1_000_000, "never above capacity");
+        assert_eq!(
+            adjust(&b, 1000, 10_000, 0).level_milli,
+            1_000_000,
+            "never above capacity"
+        );
     }
 
     #[test]
     fn encoding_round_trips() {
-        let b = Bucket { level_milli: -5, updated_ms: 99, initialized: true };
+        let b = Bucket {
+            level_milli: -5,
+            updated_ms: 99,
+            initialized: true,
+        };
         assert_eq!(Bucket::decode(Some(&b.encode())), b);
         assert_eq!(Bucket::decode(Some(b"x")), Bucket::default());
     }
@@ -246,7 +312,11 @@ mod tests {
 
     #[test]
     fn budget_reserves_and_settles_in_micro_dollars() {
-        let p = Price { input: 0.15, output: 0.60, cached_input: 0.075 };
+        let p = Price {
+            input: 0.15,
+            output: 0.60,
+            cached_input: 0.075,
+        };
         assert_eq!(p.cost(1_000_000, 0, 0), 150_000);
         assert_eq!(p.cost(1000, 1000, 400), 90 + 30 + 600);
         let (v, ok, total) = spend(None, 1000, 600);

@@ -135,7 +135,13 @@ pub struct LogBuffer {
 
 impl LogBuffer {
     pub fn new(max_records: usize, max_bytes: usize) -> Self {
-        Self { queue: VecDeque::new(), bytes: 0, max_records, max_bytes, dropped: 0 }
+        Self {
+            queue: VecDeque::new(),
+            bytes: 0,
+            max_records,
+            max_bytes,
+            dropped: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -194,11 +200,26 @@ mod tests {
         let mut v = Vec::new();
         varint(&mut v, 300);
         assert_eq!(v, [0xAC, 0x02]);
-        assert!(Record::default().encode().is_empty(), "proto3 defaults are not written");
-        let r = Record { request_id: "a".into(), status: 200, ..Record::default() };
+        assert!(
+            Record::default().encode().is_empty(),
+            "proto3 defaults are not written"
+        );
+        let r = Record {
+            request_id: "a".into(),
+            status: 200,
+            ..Record::default()
+        };
         assert_eq!(r.encode(), [0x0A, 1, b'a', 0x58, 0xC8, 0x01]);
-        let neg = Record { cost_micros: -1, ..Record::default() }.encode();
-        assert_eq!(neg.len(), 12, "int64 -1 is a 10-byte varint after a 2-byte key");
+        let neg = Record {
+            cost_micros: -1,
+            ..Record::default()
+        }
+        .encode();
+        assert_eq!(
+            neg.len(),
+            12,
+            "int64 -1 is a 10-byte varint after a 2-byte key"
+        );
     }
 
     #[test]

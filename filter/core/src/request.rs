@@ -66,49 +66,97 @@ impl ChatRequest {
                 "Request body is empty: send a JSON object with `model` and `messages`.",
             ));
         }
-        let text = std::str::from_utf8(body).map_err(|e| invalid_json(format!("not UTF-8: {e}")))?;
+        let text =
+            std::str::from_utf8(body).map_err(|e| invalid_json(format!("not UTF-8: {e}")))?;
         let not_object = || {
-            GatewayError::bad_request("invalid_json", "Request body must be a JSON object with `model` and `messages`.")
+            GatewayError::bad_request(
+                "invalid_json",
+                "Request body must be a JSON object with `model` and `messages`.",
+            )
         };
         // serde would also read a struct from an array.
         if !text.trim_start().starts_with('{') {
-            return Err(serde_json::from_str::<serde::de::IgnoredAny>(text).map_or_else(invalid_json, |_| not_object()));
+            return Err(serde_json::from_str::<serde::de::IgnoredAny>(text)
+                .map_or_else(invalid_json, |_| not_object()));
         }
         let peek: Peek<'_> = serde_json::from_str(text).map_err(invalid_json)?;
         let (model, model_span) = match peek.model {
             None => {
-                return Err(GatewayError::bad_request("missing_model", "You must provide a model parameter (`model`)."))
+                return Err(GatewayError::bad_request(
+                    "missing_model",
+                    "You must provide a model parameter (`model`).",
+                ))
             }
             Some(raw) => match serde_json::from_str::<String>(raw.get()) {
                 Ok(s) if s.is_empty() => {
-                    return Err(GatewayError::bad_request("missing_model", "You must provide a model parameter (`model`)."))
+                    return Err(GatewayError::bad_request(
+                        "missing_model",
+                        "You must provide a model parameter (`model`).",
+                    ))
                 }
-                Ok(s) => (s, span_in(body, raw.get()).ok_or_else(|| GatewayError::internal("model span"))?),
-                Err(_) => return Err(GatewayError::bad_request("invalid_model", "`model` must be a string.")),
+                Ok(s) => (
+                    s,
+                    span_in(body, raw.get()).ok_or_else(|| GatewayError::internal("model span"))?,
+                ),
+                Err(_) => {
+                    return Err(GatewayError::bad_request(
+                        "invalid_model",
+                        "`model` must be a string.",
+                    ))
+                }
             },
         };
-        match peek.messages.map(|raw| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get())) {
-            None => return Err(GatewayError::bad_request("missing_messages", "Missing required parameter: `messages`.")),
+        match peek
+            .messages
+            .map(|raw| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get()))
+        {
+            None => {
+                return Err(GatewayError::bad_request(
+                    "missing_messages",
+                    "Missing required parameter: `messages`.",
+                ))
+            }
             Some(Ok(v)) if v.is_empty() => {
-                return Err(GatewayError::bad_request("missing_messages", "`messages` must contain at least one message."))
+                return Err(GatewayError::bad_request(
+                    "missing_messages",
+                    "`messages` must contain at least one message.",
+                ))
             }
             Some(Ok(_)) => {}
-            Some(Err(_)) => return Err(GatewayError::bad_request("invalid_messages", "`messages` must be an array.")),
+            Some(Err(_)) => {
+                return Err(GatewayError::bad_request(
+                    "invalid_messages",
+                    "`messages` must be an array.",
+                ))
+            }
         }
         let stream = match peek.stream.map(|r| r.get()) {
             None | Some("null") => false,
             Some("true") => true,
             Some("false") => false,
-            Some(_) => return Err(GatewayError::bad_request("invalid_stream", "`stream` must be true or false.")),
+            Some(_) => {
+                return Err(GatewayError::bad_request(
+                    "invalid_stream",
+                    "`stream` must be true or false.",
+                ))
+            }
         };
         let include_usage = peek
             .stream_options
             .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
             .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
             .unwrap_or(false);
-        let count = |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<u64>(r.get()).ok());
+        let count =
+            |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<u64>(r.get()).ok());
         let max_tokens = count(peek.max_completion_tokens).or(count(peek.max_tokens));
-        Ok(Self { body: body.to_vec(), model_span, model, stream, include_usage, max_tokens })
+        Ok(Self {
+            body: body.to_vec(),
+            model_span,
+            model,
+            stream,
+            include_usage,
+            max_tokens,
+        })
     }
 
     /// The body to send to a provider: the client's bytes with the provider's
@@ -125,7 +173,10 @@ impl ChatRequest {
 
     /// The `messages` array as JSON text (for records that keep content).
     pub fn messages_text(&self) -> String {
-        self.document().get("messages").map(Value::to_string).unwrap_or_default()
+        self.document()
+            .get("messages")
+            .map(Value::to_string)
+            .unwrap_or_default()
     }
 
     pub fn body_len(&self) -> usize {
@@ -146,7 +197,9 @@ impl ChatRequest {
         }
         let mut doc = self.document();
         doc.insert("model".into(), Value::String(provider_model_id.to_string()));
-        let opts = doc.entry("stream_options").or_insert_with(|| Value::Object(Map::new()));
+        let opts = doc
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
         if !opts.is_object() {
             *opts = Value::Object(Map::new());
         }
@@ -171,7 +224,10 @@ mod tests {
 
     #[test]
     fn parses_model_and_stream() {
-        let r = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#).unwrap();
+        let r = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        )
+        .unwrap();
         assert_eq!(r.model, "m");
         assert!(r.stream);
         assert!(!r.include_usage);
@@ -179,7 +235,10 @@ mod tests {
         assert!(r.include_usage);
         let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"max_tokens":50}"#).unwrap();
         assert_eq!(r.max_tokens, Some(50));
-        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"max_tokens":50,"max_completion_tokens":70}"#).unwrap();
+        let r = ChatRequest::parse(
+            br#"{"model":"m","messages":[{}],"max_tokens":50,"max_completion_tokens":70}"#,
+        )
+        .unwrap();
         assert_eq!(r.max_tokens, Some(70));
     }
 
@@ -207,9 +266,19 @@ mod tests {
 
     #[test]
     fn usage_is_requested_only_for_streams_that_did_not_ask() {
-        let r = ChatRequest::parse(br#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"x":1}}"#).unwrap();
+        let r = ChatRequest::parse(
+            br#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"x":1}}"#,
+        )
+        .unwrap();
         let v: Value = serde_json::from_slice(&r.body_for_with("p", true)).unwrap();
-        assert_eq!((v["model"].as_str(), v["stream_options"]["include_usage"].as_bool(), v["stream_options"]["x"].as_i64()), (Some("p"), Some(true), Some(1)));
+        assert_eq!(
+            (
+                v["model"].as_str(),
+                v["stream_options"]["include_usage"].as_bool(),
+                v["stream_options"]["x"].as_i64()
+            ),
+            (Some("p"), Some(true), Some(1))
+        );
         let plain = ChatRequest::parse(br#"{"model":"m","messages":[{}]}"#).unwrap();
         assert_eq!(plain.body_for_with("p", true), plain.body_for("p"));
         assert!(!plain.needs_usage_request());
@@ -217,7 +286,10 @@ mod tests {
 
     #[test]
     fn document_is_the_full_tree() {
-        let r = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":3}"#).unwrap();
+        let r = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":3}"#,
+        )
+        .unwrap();
         assert_eq!(r.document()["seed"], 3);
     }
 
@@ -228,20 +300,43 @@ mod tests {
             (b"{not json", "invalid_json"),
             (b"[1,2]", "invalid_json"),
             (b"\"str\"", "invalid_json"),
-            (b"{\"model\":\"m\",\"messages\":[{}]} trailing", "invalid_json"),
+            (
+                b"{\"model\":\"m\",\"messages\":[{}]} trailing",
+                "invalid_json",
+            ),
             (b"\xff\xfe", "invalid_json"),
-            (br#"{"model":"a","model":"b","messages":[{}]}"#, "invalid_json"),
-            (br#"{"messages":[{"role":"user","content":"x"}]}"#, "missing_model"),
-            (br#"{"model":"","messages":[{"role":"user","content":"x"}]}"#, "missing_model"),
-            (br#"{"model":3,"messages":[{"role":"user","content":"x"}]}"#, "invalid_model"),
+            (
+                br#"{"model":"a","model":"b","messages":[{}]}"#,
+                "invalid_json",
+            ),
+            (
+                br#"{"messages":[{"role":"user","content":"x"}]}"#,
+                "missing_model",
+            ),
+            (
+                br#"{"model":"","messages":[{"role":"user","content":"x"}]}"#,
+                "missing_model",
+            ),
+            (
+                br#"{"model":3,"messages":[{"role":"user","content":"x"}]}"#,
+                "invalid_model",
+            ),
             (br#"{"model":"m"}"#, "missing_messages"),
             (br#"{"model":"m","messages":[]}"#, "missing_messages"),
             (br#"{"model":"m","messages":"hi"}"#, "invalid_messages"),
-            (br#"{"model":"m","messages":[{}],"stream":"yes"}"#, "invalid_stream"),
+            (
+                br#"{"model":"m","messages":[{}],"stream":"yes"}"#,
+                "invalid_stream",
+            ),
         ];
         for (body, code) in cases {
             let e = ChatRequest::parse(body).unwrap_err();
-            assert_eq!((e.status, e.code), (400, *code), "{}", String::from_utf8_lossy(body));
+            assert_eq!(
+                (e.status, e.code),
+                (400, *code),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
         }
     }
 }

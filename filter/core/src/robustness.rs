@@ -53,7 +53,11 @@ mod tests {
             match ChatRequest::parse(&body) {
                 Ok(r) => {
                     let out = r.body_for_with("provider/model", true);
-                    assert!(serde_json::from_slice::<serde_json::Value>(&out).is_ok(), "{}", String::from_utf8_lossy(&out));
+                    assert!(
+                        serde_json::from_slice::<serde_json::Value>(&out).is_ok(),
+                        "{}",
+                        String::from_utf8_lossy(&out)
+                    );
                 }
                 Err(e) => assert_eq!(e.status, 400, "{}", String::from_utf8_lossy(&body)),
             }

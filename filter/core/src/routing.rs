@@ -1,8 +1,8 @@
 //! Who is calling, and where their request goes.
 
 use crate::config::{Applies, Client, Gateway, AUTO_MODEL};
-use crate::experiment;
 use crate::error::GatewayError;
+use crate::experiment;
 use sha2::{Digest, Sha256};
 
 /// The client key from an `Authorization` header value (`Bearer <key>`).
@@ -14,7 +14,10 @@ pub fn bearer_key(authorization: Option<&str>) -> Option<&str> {
 }
 
 /// Authenticate a client by the SHA-256 of its key: the config holds no secret.
-pub fn authenticate<'g>(gw: &'g Gateway, authorization: Option<&str>) -> Result<&'g Client, GatewayError> {
+pub fn authenticate<'g>(
+    gw: &'g Gateway,
+    authorization: Option<&str>,
+) -> Result<&'g Client, GatewayError> {
     let key = bearer_key(authorization).ok_or_else(GatewayError::missing_key)?;
     let hash: [u8; 32] = Sha256::digest(key.as_bytes()).into();
     gw.clients.get(&hash).ok_or_else(GatewayError::unknown_key)
@@ -48,12 +51,25 @@ pub fn pick_weighted(choices: &[(usize, u32)], roll: u64) -> Option<usize> {
 }
 
 /// Resolve the requested model (name, alias or `auto`) for a client.
-pub fn resolve(gw: &Gateway, client: &Client, requested: &str, roll: u64) -> Result<Route, GatewayError> {
+pub fn resolve(
+    gw: &Gateway,
+    client: &Client,
+    requested: &str,
+    roll: u64,
+) -> Result<Route, GatewayError> {
     let model = if requested == AUTO_MODEL {
-        let allowed: Vec<(usize, u32)> = gw.auto.iter().copied().filter(|&(m, _)| client.may_use(m)).collect();
+        let allowed: Vec<(usize, u32)> = gw
+            .auto
+            .iter()
+            .copied()
+            .filter(|&(m, _)| client.may_use(m))
+            .collect();
         pick_weighted(&allowed, roll).ok_or_else(|| GatewayError::model_not_allowed(AUTO_MODEL))?
     } else {
-        let idx = *gw.names.get(requested).ok_or_else(|| GatewayError::model_not_found(requested))?;
+        let idx = *gw
+            .names
+            .get(requested)
+            .ok_or_else(|| GatewayError::model_not_found(requested))?;
         if !client.may_use(idx) {
             return Err(GatewayError::model_not_allowed(requested));
         }
@@ -79,19 +95,33 @@ pub fn resolve(gw: &Gateway, client: &Client, requested: &str, roll: u64) -> Res
             continue;
         }
         let weights: Vec<u32> = e.arms.iter().map(|a| a.weight).collect();
-        let Some(ai) = experiment::arm_for(experiment::bucket(&e.salt, &client.name), &weights) else { continue };
+        let Some(ai) = experiment::arm_for(experiment::bucket(&e.salt, &client.name), &weights)
+        else {
+            continue;
+        };
         if let Some(arm) = e.arms.get(ai).filter(|a| client.may_use(a.model)) {
             model = arm.model;
             chosen = Some((ei, ai));
         }
         break;
     }
-    let serving = gw.models.get(model).map(|m| m.serving.as_slice()).unwrap_or_default();
-    let candidates = serving.iter().map(|s| (s.provider, s.provider_model_id.clone())).collect::<Vec<_>>();
+    let serving = gw
+        .models
+        .get(model)
+        .map(|m| m.serving.as_slice())
+        .unwrap_or_default();
+    let candidates = serving
+        .iter()
+        .map(|s| (s.provider, s.provider_model_id.clone()))
+        .collect::<Vec<_>>();
     if candidates.is_empty() {
         return Err(GatewayError::model_not_found(requested));
     }
-    Ok(Route { model, experiment: chosen, candidates })
+    Ok(Route {
+        model,
+        experiment: chosen,
+        candidates,
+    })
 }
 
 /// The `/v1/models` list for a client, in OpenAI's format: every model and
@@ -102,9 +132,16 @@ pub fn models_list(gw: &Gateway, client: &Client) -> Vec<u8> {
         if !client.may_use(idx) {
             continue;
         }
-        let owner = m.serving.first().and_then(|s| gw.providers.get(s.provider)).map(|p| p.name.as_str()).unwrap_or("");
+        let owner = m
+            .serving
+            .first()
+            .and_then(|s| gw.providers.get(s.provider))
+            .map(|p| p.name.as_str())
+            .unwrap_or("");
         for id in std::iter::once(&m.name).chain(m.aliases.iter()) {
-            data.push(serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}));
+            data.push(
+                serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}),
+            );
         }
     }
     if gw.auto.iter().any(|&(m, _)| client.may_use(m)) {
@@ -141,17 +178,41 @@ mod tests {
     fn authenticate_by_key_hash() {
         let mut g = gw();
         let hash: [u8; 32] = Sha256::digest(b"sk-demo").into();
-        g.clients.insert(hash, Client { name: "real".into(), allowed: None, limits: Default::default() });
-        assert_eq!(authenticate(&g, Some("Bearer sk-demo")).unwrap().name, "real");
-        assert_eq!(authenticate(&g, Some("Bearer sk-other")).unwrap_err().status, 401);
-        assert_eq!(authenticate(&g, None).unwrap_err().message, GatewayError::missing_key().message);
+        g.clients.insert(
+            hash,
+            Client {
+                name: "real".into(),
+                allowed: None,
+                limits: Default::default(),
+            },
+        );
+        assert_eq!(
+            authenticate(&g, Some("Bearer sk-demo")).unwrap().name,
+            "real"
+        );
+        assert_eq!(
+            authenticate(&g, Some("Bearer sk-other"))
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            authenticate(&g, None).unwrap_err().message,
+            GatewayError::missing_key().message
+        );
     }
 
     #[test]
     fn explicit_model_goes_to_providers_in_chain_order() {
         let g = gw();
         let r = resolve(&g, client(&g, "demo"), "gpt-4o-mini", 0).unwrap();
-        assert_eq!(r.candidates, vec![(0, "gpt-4o-mini".to_string()), (1, "openai/gpt-4o-mini".to_string())]);
+        assert_eq!(
+            r.candidates,
+            vec![
+                (0, "gpt-4o-mini".to_string()),
+                (1, "openai/gpt-4o-mini".to_string())
+            ]
+        );
         let r = resolve(&g, client(&g, "demo"), "llama-3", 0).unwrap();
         assert_eq!(r.candidates, vec![(1, "llama-3".to_string())]);
     }
@@ -166,8 +227,18 @@ mod tests {
     #[test]
     fn unknown_and_forbidden_models() {
         let g = gw();
-        assert_eq!(resolve(&g, client(&g, "demo"), "gpt-9", 0).unwrap_err().status, 404);
-        assert_eq!(resolve(&g, client(&g, "limited"), "gpt-4o", 0).unwrap_err().status, 403);
+        assert_eq!(
+            resolve(&g, client(&g, "demo"), "gpt-9", 0)
+                .unwrap_err()
+                .status,
+            404
+        );
+        assert_eq!(
+            resolve(&g, client(&g, "limited"), "gpt-4o", 0)
+                .unwrap_err()
+                .status,
+            403
+        );
         assert!(resolve(&g, client(&g, "limited"), "mini", 0).is_ok());
     }
 
@@ -204,14 +275,22 @@ mod tests {
         let g = with_experiment("gpt-4o-mini, auto");
         let mut seen = [0; 2];
         for i in 0..200 {
-            let c = Client { name: format!("client-{i}"), allowed: None, limits: Default::default() };
+            let c = Client {
+                name: format!("client-{i}"),
+                allowed: None,
+                limits: Default::default(),
+            };
             let r = resolve(&g, &c, "mini", 0).unwrap();
             let (e, arm) = r.experiment.unwrap();
             assert_eq!(e, 0);
             assert_eq!(g.models[r.model].name, ["gpt-4o-mini", "gpt-4o"][arm]);
             seen[arm] += 1;
             for roll in 0..5 {
-                assert_eq!(resolve(&g, &c, "auto", roll).unwrap().experiment, Some((0, arm)), "sticky");
+                assert_eq!(
+                    resolve(&g, &c, "auto", roll).unwrap().experiment,
+                    Some((0, arm)),
+                    "sticky"
+                );
             }
         }
         assert!(seen[0] > 60 && seen[1] > 60, "{seen:?}");
@@ -238,11 +317,18 @@ mod tests {
     #[test]
     fn models_list_shows_what_the_client_may_use() {
         let g = gw();
-        let v: serde_json::Value = serde_json::from_slice(&models_list(&g, client(&g, "limited"))).unwrap();
-        let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let v: serde_json::Value =
+            serde_json::from_slice(&models_list(&g, client(&g, "limited"))).unwrap();
+        let ids: Vec<&str> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, vec!["gpt-4o-mini", "mini", "auto"]);
         assert_eq!(v["object"], "list");
-        let v: serde_json::Value = serde_json::from_slice(&models_list(&g, client(&g, "demo"))).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&models_list(&g, client(&g, "demo"))).unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 5);
     }
 }

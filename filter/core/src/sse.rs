@@ -65,9 +65,12 @@ impl SseParser {
 /// ask for it, when the gateway asked on their behalf.
 pub fn is_usage_only(data: &str) -> bool {
     data.contains("\"usage\"")
-        && serde_json::from_str::<Value>(data)
-            .ok()
-            .is_some_and(|v| v.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty) && v.get("usage").is_some_and(Value::is_object))
+        && serde_json::from_str::<Value>(data).ok().is_some_and(|v| {
+            v.get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+                && v.get("usage").is_some_and(Value::is_object)
+        })
 }
 
 /// Events of a stream, with the usage-only chunk dropped when `strip`; also
@@ -82,7 +85,10 @@ pub struct Relay {
 
 impl Relay {
     pub fn new(strip_usage: bool) -> Self {
-        Self { strip_usage, ..Self::default() }
+        Self {
+            strip_usage,
+            ..Self::default()
+        }
     }
 
     /// What to send on for this chunk (when stripping; otherwise the chunk
@@ -113,7 +119,10 @@ impl Relay {
 
 fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
     let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4));
     match (lf, crlf) {
         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
         (a, b) => a.or(b),
@@ -152,7 +161,9 @@ impl Assembly {
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());
         }
-        let Some(choices) = v.get("choices").and_then(Value::as_array) else { return };
+        let Some(choices) = v.get("choices").and_then(Value::as_array) else {
+            return;
+        };
         for c in choices {
             if c.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
                 self.unsupported = true;
@@ -203,7 +214,11 @@ impl Assembly {
 pub fn completion_text(body: &[u8]) -> String {
     serde_json::from_slice::<Value>(body)
         .ok()
-        .and_then(|v| v.pointer("/choices/0/message/content").and_then(Value::as_str).map(str::to_string))
+        .and_then(|v| {
+            v.pointer("/choices/0/message/content")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
         .unwrap_or_default()
 }
 
@@ -212,15 +227,25 @@ pub fn completion_text(body: &[u8]) -> String {
 pub fn replay(completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
     let v: Value = serde_json::from_slice(completion).ok()?;
     let choice = v.get("choices")?.get(0)?;
-    let content = choice.get("message")?.get("content")?.as_str().unwrap_or("");
-    let finish = choice.get("finish_reason").cloned().unwrap_or(Value::String("stop".into()));
+    let content = choice
+        .get("message")?
+        .get("content")?
+        .as_str()
+        .unwrap_or("");
+    let finish = choice
+        .get("finish_reason")
+        .cloned()
+        .unwrap_or(Value::String("stop".into()));
     let mut head = Map::new();
     for k in ["id", "created", "model", "system_fingerprint"] {
         if let Some(x) = v.get(k) {
             head.insert(k.into(), x.clone());
         }
     }
-    head.insert("object".into(), Value::String("chat.completion.chunk".into()));
+    head.insert(
+        "object".into(),
+        Value::String("chat.completion.chunk".into()),
+    );
     let mut out = Vec::with_capacity(content.len() * 2 + 512);
     let mut emit = |choices: Value, usage: Option<&Value>| {
         let mut m = head.clone();
@@ -232,11 +257,20 @@ pub fn replay(completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
         out.extend_from_slice(&serde_json::to_vec(&Value::Object(m)).unwrap_or_default());
         out.extend_from_slice(b"\n\n");
     };
-    emit(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None);
+    emit(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        None,
+    );
     for piece in pieces(content, 24) {
-        emit(json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}]), None);
+        emit(
+            json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}]),
+            None,
+        );
     }
-    emit(json!([{"index": 0, "delta": {}, "finish_reason": finish}]), None);
+    emit(
+        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
+        None,
+    );
     if include_usage {
         if let Some(u) = v.get("usage") {
             emit(json!([]), Some(u));
@@ -292,7 +326,11 @@ data: [DONE]\n\n";
     fn assembly_is_the_same_whatever_the_chunking() {
         let whole = assemble(STREAM.as_bytes(), STREAM.len());
         for size in [1, 2, 7, 64] {
-            assert_eq!(assemble(STREAM.as_bytes(), size), whole, "chunk size {size}");
+            assert_eq!(
+                assemble(STREAM.as_bytes(), size),
+                whole,
+                "chunk size {size}"
+            );
         }
         let v: Value = serde_json::from_slice(&whole.completion().unwrap()).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], "Héllo wörld");
@@ -327,7 +365,9 @@ data: [DONE]\n\n";
         let without = replay(&completion, false).unwrap();
         let a = assemble(&without, 3);
         assert!(a.usage.is_none());
-        assert!(String::from_utf8(without).unwrap().ends_with("data: [DONE]\n\n"));
+        assert!(String::from_utf8(without)
+            .unwrap()
+            .ends_with("data: [DONE]\n\n"));
     }
 
     #[test]
@@ -343,8 +383,16 @@ data: [DONE]\n\n";
                 "data: {\"id\":\"c1\",\"created\":7,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n",
                 "",
             );
-            assert_eq!(String::from_utf8(out).unwrap(), expected, "chunk size {size}");
-            assert_eq!(relay.assembly.usage.as_ref().unwrap()["total_tokens"], 5, "usage still read");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                expected,
+                "chunk size {size}"
+            );
+            assert_eq!(
+                relay.assembly.usage.as_ref().unwrap()["total_tokens"],
+                5,
+                "usage still read"
+            );
         }
         let mut keep = Relay::new(false);
         assert_eq!(keep.chunk(STREAM.as_bytes()), STREAM.as_bytes());

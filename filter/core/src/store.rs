@@ -35,7 +35,9 @@ pub fn update<S: Store + ?Sized, T>(
     for _ in 0..MAX_CAS_TRIES {
         let (current, cas) = store.get(key)?;
         let (next, decision) = decide(current.as_deref());
-        let Some(next) = next else { return Ok(decision) };
+        let Some(next) = next else {
+            return Ok(decision);
+        };
         // A missing key has no token; Envoy treats cas 0 as "no check", so a
         // first write cannot lose a race it never saw. Keys are created at
         // configure time to keep that window at start-up only.
@@ -82,7 +84,9 @@ impl Store for MemStore {
                 entry.1 += 1;
             }
         }
-        let entry = map.entry(key.to_string()).or_insert_with(|| (Vec::new(), 0));
+        let entry = map
+            .entry(key.to_string())
+            .or_insert_with(|| (Vec::new(), 0));
         if let Some(c) = cas {
             if c != entry.1 {
                 return Err(StoreError::CasMismatch);

@@ -46,7 +46,15 @@ mod tests {
     fn reads_openai_usage_with_details() {
         let b = br#"{"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,
             "prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}"#;
-        assert_eq!(Usage::from_body(b), Some(Usage { prompt: 10, completion: 5, cached: 4, reasoning: 2 }));
+        assert_eq!(
+            Usage::from_body(b),
+            Some(Usage {
+                prompt: 10,
+                completion: 5,
+                cached: 4,
+                reasoning: 2
+            })
+        );
         assert_eq!(Usage::from_body(b"{}"), None);
         assert_eq!(Usage::from_body(b"not json"), None);
     }

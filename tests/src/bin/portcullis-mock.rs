@@ -77,8 +77,18 @@ fn json_response(status: u16, v: &Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).map_err(|never| match never {}).boxed()))
+        .body(
+            Full::new(Bytes::from(body))
+                .map_err(|never| match never {})
+                .boxed(),
+        )
+        .unwrap_or_else(|_| {
+            Response::new(
+                Full::new(Bytes::new())
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+        })
 }
 
 /// A body fed by a channel, so a stream can pause, continue or break.
@@ -87,7 +97,10 @@ struct ChanBody(mpsc::Receiver<Result<Bytes, io::Error>>);
 impl hyper::body::Body for ChanBody {
     type Data = Bytes;
     type Error = io::Error;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
     }
 }
@@ -108,11 +121,25 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let headers: serde_json::Map<String, Value> = req
         .headers()
         .iter()
-        .map(|(k, v)| (k.as_str().to_string(), Value::String(v.to_str().unwrap_or("").to_string())))
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                Value::String(v.to_str().unwrap_or("").to_string()),
+            )
+        })
         .collect();
     let path = req.uri().path().to_string();
-    let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
-    let body = req.into_body().collect().await.map_err(io::Error::other)?.to_bytes();
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes();
     state.hits.fetch_add(1, Ordering::Relaxed);
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if let Ok(mut log) = state.log.lock() {
@@ -132,7 +159,10 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     if step.reset {
-        return Err(io::Error::new(io::ErrorKind::ConnectionReset, "scripted reset"));
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "scripted reset",
+        ));
     }
     if let Some(expected) = &state.api_key {
         if auth.as_deref() != Some(format!("Bearer {expected}").as_str()) {
@@ -145,7 +175,9 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let status = step.status.unwrap_or(200);
     if let Some(raw) = step.body {
         let mut r = json_response(status, &Value::Null);
-        *r.body_mut() = Full::new(Bytes::from(raw)).map_err(|never| match never {}).boxed();
+        *r.body_mut() = Full::new(Bytes::from(raw))
+            .map_err(|never| match never {})
+            .boxed();
         return Ok(r);
     }
     if status != 200 {
@@ -154,8 +186,15 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             &json!({"error": {"message": format!("mock {}: scripted status {status}", state.name), "type": "server_error", "code": null}}),
         ));
     }
-    let model = parsed.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
-    let content = step.content.clone().unwrap_or_else(|| format!("Hello from {}! This is a mock completion.", state.name));
+    let model = parsed
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string();
+    let content = step
+        .content
+        .clone()
+        .unwrap_or_else(|| format!("Hello from {}! This is a mock completion.", state.name));
     let usage = step.usage.unwrap_or(Usage {
         prompt_tokens: estimate_tokens(parsed.get("messages").unwrap_or(&Value::Null)),
         completion_tokens: content.split_whitespace().count() as u64,
@@ -166,7 +205,10 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     });
     let id = format!("chatcmpl-mock-{}", state.hits.load(Ordering::Relaxed));
-    let stream = parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let stream = parsed
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if !stream {
         return Ok(json_response(
             200,
@@ -177,14 +219,19 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             }),
         ));
     }
-    let include_usage =
-        parsed.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = parsed
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let chunk = |delta: Value, finish: Value| {
         let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]});
         Bytes::from(format!("data: {v}\n\n"))
     };
-    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
     let words: Vec<&str> = content.split_inclusive(' ').collect();
     for w in words {
         events.push(chunk(json!({"content": w}), Value::Null));
@@ -204,7 +251,12 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     tokio::spawn(async move {
         for (i, ev) in events.into_iter().enumerate() {
             if cut_after == Some(i) {
-                let _ = tx.send(Err(io::Error::new(io::ErrorKind::BrokenPipe, "scripted cut"))).await;
+                let _ = tx
+                    .send(Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "scripted cut",
+                    )))
+                    .await;
                 return;
             }
             if i > 0 && chunk_delay > 0 {
@@ -229,7 +281,12 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
 async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let body = req.into_body().collect().await.map_err(io::Error::other)?.to_bytes();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes();
     Ok(match (method.as_str(), path.as_str()) {
         ("POST", "/__mock/script") => match serde_json::from_slice::<Vec<Step>>(&body) {
             Ok(steps) => {
@@ -254,9 +311,15 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
             state.release.notify_one();
             json_response(200, &json!({"ok": true}))
         }
-        ("GET", "/__mock/hits") => json_response(200, &json!({"hits": state.hits.load(Ordering::Relaxed)})),
+        ("GET", "/__mock/hits") => {
+            json_response(200, &json!({"hits": state.hits.load(Ordering::Relaxed)}))
+        }
         ("GET", "/__mock/requests") => {
-            let log: Vec<Value> = state.log.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default();
+            let log: Vec<Value> = state
+                .log
+                .lock()
+                .map(|l| l.iter().cloned().collect())
+                .unwrap_or_default();
             json_response(200, &Value::Array(log))
         }
         ("POST", "/__mock/reset") => {
@@ -269,7 +332,10 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
             state.hits.store(0, Ordering::Relaxed);
             json_response(200, &json!({"ok": true}))
         }
-        _ => json_response(404, &json!({"error": {"message": format!("mock: no route {method} {path}"), "type": "invalid_request_error", "code": null}})),
+        _ => json_response(
+            404,
+            &json!({"error": {"message": format!("mock: no route {method} {path}"), "type": "invalid_request_error", "code": null}}),
+        ),
     })
 }
 
@@ -281,21 +347,34 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         chat(state, req).await
     } else {
         let p = path.to_string();
-        Ok(json_response(404, &json!({"error": {"message": format!("mock: unknown path {p}"), "type": "invalid_request_error", "code": null}})))
+        Ok(json_response(
+            404,
+            &json!({"error": {"message": format!("mock: unknown path {p}"), "type": "invalid_request_error", "code": null}}),
+        ))
     }
 }
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
-    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned()
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 fn main() -> io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let port: u16 = arg(&args, "--port").and_then(|p| p.parse().ok()).unwrap_or(0);
+    let port: u16 = arg(&args, "--port")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     let name = arg(&args, "--name").unwrap_or_else(|| "mock".into());
-    let threads: usize = arg(&args, "--threads").and_then(|p| p.parse().ok()).unwrap_or(1);
+    let threads: usize = arg(&args, "--threads")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1);
     let api_key = arg(&args, "--api-key");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
@@ -318,13 +397,14 @@ fn main() -> io::Result<()> {
                     let st = st.clone();
                     async move { route(st, req).await }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
-                    .await;
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                .await;
             });
         }
         #[allow(unreachable_code)]
         Ok::<(), io::Error>(())
     })
 }
-

@@ -29,18 +29,34 @@ impl Stack {
         Self::start_full(plugin_yaml, workers, primary_dead, dead_port())
     }
 
-    pub fn start_full(plugin_yaml: &str, workers: u32, primary_dead: bool, collector_port: u16) -> Stack {
+    pub fn start_full(
+        plugin_yaml: &str,
+        workers: u32,
+        primary_dead: bool,
+        collector_port: u16,
+    ) -> Stack {
         let primary = mock("primary", Some(PRIMARY_KEY));
         let backup = mock("backup", Some(BACKUP_KEY));
         let envoy = Envoy::start(EnvoyOpts {
             plugin_yaml,
             collector_port,
-            primary_port: if primary_dead { dead_port() } else { primary.port },
+            primary_port: if primary_dead {
+                dead_port()
+            } else {
+                primary.port
+            },
             backup_port: backup.port,
             workers,
-            env: vec![("OPENAI_API_KEY", PRIMARY_KEY), ("BACKUP_API_KEY", BACKUP_KEY)],
+            env: vec![
+                ("OPENAI_API_KEY", PRIMARY_KEY),
+                ("BACKUP_API_KEY", BACKUP_KEY),
+            ],
         });
-        Stack { primary, backup, envoy }
+        Stack {
+            primary,
+            backup,
+            envoy,
+        }
     }
 
     pub fn shipped(workers: u32) -> Stack {
@@ -49,7 +65,11 @@ impl Stack {
 
     pub fn chat(&self, key: &str, body: &str) -> Resp {
         let auth = format!("Bearer {key}");
-        post(&self.envoy.url("/v1/chat/completions"), &[("authorization", &auth)], body)
+        post(
+            &self.envoy.url("/v1/chat/completions"),
+            &[("authorization", &auth)],
+            body,
+        )
     }
 }
 
@@ -59,6 +79,10 @@ pub fn assert_openai_error(r: &Resp, status: u16, code: &str) {
     let v = r.json();
     assert_eq!(v["error"]["code"], code, "body: {}", r.body);
     assert!(v["error"]["type"].is_string(), "body: {}", r.body);
-    assert!(!v["error"]["message"].as_str().unwrap_or("").is_empty(), "body: {}", r.body);
+    assert!(
+        !v["error"]["message"].as_str().unwrap_or("").is_empty(),
+        "body: {}",
+        r.body
+    );
     assert_eq!(r.header("content-type"), Some("application/json"));
 }
