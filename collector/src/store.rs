@@ -241,12 +241,17 @@ fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)
 }
 
 fn prune(conn: &Connection, retention_days: Option<u64>) {
-    let Some(days) = retention_days else { return };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    let cutoff = now - (days as i64) * 86_400_000;
+    prune_at(conn, retention_days, now);
+}
+
+/// Delete records older than `retention_days` before `now_ms` (none: keep all).
+fn prune_at(conn: &Connection, retention_days: Option<u64>, now_ms: i64) {
+    let Some(days) = retention_days else { return };
+    let cutoff = now_ms - (days as i64) * 86_400_000;
     if let Err(e) = conn.execute("DELETE FROM requests WHERE time_ms < ?1", [cutoff]) {
         eprintln!("portcullis-collector: retention prune failed: {e}");
     }
@@ -265,4 +270,47 @@ pub fn exists(conn: &Connection, request_id: &str) -> rusqlite::Result<bool> {
     )
     .optional()
     .map(|o| o.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, time_ms: u64) -> RequestRecord {
+        RequestRecord {
+            request_id: id.into(),
+            time_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn migrations_are_idempotent_and_retention_prunes_only_old_records() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len());
+        assert_eq!(
+            migrate(&mut conn).unwrap(),
+            MIGRATIONS.len(),
+            "a second run changes nothing"
+        );
+        let (done, _rx) = oneshot::channel();
+        let job = Job {
+            records: vec![record("old", 1_000), record("new", 10 * 86_400_000)],
+            done,
+        };
+        assert_eq!(
+            write(&mut conn, std::slice::from_ref(&job)).unwrap(),
+            vec![(2, 0)]
+        );
+        assert_eq!(
+            write(&mut conn, std::slice::from_ref(&job)).unwrap(),
+            vec![(0, 2)],
+            "re-sent ids are skipped"
+        );
+        prune_at(&conn, None, 10 * 86_400_000);
+        assert_eq!(count(&conn).unwrap(), 2, "no retention keeps everything");
+        prune_at(&conn, Some(7), 10 * 86_400_000);
+        assert!(!exists(&conn, "old").unwrap());
+        assert!(exists(&conn, "new").unwrap());
+    }
 }

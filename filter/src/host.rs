@@ -1,10 +1,12 @@
 use crate::limits::{self, Held};
-use crate::shared::{count, count_gauge, gauge, histogram, provider_metric, HostStore};
+use crate::shared::{
+    count, count_gauge, flush_counters, gauge, histogram, provider_metric, HostStore,
+};
 use crate::telemetry::{self, Shipper};
 use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
 use portcullis_core::cache::{self, CacheConfig, Directive, StoreOutcome};
-use portcullis_core::config::{compile, Gateway, Provider};
+use portcullis_core::config::{compile, Client, Gateway, Provider};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::ratelimit::{self, Take};
@@ -218,6 +220,7 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
+        flush_counters();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(cfg.as_ref());
     }
@@ -259,6 +262,9 @@ struct Flight {
     tried: Vec<(String, Cause)>,
     skipped: Vec<(String, u64)>,
     current: Option<Current>,
+    /// The status the current provider answered with, when it was not a
+    /// retryable failure (that answer goes to the client).
+    answered: Option<u16>,
     /// (token, started ms, timeout ms) of the pending fallback call.
     call: Option<(u32, u64, u64)>,
     /// `x-portcullis-cache`: hit, miss, refresh or off.
@@ -282,7 +288,8 @@ struct Stream {
     loaded: Option<Rc<Loaded>>,
     roll: u64,
     phase: Phase,
-    client: Option<String>,
+    /// The client's key hash (its handle in `Gateway::clients`).
+    client: Option<[u8; 32]>,
     flight: Option<Flight>,
     req_path: String,
     req_authority: String,
@@ -329,7 +336,6 @@ fn note_transition(provider: &str, t: Option<Transition>) {
     }
 }
 
-/// Ask the provider's breaker for admission (one CAS update carrying the decision).
 /// Ask the provider's breaker for admission (one CAS update carrying the
 /// decision). Also says whether the breaker was clean (closed, no failures
 /// counted, no ratio window): then a success has nothing to record.
@@ -385,11 +391,6 @@ fn breaker_release_probe(p: &Provider) {
     });
 }
 
-/// `choices[0].message.content` of a completion body.
-fn serde_completion_text(body: &[u8]) -> String {
-    portcullis_core::sse::completion_text(body)
-}
-
 fn store_entry(cfg: &CacheConfig, key: &cache::Hash, body: &[u8]) {
     match cache::insert(&HostStore, cfg, key, body, now_ms()) {
         Ok(StoreOutcome::Stored(st)) => {
@@ -408,22 +409,34 @@ fn store_entry(cfg: &CacheConfig, key: &cache::Hash, body: &[u8]) {
 }
 
 impl Stream {
-    fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
+    fn client<'g>(&self, gw: &'g Gateway) -> Option<&'g Client> {
+        gw.clients.get(self.client.as_ref()?)
+    }
+
+    /// Every answer the filter makes itself goes out here.
+    fn send(&mut self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> Action {
         self.phase = Phase::Done;
         self.log.status = status;
-        if let Some(h) = self.held.as_mut() {
-            h.release();
-        }
-        let mut hdrs: Vec<(&str, &str)> = vec![("content-type", "application/json")];
-        hdrs.extend_from_slice(extra);
-        hdrs.extend(self.rate_headers.iter().map(|(k, v)| (*k, v.as_str())));
-        if let Err(s) = hostcalls::send_http_response(u32::from(status), hdrs, Some(body)) {
+        if let Err(s) = hostcalls::send_http_response(u32::from(status), headers, Some(body)) {
             log(
                 LogLevel::Error,
                 &format!("send_http_response failed: {s:?}"),
             );
         }
         Action::Pause
+    }
+
+    /// An answer of the gateway's own (errors, `/v1/models`): nothing was
+    /// used of the client's limits.
+    fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
+        if let Some(h) = self.held.as_mut() {
+            h.release(now_ms());
+        }
+        let rate = std::mem::take(&mut self.rate_headers);
+        let mut hdrs: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+        hdrs.extend_from_slice(extra);
+        hdrs.extend(rate.iter().map(|(k, v)| (*k, v.as_str())));
+        self.send(status, hdrs, body)
     }
 
     fn fail(&mut self, err: &GatewayError) -> Action {
@@ -463,17 +476,18 @@ impl Stream {
         let path = path.trim_end_matches('/');
         match (method, path) {
             ("GET", "/v1/models") => {
-                let client = authenticate(&loaded.gw, authorization)?;
+                let (_, client) = authenticate(&loaded.gw, authorization)?;
                 let body = models_list(&loaded.gw, client);
                 Ok(self.reply(200, &[], &body))
             }
             ("POST", "/v1/chat/completions") => {
                 self.log.chat = true;
-                self.log.started_ms = now_ms();
-                let client = authenticate(&loaded.gw, authorization)?;
-                self.client = Some(client.name.clone());
+                let now = now_ms();
+                self.log.started_ms = now;
+                let (key, client) = authenticate(&loaded.gw, authorization)?;
+                self.client = Some(key);
                 // Request rate first: a refused request's body is never read.
-                match limits::take_request(client, now_ms()) {
+                match limits::take_request(client, now) {
                     Ok(t) => self.req_take = t,
                     Err((e, t)) => {
                         self.rate_headers = limits::headers(client, Some(t), None);
@@ -523,16 +537,14 @@ impl Stream {
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?
             .unwrap_or_default();
         let chat = ChatRequest::parse(&body)?;
-        let client = self
-            .client
-            .as_deref()
-            .and_then(|name| gw.clients.values().find(|c| c.name == name))
-            .ok_or_else(GatewayError::unknown_key)?;
+        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
+        // One clock read for the body phase (cache expiry, limits).
+        let now = now_ms();
         let route = match resolve(gw, client, &chat.model, self.roll) {
             Ok(r) => r,
             Err(e) => {
                 self.rate_headers =
-                    limits::headers(client, self.req_take, limits::peek_tokens(client, now_ms()));
+                    limits::headers(client, self.req_take, limits::peek_tokens(client, now));
                 return Err(e);
             }
         };
@@ -544,8 +556,8 @@ impl Stream {
         let experiment = route.experiment.and_then(|(ei, ai)| {
             let e = gw.experiments.get(ei)?;
             let arm = e.arms.get(ai)?;
-            telemetry::add(
-                format!(
+            count(
+                &format!(
                     "portcullis.experiment_requests.experiment.{}.arm.{}.total",
                     e.name, arm.name
                 ),
@@ -562,6 +574,7 @@ impl Stream {
             tried: Vec::new(),
             skipped: Vec::new(),
             current: None,
+            answered: None,
             call: None,
             cache_status: "off",
             cache: None,
@@ -584,19 +597,19 @@ impl Stream {
                 let scope = cfg.per_client.then_some(client.name.as_str());
                 let key = cache::key(first_name, first_model_id, &doc, cfg.normalize, scope);
                 if directive == Directive::Normal {
-                    match cache::lookup(&HostStore, cfg, &key, now_ms()) {
+                    match cache::lookup(&HostStore, cfg, &key, now) {
                         Ok(Some(stored)) => {
                             count("portcullis.cache.hits", 1);
                             // A hit costs no tokens or budget, but it was a request.
                             self.rate_headers = limits::headers(
                                 client,
                                 self.req_take,
-                                limits::peek_tokens(client, now_ms()),
+                                limits::peek_tokens(client, now),
                             );
                             flight.cache_status = "hit";
-                            let action = self.answer_from_cache(&flight, first_name, &stored);
+                            let stream = flight.chat.stream.then_some(flight.chat.include_usage);
                             self.flight = Some(flight);
-                            return Ok(action);
+                            return Ok(self.answer_from_cache(stream, &stored));
                         }
                         Ok(None) => count("portcullis.cache.misses", 1),
                         Err(e) => log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
@@ -622,7 +635,7 @@ impl Stream {
                 l.default_max_tokens,
             );
             let price = gw.prices.get(route.model).copied().flatten();
-            match limits::admit(client, reserve, price, now_ms()) {
+            match limits::admit(client, reserve, price, now) {
                 Ok((held, tokens)) => {
                     self.rate_headers = limits::headers(client, self.req_take, tokens);
                     if held.wants_usage() {
@@ -631,11 +644,8 @@ impl Stream {
                     self.held = Some(held);
                 }
                 Err(e) => {
-                    self.rate_headers = limits::headers(
-                        client,
-                        self.req_take,
-                        limits::peek_tokens(client, now_ms()),
-                    );
+                    self.rate_headers =
+                        limits::headers(client, self.req_take, limits::peek_tokens(client, now));
                     return Err(e);
                 }
             }
@@ -698,13 +708,16 @@ impl Stream {
 
     /// Record the current attempt's outcome; on a retryable failure, start the
     /// next attempt or answer with the aggregated error.
-    fn after_attempt(&mut self, outcome: Outcome) -> Option<Action> {
+    fn after_attempt(&mut self, status: Option<u16>, outcome: Outcome) -> Option<Action> {
         let loaded = self.loaded.clone()?;
         let gw = &loaded.gw;
         let flight = self.flight.as_mut()?;
         let cur = flight.current.as_mut()?;
         let provider = gw.providers.get(cur.provider)?;
         cur.reported = true;
+        if !matches!(outcome, Outcome::Retryable(_)) {
+            flight.answered = status;
+        }
         match outcome {
             // Nothing to record: saves a shared-data read on the hot path.
             Outcome::Success if cur.clean && !cur.probe => {}
@@ -778,20 +791,28 @@ impl Stream {
             }
         }
         let err = exhausted(&flight.model_name, &flight.tried, &flight.skipped);
-        histogram("portcullis.attempts", u64::from(flight.attempts));
         self.fail(&err)
+    }
+
+    /// The provider whose answer the client gets: the one tried last, or for
+    /// a cache hit the first of the chain (the entry's key).
+    fn answering_provider(&self) -> Option<String> {
+        let f = self.flight.as_ref()?;
+        let gw = &self.loaded.as_ref()?.gw;
+        let idx = if f.cache_status == "hit" {
+            f.candidates.first()?.0
+        } else {
+            f.current.as_ref()?.provider
+        };
+        gw.providers.get(idx).map(|p| p.name.clone())
     }
 
     fn gateway_headers(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
-        if let (Some(f), Some(loaded)) = (self.flight.as_ref(), self.loaded.as_ref()) {
+        if let Some(f) = self.flight.as_ref() {
             out.push((headers::MODEL, f.model_name.clone()));
-            if let Some(p) = f
-                .current
-                .as_ref()
-                .and_then(|c| loaded.gw.providers.get(c.provider))
-            {
-                out.push((headers::PROVIDER, p.name.clone()));
+            if let Some(p) = self.answering_provider() {
+                out.push((headers::PROVIDER, p));
             }
             out.push((headers::ATTEMPTS, f.attempts.to_string()));
             out.push((headers::CACHE, f.cache_status.to_string()));
@@ -804,37 +825,17 @@ impl Stream {
     }
 
     /// Answer from the cache: as stored, or replayed as an SSE stream when the
-    /// request asked for one.
-    fn answer_from_cache(&mut self, flight: &Flight, provider: &str, stored: &[u8]) -> Action {
-        // A hit spends no provider tokens: the record and metrics say 0.
-        self.log.status = 200;
-        let (content_type, body) = if flight.chat.stream {
-            match sse::replay(stored, flight.chat.include_usage) {
-                Some(b) => ("text/event-stream", b),
-                None => ("application/json", stored.to_vec()),
-            }
-        } else {
-            ("application/json", stored.to_vec())
+    /// request asked for one (`stream`: whether it asked for usage too). A hit
+    /// spends no provider tokens: its record and metrics say 0.
+    fn answer_from_cache(&mut self, stream: Option<bool>, stored: &[u8]) -> Action {
+        let (content_type, body) = match stream.and_then(|usage| sse::replay(stored, usage)) {
+            Some(b) => ("text/event-stream", b),
+            None => ("application/json", stored.to_vec()),
         };
-        self.phase = Phase::Done;
-        let mut hdrs = vec![
-            ("content-type", content_type),
-            (headers::MODEL, flight.model_name.as_str()),
-            (headers::PROVIDER, provider),
-            (headers::ATTEMPTS, "0"),
-            (headers::CACHE, "hit"),
-        ];
-        if let Some(e) = &flight.experiment {
-            hdrs.push((headers::EXPERIMENT, e.as_str()));
-        }
-        hdrs.extend(self.rate_headers.iter().map(|(k, v)| (*k, v.as_str())));
-        if let Err(s) = hostcalls::send_http_response(200, hdrs, Some(&body)) {
-            log(
-                LogLevel::Error,
-                &format!("send_http_response failed: {s:?}"),
-            );
-        }
-        Action::Pause
+        let ours = self.gateway_headers();
+        let mut hdrs = vec![("content-type", content_type)];
+        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_str())));
+        self.send(200, hdrs, &body)
     }
 
     /// Settle the client's reservations with what the provider reported.
@@ -852,15 +853,16 @@ impl Stream {
             .is_some_and(|l| l.include_content)
     }
 
-    fn keep_completion(&mut self, text: String) {
-        if self.include_content() {
-            self.log.completion = text;
-        }
-    }
-
-    fn keep_completion_of(&mut self, body: &[u8]) {
-        if self.include_content() {
-            self.log.completion = serde_completion_text(body);
+    /// A whole, successful answer arrived (`completion` in the non-streamed
+    /// format, when it could be had): settle limits with its usage, keep its
+    /// text for the record when asked, store it in the cache.
+    fn answer_complete(&mut self, usage: Option<Usage>, completion: Option<Vec<u8>>) {
+        self.settle(usage);
+        if let Some(c) = completion {
+            if self.include_content() {
+                self.log.completion = sse::completion_text(&c);
+            }
+            self.cache_store(&c);
         }
     }
 
@@ -876,7 +878,7 @@ impl Stream {
         let mut rec = Record {
             request_id: std::mem::take(&mut self.log.request_id),
             time_ms: self.log.started_ms,
-            client: self.client.clone().unwrap_or_default(),
+            client: self.client(gw).map(|c| c.name.clone()).unwrap_or_default(),
             status: u32::from(self.log.status),
             error: self.log.error.to_string(),
             latency_ms: now_ms().saturating_sub(self.log.started_ms),
@@ -889,6 +891,7 @@ impl Stream {
         if rec.request_id.is_empty() {
             rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
         }
+        rec.provider = self.answering_provider().unwrap_or_default();
         if let Some(f) = self.flight.as_ref() {
             rec.requested_model = f.chat.model.clone();
             rec.model = f.model_name.clone();
@@ -912,26 +915,16 @@ impl Stream {
                     cause: "circuit_open".into(),
                 });
             }
-            let answered = f
-                .current
-                .as_ref()
-                .and_then(|c| gw.providers.get(c.provider));
-            if let Some(p) = answered {
-                rec.provider = p.name.clone();
-                let failed_last = f.tried.last().is_some_and(|(name, _)| name == &p.name)
-                    && self.log.status >= 500;
-                if !failed_last && self.log.status != 0 {
-                    rec.attempts.push(RecordAttempt {
-                        provider: p.name.clone(),
-                        status: rec.status,
-                        cause: String::new(),
-                    });
-                }
+            if let Some(status) = f.answered {
+                rec.attempts.push(RecordAttempt {
+                    provider: rec.provider.clone(),
+                    status: status.into(),
+                    cause: String::new(),
+                });
             }
-            if f.cache_status == "hit" {
-                if let Some(p) = f.candidates.first().and_then(|(i, _)| gw.providers.get(*i)) {
-                    rec.provider = p.name.clone();
-                }
+            if f.attempts > 1 {
+                // Single-attempt requests skip it: one host call less each.
+                histogram("portcullis.attempts", u64::from(f.attempts));
             }
             if let Some(u) = self.log.usage {
                 rec.prompt_tokens = u.prompt;
@@ -1023,35 +1016,35 @@ impl Context for Stream {
             .find(|(k, _)| k == ":status")
             .and_then(|(_, v)| v.parse::<u16>().ok());
         let outcome = classify_call(status, now_ms().saturating_sub(started), timeout);
-        if self.after_attempt(outcome).is_some() {
+        if self.after_attempt(status, outcome).is_some() {
             return; // next attempt dispatched, or the error was sent
         }
         let mut body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
             .ok()
             .flatten()
             .unwrap_or_default();
-        let ok = status == Some(200);
         let (stream, ask_usage) = self
             .flight
             .as_ref()
             .map(|f| (f.chat.stream, f.ask_usage))
             .unwrap_or_default();
-        if ok && stream {
+        if status == Some(200) && stream {
+            // The whole stream came at once: read it, and drop the usage chunk
+            // the client did not ask for.
             let mut relay = Relay::new(ask_usage);
             let mut out = relay.chunk(&body);
             out.extend(relay.finish());
             if ask_usage {
                 body = out;
             }
-            self.settle(relay.assembly.usage.as_ref().and_then(Usage::from_usage));
-            if let Some(done) = relay.assembly.completion() {
-                self.cache_store(&done);
-            }
-        } else if ok {
-            self.settle(Usage::from_body(&body));
-            self.cache_store(&body);
+            self.answer_complete(
+                relay.assembly.usage.as_ref().and_then(Usage::from_usage),
+                relay.assembly.completion(),
+            );
+        } else if status == Some(200) {
+            self.answer_complete(Usage::from_body(&body), Some(body.clone()));
         } else if let Some(h) = self.held.as_mut() {
-            h.release();
+            h.release(now_ms());
         }
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &str)> = call_headers
@@ -1067,19 +1060,7 @@ impl Context for Stream {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_str())));
-        if let Some(f) = self.flight.as_ref() {
-            histogram("portcullis.attempts", u64::from(f.attempts));
-        }
-        self.phase = Phase::Done;
-        self.log.status = status.unwrap_or(502);
-        if let Err(s) =
-            hostcalls::send_http_response(u32::from(status.unwrap_or(502)), hdrs, Some(&body))
-        {
-            log(
-                LogLevel::Error,
-                &format!("send_http_response failed: {s:?}"),
-            );
-        }
+        self.send(status.unwrap_or(502), hdrs, &body);
     }
 }
 
@@ -1125,7 +1106,8 @@ impl HttpContext for Stream {
             })
             .flatten()
             .and_then(|b| String::from_utf8(b).ok());
-        if let Some(action) = self.after_attempt(classify(status, details.as_deref())) {
+        if let Some(action) = self.after_attempt(Some(status), classify(status, details.as_deref()))
+        {
             return action;
         }
         let wants_usage = self.wants_usage();
@@ -1139,7 +1121,7 @@ impl HttpContext for Stream {
         if status >= 400 {
             // Passed through as the client's error: it used nothing.
             if let Some(h) = self.held.as_mut() {
-                h.release();
+                h.release(now_ms());
             }
         }
         if let Some(f) = self.flight.as_mut() {
@@ -1161,9 +1143,6 @@ impl HttpContext for Stream {
             MapType::HttpResponseHeaders,
             resp.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
         );
-        if let Some(f) = self.flight.as_ref().filter(|f| f.attempts > 1) {
-            histogram("portcullis.attempts", u64::from(f.attempts));
-        }
         self.phase = Phase::Responding;
         Action::Continue
     }
@@ -1176,6 +1155,7 @@ impl HttpContext for Stream {
             Phase::Responding => {}
             _ => return Action::Continue,
         }
+        let wants_usage = self.wants_usage();
         let Some(f) = self.flight.as_mut() else {
             return Action::Continue;
         };
@@ -1195,16 +1175,10 @@ impl HttpContext for Stream {
             if end_of_stream {
                 let usage = relay.assembly.usage.as_ref().and_then(Usage::from_usage);
                 let done = relay.assembly.completion();
-                let text = relay.assembly.content().to_string();
-                self.keep_completion(text);
-                self.settle(usage);
-                if let Some(done) = done {
-                    self.cache_store(&done);
-                }
+                self.answer_complete(usage, done);
             }
             return Action::Continue;
         }
-        let wants_usage = self.held.as_ref().is_some_and(Held::wants_usage) || telemetry::enabled();
         if f.cache.is_none() && !wants_usage {
             return Action::Continue;
         }
@@ -1213,9 +1187,7 @@ impl HttpContext for Stream {
             return Action::Pause;
         }
         if let Ok(Some(body)) = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
-            self.settle(Usage::from_body(&body));
-            self.keep_completion_of(&body);
-            self.cache_store(&body);
+            self.answer_complete(Usage::from_body(&body), Some(body));
         }
         Action::Continue
     }
@@ -1225,7 +1197,7 @@ impl HttpContext for Stream {
         if let Some(h) = self.held.as_mut() {
             match self.phase {
                 // Cancelled before any answer: it used nothing.
-                Phase::Proxied | Phase::FallbackPending | Phase::ChatBody => h.release(),
+                Phase::Proxied | Phase::FallbackPending | Phase::ChatBody => h.release(now_ms()),
                 // An answer without usage (or cut short): the reservation stands.
                 _ => h.settle(None, now_ms()),
             }

@@ -63,14 +63,11 @@ pub fn take_request(client: &Client, now_ms: u64) -> Result<Option<Take>, (Gatew
 pub fn peek_tokens(client: &Client, now_ms: u64) -> Option<Take> {
     let tpm = client.limits.tokens_per_minute?;
     let (cur, _) = HostStore.get(&key(&client.name, "tpm")).ok()?;
-    let b = Bucket::decode(cur.as_deref()).refilled(tpm, now_ms);
-    let remaining = (b.level_milli.max(0) / 1000) as u64;
-    let wait_ms = ((tpm as i64 * 1000 - b.level_milli).max(0) as u64 * 60).div_ceil(tpm.max(1));
-    Some(Take {
-        admitted: true,
-        remaining,
-        wait_ms,
-    })
+    Some(ratelimit::level(
+        &Bucket::decode(cur.as_deref()),
+        tpm,
+        now_ms,
+    ))
 }
 
 /// What a request holds until it finishes.
@@ -126,7 +123,7 @@ pub fn admit(
                 tokens_take = Some(t);
             }
             Ok(t) => {
-                held.release();
+                held.release(now_ms);
                 let hint = if want > tpm {
                     format!(" This request alone reserves {want} tokens (prompt estimate {prompt_est} + max tokens {max_completion}); lower `max_tokens`.")
                 } else {
@@ -159,11 +156,8 @@ pub fn admit(
         }) {
             Ok(true) => held.budget = Some((bkey, cost, price)),
             Ok(false) => {
-                held.release();
-                let wait = ratelimit::ms_to_midnight(now_ms);
-                count("portcullis.rate_limited", 1);
-                return Err(GatewayError::new(
-                    429,
+                held.release(now_ms);
+                return Err(limited(
                     "insufficient_quota",
                     "budget_exceeded",
                     format!(
@@ -172,8 +166,8 @@ pub fn admit(
                         client.name,
                         cost as f64 / 1e6
                     ),
-                )
-                .with_retry_after(wait.div_ceil(1000)));
+                    ratelimit::ms_to_midnight(now_ms),
+                ));
             }
             Err(e) => log_store_error("budget", e),
         }
@@ -217,12 +211,11 @@ impl Held {
     }
 
     /// The request failed or was cancelled: give everything back.
-    pub fn release(&mut self) {
+    pub fn release(&mut self, now: u64) {
         if self.done {
             return;
         }
         if let Some((tpm, reserved)) = self.tokens {
-            let now = crate::host::now_ms();
             let _ = update(&HostStore, &key(&self.client, "tpm"), |cur| {
                 (
                     Some(

@@ -25,6 +25,8 @@ impl Store for HostStore {
 
 thread_local! {
     static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
+    /// Counter increments not yet handed to Envoy (see [`flush_counters`]).
+    static PENDING: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
 }
 
 /// Metric id by name, defined on first use (ids are per VM).
@@ -40,12 +42,38 @@ fn metric(kind: MetricType, name: &str) -> Option<u32> {
     })
 }
 
-/// Metric names: `portcullis.<what>` or `portcullis.provider.<name>.<what>`;
-/// Envoy shows them as `wasmcustom.<name>`, and the bootstrap's `stats_tags`
-/// turn the provider part into a `provider` label.
+/// Add to a counter. Metric names: `portcullis.<what>`, with label values
+/// spelled in (`portcullis.provider.<name>.<what>`); Envoy shows them as
+/// `wasmcustom.<name>` and the bootstrap's `stats_tags` turn the parts into
+/// labels. Increments are summed in the VM and handed to Envoy by
+/// [`flush_counters`] at the root context's tick: no host call per request.
 pub fn count(name: &str, by: i64) {
-    if let Some(id) = metric(MetricType::Counter, name) {
-        let _ = hostcalls::increment_metric(id, by);
+    if by == 0 {
+        return;
+    }
+    PENDING.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            match p.get_mut(name) {
+                Some(n) => *n += by,
+                None => {
+                    p.insert(name.to_string(), by);
+                }
+            }
+        }
+    });
+}
+
+/// Hand the summed counter increments to Envoy (at each tick).
+pub fn flush_counters() {
+    let pending: Vec<(String, i64)> = PENDING.with(|p| {
+        p.try_borrow_mut()
+            .map(|mut p| p.drain().collect())
+            .unwrap_or_default()
+    });
+    for (name, by) in pending {
+        if let Some(id) = metric(MetricType::Counter, &name) {
+            let _ = hostcalls::increment_metric(id, by);
+        }
     }
 }
 

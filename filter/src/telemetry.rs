@@ -1,10 +1,8 @@
-//! Metrics and the request log on the host. Per-request counters are summed
-//! in the VM and handed to Envoy once per tick (no host call per request);
-//! records wait in a bounded buffer and go to the collector in batches by
+//! Per-request metrics and the request log on the host. Records wait in a bounded buffer and go to the collector in batches by
 //! `dispatch_grpc_call` from the root context's tick. Nothing here can block
 //! or fail a request: a full buffer drops (and counts) the record.
 
-use crate::shared::{count, gauge, histogram};
+use crate::shared::{count, flush_counters, gauge, histogram};
 use portcullis_core::config::LogConfig;
 use portcullis_core::record::{encode_batch, LogBuffer, Record};
 use proxy_wasm::hostcalls;
@@ -14,7 +12,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 thread_local! {
-    static COUNTERS: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
     static BUFFER: RefCell<Option<LogBuffer>> = const { RefCell::new(None) };
 }
 
@@ -32,29 +29,6 @@ pub fn label(v: &str) -> String {
             }
         })
         .collect()
-}
-
-/// Add to a counter, flushed to Envoy at the next tick.
-pub fn add(name: String, by: i64) {
-    if by == 0 {
-        return;
-    }
-    COUNTERS.with(|c| {
-        if let Ok(mut c) = c.try_borrow_mut() {
-            *c.entry(name).or_insert(0) += by;
-        }
-    });
-}
-
-pub fn flush_counters() {
-    let pending: Vec<(String, i64)> = COUNTERS.with(|c| {
-        c.try_borrow_mut()
-            .map(|mut c| c.drain().collect())
-            .unwrap_or_default()
-    });
-    for (name, by) in pending {
-        count(&name, by);
-    }
 }
 
 /// (Re)size the buffer for a new config; records already waiting are kept.
@@ -188,8 +162,8 @@ pub fn request_metrics(r: &Record) {
         500..=599 => "5xx",
         _ => "other",
     };
-    add(
-        format!(
+    count(
+        &format!(
             "portcullis.requests.client.{}.provider.{}.model.{}.status.{class}.cache.{}.total",
             label(&r.client),
             label(&r.provider),
@@ -200,12 +174,12 @@ pub fn request_metrics(r: &Record) {
     );
     if r.prompt_tokens + r.completion_tokens > 0 {
         let pm = format!("provider.{}.model.{}", label(&r.provider), label(&r.model));
-        add(
-            format!("portcullis.tokens_in.{pm}.total"),
+        count(
+            &format!("portcullis.tokens_in.{pm}.total"),
             r.prompt_tokens as i64,
         );
-        add(
-            format!("portcullis.tokens_out.{pm}.total"),
+        count(
+            &format!("portcullis.tokens_out.{pm}.total"),
             r.completion_tokens as i64,
         );
     }

@@ -483,6 +483,22 @@ impl Envoy {
         })
     }
 
+    /// Wait for a stat to reach `want`: the filter hands its counters to
+    /// Envoy at each tick, not at each request. Fails on the deadline with
+    /// the last value seen.
+    pub fn wait_stat(&self, name: &str, want: u64) {
+        let mut last = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            last = self.stat(name);
+            if last == Some(want) {
+                return;
+            }
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+        panic!("{name}: wanted {want}, last saw {last:?}");
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("envoy.log")).unwrap_or_default()
     }

@@ -118,6 +118,30 @@ fn token_limit_ends_within_one_reservation_of_the_limit_plain_and_streamed() {
 }
 
 #[test]
+fn a_failed_request_gives_its_token_reservation_back() {
+    let s = Stack::start(&plugin("{tokens_per_minute: 1000}", ""), 1);
+    let body = json!({"model": "gpt-4o-mini", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let reservation = (body.len() as u64).div_ceil(4) + 100;
+    // Both providers fail: 502, and the reservation must come back.
+    s.primary.script(json!([{"status": 500}]));
+    s.backup.script(json!([{"status": 500}]));
+    assert_openai_error(&s.chat(DEMO_KEY, &body), 502, "upstream_failed");
+    let r = s.chat(DEMO_KEY, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The remaining count is taken right after this request's reservation:
+    // had the failed one kept its reservation, it would be one more lower.
+    let left: u64 = r
+        .header("x-ratelimit-remaining-tokens")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        left >= 1000 - reservation - 1 && left < 1000 - reservation + 50,
+        "remaining {left}, reservation {reservation}"
+    );
+}
+
+#[test]
 fn concurrency_cap_holds_and_frees_slots() {
     let s = Stack::start(&plugin("{max_concurrent: 3}", ""), 2);
     s.primary.default_step(json!({"delay_ms": 1500}));

@@ -67,7 +67,7 @@ fn miss_then_hits_on_both_workers_without_reaching_the_provider() {
         cx(0),
         cx(1)
     );
-    assert_eq!(s.envoy.stat("wasmcustom.portcullis.cache.hits"), Some(40));
+    s.envoy.wait_stat("wasmcustom.portcullis.cache.hits", 40);
     // A different request (another field that changes the answer) misses.
     let mut other = chat("what is 2+2?");
     other["temperature"] = json!(1);
@@ -235,6 +235,7 @@ fn filling_ten_times_the_capacity_keeps_memory_bounded() {
     fill(64, 640);
     let after = allocated(&s);
     let held = s.envoy.stat("wasmcustom.portcullis.cache.bytes").unwrap();
+    s.envoy.wait_stat("wasmcustom.portcullis.cache.stores", 640);
     let evictions = s
         .envoy
         .stat("wasmcustom.portcullis.cache.evictions")

@@ -169,7 +169,9 @@ fn content_is_kept_only_when_configured() {
         false,
         c.grpc_port,
     );
-    s.primary.default_step(json!({"content": "secret answer"}));
+    s.primary
+        .script(json!([{"content": "secret answer"}, {"status": 500}]));
+    s.backup.default_step(json!({"content": "fallback answer"}));
     assert_eq!(
         ask(
             &s,
@@ -180,17 +182,33 @@ fn content_is_kept_only_when_configured() {
         .status,
         200
     );
-    records_for(&c, 1);
+    // The text of an answer that came by fallback is kept too.
+    assert_eq!(
+        ask(
+            &s,
+            "content-2",
+            DEMO_KEY,
+            &chat_body("gpt-4o-mini", "second question")
+        )
+        .status,
+        200
+    );
+    records_for(&c, 2);
     let db = rusqlite::Connection::open(&c.db).unwrap();
-    let (p, comp): (String, String) = db
-        .query_row(
-            "SELECT prompt, completion FROM requests WHERE request_id = 'content-1'",
-            [],
+    let text = |id: &str| -> (String, String) {
+        db.query_row(
+            "SELECT prompt, completion FROM requests WHERE request_id = ?1",
+            [id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
-        .unwrap();
+        .unwrap()
+    };
+    let (p, comp) = text("content-1");
     assert!(p.contains("secret question"), "{p}");
     assert_eq!(comp, "secret answer");
+    let (p, comp) = text("content-2");
+    assert!(p.contains("second question"), "{p}");
+    assert_eq!(comp, "fallback answer");
 }
 
 #[test]
@@ -420,6 +438,19 @@ fn summary_figures_match_a_known_set_of_records() {
             arms[0]["requests"].as_i64()
         ),
         (1, Some("ab/control"), Some(5))
+    );
+    let metrics = get(&c.url("/metrics"), &[]).body;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "portcullis_collector_ingested_total 10"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "portcullis_collector_queue_depth 0"),
+        "{metrics}"
     );
     // A window after all of them is empty.
     assert_eq!(

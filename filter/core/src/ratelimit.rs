@@ -119,6 +119,17 @@ pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, T
     }
 }
 
+/// The bucket as it stands, without taking anything (for headers).
+pub fn level(b: &Bucket, per_minute: u64, now_ms: u64) -> Take {
+    let cur = b.refilled(per_minute, now_ms);
+    let cap = per_minute as i64 * MILLI;
+    Take {
+        admitted: true,
+        remaining: (cur.level_milli.max(0) / MILLI) as u64,
+        wait_ms: ms_to_refill(cap - cur.level_milli, per_minute),
+    }
+}
+
 /// Give back (positive) or take more (negative) after the fact: settling a
 /// reservation with real usage. Never above capacity; may go into debt.
 pub fn adjust(b: &Bucket, per_minute: u64, delta: i64, now_ms: u64) -> Bucket {
@@ -264,6 +275,25 @@ mod tests {
         assert!(t.admitted, "refilled after a second");
         let full = b.refilled(60, 1_000_000);
         assert_eq!(full.level_milli, 60_000, "capped at capacity");
+    }
+
+    #[test]
+    fn level_reads_without_taking() {
+        let (b, _) = take(&Bucket::default(), 60, 30, 0);
+        assert_eq!(
+            level(&b, 60, 0),
+            Take {
+                admitted: true,
+                remaining: 30,
+                wait_ms: 30_000
+            }
+        );
+        assert_eq!(level(&b, 60, 10_000).remaining, 40);
+        assert_eq!(
+            level(&Bucket::default(), 60, 5).remaining,
+            60,
+            "a fresh bucket is full"
+        );
     }
 
     #[test]

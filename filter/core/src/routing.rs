@@ -13,14 +13,18 @@ pub fn bearer_key(authorization: Option<&str>) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
 }
 
-/// Authenticate a client by the SHA-256 of its key: the config holds no secret.
+/// Authenticate a client by the SHA-256 of its key: the config holds no
+/// secret. Returns the hash too, the client's handle for later lookups.
 pub fn authenticate<'g>(
     gw: &'g Gateway,
     authorization: Option<&str>,
-) -> Result<&'g Client, GatewayError> {
+) -> Result<([u8; 32], &'g Client), GatewayError> {
     let key = bearer_key(authorization).ok_or_else(GatewayError::missing_key)?;
     let hash: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-    gw.clients.get(&hash).ok_or_else(GatewayError::unknown_key)
+    gw.clients
+        .get(&hash)
+        .map(|c| (hash, c))
+        .ok_or_else(GatewayError::unknown_key)
 }
 
 /// The decision for one request: the model and the providers to try, in order.
@@ -187,7 +191,7 @@ mod tests {
             },
         );
         assert_eq!(
-            authenticate(&g, Some("Bearer sk-demo")).unwrap().name,
+            authenticate(&g, Some("Bearer sk-demo")).unwrap().1.name,
             "real"
         );
         assert_eq!(

@@ -184,11 +184,6 @@ impl Assembly {
         }
     }
 
-    /// The text streamed so far.
-    pub fn content(&self) -> &str {
-        &self.content
-    }
-
     /// The completion in the non-streamed format, if the stream finished
     /// cleanly and held only text.
     pub fn completion(&self) -> Option<Vec<u8>> {
