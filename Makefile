@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run test bench bench-collector lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean
+.PHONY: run test bench bench-collector bench-core lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean
 
 run: tools wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -39,8 +39,12 @@ lint:
 wasm:
 	cargo build --release --target wasm32-wasip1 -p portcullis-filter
 
-bench: tools wasm bench-collector
+bench: tools wasm bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
+
+# The pure core's per-request steps, natively (which step costs what).
+bench-core:
+	cargo run --release -q -p portcullis-core --example core_bench
 
 bench-collector:
 	cargo run --release -q -p portcullis-collector --bin portcullis-ingest-bench

@@ -32,3 +32,67 @@ impl Collector for Ingest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::RequestRecord;
+    use crate::store;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    fn batch(ids: &[&str]) -> Request<RecordBatch> {
+        Request::new(RecordBatch {
+            records: ids
+                .iter()
+                .map(|id| RequestRecord {
+                    request_id: (*id).into(),
+                    ..Default::default()
+                })
+                .collect(),
+        })
+    }
+
+    /// A full queue answers RESOURCE_EXHAUSTED at once (the filter keeps the
+    /// batch and re-sends it); what was queued is still committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_queue_refuses_with_resource_exhausted_and_loses_nothing_queued() {
+        let dir = std::env::temp_dir().join(format!(
+            "portcullis-queue-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log.db");
+        let mut conn = store::open(&path).unwrap();
+        store::migrate(&mut conn).unwrap();
+        let writer = Writer::start(conn, 1, None);
+        let stats = writer.stats.clone();
+        let ingest = Ingest {
+            writer: writer.clone(),
+        };
+
+        // Another connection holds the write lock: the writer thread takes
+        // the first batch and waits on it, so the queue (1 batch) fills.
+        let blocker = store::open(&path).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let first = writer.submit(batch(&["a1", "a2"]).into_inner().records).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.queue_depth.load(Ordering::Relaxed) > 0 {
+            assert!(Instant::now() < deadline, "the writer never took the first batch");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let second = writer.submit(batch(&["b1"]).into_inner().records).unwrap();
+        let refused = ingest.ingest(batch(&["c1"])).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(stats.rejected.load(Ordering::Relaxed), 1);
+
+        blocker.execute_batch("COMMIT").unwrap();
+        assert_eq!(first.await.unwrap(), Ok((2, 0)));
+        assert_eq!(second.await.unwrap(), Ok((1, 0)));
+        let check = store::open(&path).unwrap();
+        assert_eq!(store::count(&check).unwrap(), 3);
+        assert!(!store::exists(&check, "c1").unwrap(), "the refused batch was not stored");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

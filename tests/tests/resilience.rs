@@ -244,4 +244,18 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
         "{prom}"
     );
     assert!(line("portcullis_fallbacks{} 1").is_some(), "{prom}");
+    // One request took two attempts: one sample in the attempts histogram,
+    // above 1 and at most 5 (Envoy's default buckets; its sum is an
+    // interpolation). Histograms reach the admin output at the stats flush.
+    poll_until(
+        Duration::from_secs(15),
+        "the attempts histogram holding one sample of 2 attempts",
+        || {
+            let p = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+            ["count{} 1", "bucket{le=\"1\"} 0", "bucket{le=\"5\"} 1"]
+                .iter()
+                .all(|want| p.lines().any(|l| l == format!("portcullis_attempts_{want}")))
+            .then_some(())
+        },
+    );
 }

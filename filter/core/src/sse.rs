@@ -2,7 +2,7 @@
 //! provider's stream, assembly of a stream into one completion (for the cache
 //! and for usage), and replay of a stored completion as a stream.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// Bytes of one unfinished event kept at most; past that the stream is not
 /// assembled (it passes through untouched all the same).
@@ -231,44 +231,49 @@ pub fn replay(completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
         .get("finish_reason")
         .cloned()
         .unwrap_or(Value::String("stop".into()));
-    let mut head = Map::new();
+    // What every chunk repeats, serialized once: `data: {"id":..,...,`.
+    let mut head = b"data: {\"object\":\"chat.completion.chunk\"".to_vec();
     for k in ["id", "created", "model", "system_fingerprint"] {
         if let Some(x) = v.get(k) {
-            head.insert(k.into(), x.clone());
+            head.extend_from_slice(b",\"");
+            head.extend_from_slice(k.as_bytes());
+            head.extend_from_slice(b"\":");
+            serde_json::to_writer(&mut head, x).ok()?;
         }
     }
-    head.insert(
-        "object".into(),
-        Value::String("chat.completion.chunk".into()),
-    );
-    let mut out = Vec::with_capacity(content.len() * 2 + 512);
-    let mut emit = |choices: Value, usage: Option<&Value>| {
-        let mut m = head.clone();
-        m.insert("choices".into(), choices);
+    head.extend_from_slice(b",\"choices\":[");
+    let mut out = Vec::with_capacity(content.len() * 2 + head.len() * (content.len() / 24 + 4));
+    let mut emit = |choices: &[u8], usage: Option<&Value>| -> Option<()> {
+        out.extend_from_slice(&head);
+        out.extend_from_slice(choices);
+        out.extend_from_slice(b"]");
         if let Some(u) = usage {
-            m.insert("usage".into(), u.clone());
+            out.extend_from_slice(b",\"usage\":");
+            serde_json::to_writer(&mut out, u).ok()?;
         }
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&serde_json::to_vec(&Value::Object(m)).unwrap_or_default());
-        out.extend_from_slice(b"\n\n");
+        out.extend_from_slice(b"}\n\n");
+        Some(())
     };
     emit(
-        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        br#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#,
         None,
-    );
+    )?;
+    let mut piece_json = Vec::with_capacity(96);
     for piece in pieces(content, 24) {
-        emit(
-            json!([{"index": 0, "delta": {"content": piece}, "finish_reason": null}]),
-            None,
-        );
+        piece_json.clear();
+        piece_json.extend_from_slice(br#"{"index":0,"delta":{"content":"#);
+        serde_json::to_writer(&mut piece_json, piece).ok()?;
+        piece_json.extend_from_slice(br#"},"finish_reason":null}"#);
+        emit(&piece_json, None)?;
     }
-    emit(
-        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
-        None,
-    );
+    piece_json.clear();
+    piece_json.extend_from_slice(br#"{"index":0,"delta":{},"finish_reason":"#);
+    serde_json::to_writer(&mut piece_json, &finish).ok()?;
+    piece_json.extend_from_slice(b"}");
+    emit(&piece_json, None)?;
     if include_usage {
         if let Some(u) = v.get("usage") {
-            emit(json!([]), Some(u));
+            emit(b"", Some(u))?;
         }
     }
     out.extend_from_slice(b"data: [DONE]\n\n");
@@ -357,6 +362,16 @@ data: [DONE]\n\n";
         let with = replay(&completion, true).unwrap();
         let again = assemble(&with, 3);
         assert_eq!(again.completion().unwrap(), completion);
+        let text = String::from_utf8(with.clone()).unwrap();
+        let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.last(), Some(&"data: [DONE]"));
+        for e in &events[..events.len() - 1] {
+            let chunk: Value = serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(chunk["object"], "chat.completion.chunk", "{e}");
+            assert_eq!(chunk["id"], "c1");
+            assert_eq!(chunk["created"], 7);
+            assert!(chunk["choices"].is_array());
+        }
         let without = replay(&completion, false).unwrap();
         let a = assemble(&without, 3);
         assert!(a.usage.is_none());

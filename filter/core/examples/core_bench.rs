@@ -1,0 +1,61 @@
+//! `make bench-core`: the pure core's per-request steps, natively, for the
+//! 212-byte chat body of `make bench`. A benchmark, not a test: it shows which
+//! step of the request path costs what (in wasm under V8 expect roughly 1.5–3x).
+
+use portcullis_core::{cache, config, record, request, routing, sse, usage};
+use std::hint::black_box;
+use std::time::Instant;
+
+const BODY: &[u8] = br#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
+const ANSWER: &[u8] = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello benchmark, hello there!"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":6,"total_tokens":26}}"#;
+const ROUNDS: u32 = 200_000;
+
+fn time<T>(name: &str, mut f: impl FnMut() -> T) {
+    let start = Instant::now();
+    for _ in 0..ROUNDS {
+        black_box(f());
+    }
+    let ns = start.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
+    println!("| {name} | {:.0} |", ns);
+}
+
+fn main() -> Result<(), String> {
+    let yaml = std::fs::read("envoy/plugin.yaml").map_err(|e| format!("envoy/plugin.yaml: {e}"))?;
+    let gw = config::compile(&yaml)?;
+    let auth = Some("Bearer sk-portcullis-demo");
+    let (_, client) = routing::authenticate(&gw, auth).map_err(|e| e.message)?;
+    let chat = request::ChatRequest::parse(BODY).map_err(|e| e.message)?;
+    let doc = chat.document();
+    println!("| step | ns per request |\n|---|---|");
+    time("authenticate (SHA-256 of the key)", || {
+        routing::authenticate(&gw, auth).map(|(k, _)| k)
+    });
+    time("parse the body (borrowed, no tree)", || {
+        request::ChatRequest::parse(BODY).map(|c| c.model.len())
+    });
+    time("resolve the route", || {
+        routing::resolve(&gw, client, &chat.model, 12345).map(|r| r.model)
+    });
+    time("body with the provider's model id", || {
+        chat.body_for_with("gpt-4o-mini-2024", false)
+    });
+    time("cache: document tree", || chat.document());
+    time("cache: canonical key (SHA-256)", || {
+        cache::key("primary", "gpt-4o-mini", &doc, false, None)
+    });
+    time("cache: replay as SSE", || sse::replay(ANSWER, true));
+    time("usage from a whole answer", || usage::Usage::from_body(ANSWER));
+    time("request record, encoded", || {
+        record::Record {
+            request_id: "0b7c0d9e-1f2a-4b3c".into(),
+            client: "demo".into(),
+            provider: "primary".into(),
+            model: "gpt-4o-mini".into(),
+            requested_model: "gpt-4o-mini".into(),
+            cache: "off".into(),
+            ..Default::default()
+        }
+        .encode()
+    });
+    Ok(())
+}
