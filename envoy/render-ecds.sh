@@ -19,7 +19,9 @@ resources:
       name: portcullis
       root_id: portcullis
       allow_on_headers_stop_iteration: true
-      fail_open: false
+      # A trapped VM is reloaded (with Envoy's backoff) instead of failing
+      # every later request on its worker; requests in between get a 503.
+      failure_policy: FAIL_RELOAD
       vm_config:
         vm_id: portcullis
         runtime: envoy.wasm.runtime.v8

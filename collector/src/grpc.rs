@@ -76,10 +76,15 @@ mod tests {
         // the first batch and waits on it, so the queue (1 batch) fills.
         let blocker = store::open(&path).unwrap();
         blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
-        let first = writer.submit(batch(&["a1", "a2"]).into_inner().records).unwrap();
+        let first = writer
+            .submit(batch(&["a1", "a2"]).into_inner().records)
+            .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while stats.queue_depth.load(Ordering::Relaxed) > 0 {
-            assert!(Instant::now() < deadline, "the writer never took the first batch");
+            assert!(
+                Instant::now() < deadline,
+                "the writer never took the first batch"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let second = writer.submit(batch(&["b1"]).into_inner().records).unwrap();
@@ -92,7 +97,10 @@ mod tests {
         assert_eq!(second.await.unwrap(), Ok((1, 0)));
         let check = store::open(&path).unwrap();
         assert_eq!(store::count(&check).unwrap(), 3);
-        assert!(!store::exists(&check, "c1").unwrap(), "the refused batch was not stored");
+        assert!(
+            !store::exists(&check, "c1").unwrap(),
+            "the refused batch was not stored"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

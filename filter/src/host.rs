@@ -1,3 +1,4 @@
+use crate::abi;
 use crate::limits::{self, Held};
 use crate::shared::{
     count, count_gauge, flush_counters, gauge, histogram, provider_metric, HostStore,
@@ -21,18 +22,14 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, Status};
 use std::cell::Cell;
 use std::rc::Rc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 fn log(level: LogLevel, msg: &str) {
-    let _ = hostcalls::log(level, msg);
+    let _ = abi::log(level, msg);
 }
 
 pub fn now_ms() -> u64 {
-    hostcalls::get_current_time()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    abi::now_ms().unwrap_or(0)
 }
 
 fn breaker_key(provider: &str) -> String {
@@ -135,7 +132,7 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
-        let bytes = match hostcalls::get_buffer(
+        let bytes = match abi::get_buffer(
             BufferType::PluginConfiguration,
             0,
             plugin_configuration_size,
@@ -172,7 +169,8 @@ impl RootContext for Root {
                 }
                 telemetry::configure(gw.log.as_ref());
                 let tick = gw.log.as_ref().map(|l| l.flush_interval_ms).unwrap_or(1000);
-                if let Err(s) = hostcalls::set_tick_period(Duration::from_millis(tick)) {
+                let tick = u32::try_from(tick).unwrap_or(u32::MAX);
+                if let Err(s) = abi::set_tick_period_ms(tick) {
                     log(
                         LogLevel::Warn,
                         &format!("no tick for metrics and the request log: {s:?}"),
@@ -414,10 +412,10 @@ impl Stream {
     }
 
     /// Every answer the filter makes itself goes out here.
-    fn send(&mut self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> Action {
+    fn send(&mut self, status: u16, headers: &[(&str, &[u8])], body: &[u8]) -> Action {
         self.phase = Phase::Done;
         self.log.status = status;
-        if let Err(s) = hostcalls::send_http_response(u32::from(status), headers, Some(body)) {
+        if let Err(s) = abi::send_http_response(u32::from(status), headers, body) {
             log(
                 LogLevel::Error,
                 &format!("send_http_response failed: {s:?}"),
@@ -433,10 +431,10 @@ impl Stream {
             h.release(now_ms());
         }
         let rate = std::mem::take(&mut self.rate_headers);
-        let mut hdrs: Vec<(&str, &str)> = vec![("content-type", "application/json")];
-        hdrs.extend_from_slice(extra);
-        hdrs.extend(rate.iter().map(|(k, v)| (*k, v.as_str())));
-        self.send(status, hdrs, body)
+        let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", b"application/json")];
+        hdrs.extend(extra.iter().map(|(k, v)| (*k, v.as_bytes())));
+        hdrs.extend(rate.iter().map(|(k, v)| (*k, v.as_bytes())));
+        self.send(status, &hdrs, body)
     }
 
     fn fail(&mut self, err: &GatewayError) -> Action {
@@ -455,7 +453,7 @@ impl Stream {
                 "The gateway has no valid configuration yet.",
             ));
         };
-        let all = hostcalls::get_map(MapType::HttpRequestHeaders)
+        let all = abi::get_map(MapType::HttpRequestHeaders)
             .map_err(|s| GatewayError::internal(format!("cannot read request headers: {s:?}")))?;
         let mut method = "";
         let mut path = "";
@@ -505,7 +503,7 @@ impl Stream {
                 }
                 // Client-sent gateway headers never go upstream.
                 for (k, _) in all.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
-                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, k, None);
+                    let _ = abi::set_map_value(MapType::HttpRequestHeaders, k, None);
                 }
                 self.req_path = path.to_string();
                 self.req_authority = all
@@ -533,7 +531,7 @@ impl Stream {
         if !end_of_stream {
             return Ok(Action::Pause);
         }
-        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size)
+        let body = abi::get_buffer(BufferType::HttpRequestBody, 0, body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?
             .unwrap_or_default();
         let chat = ChatRequest::parse(&body)?;
@@ -672,12 +670,12 @@ impl Stream {
         let host_err =
             |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
         let set = |k: &str, v: Option<&str>| {
-            hostcalls::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err)
+            abi::set_map_value(MapType::HttpRequestHeaders, k, v).map_err(host_err)
         };
         // Each host call costs: touch only what changes.
         if model_id != flight.chat.model || flight.ask_usage {
             let new_body = flight.chat.body_for_with(&model_id, flight.ask_usage);
-            hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body)
+            abi::set_buffer(BufferType::HttpRequestBody, 0, body_size, &new_body)
                 .map_err(host_err)?;
             set("content-length", Some(&new_body.len().to_string()))?;
         }
@@ -833,9 +831,9 @@ impl Stream {
             None => ("application/json", stored.to_vec()),
         };
         let ours = self.gateway_headers();
-        let mut hdrs = vec![("content-type", content_type)];
-        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_str())));
-        self.send(200, hdrs, &body)
+        let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", content_type.as_bytes())];
+        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
+        self.send(200, &hdrs, &body)
     }
 
     /// Settle the client's reservations with what the provider reported.
@@ -1010,16 +1008,17 @@ impl Context for Stream {
         if let Some(f) = self.flight.as_mut() {
             f.call = None;
         }
-        let call_headers = hostcalls::get_map(MapType::HttpCallResponseHeaders).unwrap_or_default();
+        // As bytes: the provider's header values pass to the client unchanged.
+        let call_headers = abi::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
         let status = call_headers
             .iter()
             .find(|(k, _)| k == ":status")
-            .and_then(|(_, v)| v.parse::<u16>().ok());
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u16>().ok());
         let outcome = classify_call(status, now_ms().saturating_sub(started), timeout);
         if self.after_attempt(status, outcome).is_some() {
             return; // next attempt dispatched, or the error was sent
         }
-        let mut body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        let mut body = abi::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
             .ok()
             .flatten()
             .unwrap_or_default();
@@ -1047,7 +1046,7 @@ impl Context for Stream {
             h.release(now_ms());
         }
         let ours = self.gateway_headers();
-        let mut hdrs: Vec<(&str, &str)> = call_headers
+        let mut hdrs: Vec<(&str, &[u8])> = call_headers
             .iter()
             .filter(|(k, _)| {
                 !k.starts_with(':')
@@ -1057,10 +1056,10 @@ impl Context for Stream {
                     )
                     && !headers::is_gateway_header(k)
             })
-            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
             .collect();
-        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_str())));
-        self.send(status.unwrap_or(502), hdrs, &body);
+        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
+        self.send(status.unwrap_or(502), &hdrs, &body);
     }
 }
 
@@ -1091,7 +1090,7 @@ impl HttpContext for Stream {
             Phase::FallbackPending => return Action::Pause,
             _ => return Action::Continue,
         }
-        let mut resp = hostcalls::get_map(MapType::HttpResponseHeaders).unwrap_or_default();
+        let resp = abi::get_map(MapType::HttpResponseHeaders).unwrap_or_default();
         let status = resp
             .iter()
             .find(|(k, _)| k == ":status")
@@ -1100,7 +1099,7 @@ impl HttpContext for Stream {
         // Why Envoy failed, for its own local replies (only read on failures).
         let details = (status == 429 || status >= 500)
             .then(|| {
-                hostcalls::get_property(vec!["response", "code_details"])
+                abi::get_property(&["response", "code_details"])
                     .ok()
                     .flatten()
             })
@@ -1133,16 +1132,14 @@ impl HttpContext for Stream {
             }
         }
         // Gateway headers from a provider never reach the client as ours.
-        resp.retain(|(k, _)| !headers::is_gateway_header(k));
-        resp.extend(
-            self.gateway_headers()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v)),
-        );
-        let _ = hostcalls::set_map(
-            MapType::HttpResponseHeaders,
-            resp.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
-        );
+        // The provider's other headers are left as they are (not rewritten:
+        // their values need not be UTF-8).
+        for (k, _) in resp.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
+            let _ = abi::set_map_value(MapType::HttpResponseHeaders, k, None);
+        }
+        for (k, v) in self.gateway_headers() {
+            let _ = abi::add_map_value(MapType::HttpResponseHeaders, k, &v);
+        }
         self.phase = Phase::Responding;
         Action::Continue
     }
@@ -1161,7 +1158,7 @@ impl HttpContext for Stream {
         };
         if let Some(relay) = f.relay.as_mut() {
             // Streams pass through chunk by chunk; a copy is read.
-            let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
+            let chunk = abi::get_buffer(BufferType::HttpResponseBody, 0, body_size)
                 .ok()
                 .flatten()
                 .unwrap_or_default();
@@ -1170,7 +1167,7 @@ impl HttpContext for Stream {
                 out.extend(relay.finish());
             }
             if relay.strip_usage {
-                let _ = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out);
+                let _ = abi::set_buffer(BufferType::HttpResponseBody, 0, body_size, &out);
             }
             if end_of_stream {
                 let usage = relay.assembly.usage.as_ref().and_then(Usage::from_usage);
@@ -1186,7 +1183,7 @@ impl HttpContext for Stream {
         if !end_of_stream {
             return Action::Pause;
         }
-        if let Ok(Some(body)) = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
+        if let Ok(Some(body)) = abi::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
             self.answer_complete(Usage::from_body(&body), Some(body));
         }
         Action::Continue

@@ -2,9 +2,10 @@
 //!
 //! This is the only code that talks to Envoy. It reads the host once per
 //! callback, hands plain values to `portcullis_core`, and maps the decisions
-//! to host calls and `Action`s. Every host `Status` is mapped: a panic would
-//! trap the VM and break every later request on this worker.
+//! to host calls and `Action`s. Every host `Status` is mapped (see `abi`): a
+//! panic would trap the VM and break every later request on this worker.
 
+mod abi;
 mod host;
 mod limits;
 mod shared;
@@ -15,7 +16,7 @@ use host::Root;
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
     std::panic::set_hook(Box::new(|info| {
-        let _ = proxy_wasm::hostcalls::log(proxy_wasm::types::LogLevel::Critical, &format!("portcullis: panic: {info}"));
+        let _ = abi::log(proxy_wasm::types::LogLevel::Critical, &format!("portcullis: panic: {info}"));
     }));
     proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> { Box::new(Root::default()) });
 }}

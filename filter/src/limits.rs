@@ -8,7 +8,6 @@ use portcullis_core::error::GatewayError;
 use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
 use portcullis_core::store::{update, Store};
 use portcullis_core::usage::Usage;
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::LogLevel;
 
 fn key(client: &str, what: &str) -> String {
@@ -16,7 +15,7 @@ fn key(client: &str, what: &str) -> String {
 }
 
 fn log_store_error(what: &str, e: portcullis_core::store::StoreError) {
-    let _ = hostcalls::log(
+    let _ = crate::abi::log(
         LogLevel::Warn,
         &format!("{what}: shared data unavailable ({e:?}); not limiting"),
     );

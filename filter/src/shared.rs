@@ -1,7 +1,7 @@
 //! Envoy shared data behind the core's `Store` trait, and the metrics cache.
 
+use crate::abi;
 use portcullis_core::store::{Store, StoreError};
-use proxy_wasm::hostcalls;
 use proxy_wasm::types::{MetricType, Status};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -11,11 +11,11 @@ pub struct HostStore;
 
 impl Store for HostStore {
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
-        hostcalls::get_shared_data(key).map_err(|s| StoreError::Host(s as u32))
+        abi::get_shared_data(key).map_err(|s| StoreError::Host(s as u32))
     }
 
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
-        match hostcalls::set_shared_data(key, Some(value), cas) {
+        match abi::set_shared_data(key, value, cas) {
             Ok(()) => Ok(()),
             Err(Status::CasMismatch) => Err(StoreError::CasMismatch),
             Err(s) => Err(StoreError::Host(s as u32)),
@@ -36,7 +36,7 @@ fn metric(kind: MetricType, name: &str) -> Option<u32> {
         if let Some(id) = m.get(name) {
             return Some(*id);
         }
-        let id = hostcalls::define_metric(kind, name).ok()?;
+        let id = abi::define_metric(kind, name).ok()?;
         m.insert(name.to_string(), id);
         Some(id)
     })
@@ -72,27 +72,27 @@ pub fn flush_counters() {
     });
     for (name, by) in pending {
         if let Some(id) = metric(MetricType::Counter, &name) {
-            let _ = hostcalls::increment_metric(id, by);
+            let _ = abi::increment_metric(id, by);
         }
     }
 }
 
 pub fn gauge(name: &str, value: u64) {
     if let Some(id) = metric(MetricType::Gauge, name) {
-        let _ = hostcalls::record_metric(id, value);
+        let _ = abi::record_metric(id, value);
     }
 }
 
 /// Add to a gauge (each worker adds its own changes to the shared value).
 pub fn count_gauge(name: &str, by: i64) {
     if let Some(id) = metric(MetricType::Gauge, name) {
-        let _ = hostcalls::increment_metric(id, by);
+        let _ = abi::increment_metric(id, by);
     }
 }
 
 pub fn histogram(name: &str, value: u64) {
     if let Some(id) = metric(MetricType::Histogram, name) {
-        let _ = hostcalls::record_metric(id, value);
+        let _ = abi::record_metric(id, value);
     }
 }
 

@@ -117,7 +117,7 @@ impl Shipper {
                     self.in_flight.insert(token, batch);
                 }
                 Err(s) => {
-                    let _ = hostcalls::log(
+                    let _ = crate::abi::log(
                         LogLevel::Warn,
                         &format!("request log not sent to {}: {s:?}", cfg.cluster),
                     );

@@ -233,3 +233,70 @@ fn body_over_the_configured_limit_is_413() {
     );
     assert_eq!(s.primary.hits(), 1);
 }
+
+/// One HTTP/1.1 exchange on a raw socket (header bytes that are not UTF-8
+/// cannot be sent with the usual client). Returns the status and the head.
+fn raw_chat(s: &Stack, extra_header: &[u8]) -> (u16, Vec<u8>) {
+    let body = chat_body("gpt-4o-mini", "bytes");
+    let mut req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {DEMO_KEY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(extra_header);
+    req.extend_from_slice(b"\r\n\r\n");
+    req.extend_from_slice(body.as_bytes());
+    let mut conn = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    conn.write_all(&req).unwrap();
+    let mut answer = Vec::new();
+    std::io::Read::read_to_end(&mut conn, &mut answer).unwrap();
+    let end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    let head = answer[..end].to_vec();
+    let status = String::from_utf8_lossy(&head)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head)
+}
+
+fn has_line(head: &[u8], line: &[u8]) -> bool {
+    head.split(|&b| b == b'\n')
+        .any(|l| l.strip_suffix(b"\r").unwrap_or(l).eq_ignore_ascii_case(line))
+}
+
+/// HTTP allows header values that are not UTF-8. Such a value once panicked
+/// the SDK's header reader and trapped the VM (every later request: 503).
+/// Now it passes through both ways, untouched, and the worker keeps serving.
+#[test]
+fn header_values_that_are_not_utf8_pass_through_and_break_nothing() {
+    let s = Stack::shipped(1);
+    // From the client to the provider.
+    let (status, _) = raw_chat(&s, b"x-note: caf\xe9");
+    assert_eq!(status, 200);
+    let seen = s.primary.requests();
+    assert_eq!(seen[0]["headers"]["x-note"], serde_json::json!([99, 97, 102, 233]));
+    // From the provider to the client, proxied...
+    s.primary.script(serde_json::json!([{"note_latin1": "déjà"}]));
+    let (status, head) = raw_chat(&s, b"x-any: 1");
+    assert_eq!(status, 200);
+    assert!(has_line(&head, b"x-provider-note: d\xe9j\xe0"), "{}", String::from_utf8_lossy(&head));
+    assert!(has_line(&head, b"x-portcullis-provider: primary"));
+    // ...and by a fallback (the answer the filter sends itself).
+    s.primary.script(serde_json::json!([{"status": 500}]));
+    s.backup.script(serde_json::json!([{"note_latin1": "déjà"}]));
+    let (status, head) = raw_chat(&s, b"x-any: 2");
+    assert_eq!(status, 200);
+    assert!(has_line(&head, b"x-provider-note: d\xe9j\xe0"), "{}", String::from_utf8_lossy(&head));
+    assert!(has_line(&head, b"x-portcullis-provider: backup"));
+    // The same worker still serves.
+    for _ in 0..3 {
+        let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "after"));
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+}

@@ -254,8 +254,11 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
             let p = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
             ["count{} 1", "bucket{le=\"1\"} 0", "bucket{le=\"5\"} 1"]
                 .iter()
-                .all(|want| p.lines().any(|l| l == format!("portcullis_attempts_{want}")))
-            .then_some(())
+                .all(|want| {
+                    p.lines()
+                        .any(|l| l == format!("portcullis_attempts_{want}"))
+                })
+                .then_some(())
         },
     );
 }

@@ -44,7 +44,9 @@ fn main() -> Result<(), String> {
         cache::key("primary", "gpt-4o-mini", &doc, false, None)
     });
     time("cache: replay as SSE", || sse::replay(ANSWER, true));
-    time("usage from a whole answer", || usage::Usage::from_body(ANSWER));
+    time("usage from a whole answer", || {
+        usage::Usage::from_body(ANSWER)
+    });
     time("request record, encoded", || {
         record::Record {
             request_id: "0b7c0d9e-1f2a-4b3c".into(),

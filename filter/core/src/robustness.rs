@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod tests {
     use crate::config::compile;
+    use crate::headers::{decode_pairs, encode_pairs};
     use crate::request::ChatRequest;
     use crate::sse::{replay, Relay};
     use crate::usage::Usage;
@@ -96,6 +97,23 @@ mod tests {
             }
             let _ = Usage::from_body(&bytes);
             let _ = replay(&bytes, true);
+        }
+    }
+
+    #[test]
+    fn header_maps_from_the_host_decode_or_are_refused_never_panic() {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+        let good = encode_pairs(&[(":status", "200"), ("x-note", "caf\u{e9}"), ("a", "")]);
+        for _ in 0..5_000 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + rng.below(3) {
+                let pos = rng.below(bytes.len());
+                bytes[pos] = (rng.next() & 0xff) as u8;
+            }
+            bytes.truncate(rng.below(bytes.len() + 1));
+            if let Some(pairs) = decode_pairs(&bytes) {
+                assert!(pairs.iter().all(|(k, v)| k.len() + v.len() <= bytes.len()));
+            }
         }
     }
 }

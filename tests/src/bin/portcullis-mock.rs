@@ -8,7 +8,8 @@
 //!
 //! - `POST /__mock/script` — JSON array of steps, each used by one request:
 //!   `{"status":500,"delay_ms":100,"reset":true,"cut_after":2,"hold":true,
-//!     "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw"}`
+//!     "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw",
+//!     "note_latin1":"café"}` (the last adds a header whose value is not UTF-8)
 //! - `POST /__mock/default` — one step used whenever the script is empty.
 //! - `POST /__mock/release` — let a held stream (`"hold":true`) finish.
 //! - `GET /__mock/hits` — `{"hits":N}` chat requests seen.
@@ -51,6 +52,19 @@ struct Step {
     content: Option<String>,
     usage: Option<Usage>,
     body: Option<String>,
+    /// Add `x-provider-note` with this text as Latin-1 bytes (not UTF-8).
+    note_latin1: Option<String>,
+}
+
+/// Add the step's Latin-1 `x-provider-note` header, if it has one.
+fn with_note(mut r: Response<Body>, note: Option<&str>) -> Response<Body> {
+    if let Some(note) = note {
+        let bytes: Vec<u8> = note.chars().map(|c| u8::try_from(c).unwrap_or(b'?')).collect();
+        if let Ok(v) = hyper::header::HeaderValue::from_bytes(&bytes) {
+            r.headers_mut().insert("x-provider-note", v);
+        }
+    }
+    r
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -124,7 +138,10 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .map(|(k, v)| {
             (
                 k.as_str().to_string(),
-                Value::String(v.to_str().unwrap_or("").to_string()),
+                // A value that is not UTF-8 is logged as its bytes.
+                v.to_str()
+                    .map(|t| Value::String(t.to_string()))
+                    .unwrap_or_else(|_| json!(v.as_bytes())),
             )
         })
         .collect();
@@ -180,10 +197,14 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             .boxed();
         return Ok(r);
     }
+    let note = step.note_latin1.as_deref();
     if status != 200 {
-        return Ok(json_response(
-            status,
-            &json!({"error": {"message": format!("mock {}: scripted status {status}", state.name), "type": "server_error", "code": null}}),
+        return Ok(with_note(
+            json_response(
+                status,
+                &json!({"error": {"message": format!("mock {}: scripted status {status}", state.name), "type": "server_error", "code": null}}),
+            ),
+            note,
         ));
     }
     let model = parsed
@@ -210,13 +231,16 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if !stream {
-        return Ok(json_response(
-            200,
-            &json!({
-                "id": id, "object": "chat.completion", "created": 1_700_000_000u64, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": null}],
-                "usage": usage_json,
-            }),
+        return Ok(with_note(
+            json_response(
+                200,
+                &json!({
+                    "id": id, "object": "chat.completion", "created": 1_700_000_000u64, "model": model,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": null}],
+                    "usage": usage_json,
+                }),
+            ),
+            note,
         ));
     }
     let include_usage = parsed
