@@ -13,7 +13,7 @@ use portcullis_core::headers;
 use portcullis_core::ratelimit::{self, Take};
 use portcullis_core::record::{Attempt as RecordAttempt, Record};
 use portcullis_core::request::ChatRequest;
-use portcullis_core::routing::{authenticate, models_list, resolve};
+use portcullis_core::routing::{authenticate, model_info, models_list, resolve};
 use portcullis_core::sse::{self, Relay};
 use portcullis_core::store::{update, Store};
 use portcullis_core::usage::Usage;
@@ -476,6 +476,12 @@ impl Stream {
             ("GET", "/v1/models") => {
                 let (_, client) = authenticate(&loaded.gw, authorization)?;
                 let body = models_list(&loaded.gw, client);
+                Ok(self.reply(200, &[], &body))
+            }
+            ("GET", p) if p.starts_with("/v1/models/") => {
+                let (_, client) = authenticate(&loaded.gw, authorization)?;
+                let id = p.get("/v1/models/".len()..).unwrap_or_default();
+                let body = model_info(&loaded.gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
             ("POST", "/v1/chat/completions") => {

@@ -48,10 +48,13 @@ usage_chunks = list(
 )
 out["stream_with_usage"] = {"usage_total": next((c.usage.total_tokens for c in usage_chunks if c.usage), None)}
 out["models"] = sorted(m.id for m in client(mini_key).models.list())
+retrieved = client(mini_key).models.retrieve("fast")
+out["retrieved"] = {"id": retrieved.id, "owned_by": retrieved.owned_by}
 out["errors"] = {
     "bad_key": error_of(lambda: client("sk-wrong").chat.completions.create(model="mini", messages=[{"role": "user", "content": "x"}])),
     "unknown_model": error_of(lambda: demo.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])),
     "no_messages": error_of(lambda: demo.chat.completions.create(model="mini", messages=[])),
+    "retrieve_hidden": error_of(lambda: client(mini_key).models.retrieve("gpt-4o")),
     "not_allowed": error_of(lambda: client(mini_key).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])),
 }
 print(json.dumps(out))

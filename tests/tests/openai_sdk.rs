@@ -39,7 +39,12 @@ fn the_openai_python_sdk_works_unchanged_through_the_gateway() {
         v["models"],
         serde_json::json!(["auto", "fast", "gpt-4o-mini", "mini"])
     );
+    assert_eq!(
+        v["retrieved"],
+        serde_json::json!({"id": "fast", "owned_by": "primary"})
+    );
     let e = &v["errors"];
+    assert_eq!(e["retrieve_hidden"]["class"], "NotFoundError");
     assert_eq!(e["bad_key"]["class"], "AuthenticationError");
     assert_eq!(e["unknown_model"]["class"], "NotFoundError");
     assert_eq!(e["unknown_model"]["code"], "model_not_found");

@@ -248,7 +248,8 @@ fn raw_chat(s: &Stack, extra_header: &[u8]) -> (u16, Vec<u8>) {
     req.extend_from_slice(b"\r\n\r\n");
     req.extend_from_slice(body.as_bytes());
     let mut conn = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     conn.write_all(&req).unwrap();
     let mut answer = Vec::new();
     std::io::Read::read_to_end(&mut conn, &mut answer).unwrap();
@@ -266,8 +267,11 @@ fn raw_chat(s: &Stack, extra_header: &[u8]) -> (u16, Vec<u8>) {
 }
 
 fn has_line(head: &[u8], line: &[u8]) -> bool {
-    head.split(|&b| b == b'\n')
-        .any(|l| l.strip_suffix(b"\r").unwrap_or(l).eq_ignore_ascii_case(line))
+    head.split(|&b| b == b'\n').any(|l| {
+        l.strip_suffix(b"\r")
+            .unwrap_or(l)
+            .eq_ignore_ascii_case(line)
+    })
 }
 
 /// HTTP allows header values that are not UTF-8. Such a value once panicked
@@ -280,19 +284,32 @@ fn header_values_that_are_not_utf8_pass_through_and_break_nothing() {
     let (status, _) = raw_chat(&s, b"x-note: caf\xe9");
     assert_eq!(status, 200);
     let seen = s.primary.requests();
-    assert_eq!(seen[0]["headers"]["x-note"], serde_json::json!([99, 97, 102, 233]));
+    assert_eq!(
+        seen[0]["headers"]["x-note"],
+        serde_json::json!([99, 97, 102, 233])
+    );
     // From the provider to the client, proxied...
-    s.primary.script(serde_json::json!([{"note_latin1": "déjà"}]));
+    s.primary
+        .script(serde_json::json!([{"note_latin1": "déjà"}]));
     let (status, head) = raw_chat(&s, b"x-any: 1");
     assert_eq!(status, 200);
-    assert!(has_line(&head, b"x-provider-note: d\xe9j\xe0"), "{}", String::from_utf8_lossy(&head));
+    assert!(
+        has_line(&head, b"x-provider-note: d\xe9j\xe0"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     assert!(has_line(&head, b"x-portcullis-provider: primary"));
     // ...and by a fallback (the answer the filter sends itself).
     s.primary.script(serde_json::json!([{"status": 500}]));
-    s.backup.script(serde_json::json!([{"note_latin1": "déjà"}]));
+    s.backup
+        .script(serde_json::json!([{"note_latin1": "déjà"}]));
     let (status, head) = raw_chat(&s, b"x-any: 2");
     assert_eq!(status, 200);
-    assert!(has_line(&head, b"x-provider-note: d\xe9j\xe0"), "{}", String::from_utf8_lossy(&head));
+    assert!(
+        has_line(&head, b"x-provider-note: d\xe9j\xe0"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     assert!(has_line(&head, b"x-portcullis-provider: backup"));
     // The same worker still serves.
     for _ in 0..3 {

@@ -98,7 +98,7 @@ impl GatewayError {
             404,
             "invalid_request_error",
             "unknown_url",
-            format!("Unrecognized request URL ({method} {path}). This gateway serves POST /v1/chat/completions and GET /v1/models."),
+            format!("Unrecognized request URL ({method} {path}). This gateway serves POST /v1/chat/completions, GET /v1/models and GET /v1/models/{{model}}."),
         )
     }
 

@@ -131,6 +131,21 @@ pub fn resolve(
 /// The `/v1/models` list for a client, in OpenAI's format: every model and
 /// alias it may use, and `auto`.
 pub fn models_list(gw: &Gateway, client: &Client) -> Vec<u8> {
+    let data = model_entries(gw, client);
+    serde_json::to_vec(&serde_json::json!({"object": "list", "data": data})).unwrap_or_default()
+}
+
+/// `/v1/models/{id}`: one entry of the client's list, or 404 as OpenAI
+/// answers for a model the key cannot see.
+pub fn model_info(gw: &Gateway, client: &Client, id: &str) -> Result<Vec<u8>, GatewayError> {
+    model_entries(gw, client)
+        .into_iter()
+        .find(|m| m.get("id").and_then(serde_json::Value::as_str) == Some(id))
+        .map(|m| serde_json::to_vec(&m).unwrap_or_default())
+        .ok_or_else(|| GatewayError::model_not_found(id))
+}
+
+fn model_entries(gw: &Gateway, client: &Client) -> Vec<serde_json::Value> {
     let mut data = Vec::new();
     for (idx, m) in gw.models.iter().enumerate() {
         if !client.may_use(idx) {
@@ -151,7 +166,7 @@ pub fn models_list(gw: &Gateway, client: &Client) -> Vec<u8> {
     if gw.auto.iter().any(|&(m, _)| client.may_use(m)) {
         data.push(serde_json::json!({"id": AUTO_MODEL, "object": "model", "created": 0, "owned_by": "portcullis"}));
     }
-    serde_json::to_vec(&serde_json::json!({"object": "list", "data": data})).unwrap_or_default()
+    data
 }
 
 #[cfg(test)]
@@ -334,5 +349,19 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_slice(&models_list(&g, client(&g, "demo"))).unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn model_info_answers_only_for_what_the_client_may_see() {
+        let g = gw();
+        let v: serde_json::Value =
+            serde_json::from_slice(&model_info(&g, client(&g, "limited"), "mini").unwrap())
+                .unwrap();
+        assert_eq!(v["id"], "mini");
+        assert_eq!(v["object"], "model");
+        let e = model_info(&g, client(&g, "limited"), "gpt-4o").unwrap_err();
+        assert_eq!((e.status, e.code), (404, "model_not_found"));
+        assert!(model_info(&g, client(&g, "demo"), "gpt-4o").is_ok());
+        assert!(model_info(&g, client(&g, "demo"), "nope").is_err());
     }
 }

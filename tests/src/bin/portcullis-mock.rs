@@ -59,7 +59,10 @@ struct Step {
 /// Add the step's Latin-1 `x-provider-note` header, if it has one.
 fn with_note(mut r: Response<Body>, note: Option<&str>) -> Response<Body> {
     if let Some(note) = note {
-        let bytes: Vec<u8> = note.chars().map(|c| u8::try_from(c).unwrap_or(b'?')).collect();
+        let bytes: Vec<u8> = note
+            .chars()
+            .map(|c| u8::try_from(c).unwrap_or(b'?'))
+            .collect();
         if let Ok(v) = hyper::header::HeaderValue::from_bytes(&bytes) {
             r.headers_mut().insert("x-provider-note", v);
         }
