@@ -1,8 +1,6 @@
 use crate::abi;
 use crate::limits::{self, Held};
-use crate::shared::{
-    count, count_gauge, flush_counters, gauge, histogram, provider_metric, HostStore,
-};
+use crate::shared::{count, count_gauge, gauge, histogram, provider_metric, HostStore};
 use crate::telemetry::{self, Shipper};
 use portcullis_core::attempt::{classify, classify_call, exhausted, Cause, Outcome};
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
@@ -218,7 +216,6 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        flush_counters();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(cfg.as_ref());
     }

@@ -74,10 +74,18 @@ const MAX_IN_FLIGHT: usize = 8;
 pub struct Shipper {
     in_flight: HashMap<u32, Vec<Vec<u8>>>,
     reported_drops: u64,
+    /// When the last "not sent" warning was logged, and failures since.
+    warned_ms: Option<u64>,
+    unwarned: u64,
 }
 
+/// A collector that cannot be reached is logged at most this often (the
+/// `portcullis.log.flush_failures` counter counts every failure).
+const WARN_EVERY_MS: u64 = 60_000;
+
 impl Shipper {
-    /// At a tick: publish counters and, if nothing is in flight, send a batch.
+    /// At a tick: publish counters and send what waits, up to
+    /// [`MAX_IN_FLIGHT`] batches at once.
     pub fn tick(&mut self, cfg: Option<&LogConfig>) {
         flush_counters();
         let dropped = BUFFER.with(|b| {
@@ -117,16 +125,36 @@ impl Shipper {
                     self.in_flight.insert(token, batch);
                 }
                 Err(s) => {
-                    let _ = crate::abi::log(
-                        LogLevel::Warn,
-                        &format!("request log not sent to {}: {s:?}", cfg.cluster),
-                    );
+                    self.warn_not_sent(&format!("to cluster `{}`: {s:?}", cfg.cluster));
                     count("portcullis.log.flush_failures", 1);
                     requeue(batch);
                     return;
                 }
             }
         }
+    }
+
+    /// Warn that the log is not getting through, at most every
+    /// [`WARN_EVERY_MS`], saying how many failures went unreported.
+    fn warn_not_sent(&mut self, why: &str) {
+        let now = crate::abi::now_ms().unwrap_or(0);
+        if self
+            .warned_ms
+            .is_some_and(|t| now.saturating_sub(t) < WARN_EVERY_MS)
+        {
+            self.unwarned += 1;
+            return;
+        }
+        let since = match (self.warned_ms, self.unwarned) {
+            (Some(_), n) if n > 0 => format!(" ({n} more failures since the last warning)"),
+            _ => String::new(),
+        };
+        let _ = crate::abi::log(
+            LogLevel::Warn,
+            &format!("request log not sent {why}; records wait (up to log.buffer_records per worker) and are re-sent{since}"),
+        );
+        self.warned_ms = Some(now);
+        self.unwarned = 0;
     }
 
     /// The collector answered (gRPC status 0 = committed).
@@ -137,6 +165,9 @@ impl Shipper {
         if grpc_status == 0 {
             count("portcullis.log.records_sent", batch.len() as i64);
         } else {
+            self.warn_not_sent(&format!(
+                "(the collector answered gRPC status {grpc_status})"
+            ));
             count("portcullis.log.flush_failures", 1);
             requeue(batch);
         }
