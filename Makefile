@@ -42,9 +42,14 @@ wasm:
 bench: tools wasm bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
 
-# The pure core's per-request steps, natively (which step costs what).
+# The pure core's per-request steps (which step costs what): natively, then
+# compiled to wasm32-wasip1 and run in V8 under Node's WASI.
 bench-core:
+	@echo "native:"
 	cargo run --release -q -p portcullis-core --example core_bench
+	@echo "wasm32-wasip1 in V8 (Node):"
+	cargo build --release -q --target wasm32-wasip1 -p portcullis-core --example core_bench
+	node --no-warnings scripts/wasi-run.mjs target/wasm32-wasip1/release/examples/core_bench.wasm
 
 bench-collector:
 	cargo run --release -q -p portcullis-collector --bin portcullis-ingest-bench
