@@ -234,6 +234,42 @@ fn body_over_the_configured_limit_is_413() {
     assert_eq!(s.primary.hits(), 1);
 }
 
+/// A chunked upload (no content-length) over the shipped 1 MiB limit gets
+/// the gateway's OpenAI-shaped 413: the listener's buffer limit (8 MiB in
+/// envoy.yaml) is above it, so Envoy's own plain-text 413 never comes first.
+#[test]
+fn chunked_body_over_the_limit_gets_the_gateway_413_not_envoys() {
+    let s = Stack::shipped(1);
+    let body = chat_body("gpt-4o-mini", &"x".repeat(2_200_000));
+    let mut conn = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {DEMO_KEY}\r\n\
+         content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    // Envoy may answer and close before the rest is sent: write errors are fine.
+    for piece in body.as_bytes().chunks(64 * 1024) {
+        if conn
+            .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+            .and_then(|_| conn.write_all(piece))
+            .and_then(|_| conn.write_all(b"\r\n"))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let _ = conn.write_all(b"0\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut conn, &mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("application/json"), "{text}");
+    assert!(text.contains("\"code\":\"request_too_large\""), "{text}");
+    assert_eq!(s.primary.hits(), 0);
+}
+
 /// One HTTP/1.1 exchange on a raw socket (header bytes that are not UTF-8
 /// cannot be sent with the usual client). Returns the status and the head.
 fn raw_chat(s: &Stack, extra_header: &[u8]) -> (u16, Vec<u8>) {
