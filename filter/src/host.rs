@@ -273,6 +273,16 @@ struct Flight {
     relay: Option<Relay>,
     /// `name/arm` when an experiment chose the model.
     experiment: Option<String>,
+    /// The answer came content-encoded (compressed): it passes through
+    /// untouched, unread and not stored.
+    encoded: bool,
+}
+
+/// Whether a response's headers say its body is content-encoded.
+fn is_encoded<V: AsRef<[u8]>>(headers: &[(String, V)]) -> bool {
+    headers
+        .iter()
+        .any(|(k, v)| k == "content-encoding" && !v.as_ref().eq_ignore_ascii_case(b"identity"))
 }
 
 struct CacheFill {
@@ -504,8 +514,14 @@ impl Stream {
                         "Request body is empty: send a JSON object with `model` and `messages`.",
                     ));
                 }
-                // Client-sent gateway headers never go upstream.
-                for (k, _) in all.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
+                // Client-sent gateway headers never go upstream. Nor does
+                // `accept-encoding`: the gateway reads answers (usage, the
+                // cache), so providers must answer uncompressed (Envoy's
+                // compressor filter can compress towards clients).
+                for (k, _) in all
+                    .iter()
+                    .filter(|(k, _)| headers::is_gateway_header(k) || k == "accept-encoding")
+                {
                     let _ = abi::set_map_value(MapType::HttpRequestHeaders, k, None);
                 }
                 self.req_path = path.to_string();
@@ -582,6 +598,7 @@ impl Stream {
             ask_usage: false,
             relay: None,
             experiment,
+            encoded: false,
         };
         // The cache is keyed by the model and the first provider of its chain
         // (the resolved route), whichever provider ends up answering: a hit
@@ -1018,6 +1035,7 @@ impl Context for Stream {
             .find(|(k, _)| k == ":status")
             .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u16>().ok());
         let outcome = classify_call(status, now_ms().saturating_sub(started), timeout);
+        let encoded = is_encoded(&call_headers);
         if self.after_attempt(status, outcome).is_some() {
             return; // next attempt dispatched, or the error was sent
         }
@@ -1030,7 +1048,13 @@ impl Context for Stream {
             .as_ref()
             .map(|f| (f.chat.stream, f.ask_usage))
             .unwrap_or_default();
-        if status == Some(200) && stream {
+        if status == Some(200) && encoded {
+            // Passed through as it came (its content-encoding header too),
+            // unread: the reservation stands.
+            if let Some(h) = self.held.as_mut() {
+                h.settle(None, now_ms());
+            }
+        } else if status == Some(200) && stream {
             // The whole stream came at once: read it, and drop the usage chunk
             // the client did not ask for.
             let mut relay = Relay::new(ask_usage);
@@ -1127,10 +1151,15 @@ impl HttpContext for Stream {
             }
         }
         if let Some(f) = self.flight.as_mut() {
-            if status != 200 {
+            f.encoded = is_encoded(&resp);
+            if status != 200 || f.encoded {
                 f.cache = None;
             }
-            if f.chat.stream && status == 200 && (f.cache.is_some() || f.ask_usage || wants_usage) {
+            if f.chat.stream
+                && status == 200
+                && !f.encoded
+                && (f.cache.is_some() || f.ask_usage || wants_usage)
+            {
                 f.relay = Some(Relay::new(f.ask_usage));
             }
         }
@@ -1159,6 +1188,9 @@ impl HttpContext for Stream {
         let Some(f) = self.flight.as_mut() else {
             return Action::Continue;
         };
+        if f.encoded {
+            return Action::Continue;
+        }
         if let Some(relay) = f.relay.as_mut() {
             // Streams pass through chunk by chunk; a copy is read.
             let chunk = abi::get_buffer(BufferType::HttpResponseBody, 0, body_size)

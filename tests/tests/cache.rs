@@ -39,6 +39,33 @@ fn streamed_text(body: &str) -> String {
         .collect()
 }
 
+/// The gateway reads answers, so it asks providers for uncompressed ones
+/// (the client's `accept-encoding` stays with Envoy); an answer that comes
+/// compressed anyway passes through untouched and is never stored.
+#[test]
+fn answers_are_asked_uncompressed_and_a_compressed_one_is_passed_through_not_stored() {
+    let s = Stack::start(&plugin(ON), 1);
+    let q = chat("compressed?");
+    let gz = [("accept-encoding", "gzip, br")];
+    s.primary
+        .script(json!([{"content_encoding": "gzip", "content": "packed"}]));
+    let r = ask_with(&s, &q, &gz);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert!(r.body.contains("packed"));
+    let seen = &s.primary.requests()[0];
+    assert!(seen["headers"].get("accept-encoding").is_none(), "{seen}");
+    // Not stored: the same question reaches the provider again, and that
+    // plain answer is stored and then served.
+    let r = ask_with(&s, &q, &gz);
+    assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
+    assert_eq!(r.header("content-encoding"), None);
+    let hit = ask_with(&s, &q, &gz);
+    assert_eq!(hit.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(hit.json(), r.json());
+    assert_eq!(s.primary.hits(), 2);
+}
+
 #[test]
 fn miss_then_hits_on_both_workers_without_reaching_the_provider() {
     let s = Stack::start(&plugin(ON), 2);

@@ -63,6 +63,10 @@ fn provider_key_is_injected_and_client_key_and_gateway_headers_never_reach_the_p
         !all.contains("evil"),
         "client x-portcullis-* header leaked: {all}"
     );
+    assert!(
+        !all.contains("x-portcullis-"),
+        "no gateway header, not even the routing one, reaches a provider: {all}"
+    );
     assert_eq!(s.backup.hits(), 0);
 }
 

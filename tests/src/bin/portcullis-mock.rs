@@ -8,8 +8,10 @@
 //!
 //! - `POST /__mock/script` — JSON array of steps, each used by one request:
 //!   `{"status":500,"delay_ms":100,"reset":true,"cut_after":2,"hold":true,
-//!     "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw",
-//!     "note_latin1":"café"}` (the last adds a header whose value is not UTF-8)
+//!   "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw",
+//!   "note_latin1":"café","content_encoding":"gzip"}` (`note_latin1` adds a
+//!   header whose value is not UTF-8; `content_encoding` labels the answer
+//!   as compressed, as a provider that compresses would)
 //! - `POST /__mock/default` — one step used whenever the script is empty.
 //! - `POST /__mock/release` — let a held stream (`"hold":true`) finish.
 //! - `GET /__mock/hits` — `{"hits":N}` chat requests seen.
@@ -54,6 +56,9 @@ struct Step {
     body: Option<String>,
     /// Add `x-provider-note` with this text as Latin-1 bytes (not UTF-8).
     note_latin1: Option<String>,
+    /// Label the (unchanged) answer with this `content-encoding`, as a
+    /// provider that compresses would.
+    content_encoding: Option<String>,
 }
 
 /// Add the step's Latin-1 `x-provider-note` header, if it has one.
@@ -201,6 +206,7 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         return Ok(r);
     }
     let note = step.note_latin1.as_deref();
+    let encoding = step.content_encoding.clone();
     if status != 200 {
         return Ok(with_note(
             json_response(
@@ -234,7 +240,7 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if !stream {
-        return Ok(with_note(
+        let mut r = with_note(
             json_response(
                 200,
                 &json!({
@@ -244,7 +250,11 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
                 }),
             ),
             note,
-        ));
+        );
+        if let Some(v) = encoding.and_then(|e| hyper::header::HeaderValue::from_str(&e).ok()) {
+            r.headers_mut().insert("content-encoding", v);
+        }
+        return Ok(r);
     }
     let include_usage = parsed
         .pointer("/stream_options/include_usage")
