@@ -14,7 +14,7 @@ use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{authenticate, model_info, models_list, resolve};
 use portcullis_core::sse::{self, Relay};
 use portcullis_core::store::{update, Store};
-use portcullis_core::usage::Usage;
+use portcullis_core::usage::{AnswerCopy, Usage};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, Status};
@@ -276,6 +276,8 @@ struct Flight {
     /// The answer came content-encoded (compressed): it passes through
     /// untouched, unread and not stored.
     encoded: bool,
+    /// A copy of a plain (not streamed) answer, taken as it passes.
+    copy: Option<AnswerCopy>,
 }
 
 /// Whether a response's headers say its body is content-encoded.
@@ -599,6 +601,7 @@ impl Stream {
             relay: None,
             experiment,
             encoded: false,
+            copy: None,
         };
         // The cache is keyed by the model and the first provider of its chain
         // (the resolved route), whichever provider ends up answering: a hit
@@ -1150,6 +1153,14 @@ impl HttpContext for Stream {
                 h.release(now_ms());
             }
         }
+        // How much of a plain answer to keep whole: what the cache may store,
+        // or the record's completion text; past that only its tail (usage).
+        let cache_max = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.gw.cache.as_ref())
+            .map_or(0, |c| c.max_entry_bytes);
+        let content_max = if self.include_content() { 1 << 16 } else { 0 };
         if let Some(f) = self.flight.as_mut() {
             f.encoded = is_encoded(&resp);
             if status != 200 || f.encoded {
@@ -1161,6 +1172,9 @@ impl HttpContext for Stream {
                 && (f.cache.is_some() || f.ask_usage || wants_usage)
             {
                 f.relay = Some(Relay::new(f.ask_usage));
+            } else if status == 200 && !f.encoded && (f.cache.is_some() || wants_usage) {
+                let keep = if f.cache.is_some() { cache_max } else { 0 };
+                f.copy = Some(AnswerCopy::new(keep.max(content_max)));
             }
         }
         // Gateway headers from a provider never reach the client as ours.
@@ -1184,7 +1198,6 @@ impl HttpContext for Stream {
             Phase::Responding => {}
             _ => return Action::Continue,
         }
-        let wants_usage = self.wants_usage();
         let Some(f) = self.flight.as_mut() else {
             return Action::Continue;
         };
@@ -1211,15 +1224,23 @@ impl HttpContext for Stream {
             }
             return Action::Continue;
         }
-        if f.cache.is_none() && !wants_usage {
+        // A plain answer is copied as it passes (Envoy never holds it, so its
+        // buffer limit never applies and the client gets bytes at once),
+        // then read and stored at its end.
+        let Some(copy) = f.copy.as_mut() else {
             return Action::Continue;
+        };
+        if let Ok(Some(chunk)) = abi::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
+            copy.push(&chunk);
         }
-        // A whole answer is kept until its end, then read and stored.
-        if !end_of_stream {
-            return Action::Pause;
-        }
-        if let Ok(Some(body)) = abi::get_buffer(BufferType::HttpResponseBody, 0, body_size) {
-            self.answer_complete(Usage::from_body(&body), Some(body));
+        if end_of_stream {
+            if let Some(copy) = f.copy.take() {
+                let (usage, whole) = copy.finish();
+                if whole.is_none() && f.cache.take().is_some() {
+                    count("portcullis.cache.too_large", 1);
+                }
+                self.answer_complete(usage, whole);
+            }
         }
         Action::Continue
     }

@@ -43,6 +43,44 @@ fn ask(s: &Stack, id: &str, key: &str, body: &str) -> Resp {
     )
 }
 
+/// A 9 MB answer (over the listener's 8 MiB buffer limit) with the log and
+/// the cache on: the filter copies it as it passes instead of holding it, so
+/// the client gets all of it, the record has its usage (read from its tail),
+/// and it is not stored (over max_entry_bytes).
+#[test]
+fn an_answer_larger_than_envoys_buffers_reaches_the_client_whole_with_its_usage_recorded() {
+    let dir = TempDir::new("collector");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(&logging_plugin(""), 1, false, c.grpc_port);
+    let content = "z".repeat(9_000_000);
+    let step = json!({"content": content, "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
+    s.primary.script(json!([step.clone(), step]));
+    for id in ["big-1", "big-2"] {
+        let r = ask(&s, id, DEMO_KEY, &chat_body("gpt-4o-mini", "a lot"));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-portcullis-cache"), Some("miss"), "never stored");
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"]
+                .as_str()
+                .map(str::len),
+            Some(9_000_000)
+        );
+    }
+    assert_eq!(s.primary.hits(), 2);
+    let records = records_for(&c, 2);
+    let big = by_id(&records, "big-1");
+    assert_eq!(
+        (
+            big["prompt_tokens"].as_i64(),
+            big["completion_tokens"].as_i64()
+        ),
+        (Some(3), Some(4)),
+        "{big}"
+    );
+    s.envoy
+        .wait_stat("wasmcustom.portcullis.cache.too_large", 2);
+}
+
 #[test]
 fn records_for_misses_hits_fallbacks_and_errors_arrive_with_the_right_fields() {
     let dir = TempDir::new("collector");

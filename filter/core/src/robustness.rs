@@ -96,6 +96,7 @@ mod tests {
                 assert!(replay(&c, true).is_some());
             }
             let _ = Usage::from_body(&bytes);
+            let _ = Usage::from_tail(&bytes);
             let _ = replay(&bytes, true);
         }
     }

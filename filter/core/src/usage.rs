@@ -60,8 +60,32 @@ impl Usage {
 
     /// From a whole (non-streamed) completion body.
     pub fn from_body(body: &[u8]) -> Option<Usage> {
-        let c = serde_json::from_slice::<Body>(body).ok()?.usage?;
-        Some(Usage {
+        Some(serde_json::from_slice::<Body>(body).ok()?.usage?.into())
+    }
+
+    /// From the end of a completion body too large to keep whole: the last
+    /// `"usage":` object in it. Inside JSON strings quotes are escaped, so
+    /// that text cannot come from the completion's content.
+    pub fn from_tail(tail: &[u8]) -> Option<Usage> {
+        const NEEDLE: &[u8] = b"\"usage\"";
+        let at = tail.windows(NEEDLE.len()).rposition(|w| w == NEEDLE)?;
+        let rest = tail.get(at + NEEDLE.len()..)?;
+        let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+        if rest.get(colon) != Some(&b':') {
+            return None;
+        }
+        let value = rest.get(colon + 1..)?;
+        let counts = serde_json::Deserializer::from_slice(value)
+            .into_iter::<Counts>()
+            .next()?
+            .ok()?;
+        Some(counts.into())
+    }
+}
+
+impl From<Counts> for Usage {
+    fn from(c: Counts) -> Usage {
+        Usage {
             prompt: c.prompt_tokens.unwrap_or(0),
             completion: c.completion_tokens.unwrap_or(0),
             cached: c
@@ -72,7 +96,50 @@ impl Usage {
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
-        })
+        }
+    }
+}
+
+/// A copy of an answer taken as it passes to the client (Envoy never holds
+/// it, so its buffer limit never applies): whole up to `keep` bytes, past
+/// that only its last [`TAIL`] bytes, enough to find `usage`.
+#[derive(Debug)]
+pub struct AnswerCopy {
+    bytes: Vec<u8>,
+    keep: usize,
+    whole: bool,
+}
+
+/// Bytes kept from the end of an answer too large to keep whole.
+pub const TAIL: usize = 4096;
+
+impl AnswerCopy {
+    pub fn new(keep: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            keep: keep.max(TAIL),
+            whole: true,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.whole && self.bytes.len() + chunk.len() <= self.keep {
+            self.bytes.extend_from_slice(chunk);
+            return;
+        }
+        self.whole = false;
+        self.bytes.extend_from_slice(chunk);
+        let excess = self.bytes.len().saturating_sub(TAIL);
+        self.bytes.drain(..excess);
+    }
+
+    /// The usage it reports, and the whole answer if it was kept whole.
+    pub fn finish(self) -> (Option<Usage>, Option<Vec<u8>>) {
+        if self.whole {
+            (Usage::from_body(&self.bytes), Some(self.bytes))
+        } else {
+            (Usage::from_tail(&self.bytes), None)
+        }
     }
 }
 
@@ -109,5 +176,48 @@ mod tests {
             })
         );
         assert_eq!(Usage::from_body(b"not json"), None);
+    }
+
+    const ANSWER: &str = r#"{"id":"c","choices":[{"message":{"content":"say \"usage\": {\"prompt_tokens\":99}"}}],
+        "usage":{"prompt_tokens":10,"completion_tokens":5,"completion_tokens_details":{"reasoning_tokens":2}},"system_fingerprint":"fp"}"#;
+
+    #[test]
+    fn usage_from_the_tail_of_an_answer_ignores_the_word_in_its_content() {
+        let want = Some(Usage {
+            prompt: 10,
+            completion: 5,
+            cached: 0,
+            reasoning: 2,
+        });
+        assert_eq!(Usage::from_tail(ANSWER.as_bytes()), want);
+        let at = ANSWER.find("\"usage\":{").unwrap();
+        assert_eq!(Usage::from_tail(&ANSWER.as_bytes()[at - 3..]), want);
+        assert_eq!(Usage::from_tail(&ANSWER.as_bytes()[at + 1..]), None);
+        assert_eq!(
+            Usage::from_tail(b"{\"usage\" : {\"prompt_tokens\":1}}").map(|u| u.prompt),
+            Some(1)
+        );
+        assert_eq!(Usage::from_tail(b"{\"usage\":null}"), None);
+    }
+
+    #[test]
+    fn an_answer_copy_is_whole_up_to_its_limit_then_keeps_the_tail_with_usage() {
+        let mut small = AnswerCopy::new(TAIL * 4);
+        for chunk in ANSWER.as_bytes().chunks(7) {
+            small.push(chunk);
+        }
+        let (usage, whole) = small.finish();
+        assert_eq!(usage.map(|u| u.total()), Some(15));
+        assert_eq!(whole.as_deref(), Some(ANSWER.as_bytes()));
+
+        let big = ANSWER.replace("say", &"x".repeat(3 * TAIL * 4));
+        let mut copy = AnswerCopy::new(TAIL * 4);
+        for chunk in big.as_bytes().chunks(1000) {
+            copy.push(chunk);
+            assert!(copy.bytes.len() <= TAIL * 4 + 1000);
+        }
+        let (usage, whole) = copy.finish();
+        assert_eq!(usage.map(|u| u.total()), Some(15));
+        assert_eq!(whole, None, "too large to keep whole");
     }
 }
