@@ -8,6 +8,32 @@ fn shipped_plugin_config_compiles() {
     portcullis_core::config::compile(shipped_plugin().as_bytes()).unwrap();
 }
 
+/// `envoy --mode validate` on a bootstrap (as `envoy/<name>` in a scratch
+/// directory: its relative paths point there, and the ECDS file it watches
+/// is rendered into the scratch `.run/ecds`). Returns Envoy's log.
+fn validate(name: &str, bootstrap: &str) -> String {
+    let scratch = TempDir::new("validate");
+    std::fs::create_dir_all(scratch.0.join("envoy")).unwrap();
+    std::fs::write(scratch.0.join("envoy").join(name), bootstrap).unwrap();
+    let status = Command::new("bash")
+        .arg(repo_root().join("envoy/render-ecds.sh"))
+        .arg(repo_root().join("envoy/plugin.yaml"))
+        .arg(scratch.0.join(".run/ecds/portcullis.yaml"))
+        .arg(wasm_path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = Command::new(envoy_bin())
+        .current_dir(&scratch.0)
+        .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+        .arg(format!("envoy/{name}"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{name} failed validation:\n{log}");
+    log
+}
+
 #[test]
 fn shipped_envoy_yamls_pass_envoy_validate() {
     let root = repo_root();
@@ -18,31 +44,7 @@ fn shipped_envoy_yamls_pass_envoy_validate() {
         if !(name.ends_with(".yaml") && name != "plugin.yaml") {
             continue;
         }
-        // Relative paths in the bootstrap point into the repository; the ECDS
-        // file it watches is rendered into a scratch copy of `.run/ecds`.
-        let scratch = TempDir::new("validate");
-        std::fs::create_dir_all(scratch.0.join("envoy")).unwrap();
-        std::fs::copy(&path, scratch.0.join("envoy").join(&name)).unwrap();
-        let status = Command::new("bash")
-            .arg(root.join("envoy/render-ecds.sh"))
-            .arg(root.join("envoy/plugin.yaml"))
-            .arg(scratch.0.join(".run/ecds/portcullis.yaml"))
-            .arg(wasm_path())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let out = Command::new(envoy_bin())
-            .current_dir(&scratch.0)
-            .args(["--mode", "validate", "--disable-hot-restart", "-c"])
-            .arg(format!("envoy/{name}"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{name} failed validation:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // The rendered ECDS resource is a full Envoy config too.
+        validate(&name, &std::fs::read_to_string(&path).unwrap());
         checked += 1;
     }
     assert!(
@@ -72,35 +74,9 @@ fn the_documented_tls_provider_cluster_passes_envoy_validate() {
         );
     }
     text.push_str(&snippet);
-    let scratch = TempDir::new("validate-tls");
-    std::fs::create_dir_all(scratch.0.join("envoy")).unwrap();
-    std::fs::write(scratch.0.join("envoy/envoy.yaml"), text).unwrap();
-    let status = Command::new("bash")
-        .arg(root.join("envoy/render-ecds.sh"))
-        .arg(root.join("envoy/plugin.yaml"))
-        .arg(scratch.0.join(".run/ecds/portcullis.yaml"))
-        .arg(wasm_path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = Command::new(envoy_bin())
-        .current_dir(&scratch.0)
-        .args([
-            "--mode",
-            "validate",
-            "--disable-hot-restart",
-            "-c",
-            "envoy/envoy.yaml",
-        ])
-        .output()
-        .unwrap();
+    let stderr = validate("envoy.yaml", &text);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("loading 4 cluster(s)"),
+        stderr.contains("loading 4 cluster(s)"),
         "the snippet's cluster was not loaded"
     );
 }
