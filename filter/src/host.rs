@@ -618,8 +618,19 @@ impl Stream {
                 let scope = cfg.per_client.then_some(client.name.as_str());
                 let key = cache::key(first_name, first_model_id, &doc, cfg.normalize, scope);
                 if directive == Directive::Normal {
-                    match cache::lookup(&HostStore, cfg, &key, now) {
-                        Ok(Some(stored)) => {
+                    // What a hit answers: the stored answer, or for a streamed
+                    // request its replay as SSE. One that cannot be replayed
+                    // (tool calls, several choices) is a miss for a stream.
+                    let answer = |stored: Vec<u8>| {
+                        if flight.chat.stream {
+                            sse::replay(&stored, flight.chat.include_usage)
+                                .map(|b| ("text/event-stream", b))
+                        } else {
+                            Some(("application/json", stored))
+                        }
+                    };
+                    match cache::lookup(&HostStore, cfg, &key, now).map(|s| s.map(answer)) {
+                        Ok(Some(Some((content_type, body)))) => {
                             count("portcullis.cache.hits", 1);
                             // A hit costs no tokens or budget, but it was a request.
                             self.rate_headers = limits::headers(
@@ -628,11 +639,10 @@ impl Stream {
                                 limits::peek_tokens(client, now),
                             );
                             flight.cache_status = "hit";
-                            let stream = flight.chat.stream.then_some(flight.chat.include_usage);
                             self.flight = Some(flight);
-                            return Ok(self.answer_from_cache(stream, &stored));
+                            return Ok(self.answer_from_cache(content_type, &body));
                         }
-                        Ok(None) => count("portcullis.cache.misses", 1),
+                        Ok(_) => count("portcullis.cache.misses", 1),
                         Err(e) => log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
                     }
                 }
@@ -845,18 +855,13 @@ impl Stream {
         out
     }
 
-    /// Answer from the cache: as stored, or replayed as an SSE stream when the
-    /// request asked for one (`stream`: whether it asked for usage too). A hit
+    /// Answer from the cache (the stored answer, or its SSE replay). A hit
     /// spends no provider tokens: its record and metrics say 0.
-    fn answer_from_cache(&mut self, stream: Option<bool>, stored: &[u8]) -> Action {
-        let (content_type, body) = match stream.and_then(|usage| sse::replay(stored, usage)) {
-            Some(b) => ("text/event-stream", b),
-            None => ("application/json", stored.to_vec()),
-        };
+    fn answer_from_cache(&mut self, content_type: &str, body: &[u8]) -> Action {
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", content_type.as_bytes())];
         hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
-        self.send(200, &hdrs, &body)
+        self.send(200, &hdrs, body)
     }
 
     /// Settle the client's reservations with what the provider reported.

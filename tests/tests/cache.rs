@@ -66,6 +66,35 @@ fn answers_are_asked_uncompressed_and_a_compressed_one_is_passed_through_not_sto
     assert_eq!(s.primary.hits(), 2);
 }
 
+/// A stored answer with tool calls serves plain requests as it is, but a
+/// streamed request cannot get it as a text replay: that is a miss, and the
+/// provider streams the answer.
+#[test]
+fn a_tool_call_answer_is_a_hit_for_plain_requests_and_a_miss_for_streamed_ones() {
+    let s = Stack::start(&plugin(ON), 1);
+    let tool_answer = json!({
+        "id": "chatcmpl-tools", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    });
+    s.primary.script(json!([{"body": tool_answer.to_string()}]));
+    let q = chat("weather in Oslo?");
+    let first = ask_with(&s, &q, &[]);
+    assert_eq!(first.header("x-portcullis-cache"), Some("miss"));
+    let again = ask_with(&s, &q, &[]);
+    assert_eq!(again.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(again.json(), tool_answer);
+    let mut streamed = q.clone();
+    streamed["stream"] = json!(true);
+    let r = ask_with(&s, &streamed, &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert!(!streamed_text(&r.body).is_empty(), "{}", r.body);
+    assert_eq!(s.primary.hits(), 2);
+}
+
 #[test]
 fn miss_then_hits_on_both_workers_without_reaching_the_provider() {
     let s = Stack::start(&plugin(ON), 2);

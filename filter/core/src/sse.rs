@@ -217,16 +217,34 @@ pub fn completion_text(body: &[u8]) -> String {
         .unwrap_or_default()
 }
 
+/// Whether a message holds nothing but its role and text: what a replay can
+/// reproduce. Tool calls, audio, a refusal or annotations would be lost.
+fn text_only(message: &Value) -> bool {
+    let Some(m) = message.as_object() else {
+        return false;
+    };
+    m.get("content").is_some_and(Value::is_string)
+        && m.iter().all(|(k, v)| match k.as_str() {
+            "role" | "content" => true,
+            _ => v.is_null() || v.as_array().is_some_and(Vec::is_empty),
+        })
+}
+
 /// Replay a stored completion (non-streamed format) as an SSE stream: role,
-/// content in pieces, finish reason, usage when asked, `[DONE]`.
+/// content in pieces, finish reason, usage when asked, `[DONE]`. `None` when
+/// the stream would not say what the completion says: more than one choice,
+/// a message with more than text (tool calls, ...), or logprobs.
 pub fn replay(completion: &[u8], include_usage: bool) -> Option<Vec<u8>> {
     let v: Value = serde_json::from_slice(completion).ok()?;
-    let choice = v.get("choices")?.get(0)?;
-    let content = choice
-        .get("message")?
-        .get("content")?
-        .as_str()
-        .unwrap_or("");
+    let choices = v.get("choices")?.as_array()?;
+    let [choice] = choices.as_slice() else {
+        return None;
+    };
+    let message = choice.get("message")?;
+    if !text_only(message) || choice.get("logprobs").is_some_and(|l| !l.is_null()) {
+        return None;
+    }
+    let content = message.get("content")?.as_str().unwrap_or("");
     let finish = choice
         .get("finish_reason")
         .cloned()
@@ -378,6 +396,32 @@ data: [DONE]\n\n";
         assert!(String::from_utf8(without)
             .unwrap()
             .ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn replay_refuses_what_a_text_stream_cannot_say() {
+        let msg = |m: &str| {
+            format!(
+                r#"{{"id":"c","choices":[{{"index":0,"message":{m},"finish_reason":"stop"}}]}}"#
+            )
+        };
+        let ok = msg(r#"{"role":"assistant","content":"hi","refusal":null,"annotations":[]}"#);
+        assert!(replay(ok.as_bytes(), false).is_some());
+        for m in [
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]}"#,
+            r#"{"role":"assistant","content":"hi","tool_calls":[{"id":"t"}]}"#,
+            r#"{"role":"assistant","content":null,"refusal":"no"}"#,
+            r#"{"role":"assistant","content":"hi","annotations":[{"type":"url_citation"}]}"#,
+            r#"{"role":"assistant"}"#,
+        ] {
+            assert!(replay(msg(m).as_bytes(), false).is_none(), "{m}");
+        }
+        let two = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"},
+            {"index":1,"message":{"role":"assistant","content":"b"},"finish_reason":"stop"}]}"#;
+        assert!(replay(two.as_bytes(), false).is_none());
+        let logprobs = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"a"},
+            "logprobs":{"content":[]},"finish_reason":"stop"}]}"#;
+        assert!(replay(logprobs.as_bytes(), false).is_none());
     }
 
     #[test]
