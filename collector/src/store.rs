@@ -129,6 +129,9 @@ impl Writer {
     }
 }
 
+/// Requests kept under one reused request id at most (`<id>~2` ...).
+const MAX_REUSE: u32 = 1000;
+
 /// Most batches folded into one transaction.
 const GROUP: usize = 64;
 
@@ -194,6 +197,11 @@ fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)
                 prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
         )?;
+        let mut same = tx.prepare_cached(
+            "SELECT time_ms = ?2 AND latency_ms = ?3 AND client = ?4 AND requested_model = ?5
+                AND status = ?6 AND prompt_tokens = ?7 AND completion_tokens = ?8
+             FROM requests WHERE request_id = ?1",
+        )?;
         for job in jobs {
             let (mut stored, mut dup) = (0u32, 0u32);
             for r in &job.records {
@@ -202,35 +210,64 @@ fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)
                     .iter()
                     .map(|a| serde_json::json!({"provider": a.provider, "status": a.status, "cause": a.cause}))
                     .collect();
-                let n = stmt.execute(params![
-                    r.request_id,
-                    r.time_ms as i64,
-                    r.client,
-                    r.requested_model,
-                    r.model,
-                    r.provider,
-                    r.experiment,
-                    r.arm,
-                    r.cache,
-                    serde_json::Value::Array(attempts).to_string(),
-                    r.attempts.len() as i64,
-                    r.status,
-                    r.error,
-                    r.latency_ms as i64,
-                    r.ttfb_ms as i64,
-                    r.stream,
-                    r.prompt_tokens as i64,
-                    r.completion_tokens as i64,
-                    r.cached_tokens as i64,
-                    r.reasoning_tokens as i64,
-                    r.cost_micros,
-                    (!r.prompt.is_empty()).then_some(&r.prompt),
-                    (!r.completion.is_empty()).then_some(&r.completion),
-                ])?;
-                if n == 1 {
-                    stored += 1;
-                } else {
-                    dup += 1;
+                let attempts = serde_json::Value::Array(attempts).to_string();
+                let mut insert = |id: &str| {
+                    stmt.execute(params![
+                        id,
+                        r.time_ms as i64,
+                        r.client,
+                        r.requested_model,
+                        r.model,
+                        r.provider,
+                        r.experiment,
+                        r.arm,
+                        r.cache,
+                        attempts,
+                        r.attempts.len() as i64,
+                        r.status,
+                        r.error,
+                        r.latency_ms as i64,
+                        r.ttfb_ms as i64,
+                        r.stream,
+                        r.prompt_tokens as i64,
+                        r.completion_tokens as i64,
+                        r.cached_tokens as i64,
+                        r.reasoning_tokens as i64,
+                        r.cost_micros,
+                        (!r.prompt.is_empty()).then_some(&r.prompt),
+                        (!r.completion.is_empty()).then_some(&r.completion),
+                    ])
+                };
+                // A request id already stored is a re-sent record (the same
+                // request: skipped) or another request that reused the id
+                // (a client that sends a fixed x-request-id): that one is kept
+                // under `<id>~2`, `<id>~3`, ...
+                let mut id = r.request_id.clone();
+                let mut n = 2;
+                loop {
+                    if insert(&id)? == 1 {
+                        stored += 1;
+                        break;
+                    }
+                    let is_same: bool = same.query_row(
+                        params![
+                            id,
+                            r.time_ms as i64,
+                            r.latency_ms as i64,
+                            r.client,
+                            r.requested_model,
+                            r.status,
+                            r.prompt_tokens as i64,
+                            r.completion_tokens as i64
+                        ],
+                        |row| row.get(0),
+                    )?;
+                    if is_same || n > MAX_REUSE {
+                        dup += 1;
+                        break;
+                    }
+                    id = format!("{}~{n}", r.request_id);
+                    n += 1;
                 }
             }
             counts.push((stored, dup));
@@ -312,5 +349,39 @@ mod tests {
         prune_at(&conn, Some(7), 10 * 86_400_000);
         assert!(!exists(&conn, "old").unwrap());
         assert!(exists(&conn, "new").unwrap());
+    }
+
+    #[test]
+    fn a_resent_record_is_skipped_but_another_request_reusing_its_id_is_kept() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let job = |records: Vec<RequestRecord>| Job {
+            records,
+            done: oneshot::channel().0,
+        };
+        let first = job(vec![record("fixed", 1_000)]);
+        assert_eq!(
+            write(&mut conn, std::slice::from_ref(&first)).unwrap(),
+            vec![(1, 0)]
+        );
+        assert_eq!(
+            write(&mut conn, std::slice::from_ref(&first)).unwrap(),
+            vec![(0, 1)],
+            "the same record sent again"
+        );
+        // Two more requests from a client that always sends x-request-id: fixed.
+        let later = job(vec![record("fixed", 2_000), record("fixed", 3_000)]);
+        assert_eq!(
+            write(&mut conn, std::slice::from_ref(&later)).unwrap(),
+            vec![(2, 0)]
+        );
+        assert_eq!(
+            write(&mut conn, std::slice::from_ref(&later)).unwrap(),
+            vec![(0, 2)],
+            "and those sent again"
+        );
+        assert_eq!(count(&conn).unwrap(), 3);
+        assert!(exists(&conn, "fixed~2").unwrap());
+        assert!(exists(&conn, "fixed~3").unwrap());
     }
 }

@@ -118,8 +118,14 @@ fn records_for_misses_hits_fallbacks_and_errors_arrive_with_the_right_fields() {
         ask(&s, "auth-1", "sk-nobody", &chat_body("gpt-4o-mini", "x")).status,
         401
     );
+    // A client that reuses its x-request-id loses no record.
+    for model in ["gpt-4o-mini", "gpt-4o"] {
+        let r = ask(&s, "reused", DEMO_KEY, &chat_body(model, "reused"));
+        assert_eq!(r.status, 200);
+    }
 
-    let recs = records_for(&c, 5);
+    let recs = records_for(&c, 7);
+    assert_ne!(by_id(&recs, "reused"), by_id(&recs, "reused~2"));
     let miss = by_id(&recs, "miss-1");
     assert_eq!(
         (
