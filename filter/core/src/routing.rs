@@ -135,9 +135,37 @@ pub fn models_list(gw: &Gateway, client: &Client) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({"object": "list", "data": data})).unwrap_or_default()
 }
 
+/// A path segment with its `%XX` escapes decoded (a model id such as
+/// `meta-llama/Llama-3` arrives as `meta-llama%2FLlama-3`). Text that does
+/// not decode to UTF-8 is returned as it came.
+pub fn percent_decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b, hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| segment.to_string())
+}
+
 /// `/v1/models/{id}`: one entry of the client's list, or 404 as OpenAI
-/// answers for a model the key cannot see.
+/// answers for a model the key cannot see. `id` is the path segment as sent.
 pub fn model_info(gw: &Gateway, client: &Client, id: &str) -> Result<Vec<u8>, GatewayError> {
+    let id = percent_decode(id);
+    let id = id.as_str();
     model_entries(gw, client)
         .into_iter()
         .find(|m| m.get("id").and_then(serde_json::Value::as_str) == Some(id))
@@ -363,5 +391,16 @@ mod tests {
         assert_eq!((e.status, e.code), (404, "model_not_found"));
         assert!(model_info(&g, client(&g, "demo"), "gpt-4o").is_ok());
         assert!(model_info(&g, client(&g, "demo"), "nope").is_err());
+        assert!(model_info(&g, client(&g, "limited"), "mi%6Ei").is_ok());
+    }
+
+    #[test]
+    fn percent_decoding_of_a_path_segment() {
+        assert_eq!(percent_decode("meta-llama%2FLlama-3"), "meta-llama/Llama-3");
+        assert_eq!(percent_decode("caf%C3%A9"), "café");
+        assert_eq!(percent_decode("plain"), "plain");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%FF"), "%FF", "not UTF-8: as it came");
     }
 }
