@@ -137,7 +137,7 @@ impl Shipper {
     /// Warn that the log is not getting through, at most every
     /// [`WARN_EVERY_MS`], saying how many failures went unreported.
     fn warn_not_sent(&mut self, why: &str) {
-        let now = crate::abi::now_ms().unwrap_or(0);
+        let now = crate::host::now_ms();
         if self
             .warned_ms
             .is_some_and(|t| now.saturating_sub(t) < WARN_EVERY_MS)

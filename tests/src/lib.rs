@@ -106,6 +106,14 @@ impl Resp {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+    /// A header that must be present and a number.
+    pub fn header_u64(&self, name: &str) -> u64 {
+        let v = self
+            .header(name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", self.headers));
+        v.parse()
+            .unwrap_or_else(|e| panic!("{name}: {v:?} is not a number: {e}"))
+    }
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))

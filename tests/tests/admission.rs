@@ -61,11 +61,7 @@ fn rate_limit_headers_count_down() {
             .unwrap()
             .ends_with('s'));
         assert_eq!(r.header("x-ratelimit-limit-tokens"), Some("100000"));
-        let left: u64 = r
-            .header("x-ratelimit-remaining-tokens")
-            .unwrap()
-            .parse()
-            .unwrap();
+        let left = r.header_u64("x-ratelimit-remaining-tokens");
         assert!(left < 100000);
     }
     let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
@@ -130,11 +126,7 @@ fn a_failed_request_gives_its_token_reservation_back() {
     assert_eq!(r.status, 200, "{}", r.body);
     // The remaining count is taken right after this request's reservation:
     // had the failed one kept its reservation, it would be one more lower.
-    let left: u64 = r
-        .header("x-ratelimit-remaining-tokens")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let left = r.header_u64("x-ratelimit-remaining-tokens");
     assert!(
         left >= 1000 - reservation - 1 && left < 1000 - reservation + 50,
         "remaining {left}, reservation {reservation}"
@@ -221,11 +213,7 @@ fn reload_raising_a_limit_applies_without_resetting_counters() {
         },
     );
     assert_eq!(r.header("x-ratelimit-limit-requests"), Some("6000"));
-    let left: u64 = r
-        .header("x-ratelimit-remaining-requests")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let left = r.header_u64("x-ratelimit-remaining-requests");
     assert!(
         left < 1000,
         "the bucket kept its level across the reload (remaining {left}, a reset gives 5999)"

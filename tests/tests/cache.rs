@@ -124,6 +124,7 @@ fn miss_then_hits_on_both_workers_without_reaching_the_provider() {
         cx(1)
     );
     s.envoy.wait_stat("wasmcustom.portcullis.cache.hits", 40);
+    s.envoy.wait_stat("wasmcustom.portcullis.cache.misses", 1);
     // A different request (another field that changes the answer) misses.
     let mut other = chat("what is 2+2?");
     other["temperature"] = json!(1);

@@ -245,33 +245,42 @@ fn body_over_the_configured_limit_is_413() {
 fn chunked_body_over_the_limit_gets_the_gateway_413_not_envoys() {
     let s = Stack::shipped(1);
     let body = chat_body("gpt-4o-mini", &"x".repeat(2_200_000));
-    let mut conn = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {DEMO_KEY}\r\n\
          content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
     );
-    conn.write_all(head.as_bytes()).unwrap();
-    // Envoy may answer and close before the rest is sent: write errors are fine.
-    for piece in body.as_bytes().chunks(64 * 1024) {
-        if conn
-            .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
-            .and_then(|_| conn.write_all(piece))
-            .and_then(|_| conn.write_all(b"\r\n"))
-            .is_err()
-        {
-            break;
-        }
-    }
-    let _ = conn.write_all(b"0\r\n\r\n");
-    let mut answer = Vec::new();
-    let _ = std::io::Read::read_to_end(&mut conn, &mut answer);
+    let chunks = body.as_bytes().chunks(64 * 1024).map(|piece| {
+        let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+        framed.extend_from_slice(piece);
+        framed.extend_from_slice(b"\r\n");
+        framed
+    });
+    let pieces = std::iter::once(head.into_bytes())
+        .chain(chunks)
+        .chain(std::iter::once(b"0\r\n\r\n".to_vec()));
+    let answer = raw_exchange(&s, pieces);
     let text = String::from_utf8_lossy(&answer);
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
     assert!(text.contains("application/json"), "{text}");
     assert!(text.contains("\"code\":\"request_too_large\""), "{text}");
     assert_eq!(s.primary.hits(), 0);
+}
+
+/// Send these bytes on a raw socket to the gateway and read until it closes.
+/// Envoy may answer and close before everything is sent: a failed write
+/// ends the sending, and the test judges what came back.
+fn raw_exchange(s: &Stack, pieces: impl IntoIterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut conn = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    for piece in pieces {
+        if conn.write_all(&piece).is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut conn, &mut answer);
+    answer
 }
 
 /// One HTTP/1.1 exchange on a raw socket (header bytes that are not UTF-8
@@ -287,12 +296,7 @@ fn raw_chat(s: &Stack, extra_header: &[u8]) -> (u16, Vec<u8>) {
     req.extend_from_slice(extra_header);
     req.extend_from_slice(b"\r\n\r\n");
     req.extend_from_slice(body.as_bytes());
-    let mut conn = TcpStream::connect(("127.0.0.1", s.envoy.port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    conn.write_all(&req).unwrap();
-    let mut answer = Vec::new();
-    std::io::Read::read_to_end(&mut conn, &mut answer).unwrap();
+    let answer = raw_exchange(s, [req]);
     let end = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -328,29 +332,28 @@ fn header_values_that_are_not_utf8_pass_through_and_break_nothing() {
         seen[0]["headers"]["x-note"],
         serde_json::json!([99, 97, 102, 233])
     );
-    // From the provider to the client, proxied...
-    s.primary
-        .script(serde_json::json!([{"note_latin1": "déjà"}]));
-    let (status, head) = raw_chat(&s, b"x-any: 1");
-    assert_eq!(status, 200);
-    assert!(
-        has_line(&head, b"x-provider-note: d\xe9j\xe0"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    assert!(has_line(&head, b"x-portcullis-provider: primary"));
-    // ...and by a fallback (the answer the filter sends itself).
-    s.primary.script(serde_json::json!([{"status": 500}]));
-    s.backup
-        .script(serde_json::json!([{"note_latin1": "déjà"}]));
-    let (status, head) = raw_chat(&s, b"x-any: 2");
-    assert_eq!(status, 200);
-    assert!(
-        has_line(&head, b"x-provider-note: d\xe9j\xe0"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    assert!(has_line(&head, b"x-portcullis-provider: backup"));
+    // From the provider to the client, proxied, and by a fallback (the
+    // answer the filter sends itself).
+    let note = serde_json::json!([{"note_latin1": "déjà"}]);
+    for (provider, line) in [
+        ("primary", &b"x-portcullis-provider: primary"[..]),
+        ("backup", b"x-portcullis-provider: backup"),
+    ] {
+        if provider == "backup" {
+            s.primary.script(serde_json::json!([{"status": 500}]));
+            s.backup.script(note.clone());
+        } else {
+            s.primary.script(note.clone());
+        }
+        let (status, head) = raw_chat(&s, b"x-any: 1");
+        assert_eq!(status, 200);
+        assert!(
+            has_line(&head, b"x-provider-note: d\xe9j\xe0"),
+            "{provider}: {}",
+            String::from_utf8_lossy(&head)
+        );
+        assert!(has_line(&head, line), "{provider}");
+    }
     // The same worker still serves.
     for _ in 0..3 {
         let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "after"));

@@ -44,18 +44,9 @@ impl Usage {
         self.prompt + self.completion
     }
 
-    /// From a `usage` object.
+    /// From a `usage` object (read as in a whole body).
     pub fn from_usage(u: &Value) -> Option<Usage> {
-        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-        if !u.is_object() {
-            return None;
-        }
-        Some(Usage {
-            prompt: n(u.get("prompt_tokens")),
-            completion: n(u.get("completion_tokens")),
-            cached: n(u.pointer("/prompt_tokens_details/cached_tokens")),
-            reasoning: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
-        })
+        Counts::deserialize(u).ok().map(Usage::from)
     }
 
     /// From a whole (non-streamed) completion body.
@@ -162,6 +153,13 @@ mod tests {
                 reasoning: 2
             })
         );
+        let v: Value = serde_json::from_slice(b).unwrap();
+        assert_eq!(
+            Usage::from_usage(&v["usage"]),
+            Usage::from_body(b),
+            "stream and body agree"
+        );
+        assert_eq!(Usage::from_usage(&Value::Null), None);
         assert_eq!(Usage::from_body(b"{}"), None);
         assert_eq!(Usage::from_body(br#"{"usage":null}"#), None);
         let sparse = br#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":3,
