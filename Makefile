@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run test bench bench-collector bench-core lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean
+.PHONY: run test bench bench-collector bench-core lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -19,7 +19,7 @@ reload:
 	envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 	@echo "plugin config handed to Envoy; check: curl -s 127.0.0.1:9901/stats | grep extension_config_discovery"
 
-test: tools wasm lint unit wasm-unit integration
+test: tools wasm lint unit wasm-unit fuzz-smoke integration
 
 unit:
 	cargo test --workspace --lib --bins
@@ -81,6 +81,23 @@ $(WBG_RUNNER): Cargo.lock
 	@if ! $(WBG_RUNNER) --version 2>/dev/null | grep -q "$(WBG_VERSION)"; then \
 	  cargo install wasm-bindgen-cli --version $(WBG_VERSION) --root .tools; fi
 	@touch $(WBG_RUNNER)
+
+# Coverage-guided fuzzing of the pure core and the collector's query parsing
+# (cargo-fuzz, libFuzzer, the nightly toolchain): a short run of every target
+# in `make test`, a long one with `make fuzz`. See README "Fuzzing".
+CARGO_FUZZ_VERSION := 0.13.1
+FUZZ_SECONDS ?= 300
+fuzz-tools:
+	@rustup run nightly rustc --version >/dev/null 2>&1 || \
+	  { echo "fuzzing needs the nightly toolchain (rustup toolchain install nightly)" >&2; exit 1; }
+	@.tools/bin/cargo-fuzz --version 2>/dev/null | grep -q "$(CARGO_FUZZ_VERSION)" || \
+	  cargo install --quiet --locked cargo-fuzz --version $(CARGO_FUZZ_VERSION) --root .tools
+
+fuzz-smoke: fuzz-tools
+	scripts/fuzz.sh 8
+
+fuzz: fuzz-tools
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 clean:
 	cargo clean

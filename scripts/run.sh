@@ -30,7 +30,10 @@ wait_for() { # url what
 wait_for http://127.0.0.1:18001/__mock/hits "mock provider primary"
 wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 
-"$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db >.run/logs/collector.log 2>&1 & pids+=($!)
+# The request log must never fail a request, so the collector is restarted
+# when it exits instead of taking the gateway down with it.
+scripts/keep-running.sh collector \
+  "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
 
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml

@@ -1,7 +1,9 @@
 //! HTTP: health, Prometheus metrics, the query API and the dashboard.
 
+use crate::since::parse_since;
 use crate::store::Stats;
 use crate::summary;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -109,29 +111,21 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// `since`: epoch milliseconds, or a span back from now (`90s`, `15m`, `24h`, `7d`).
-pub fn parse_since(s: Option<&str>, now: i64) -> Result<i64, String> {
-    let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else {
-        return Ok(now - 86_400_000);
-    };
-    if let Ok(ms) = s.parse::<i64>() {
-        return Ok(ms);
-    }
-    let (num, unit) = s.split_at(s.len() - 1);
-    let n: i64 = num
-        .parse()
-        .map_err(|_| format!("`since` must be epoch milliseconds or like 15m, 24h (got `{s}`)"))?;
-    let unit_ms = match unit {
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("`since` unit must be s, m, h or d (got `{s}`)")),
-    };
-    Ok(now - n * unit_ms)
+/// A query string that does not decode (bad percent-encoding, a number that
+/// is not one) is the client's error, answered in the API's JSON shape.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, String> {
+    q.map(|Query(q)| q)
+        .map_err(|e| format!("bad query string: {}", e.body_text()))
 }
 
-async fn summary_handler(State(api): State<Api>, Query(q): Query<SinceQuery>) -> Response {
+async fn summary_handler(
+    State(api): State<Api>,
+    q: Result<Query<SinceQuery>, QueryRejection>,
+) -> Response {
+    let q = match query(q) {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     let since = match parse_since(q.since.as_deref(), now_ms()) {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
@@ -147,7 +141,14 @@ struct LimitQuery {
     limit: Option<i64>,
 }
 
-async fn recent_handler(State(api): State<Api>, Query(q): Query<LimitQuery>) -> Response {
+async fn recent_handler(
+    State(api): State<Api>,
+    q: Result<Query<LimitQuery>, QueryRejection>,
+) -> Response {
+    let q = match query(q) {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return error(
@@ -158,22 +159,5 @@ async fn recent_handler(State(api): State<Api>, Query(q): Query<LimitQuery>) -> 
     match with_reader(&api, move |c| summary::recent(c, limit)).await {
         Ok(rows) => Json(serde_json::json!({"data": rows})).into_response(),
         Err(r) => r,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn since_accepts_epoch_ms_and_spans() {
-        assert_eq!(parse_since(Some("1234"), 10_000_000), Ok(1234));
-        assert_eq!(
-            parse_since(Some("15m"), 10_000_000),
-            Ok(10_000_000 - 900_000)
-        );
-        assert_eq!(parse_since(None, 100_000_000), Ok(100_000_000 - 86_400_000));
-        assert!(parse_since(Some("3w"), 0).is_err());
-        assert!(parse_since(Some("abc"), 0).is_err());
     }
 }

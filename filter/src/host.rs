@@ -614,9 +614,14 @@ impl Stream {
                 .map(|p| p.name.as_str())
                 .unwrap_or_default();
             if directive != Directive::Bypass {
-                let doc = flight.chat.document();
                 let scope = cfg.per_client.then_some(client.name.as_str());
-                let key = cache::key(first_name, first_model_id, &doc, cfg.normalize, scope);
+                let key = cache::key(
+                    first_name,
+                    first_model_id,
+                    &flight.chat,
+                    cfg.normalize,
+                    scope,
+                );
                 if directive == Directive::Normal {
                     // What a hit answers: the stored answer, or for a streamed
                     // request its replay as SSE. One that cannot be replayed

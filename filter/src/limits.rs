@@ -1,6 +1,9 @@
 //! Per-client admission on the host: every limit is one CAS update whose
 //! write carries the decision; what was taken is remembered, so a request
 //! that fails gives it back and a finished one settles with real usage.
+// Untrusted numbers (client bodies, provider usage, config) meet here:
+// every sum and product saturates or is checked, never wraps.
+#![deny(clippy::arithmetic_side_effects)]
 
 use crate::shared::{count, HostStore};
 use portcullis_core::config::Client;
@@ -109,8 +112,22 @@ pub fn admit(
         }
     }
     let (prompt_est, max_completion) = reserve;
-    let want = prompt_est + max_completion;
+    let want = prompt_est.saturating_add(max_completion);
     let mut tokens_take = None;
+    if let Some(tpm) = l.tokens_per_minute.filter(|&tpm| want > tpm) {
+        // Larger than the whole limit: no wait would admit it, and the
+        // bucket is left untouched (OpenAI answers "Request too large").
+        held.release(now_ms);
+        return Err(limited(
+            "tokens",
+            "rate_limit_exceeded",
+            format!(
+                "Request too large for key `{}`: tokens per minute limit {tpm}, this request reserves {want} tokens (prompt estimate {prompt_est} + max tokens {max_completion}). Lower `max_tokens` or `max_completion_tokens`.",
+                client.name
+            ),
+            60_000,
+        ));
+    }
     if let Some(tpm) = l.tokens_per_minute {
         let r = update(&HostStore, &key(&client.name, "tpm"), |cur| {
             let (next, t) = ratelimit::take(&Bucket::decode(cur), tpm, want, now_ms);
@@ -123,16 +140,11 @@ pub fn admit(
             }
             Ok(t) => {
                 held.release(now_ms);
-                let hint = if want > tpm {
-                    format!(" This request alone reserves {want} tokens (prompt estimate {prompt_est} + max tokens {max_completion}); lower `max_tokens`.")
-                } else {
-                    String::new()
-                };
                 return Err(limited(
                     "tokens",
                     "rate_limit_exceeded",
                     format!(
-                        "Rate limit reached for tokens per minute on key `{}`: limit {tpm}, requested {want}. Retry in {}.{hint}",
+                        "Rate limit reached for tokens per minute on key `{}`: limit {tpm}, requested {want}. Retry in {}.",
                         client.name,
                         ratelimit::reset_text(t.wait_ms)
                     ),
@@ -183,7 +195,8 @@ impl Held {
         }
         if let Some(u) = usage {
             if let Some((tpm, reserved)) = self.tokens {
-                let delta = reserved as i64 - u.total() as i64;
+                let delta =
+                    ratelimit::signed(reserved).saturating_sub(ratelimit::signed(u.total()));
                 if delta != 0 {
                     let _ = update(&HostStore, &key(&self.client, "tpm"), |cur| {
                         (
@@ -197,7 +210,9 @@ impl Held {
                 }
             }
             if let Some((bkey, reserved, price)) = &self.budget {
-                let delta = price.cost(u.prompt, u.completion, u.cached) - reserved;
+                let delta = price
+                    .cost(u.prompt, u.completion, u.cached)
+                    .saturating_sub(*reserved);
                 if delta != 0 {
                     let _ = update(&HostStore, bkey, |cur| {
                         (Some(ratelimit::settle_spend(cur, delta)), ())
@@ -218,7 +233,13 @@ impl Held {
             let _ = update(&HostStore, &key(&self.client, "tpm"), |cur| {
                 (
                     Some(
-                        ratelimit::adjust(&Bucket::decode(cur), tpm, reserved as i64, now).encode(),
+                        ratelimit::adjust(
+                            &Bucket::decode(cur),
+                            tpm,
+                            ratelimit::signed(reserved),
+                            now,
+                        )
+                        .encode(),
                     ),
                     (),
                 )
@@ -226,7 +247,10 @@ impl Held {
         }
         if let Some((bkey, reserved, _)) = &self.budget {
             let _ = update(&HostStore, bkey, |cur| {
-                (Some(ratelimit::settle_spend(cur, -reserved)), ())
+                (
+                    Some(ratelimit::settle_spend(cur, reserved.saturating_neg())),
+                    (),
+                )
             });
         }
         self.free_slot();

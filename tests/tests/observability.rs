@@ -125,7 +125,19 @@ fn records_for_misses_hits_fallbacks_and_errors_arrive_with_the_right_fields() {
     }
 
     let recs = records_for(&c, 7);
-    assert_ne!(by_id(&recs, "reused"), by_id(&recs, "reused~2"));
+    let reused: Vec<_> = recs
+        .iter()
+        .filter(|r| {
+            let id = r["request_id"].as_str().unwrap_or("");
+            id == "reused"
+                || id
+                    .strip_prefix("reused~")
+                    .is_some_and(|fp| fp.len() == 16 && fp.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .map(|r| r["model"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(reused.len(), 2, "{recs:?}");
+    assert_ne!(reused[0], reused[1], "both requests kept: {reused:?}");
     let miss = by_id(&recs, "miss-1");
     assert_eq!(
         (

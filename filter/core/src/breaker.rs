@@ -1,6 +1,9 @@
 //! Circuit breaker per provider: a pure state machine over a fixed 41-byte
 //! encoding, driven through the shared store so every worker sees one state.
 //! Time is a parameter (milliseconds); nothing here reads a clock.
+// Untrusted numbers (client bodies, provider usage, config) meet here:
+// every sum and product saturates or is checked, never wraps.
+#![deny(clippy::arithmetic_side_effects)]
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerConfig {
@@ -94,18 +97,8 @@ impl Breaker {
         let Some(b) = bytes.filter(|b| b.len() == ENCODED_LEN) else {
             return Breaker::default();
         };
-        let u32_at = |i: usize| {
-            b.get(i..i + 4)
-                .and_then(|s| s.try_into().ok())
-                .map(u32::from_le_bytes)
-                .unwrap_or(0)
-        };
-        let u64_at = |i: usize| {
-            b.get(i..i + 8)
-                .and_then(|s| s.try_into().ok())
-                .map(u64::from_le_bytes)
-                .unwrap_or(0)
-        };
+        let u32_at = |i: usize| crate::le::u32_at(b, i).unwrap_or(0);
+        let u64_at = |i: usize| crate::le::u64_at(b, i).unwrap_or(0);
         let state = match b.first() {
             Some(1) => State::Open,
             Some(2) => State::HalfOpen,
@@ -183,7 +176,7 @@ pub fn admit_at(
                 (
                     None,
                     Admission::Refused {
-                        retry_after_ms: reopen - now_ms,
+                        retry_after_ms: reopen.saturating_sub(now_ms),
                     },
                     None,
                 )
@@ -193,7 +186,7 @@ pub fn admit_at(
             if b.probes_in_flight < cfg.half_open_probes {
                 (
                     Some(Breaker {
-                        probes_in_flight: b.probes_in_flight + 1,
+                        probes_in_flight: b.probes_in_flight.saturating_add(1),
                         ..*b
                     }),
                     Admission::Probe,
@@ -213,9 +206,11 @@ pub fn admit_at(
             } else {
                 // The probes report within their timeout; a new round can start
                 // a cooldown after a failed one at the earliest.
-                let retry = cfg
-                    .cooldown_ms
-                    .min(b.since_ms.saturating_add(cfg.probe_timeout_ms) - now_ms);
+                let retry = cfg.cooldown_ms.min(
+                    b.since_ms
+                        .saturating_add(cfg.probe_timeout_ms)
+                        .saturating_sub(now_ms),
+                );
                 (
                     None,
                     Admission::Refused {
@@ -332,7 +327,7 @@ pub fn on_result_at(
 /// A probe ended without a result (client went away): give its slot back.
 pub fn release_probe(b: &Breaker) -> Option<Breaker> {
     (b.state == State::HalfOpen && b.probes_in_flight > 0).then(|| Breaker {
-        probes_in_flight: b.probes_in_flight - 1,
+        probes_in_flight: b.probes_in_flight.saturating_sub(1),
         ..*b
     })
 }

@@ -7,8 +7,9 @@
 //! slot holds at most `max_entry_bytes`, so memory cannot grow past the
 //! configured size whatever the traffic.
 
+use crate::request::ChatRequest;
 use crate::store::{Store, StoreError, MAX_CAS_TRIES};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
 
@@ -76,13 +77,16 @@ fn normalize_messages(messages: &mut Value) {
 
 /// The cache key of a request for a provider and its model id. Object keys
 /// are sorted (serde_json's map is ordered), so field order never matters.
+/// It takes a parsed `ChatRequest`, which only exists once its whole body
+/// was read: a key is never built from a partial or empty document.
 pub fn key(
     provider: &str,
     model_id: &str,
-    doc: &Map<String, Value>,
+    request: &ChatRequest,
     normalize: bool,
     client: Option<&str>,
 ) -> Hash {
+    let doc = request.document();
     let mut h = Sha256::new();
     h.update(KEY_VERSION);
     h.update([0]);
@@ -337,8 +341,15 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
-    fn doc(s: &str) -> Map<String, Value> {
-        serde_json::from_str(s).unwrap()
+    /// A parsed request (a `model` is added when the text has none: the
+    /// key ignores it).
+    fn doc(s: &str) -> ChatRequest {
+        let body = if s.contains(r#""model""#) {
+            s.to_string()
+        } else {
+            s.replacen('{', r#"{"model":"x","#, 1)
+        };
+        ChatRequest::parse(body.as_bytes()).unwrap()
     }
 
     const CFG: CacheConfig = CacheConfig {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod experiment;
 pub mod headers;
+pub mod le;
 pub mod ratelimit;
 pub mod record;
 pub mod request;

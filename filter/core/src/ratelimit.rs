@@ -2,9 +2,25 @@
 //! concurrency counter, and a daily USD budget. Pure arithmetic over small
 //! fixed encodings; every check is the decision of one CAS write, so two
 //! workers can never both take the last unit. Time is a parameter.
+// Untrusted numbers (client bodies, provider usage, config) meet here:
+// every sum and product saturates or is checked, never wraps.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// Units are thousandths, so refill rates below one per millisecond stay exact.
 const MILLI: i64 = 1000;
+
+/// A count of whole units in thousandths, saturating: a client's `max_tokens`
+/// of 2^63 or 2^64-1 is a huge request, never a negative or tiny one.
+fn milli(units: u64) -> i64 {
+    i64::try_from(units)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(MILLI)
+}
+
+/// A whole-unit count as a signed delta, saturating.
+pub fn signed(units: u64) -> i64 {
+    i64::try_from(units).unwrap_or(i64::MAX)
+}
 
 /// A token bucket: `capacity` per minute, refilled continuously. The level
 /// may go negative when a settlement takes more than was reserved (debt).
@@ -31,23 +47,15 @@ impl Bucket {
             return Bucket::default();
         };
         Bucket {
-            level_milli: b
-                .get(0..8)
-                .and_then(|s| s.try_into().ok())
-                .map(i64::from_le_bytes)
-                .unwrap_or(0),
-            updated_ms: b
-                .get(8..16)
-                .and_then(|s| s.try_into().ok())
-                .map(u64::from_le_bytes)
-                .unwrap_or(0),
+            level_milli: crate::le::i64_at(b, 0).unwrap_or(0),
+            updated_ms: crate::le::u64_at(b, 8).unwrap_or(0),
             initialized: b.get(16) == Some(&1),
         }
     }
 
     /// The level at `now`, refilled at `per_minute` and capped there.
     pub fn refilled(&self, per_minute: u64, now_ms: u64) -> Bucket {
-        let cap = per_minute as i64 * MILLI;
+        let cap = milli(per_minute);
         if !self.initialized {
             return Bucket {
                 level_milli: cap,
@@ -90,11 +98,11 @@ fn ms_to_refill(deficit_milli: i64, per_minute: u64) -> u64 {
 /// (always: the refill is part of it) and the decision.
 pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, Take) {
     let cur = b.refilled(per_minute, now_ms);
-    let want = (amount as i64).saturating_mul(MILLI);
-    let cap = per_minute as i64 * MILLI;
+    let want = milli(amount);
+    let cap = milli(per_minute);
     if cur.level_milli >= want {
         let next = Bucket {
-            level_milli: cur.level_milli - want,
+            level_milli: cur.level_milli.saturating_sub(want),
             ..cur
         };
         let remaining = (next.level_milli.max(0) / MILLI) as u64;
@@ -103,7 +111,7 @@ pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, T
             Take {
                 admitted: true,
                 remaining,
-                wait_ms: ms_to_refill(cap - next.level_milli, per_minute),
+                wait_ms: ms_to_refill(cap.saturating_sub(next.level_milli), per_minute),
             },
         )
     } else {
@@ -113,7 +121,7 @@ pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, T
             Take {
                 admitted: false,
                 remaining,
-                wait_ms: ms_to_refill(want - cur.level_milli, per_minute).max(1),
+                wait_ms: ms_to_refill(want.saturating_sub(cur.level_milli), per_minute).max(1),
             },
         )
     }
@@ -122,11 +130,11 @@ pub fn take(b: &Bucket, per_minute: u64, amount: u64, now_ms: u64) -> (Bucket, T
 /// The bucket as it stands, without taking anything (for headers).
 pub fn level(b: &Bucket, per_minute: u64, now_ms: u64) -> Take {
     let cur = b.refilled(per_minute, now_ms);
-    let cap = per_minute as i64 * MILLI;
+    let cap = milli(per_minute);
     Take {
         admitted: true,
         remaining: (cur.level_milli.max(0) / MILLI) as u64,
-        wait_ms: ms_to_refill(cap - cur.level_milli, per_minute),
+        wait_ms: ms_to_refill(cap.saturating_sub(cur.level_milli), per_minute),
     }
 }
 
@@ -134,7 +142,7 @@ pub fn level(b: &Bucket, per_minute: u64, now_ms: u64) -> Take {
 /// reservation with real usage. Never above capacity; may go into debt.
 pub fn adjust(b: &Bucket, per_minute: u64, delta: i64, now_ms: u64) -> Bucket {
     let cur = b.refilled(per_minute, now_ms);
-    let cap = per_minute as i64 * MILLI;
+    let cap = milli(per_minute);
     Bucket {
         level_milli: cur
             .level_milli
@@ -148,7 +156,7 @@ pub fn adjust(b: &Bucket, per_minute: u64, delta: i64, now_ms: u64) -> Bucket {
 pub fn acquire(in_flight: Option<&[u8]>, max: u32) -> (Option<Vec<u8>>, bool) {
     let n = decode_u32(in_flight);
     if n < max {
-        (Some((n + 1).to_le_bytes().to_vec()), true)
+        (Some(n.saturating_add(1).to_le_bytes().to_vec()), true)
     } else {
         (None, false)
     }
@@ -156,12 +164,12 @@ pub fn acquire(in_flight: Option<&[u8]>, max: u32) -> (Option<Vec<u8>>, bool) {
 
 pub fn release(in_flight: Option<&[u8]>) -> Option<Vec<u8>> {
     let n = decode_u32(in_flight);
-    (n > 0).then(|| (n - 1).to_le_bytes().to_vec())
+    (n > 0).then(|| n.saturating_sub(1).to_le_bytes().to_vec())
 }
 
 pub fn decode_u32(b: Option<&[u8]>) -> u32 {
-    b.and_then(|b| b.try_into().ok())
-        .map(u32::from_le_bytes)
+    b.filter(|b| b.len() == 4)
+        .and_then(|b| crate::le::u32_at(b, 0))
         .unwrap_or(0)
 }
 
@@ -180,7 +188,7 @@ impl Price {
     /// Cost in micro-USD: tokens * (USD per 1M tokens) = micro-USD exactly.
     pub fn cost(&self, prompt: u64, completion: u64, cached: u64) -> Micros {
         let cached = cached.min(prompt);
-        let micros = (prompt - cached) as f64 * self.input
+        let micros = prompt.saturating_sub(cached) as f64 * self.input
             + cached as f64 * self.cached_input
             + completion as f64 * self.output;
         micros.ceil() as Micros
@@ -209,8 +217,8 @@ pub fn settle_spend(spent: Option<&[u8]>, delta: Micros) -> Vec<u8> {
 }
 
 pub fn decode_i64(b: Option<&[u8]>) -> i64 {
-    b.and_then(|b| b.try_into().ok())
-        .map(i64::from_le_bytes)
+    b.filter(|b| b.len() == 8)
+        .and_then(|b| crate::le::i64_at(b, 0))
         .unwrap_or(0)
 }
 
@@ -221,7 +229,7 @@ pub fn day_of(now_ms: u64) -> u64 {
 
 /// Milliseconds until the next UTC midnight.
 pub fn ms_to_midnight(now_ms: u64) -> u64 {
-    86_400_000 - now_ms % 86_400_000
+    86_400_000_u64.saturating_sub(now_ms % 86_400_000)
 }
 
 /// Tokens to reserve for a request: a prompt estimate (about 4 bytes a
@@ -365,6 +373,40 @@ mod tests {
         assert_eq!(reset_text(1_000), "1s");
         assert_eq!(reset_text(360_000), "6m0s");
         assert_eq!(reset_text(3_723_000), "1h2m3s");
+    }
+
+    /// 2^63 wrapped to a negative take (the bucket grew past its cap and
+    /// later takes were refused); 2^64-1 wrapped to a tiny one.
+    #[test]
+    fn huge_amounts_saturate_and_are_refused_without_touching_the_bucket() {
+        let (b, _) = take(&Bucket::default(), 1_000, 10, 0);
+        for amount in [1u64 << 63, u64::MAX, u64::MAX / 1000 + 1] {
+            let (next, t) = take(&b, 1_000, amount, 0);
+            assert!(!t.admitted, "{amount}");
+            assert_eq!(next, b, "a refused take leaves the level as it was");
+            assert!(t.wait_ms > 0);
+        }
+        let (_, t) = take(&b, 1_000, 1, 0);
+        assert!(t.admitted, "the bucket still serves small requests");
+        assert_eq!(t.remaining, 989);
+        let back = adjust(&b, 1_000, signed(u64::MAX), 0);
+        assert_eq!(
+            back.level_milli, 1_000_000,
+            "a huge give-back stops at capacity"
+        );
+        let debt = adjust(&b, 1_000, signed(u64::MAX).saturating_neg(), 0);
+        assert!(
+            debt.level_milli < 0,
+            "a huge settlement is debt, not a wrap"
+        );
+        let p = Price {
+            input: 2.5,
+            output: 10.0,
+            cached_input: 1.25,
+        };
+        assert_eq!(p.cost(u64::MAX, u64::MAX, 0), Micros::MAX);
+        assert!(!spend(None, 5_000_000, Micros::MAX).1);
+        assert_eq!(reservation(usize::MAX, Some(u64::MAX), 0).1, u64::MAX);
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The chat-completions request body: validate what the gateway needs and
 //! rewrite it for a provider.
 //!
-//! The hot path never builds a JSON tree: serde validates the whole document
-//! while borrowing the few fields the gateway reads, and the rewrite splices
-//! the new model id into the original bytes at the span serde borrowed.
+//! One parse decides what a body is for every later step (validation, the
+//! rewrite, the cache key, the estimate): `parse` reads the whole document
+//! strictly (numbers in range, no lone surrogates, nesting within serde's
+//! limit) and keeps that tree; a body it cannot read whole is a 400, so no
+//! later step ever works from a default. The rewrite splices the new model
+//! id into the client's bytes at the span serde borrowed, so every other
+//! byte reaches the provider as the client sent it.
 
 use crate::error::GatewayError;
 use serde::Deserialize;
@@ -32,6 +36,9 @@ pub type Document = Map<String, Value>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     body: Vec<u8>,
+    /// The whole body, read strictly once: the cache key, the usage rewrite
+    /// and the record's prompt text all come from it.
+    doc: Document,
     /// Byte range of the `model` value (with its quotes) in `body`.
     model_span: (usize, usize),
     pub model: String,
@@ -79,6 +86,12 @@ impl ChatRequest {
             return Err(serde_json::from_str::<serde::de::IgnoredAny>(text)
                 .map_or_else(invalid_json, |_| not_object()));
         }
+        // The whole tree first: anything serde cannot read exactly (a number
+        // out of range, a lone surrogate, nesting past its limit) is refused
+        // here, before any step could see a partial document.
+        let doc: Document = serde_json::from_str(text).map_err(invalid_json)?;
+        // Then the borrowed view: the model's span for the rewrite, and
+        // duplicate known fields (which the tree would silently merge).
         let peek: Peek<'_> = serde_json::from_str(text).map_err(invalid_json)?;
         let (model, model_span) = match peek.model {
             None => {
@@ -151,6 +164,7 @@ impl ChatRequest {
         let max_tokens = count(peek.max_completion_tokens).or(count(peek.max_tokens));
         Ok(Self {
             body: body.to_vec(),
+            doc,
             model_span,
             model,
             stream,
@@ -173,7 +187,7 @@ impl ChatRequest {
 
     /// The `messages` array as JSON text (for records that keep content).
     pub fn messages_text(&self) -> String {
-        self.document()
+        self.doc
             .get("messages")
             .map(Value::to_string)
             .unwrap_or_default()
@@ -195,7 +209,7 @@ impl ChatRequest {
         if !(ask_usage && self.needs_usage_request()) {
             return self.body_for(provider_model_id);
         }
-        let mut doc = self.document();
+        let mut doc = self.doc.clone();
         doc.insert("model".into(), Value::String(provider_model_id.to_string()));
         let opts = doc
             .entry("stream_options")
@@ -206,13 +220,15 @@ impl ChatRequest {
         if let Some(o) = opts.as_object_mut() {
             o.insert("include_usage".into(), Value::Bool(true));
         }
+        // Serializing a tree serde built cannot fail (string keys, finite
+        // numbers); were it to, the unchanged body keeps the messages and
+        // only loses the usage request.
         serde_json::to_vec(&doc).unwrap_or_else(|_| self.body_for(provider_model_id))
     }
 
-    /// The whole document as a tree, for the cache key (parsed only when the
-    /// cache needs it).
-    pub fn document(&self) -> Map<String, Value> {
-        serde_json::from_slice(&self.body).unwrap_or_default()
+    /// The whole document as a tree, as `parse` read it.
+    pub fn document(&self) -> &Document {
+        &self.doc
     }
 }
 
@@ -291,6 +307,44 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.document()["seed"], 3);
+    }
+
+    /// Bodies that pass a lenient skim but not a whole read: each is refused,
+    /// so no later step (cache key, rewrite) can work from a partial tree.
+    #[test]
+    fn bodies_serde_cannot_read_whole_are_refused() {
+        let deep = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"x"}}],"x":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for body in [
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"seed":1e400}"#.to_string(),
+            r#"{"model":"m","messages":[{"role":"user","content":"\ud800"}]}"#.to_string(),
+            r#"{"model":"m","messages":[{"role":"user","content":"\udc00 x"}],"stream":true}"#
+                .to_string(),
+            deep,
+        ] {
+            let e = ChatRequest::parse(body.as_bytes()).unwrap_err();
+            assert_eq!((e.status, e.code), (400, "invalid_json"), "{body}");
+        }
+    }
+
+    /// The rewrite that asks for usage works from the parsed tree: the
+    /// messages and every other field survive it.
+    #[test]
+    fn usage_rewrite_keeps_the_messages_and_every_field() {
+        let r = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"keep me"}],"stream":true,"seed":7}"#,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_slice(&r.body_for_with("p", true)).unwrap();
+        assert_eq!(v["messages"][0]["content"], "keep me");
+        assert_eq!(
+            (v["seed"].as_i64(), v["stream"].as_bool()),
+            (Some(7), Some(true))
+        );
+        assert_eq!(v["stream_options"]["include_usage"], true);
     }
 
     #[test]

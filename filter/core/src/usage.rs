@@ -1,4 +1,7 @@
 //! Token usage as providers report it.
+// Untrusted numbers (client bodies, provider usage, config) meet here:
+// every sum and product saturates or is checked, never wraps.
+#![deny(clippy::arithmetic_side_effects)]
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -41,7 +44,7 @@ pub struct Usage {
 
 impl Usage {
     pub fn total(&self) -> u64 {
-        self.prompt + self.completion
+        self.prompt.saturating_add(self.completion)
     }
 
     /// From a `usage` object (read as in a whole body).
@@ -60,12 +63,12 @@ impl Usage {
     pub fn from_tail(tail: &[u8]) -> Option<Usage> {
         const NEEDLE: &[u8] = b"\"usage\"";
         let at = tail.windows(NEEDLE.len()).rposition(|w| w == NEEDLE)?;
-        let rest = tail.get(at + NEEDLE.len()..)?;
+        let rest = tail.get(at.checked_add(NEEDLE.len())?..)?;
         let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
         if rest.get(colon) != Some(&b':') {
             return None;
         }
-        let value = rest.get(colon + 1..)?;
+        let value = rest.get(colon.checked_add(1)?..)?;
         let counts = serde_json::Deserializer::from_slice(value)
             .into_iter::<Counts>()
             .next()?
@@ -114,7 +117,7 @@ impl AnswerCopy {
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
-        if self.whole && self.bytes.len() + chunk.len() <= self.keep {
+        if self.whole && self.bytes.len().saturating_add(chunk.len()) <= self.keep {
             self.bytes.extend_from_slice(chunk);
             return;
         }

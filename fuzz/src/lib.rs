@@ -1,0 +1,161 @@
+//! What each fuzz target asserts. Not only "no panic": a body the gateway
+//! accepts has a cache key that covers its messages and a rewrite that keeps
+//! them; two bodies with different messages never share a key; a stream read
+//! in pieces reads as it does whole; a decoded header map encodes back.
+//! Builds use debug assertions (`cargo fuzz run -a`), so arithmetic that
+//! would wrap in release panics here and is found.
+
+use portcullis_core::request::ChatRequest;
+use portcullis_core::{cache, config, headers, ratelimit, sse, usage};
+use serde_json::Value;
+
+#[path = "../../collector/src/since.rs"]
+mod since_query;
+
+/// Two inputs from one: split at the first NUL.
+fn two(data: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], Some(&data[i + 1..])),
+        None => (data, None),
+    }
+}
+
+fn key(r: &ChatRequest) -> cache::Hash {
+    cache::key("primary", "gpt-4o-mini", r, false, None)
+}
+
+/// The request parser, the cache key and the body rewrite.
+pub fn request(data: &[u8]) {
+    let (a, b) = two(data);
+    let Ok(ra) = ChatRequest::parse(a) else {
+        return;
+    };
+    accepted_request(&ra);
+    if let Some(Ok(rb)) = b.map(ChatRequest::parse) {
+        accepted_request(&rb);
+        if ra.document().get("messages") != rb.document().get("messages") {
+            assert_ne!(key(&ra), key(&rb), "different messages share a cache key");
+        }
+    }
+}
+
+fn accepted_request(r: &ChatRequest) {
+    let doc = r.document();
+    let messages = doc.get("messages").expect("an accepted body has messages");
+    assert!(messages.as_array().is_some_and(|m| !m.is_empty()));
+    assert!(!r.model.is_empty());
+    for ask_usage in [false, true] {
+        let id = "provider/model \"2\"";
+        let out = r.body_for_with(id, ask_usage);
+        let v: Value = serde_json::from_slice(&out).expect("the rewrite is JSON");
+        assert_eq!(v.get("messages"), Some(messages), "the rewrite lost messages");
+        assert_eq!(v["model"], id);
+        for (k, val) in doc {
+            if k == "model" || (ask_usage && k == "stream_options") {
+                continue;
+            }
+            assert_eq!(v.get(k), Some(val), "the rewrite changed `{k}`");
+        }
+    }
+    // The key follows the document, not its bytes...
+    let again = serde_json::to_vec(doc).expect("a parsed tree serializes");
+    let same = ChatRequest::parse(&again).expect("an accepted document, re-serialized, is accepted");
+    assert_eq!(key(r), key(&same), "the key depends on bytes, not the document");
+    // ...and covers every message: one more changes it.
+    let mut more = doc.clone();
+    if let Some(Value::Array(m)) = more.get_mut("messages") {
+        m.push(serde_json::json!({"role": "user", "content": "one more"}));
+    }
+    let more = ChatRequest::parse(&serde_json::to_vec(&more).expect("serializes"))
+        .expect("one more message is still a request");
+    assert_ne!(key(r), key(&more), "a message was left out of the key");
+    // The reservation estimate saturates on any size.
+    let (prompt, completion) = ratelimit::reservation(r.body_len(), r.max_tokens, 1024);
+    let _ = prompt.saturating_add(completion);
+}
+
+/// A stream read in pieces reads as it does whole: the same events on, the
+/// same completion and usage.
+pub fn sse(data: &[u8]) {
+    let Some((&flags, stream)) = data.split_first() else {
+        return;
+    };
+    let strip = flags & 1 == 1;
+    let mut whole = sse::Relay::new(strip);
+    let mut out_whole = whole.chunk(stream);
+    out_whole.extend(whole.finish());
+    let mut pieces = sse::Relay::new(strip);
+    let mut out_pieces = Vec::new();
+    let mut rest = stream;
+    let mut step = usize::from(flags >> 1) + 1;
+    while !rest.is_empty() {
+        let n = step.min(rest.len());
+        let (chunk, tail) = rest.split_at(n);
+        out_pieces.extend(pieces.chunk(chunk));
+        rest = tail;
+        step = step % 7 + 1;
+    }
+    out_pieces.extend(pieces.finish());
+    if strip {
+        assert_eq!(out_whole, out_pieces, "stripped stream depends on chunking");
+    }
+    assert_eq!(whole.assembly, pieces.assembly, "assembly depends on chunking");
+    if let Some(c) = whole.assembly.completion() {
+        let _ = sse::completion_text(&c);
+        let _ = sse::replay(&c, strip);
+    }
+    if let Some(u) = whole.assembly.usage.as_ref() {
+        let _ = usage::Usage::from_usage(u).map(|u| u.total());
+    }
+}
+
+/// The plugin config compiler: a config compiles, or is refused with a
+/// message; the same bytes always give the same verdict.
+pub fn config(data: &[u8]) {
+    match config::compile(data) {
+        Ok(_) => assert!(config::compile(data).is_ok()),
+        Err(msg) => assert!(!msg.is_empty(), "a refusal without a message"),
+    }
+}
+
+/// Header maps as the host passes them: what decodes encodes back to the
+/// same pairs.
+pub fn headers(data: &[u8]) {
+    if let Some(pairs) = headers::decode_pairs(data) {
+        let bytes = headers::encode_pairs(&pairs);
+        assert_eq!(headers::decode_pairs(&bytes).as_ref(), Some(&pairs));
+    }
+}
+
+/// The usage reader, whole and from an answer's tail, and the copy taken as
+/// an answer passes: in pieces it keeps what it keeps whole.
+pub fn usage(data: &[u8]) {
+    let (keep_byte, body) = data.split_first().map_or((0, data), |(k, b)| (*k, b));
+    let keep = usize::from(keep_byte) * 64;
+    let whole = usage::Usage::from_body(body);
+    let _ = usage::Usage::from_tail(body).map(|u| u.total());
+    let mut copy = usage::AnswerCopy::new(keep);
+    for chunk in body.chunks(usize::from(keep_byte % 13) + 1) {
+        copy.push(chunk);
+    }
+    let (u, kept) = copy.finish();
+    if body.len() <= keep.max(usage::TAIL) {
+        assert_eq!(kept.as_deref(), Some(body), "a small answer is kept whole");
+        assert_eq!(u, whole);
+    } else {
+        assert!(kept.is_none());
+    }
+}
+
+/// The collector's `since` query value.
+pub fn since(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let now = 1_764_000_000_000_i64;
+    if let Ok(v) = since_query::parse_since(Some(s), now) {
+        if s.trim().parse::<i64>().is_err() {
+            assert!(v <= now, "a span back from now is in the past: {s:?} -> {v}");
+        }
+    }
+}
