@@ -177,19 +177,6 @@ pub fn get_map_bytes(map: MapType) -> Result<Vec<(String, Vec<u8>)>, Status> {
         .collect())
 }
 
-/// A header map as text: a value that is not UTF-8 is read with U+FFFD in
-/// place of its bad bytes (it then matches nothing the gateway looks for).
-pub fn get_map(map: MapType) -> Result<Vec<(String, String)>, Status> {
-    Ok(get_map_bytes(map)?
-        .into_iter()
-        .map(|(k, v)| {
-            let v = String::from_utf8(v)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-            (k, v)
-        })
-        .collect())
-}
-
 /// Replace a header (or remove it, with `None`).
 pub fn set_map_value(map: MapType, key: &str, value: Option<&str>) -> Result<(), Status> {
     // SAFETY: pointers and lengths of live &strs.

@@ -1,17 +1,48 @@
 //! Portcullis: the proxy-wasm host layer.
 //!
-//! This is the only code that talks to Envoy. It reads the host once per
-//! callback, hands plain values to `portcullis_core`, and maps the decisions
-//! to host calls and `Action`s. Every host `Status` is mapped (see `abi`): a
-//! panic would trap the VM and break every later request on this worker.
+//! This is the only code that talks to Envoy, and it talks through one
+//! trait ([`host::Host`]): Envoy's ABI in production, a fake in the unit
+//! tests. Each callback hands plain values to `portcullis_core` and maps the
+//! decisions to host calls and `Action`s. Every host `Status` is mapped (see
+//! `abi`): a panic would trap the VM and break every later request on this
+//! worker.
+//!
+//! | file | concern |
+//! |---|---|
+//! | `root` | the root context: configure (compile, then swap), tick |
+//! | `context` | one HTTP stream: its state and the callbacks |
+//! | `request_headers`, `request_body` | the two request phases |
+//! | `prompt_cache` | lookup (a hit answers) and store |
+//! | `admission` | the client's limits across the request's life |
+//! | `attempts`, `breakers` | candidates, breakers, fallback callouts |
+//! | `upstream` | the one request builder for every attempt |
+//! | `answer` | the one answer path (begin / chunk / end) |
+//! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
+//! | `host`, `abi_host`, `abi` | the host trait and Envoy behind it |
 
 mod abi;
+mod abi_host;
+mod admission;
+mod answer;
+mod attempts;
+mod breakers;
+mod context;
 mod host;
-mod limits;
-mod shared;
+mod metrics;
+mod prompt_cache;
+mod request_body;
+mod request_headers;
+mod root;
+mod shipper;
 mod telemetry;
+mod upstream;
 
-use host::Root;
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod lifecycle_tests;
+
+use root::Root;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);

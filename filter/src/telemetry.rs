@@ -1,225 +1,118 @@
-//! Per-request metrics and the request log on the host. Records wait in a bounded buffer and go to the collector in batches by
-//! `dispatch_grpc_call` from the root context's tick. Nothing here can block
-//! or fail a request: a full buffer drops (and counts) the record.
+//! The request record and per-request metrics, at the end of a chat
+//! request: who asked, what was resolved, who answered, each attempt, the
+//! cache, tokens and cost. Handed to the host, which buffers it for the
+//! collector; nothing here can fail a request.
 
-use crate::shared::{count, flush_counters, gauge, histogram};
-use portcullis_core::config::LogConfig;
-use portcullis_core::record::{encode_batch, LogBuffer, Record};
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::LogLevel;
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::time::Duration;
+use crate::context::RequestContext;
+use crate::host::Host;
+use crate::metrics;
+use portcullis_core::record::{Attempt, Record};
 
-thread_local! {
-    static BUFFER: RefCell<Option<LogBuffer>> = const { RefCell::new(None) };
-}
-
-/// A label value inside a metric name: dots would split it.
-pub fn label(v: &str) -> String {
-    if v.is_empty() {
-        return "none".into();
+impl<H: Host> RequestContext<H> {
+    pub(crate) fn emit_record(&mut self) {
+        if !self.log.chat {
+            return;
+        }
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let gw = &loaded.gw;
+        let mut rec = Record {
+            request_id: std::mem::take(&mut self.log.request_id),
+            time_ms: self.log.started_ms,
+            client: self.client(gw).map(|c| c.name.clone()).unwrap_or_default(),
+            status: u32::from(self.log.status),
+            error: self.log.error.to_string(),
+            latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
+            ttfb_ms: self.log.ttfb_ms,
+            prompt: std::mem::take(&mut self.log.prompt),
+            completion: std::mem::take(&mut self.log.completion),
+            cache: "off".into(),
+            provider: self.answering_provider().unwrap_or_default(),
+            ..Record::default()
+        };
+        if rec.request_id.is_empty() {
+            rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
+        }
+        self.flight_facts(&mut rec);
+        if let Some(u) = self.log.usage {
+            rec.prompt_tokens = u.prompt;
+            rec.completion_tokens = u.completion;
+            rec.cached_tokens = u.cached;
+            rec.reasoning_tokens = u.reasoning;
+            if let Some(price) = gw
+                .names
+                .get(&rec.model)
+                .and_then(|&m| gw.prices.get(m).copied().flatten())
+            {
+                rec.cost_micros = price.cost(u.prompt, u.completion, u.cached);
+            }
+        }
+        self.request_metrics(&rec);
+        self.host.emit_record(&rec);
     }
-    v.chars()
-        .map(|c| {
-            if c == '.' || c.is_whitespace() {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect()
-}
 
-/// (Re)size the buffer for a new config; records already waiting are kept.
-pub fn configure(cfg: Option<&LogConfig>) {
-    BUFFER.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            match cfg {
-                Some(c) => {
-                    let mut fresh = LogBuffer::new(c.buffer_records, c.buffer_bytes);
-                    if let Some(old) = b.as_mut() {
-                        fresh.dropped = old.dropped;
-                        let waiting = old.take(usize::MAX);
-                        fresh.requeue(waiting);
-                    }
-                    *b = Some(fresh);
-                }
-                None => *b = None,
-            }
+    /// The routed request's part of the record: models, experiment, cache
+    /// and every attempt (failed, skipped, answered).
+    fn flight_facts(&self, rec: &mut Record) {
+        let Some(f) = self.flight.as_ref() else {
+            return;
+        };
+        rec.requested_model = f.chat.model.clone();
+        rec.model = f.model_name.clone();
+        rec.stream = f.chat.stream;
+        rec.cache = f.cache_status.as_str().to_string();
+        if let Some((e, a)) = &f.experiment {
+            rec.experiment = e.clone();
+            rec.arm = a.clone();
         }
-    });
-}
-
-pub fn enabled() -> bool {
-    BUFFER.with(|b| b.try_borrow().map(|b| b.is_some()).unwrap_or(false))
-}
-
-pub fn push(record: &Record) {
-    BUFFER.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            if let Some(buf) = b.as_mut() {
-                buf.push(record.encode());
-            }
-        }
-    });
-}
-
-/// Batches sent at once at most, per VM: with a batch of 500 every tick, one
-/// at a time would cap the log at 500 records per second per worker.
-const MAX_IN_FLIGHT: usize = 8;
-
-/// The batches in flight to the collector, per VM.
-#[derive(Default)]
-pub struct Shipper {
-    in_flight: HashMap<u32, Vec<Vec<u8>>>,
-    reported_drops: u64,
-    /// When the last "not sent" warning was logged, and failures since.
-    warned_ms: Option<u64>,
-    unwarned: u64,
-}
-
-/// A collector that cannot be reached is logged at most this often (the
-/// `portcullis.log.flush_failures` counter counts every failure).
-const WARN_EVERY_MS: u64 = 60_000;
-
-impl Shipper {
-    /// At a tick: publish counters and send what waits, up to
-    /// [`MAX_IN_FLIGHT`] batches at once.
-    pub fn tick(&mut self, cfg: Option<&LogConfig>) {
-        flush_counters();
-        let dropped = BUFFER.with(|b| {
-            b.try_borrow()
-                .ok()
-                .and_then(|b| b.as_ref().map(|b| b.dropped))
-                .unwrap_or(0)
-        });
-        if dropped > self.reported_drops {
-            count(
-                "portcullis.log.dropped",
-                (dropped - self.reported_drops) as i64,
-            );
-            self.reported_drops = dropped;
-        }
-        let Some(cfg) = cfg else { return };
-        while self.in_flight.len() < MAX_IN_FLIGHT {
-            let batch = BUFFER.with(|b| {
-                b.try_borrow_mut()
-                    .ok()
-                    .and_then(|mut b| b.as_mut().map(|b| b.take(cfg.batch_size)))
-                    .unwrap_or_default()
+        for (p, cause) in &f.tried {
+            rec.attempts.push(Attempt {
+                provider: p.clone(),
+                status: cause.status(),
+                cause: cause.class().into(),
             });
-            if batch.is_empty() {
-                return;
-            }
-            let body = encode_batch(&batch);
-            match hostcalls::dispatch_grpc_call(
-                &cfg.cluster,
-                "portcullis.v1.Collector",
-                "Ingest",
-                vec![],
-                Some(&body),
-                Duration::from_millis(cfg.timeout_ms),
-            ) {
-                Ok(token) => {
-                    self.in_flight.insert(token, batch);
-                }
-                Err(s) => {
-                    self.warn_not_sent(&format!("to cluster `{}`: {s:?}", cfg.cluster));
-                    count("portcullis.log.flush_failures", 1);
-                    requeue(batch);
-                    return;
-                }
-            }
+        }
+        for (p, _) in &f.skipped {
+            rec.attempts.push(Attempt {
+                provider: p.clone(),
+                status: 0,
+                cause: "circuit_open".into(),
+            });
+        }
+        if let Some(status) = f.answered {
+            rec.attempts.push(Attempt {
+                provider: rec.provider.clone(),
+                status: status.into(),
+                cause: String::new(),
+            });
+        }
+        if f.attempts > 1 {
+            // Single-attempt requests skip it: one host call less each.
+            self.host
+                .histogram(metrics::ATTEMPTS, u64::from(f.attempts));
         }
     }
 
-    /// Warn that the log is not getting through, at most every
-    /// [`WARN_EVERY_MS`], saying how many failures went unreported.
-    fn warn_not_sent(&mut self, why: &str) {
-        let now = crate::host::now_ms();
-        if self
-            .warned_ms
-            .is_some_and(|t| now.saturating_sub(t) < WARN_EVERY_MS)
-        {
-            self.unwarned += 1;
-            return;
-        }
-        let since = match (self.warned_ms, self.unwarned) {
-            (Some(_), n) if n > 0 => format!(" ({n} more failures since the last warning)"),
-            _ => String::new(),
-        };
-        let _ = crate::abi::log(
-            LogLevel::Warn,
-            &format!("request log not sent {why}; records wait (up to log.buffer_records per worker) and are re-sent{since}"),
+    /// Requests by client, provider, model, status class and cache status;
+    /// tokens; the gateway's latency.
+    fn request_metrics(&self, r: &Record) {
+        self.host.count(
+            &metrics::requests(&r.client, &r.provider, &r.model, r.status, &r.cache),
+            1,
         );
-        self.warned_ms = Some(now);
-        self.unwarned = 0;
-    }
-
-    /// The collector answered (gRPC status 0 = committed).
-    pub fn on_response(&mut self, token: u32, grpc_status: u32) {
-        let Some(batch) = self.in_flight.remove(&token) else {
-            return;
-        };
-        if grpc_status == 0 {
-            count("portcullis.log.records_sent", batch.len() as i64);
-        } else {
-            self.warn_not_sent(&format!(
-                "(the collector answered gRPC status {grpc_status})"
-            ));
-            count("portcullis.log.flush_failures", 1);
-            requeue(batch);
+        if r.prompt_tokens.saturating_add(r.completion_tokens) > 0 {
+            let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.host.count(
+                &metrics::tokens_in(&r.provider, &r.model),
+                signed(r.prompt_tokens),
+            );
+            self.host.count(
+                &metrics::tokens_out(&r.provider, &r.model),
+                signed(r.completion_tokens),
+            );
         }
+        self.host
+            .histogram(&metrics::latency(&r.provider), r.latency_ms);
     }
-}
-
-fn requeue(batch: Vec<Vec<u8>>) {
-    BUFFER.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            if let Some(buf) = b.as_mut() {
-                buf.requeue(batch);
-            }
-        }
-    });
-}
-
-/// Per-request metrics: requests by client, provider, model, status class and
-/// cache status; tokens; gateway latency.
-pub fn request_metrics(r: &Record) {
-    let class = match r.status {
-        200..=299 => "2xx",
-        400..=499 => "4xx",
-        500..=599 => "5xx",
-        _ => "other",
-    };
-    count(
-        &format!(
-            "portcullis.requests.client.{}.provider.{}.model.{}.status.{class}.cache.{}.total",
-            label(&r.client),
-            label(&r.provider),
-            label(&r.model),
-            label(&r.cache)
-        ),
-        1,
-    );
-    if r.prompt_tokens + r.completion_tokens > 0 {
-        let pm = format!("provider.{}.model.{}", label(&r.provider), label(&r.model));
-        count(
-            &format!("portcullis.tokens_in.{pm}.total"),
-            r.prompt_tokens as i64,
-        );
-        count(
-            &format!("portcullis.tokens_out.{pm}.total"),
-            r.completion_tokens as i64,
-        );
-    }
-    histogram(
-        &format!("portcullis.latency.provider.{}.ms", label(&r.provider)),
-        r.latency_ms,
-    );
-}
-
-pub fn config_generation(generation: u64) {
-    gauge("portcullis.config_generation", generation);
 }

@@ -48,6 +48,29 @@ impl CacheConfig {
 
 pub type Hash = [u8; 32];
 
+/// What the cache did for a request (`x-portcullis-cache`, the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheStatus {
+    /// No cache, or the client bypassed it (`no-store`).
+    #[default]
+    Off,
+    Hit,
+    Miss,
+    /// `no-cache`: not served from the cache, but the answer is stored.
+    Refresh,
+}
+
+impl CacheStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Off => "off",
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Refresh => "refresh",
+        }
+    }
+}
+
 /// Case-fold and collapse whitespace in message text.
 fn normalize_text(s: &str) -> String {
     s.split_whitespace()
@@ -218,13 +241,7 @@ pub fn choose_way(index: &[Way], hash: &Hash, now_ms: u64) -> (usize, bool) {
     (oldest, true)
 }
 
-fn index_key(set: u32) -> String {
-    format!("portcullis:cache:{set}")
-}
-
-fn slot_key(set: u32, way: usize) -> String {
-    format!("portcullis:cache:{set}:{way}")
-}
+use crate::keys::{cache_index as index_key, cache_slot as slot_key};
 
 /// The stored completion for `hash`, if present and fresh. Two reads: the
 /// set's index, then the slot (whose own hash is checked, since a racing

@@ -430,12 +430,6 @@ pub struct Provider {
     pub breaker: BreakerConfig,
 }
 
-impl Provider {
-    pub fn chat_path(&self) -> String {
-        format!("{}/chat/completions", self.base_path.trim_end_matches('/'))
-    }
-}
-
 /// One provider serving a model, under that provider's own model id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Serving {
@@ -1190,7 +1184,8 @@ clients:
         assert_eq!(serving[0].provider, 0);
         assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
         assert_eq!(g.auto.len(), 2);
-        assert_eq!(g.providers[1].chat_path(), "/openai/v1/chat/completions");
+        let t = crate::translate::for_provider(&g.providers[1]);
+        assert_eq!(t.chat_path(&g.providers[1]), "/openai/v1/chat/completions");
         assert_eq!(g.max_body_bytes, 1 << 20);
     }
 

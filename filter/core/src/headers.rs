@@ -17,6 +17,59 @@ pub const ATTEMPTS: &str = "x-portcullis-attempts";
 pub const CACHE: &str = "x-portcullis-cache";
 pub const EXPERIMENT: &str = "x-portcullis-experiment";
 
+/// Whether a client's request header goes on to the provider, on the first
+/// attempt and on every fallback alike. It does unless it is:
+/// - a pseudo-header or `host` (the upstream request sets its own),
+/// - the client's credentials: `authorization`, `proxy-authorization`,
+///   `cookie` (the provider gets its own key, never the client's),
+/// - hop-by-hop (`connection`, `keep-alive`, `proxy-connection`, `te`,
+///   `trailer`, `transfer-encoding`, `upgrade`) or `content-length` (the
+///   body may be rewritten),
+/// - `accept-encoding` (the gateway reads answers: providers answer plain),
+/// - the gateway's own `x-portcullis-*` or Envoy's `x-envoy-*`.
+///
+/// So `user-agent`, `content-type`, `accept`, `openai-organization`,
+/// `openai-project`, `x-request-id`, tracing headers (`traceparent`,
+/// `tracestate`, `b3`, `x-b3-*`), the SDK's `x-stainless-*` and any other
+/// application header pass.
+pub fn forwarded_upstream(name: &str) -> bool {
+    const NOT_FOR_PROVIDERS: &[&str] = &["proxy-authorization", "cookie", "accept-encoding"];
+    !(name.starts_with(':')
+        || one_of(SET_PER_ATTEMPT, name)
+        || one_of(NOT_FOR_PROVIDERS, name)
+        || is_gateway_header(name)
+        || name
+            .get(..8)
+            .is_some_and(|p| p.eq_ignore_ascii_case("x-envoy-")))
+}
+
+/// Client headers the filter removes before Envoy's router sends the first
+/// attempt: those not [`forwarded_upstream`] that nothing else takes care of
+/// (each attempt sets the pseudo-headers, `authorization` and, when the body
+/// changes, `content-length`; Envoy's codec drops hop-by-hop headers).
+pub fn removed_before_routing(name: &str) -> bool {
+    !forwarded_upstream(name) && !name.starts_with(':') && !one_of(SET_PER_ATTEMPT, name)
+}
+
+/// Headers each attempt sets itself (`host`, `authorization`,
+/// `content-length`) or that are hop-by-hop (Envoy's codec owns them).
+const SET_PER_ATTEMPT: &[&str] = &[
+    "host",
+    "authorization",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn one_of(list: &[&str], name: &str) -> bool {
+    list.iter().any(|d| d.eq_ignore_ascii_case(name))
+}
+
 /// A header map as the proxy-wasm ABI passes it: the number of pairs (u32
 /// LE), each pair's key and value length (u32 LE each), then each key and
 /// value followed by a NUL.
@@ -104,5 +157,67 @@ mod tests {
         let mut long = enc.clone();
         long[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode_pairs(&long), None);
+    }
+
+    #[test]
+    fn the_same_client_headers_go_to_every_provider() {
+        for kept in [
+            "user-agent",
+            "content-type",
+            "accept",
+            "openai-organization",
+            "OpenAI-Project",
+            "x-request-id",
+            "traceparent",
+            "tracestate",
+            "x-b3-traceid",
+            "x-stainless-lang",
+            "x-app",
+        ] {
+            assert!(forwarded_upstream(kept), "{kept}");
+        }
+        for dropped in [
+            ":path",
+            ":authority",
+            "host",
+            "Authorization",
+            "proxy-authorization",
+            "cookie",
+            "connection",
+            "transfer-encoding",
+            "te",
+            "upgrade",
+            "content-length",
+            "accept-encoding",
+            "x-portcullis-cluster",
+            "X-Envoy-Upstream-Rq-Timeout-Ms",
+            "x-envoy-retry-on",
+        ] {
+            assert!(!forwarded_upstream(dropped), "{dropped}");
+        }
+    }
+
+    #[test]
+    fn before_routing_only_what_nothing_else_replaces_is_removed() {
+        for removed in [
+            "cookie",
+            "proxy-authorization",
+            "accept-encoding",
+            "x-portcullis-model",
+            "x-envoy-retry-on",
+        ] {
+            assert!(removed_before_routing(removed), "{removed}");
+        }
+        for kept in [
+            ":path",
+            "host",
+            "authorization",
+            "content-length",
+            "te",
+            "user-agent",
+            "x-request-id",
+        ] {
+            assert!(!removed_before_routing(kept), "{kept}");
+        }
     }
 }

@@ -193,6 +193,11 @@ impl ChatRequest {
             .unwrap_or_default()
     }
 
+    /// The client's body as it came.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
     pub fn body_len(&self) -> usize {
         self.body.len()
     }

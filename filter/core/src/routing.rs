@@ -37,6 +37,14 @@ pub struct Route {
     pub candidates: Vec<(usize, String)>,
 }
 
+/// The order in which a request's candidates are tried (and fallen back
+/// through): chain order. This is the step routing strategies replace
+/// (cheapest, fastest, least busy); open breakers are skipped afterwards,
+/// whatever the order.
+pub fn order_candidates(candidates: Vec<(usize, String)>) -> Vec<(usize, String)> {
+    candidates
+}
+
 /// Pick by weight: `roll` is any uniformly random u64.
 pub fn pick_weighted(choices: &[(usize, u32)], roll: u64) -> Option<usize> {
     let total: u64 = choices.iter().map(|&(_, w)| u64::from(w)).sum();

@@ -1,0 +1,251 @@
+//! The answer path, one for every attempt: `begin` (status and headers),
+//! `chunk` (bytes as they pass), `end`. Envoy's router feeds it the first
+//! attempt's answer callback by callback; a fallback's answer arrives whole
+//! from its callout and goes through the same three steps. What it does
+//! once: the status for the record, whether the answer can be read
+//! (content-encoded answers pass untouched), the usage read and settled,
+//! the stream's usage chunk dropped when only the gateway asked for it, the
+//! cache store, the completion text for the record.
+
+use crate::admission::Finish;
+use crate::context::{Phase, RequestContext};
+use crate::host::{Headers, Host, Part};
+use crate::metrics;
+use portcullis_core::attempt::{classify, classify_call};
+use portcullis_core::headers;
+use portcullis_core::sse::{self, Relay};
+use portcullis_core::usage::{AnswerCopy, Usage};
+use proxy_wasm::types::Action;
+
+/// How an answer is read as it passes.
+pub enum Reader {
+    /// A stream: events parsed as they pass (usage, the completion).
+    Stream(Relay),
+    /// A whole answer: a copy taken as it passes.
+    Whole(AnswerCopy),
+}
+
+/// Whether a response's headers say its body is content-encoded.
+fn is_encoded(headers: &Headers) -> bool {
+    headers
+        .iter()
+        .any(|(k, v)| k == "content-encoding" && !v.eq_ignore_ascii_case(b"identity"))
+}
+
+fn status_of(headers: &Headers) -> Option<u16> {
+    headers
+        .iter()
+        .find(|(k, _)| k == ":status")
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+impl<H: Host> RequestContext<H> {
+    /// An answer's status and headers arrived; decide how to read it.
+    fn answer_begin(&mut self, status: u16, resp: &Headers) {
+        self.phase = Phase::Responding;
+        self.log.status = status;
+        let stream = self.flight.as_ref().is_some_and(|f| f.chat.stream);
+        if stream {
+            self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+        }
+        if (400..500).contains(&status) {
+            self.log.error = "provider_client_error";
+        }
+        if status >= 400 {
+            // Passed through as the client's error: it used nothing.
+            self.finish_limits(Finish::Release);
+        }
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let wants_usage = self.wants_usage(&loaded.gw);
+        let Some(f) = self.flight.as_mut() else {
+            return;
+        };
+        if status != 200 || is_encoded(resp) {
+            // Not read: an error, or compressed (passed on untouched, the
+            // reservation stands).
+            f.cache_fill = None;
+            return;
+        }
+        let store = f.cache_fill.is_some();
+        if f.chat.stream && (store || f.usage_chunk || wants_usage) {
+            self.reader = Some(Reader::Stream(Relay::new(f.usage_chunk)));
+        } else if !f.chat.stream && (store || wants_usage) {
+            // How much to keep whole: what the cache may store, or the
+            // record's completion text; past that only the tail (usage).
+            let cache_max = loaded.gw.cache.as_ref().map_or(0, |c| c.max_entry_bytes);
+            let content_max = if include_content(&loaded.gw) {
+                1 << 16
+            } else {
+                0
+            };
+            let keep = if store { cache_max } else { 0 };
+            self.reader = Some(Reader::Whole(AnswerCopy::new(keep.max(content_max))));
+        }
+    }
+
+    /// Bytes of the answer as they pass; `Some` when what the client gets
+    /// differs (a stream without the usage chunk only the gateway asked for).
+    fn answer_chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
+        match self.reader.as_mut()? {
+            Reader::Stream(relay) => {
+                let mut out = relay.chunk(bytes);
+                if end {
+                    out.extend(relay.finish());
+                }
+                relay.strip_usage.then_some(out)
+            }
+            Reader::Whole(copy) => {
+                copy.push(bytes);
+                None
+            }
+        }
+    }
+
+    /// The whole answer has passed: settle the limits with its usage, keep
+    /// its text for the record when asked, store it in the cache.
+    fn answer_end(&mut self) {
+        let (usage, whole) = match self.reader.take() {
+            Some(Reader::Stream(relay)) => (
+                relay.assembly.usage.as_ref().and_then(Usage::from_usage),
+                relay.assembly.completion(),
+            ),
+            Some(Reader::Whole(copy)) => {
+                let (usage, whole) = copy.finish();
+                if whole.is_none()
+                    && self
+                        .flight
+                        .as_mut()
+                        .and_then(|f| f.cache_fill.take())
+                        .is_some()
+                {
+                    self.host.count(metrics::CACHE_TOO_LARGE, 1);
+                }
+                (usage, whole)
+            }
+            None => return,
+        };
+        self.log.usage = usage;
+        self.finish_limits(Finish::Settle(usage));
+        if let Some(c) = whole {
+            if self.loaded.as_ref().is_some_and(|l| include_content(&l.gw)) {
+                self.log.completion = sse::completion_text(&c);
+            }
+            self.cache_store(&c);
+        }
+    }
+
+    /// The router's answer: a retryable failure falls back (its headers held);
+    /// anything else is the client's answer, with the gateway's headers.
+    pub(crate) fn router_answer_headers(&mut self) -> Action {
+        let resp = self.host.headers(Part::Response).unwrap_or_default();
+        let status = status_of(&resp).unwrap_or(0);
+        // Why Envoy failed, for its own local replies (read on failures only).
+        let details = (status == 429 || status >= 500)
+            .then(|| self.host.property(&["response", "code_details"]))
+            .flatten()
+            .and_then(|b| String::from_utf8(b).ok());
+        if let Some(action) = self.after_attempt(Some(status), classify(status, details.as_deref()))
+        {
+            return action;
+        }
+        self.answer_begin(status, &resp);
+        // Gateway headers from a provider never reach the client as ours;
+        // the provider's other headers are left as they are.
+        for (k, _) in resp.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
+            let _ = self.host.set_header(Part::Response, k, None);
+        }
+        for (k, v) in self.gateway_headers() {
+            let _ = self.host.add_header(Part::Response, k, &v);
+        }
+        Action::Continue
+    }
+
+    /// The router's answer passes chunk by chunk (never held: Envoy's buffer
+    /// limits never apply and the client gets bytes at once).
+    pub(crate) fn router_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.reader.is_some() {
+            let chunk = self
+                .host
+                .body(Part::Response, body_size)
+                .unwrap_or_default();
+            if let Some(out) = self.answer_chunk(&chunk, end_of_stream) {
+                let _ = self.host.set_body(Part::Response, body_size, &out);
+            }
+        }
+        if end_of_stream {
+            self.answer_end();
+        }
+        Action::Continue
+    }
+
+    /// A fallback's answer, whole: the same steps, then sent to the client
+    /// in place of the failed upstream's answer.
+    pub(crate) fn fallback_answer(&mut self, token: u32, body_size: usize) {
+        let Some(call) = self
+            .flight
+            .as_mut()
+            .and_then(|f| f.call.take_if(|c| c.token == token))
+        else {
+            return;
+        };
+        // As bytes: the provider's header values pass to the client unchanged.
+        let resp = self.host.headers(Part::CallResponse).unwrap_or_default();
+        let status = status_of(&resp);
+        let elapsed = self.host.now_ms().saturating_sub(call.started_ms);
+        if self
+            .after_attempt(status, classify_call(status, elapsed, call.timeout_ms))
+            .is_some()
+        {
+            return; // the next attempt was dispatched, or the error was sent
+        }
+        let status = status.unwrap_or(502);
+        let mut body = self
+            .host
+            .body(Part::CallResponse, body_size)
+            .unwrap_or_default();
+        self.answer_begin(status, &resp);
+        if let Some(out) = self.answer_chunk(&body, true) {
+            body = out;
+        }
+        self.answer_end();
+        let ours = self.gateway_headers();
+        let mut hdrs: Vec<(&str, &[u8])> = resp
+            .iter()
+            .filter(|(k, _)| {
+                !k.starts_with(':')
+                    && !matches!(
+                        k.as_str(),
+                        "content-length" | "transfer-encoding" | "connection" | "keep-alive"
+                    )
+                    && !headers::is_gateway_header(k)
+            })
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
+        self.send(status, &hdrs, &body);
+    }
+
+    /// The gateway's response headers: who answered, how, and the limits.
+    pub(crate) fn gateway_headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(f) = self.flight.as_ref() {
+            out.push((headers::MODEL, f.model_name.clone()));
+            if let Some(p) = self.answering_provider() {
+                out.push((headers::PROVIDER, p));
+            }
+            out.push((headers::ATTEMPTS, f.attempts.to_string()));
+            out.push((headers::CACHE, f.cache_status.as_str().to_string()));
+            if let Some((e, a)) = &f.experiment {
+                out.push((headers::EXPERIMENT, format!("{e}/{a}")));
+            }
+        }
+        out.extend(self.rate_headers.iter().cloned());
+        out
+    }
+}
+
+fn include_content(gw: &portcullis_core::config::Gateway) -> bool {
+    gw.log.as_ref().is_some_and(|l| l.include_content)
+}

@@ -1,0 +1,245 @@
+//! A routed request across its attempts: which providers it may still try
+//! (open breakers are skipped without spending an attempt), what each
+//! attempt's result means for its breaker, and the next attempt by callout
+//! when one fails.
+
+use crate::breakers;
+use crate::context::{Phase, RequestContext};
+use crate::host::Host;
+use crate::metrics;
+use portcullis_core::attempt::{exhausted, Cause, Outcome};
+use portcullis_core::breaker::Admission;
+use portcullis_core::cache::{CacheStatus, Hash};
+use portcullis_core::config::Gateway;
+use portcullis_core::ratelimit::Price;
+use portcullis_core::request::ChatRequest;
+use proxy_wasm::types::{Action, LogLevel};
+
+/// The provider currently tried, and whether it is a half-open probe.
+#[derive(Debug, Clone)]
+pub struct Current {
+    pub provider: usize,
+    pub probe: bool,
+    pub reported: bool,
+    /// The breaker was closed with nothing counted when this attempt began.
+    pub clean: bool,
+}
+
+/// A pending fallback callout.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub token: u32,
+    pub started_ms: u64,
+    pub timeout_ms: u64,
+}
+
+pub struct Flight {
+    pub chat: ChatRequest,
+    /// The model's public name.
+    pub model_name: String,
+    /// (provider index, provider's model id), in the order they are tried.
+    pub candidates: Vec<(usize, String)>,
+    next_candidate: usize,
+    pub attempts: u32,
+    pub tried: Vec<(String, Cause)>,
+    pub skipped: Vec<(String, u64)>,
+    pub current: Option<Current>,
+    /// The status the current provider answered with, when it was not a
+    /// retryable failure (that answer goes to the client).
+    pub answered: Option<u16>,
+    pub call: Option<Call>,
+    pub cache_status: CacheStatus,
+    /// Set when the answer is to be stored in the cache, under this key.
+    pub cache_fill: Option<Hash>,
+    /// The gateway asks a streaming provider for the usage chunk the client
+    /// did not ask for; it is read, then dropped from what the client gets.
+    pub usage_chunk: bool,
+    /// (experiment, arm) when an experiment chose the model.
+    pub experiment: Option<(String, String)>,
+    pub price: Option<Price>,
+    /// The client's headers every fallback sends, read at the first one.
+    pub forwarded: Option<Vec<(String, String)>>,
+}
+
+impl Flight {
+    pub fn new(
+        chat: ChatRequest,
+        model_name: String,
+        candidates: Vec<(usize, String)>,
+        experiment: Option<(String, String)>,
+        price: Option<Price>,
+    ) -> Self {
+        Self {
+            chat,
+            model_name,
+            candidates,
+            next_candidate: 0,
+            attempts: 0,
+            tried: Vec::new(),
+            skipped: Vec::new(),
+            current: None,
+            answered: None,
+            call: None,
+            cache_status: CacheStatus::Off,
+            cache_fill: None,
+            usage_chunk: false,
+            experiment,
+            price,
+            forwarded: None,
+        }
+    }
+
+    /// The next candidate whose breaker admits a request, within the
+    /// attempt budget.
+    pub fn admit_next(&mut self, host: &impl Host, gw: &Gateway) -> Option<(usize, String)> {
+        while self.attempts < gw.max_attempts {
+            let (idx, model_id) = self.candidates.get(self.next_candidate)?.clone();
+            self.next_candidate = self.next_candidate.saturating_add(1);
+            let p = gw.providers.get(idx)?;
+            match breakers::admit(host, p) {
+                (Admission::Refused { retry_after_ms }, _) => {
+                    host.count(&metrics::skipped_open(&p.name), 1);
+                    self.skipped.push((p.name.clone(), retry_after_ms));
+                }
+                (adm, clean) => {
+                    self.attempts = self.attempts.saturating_add(1);
+                    self.current = Some(Current {
+                        provider: idx,
+                        probe: adm == Admission::Probe,
+                        reported: false,
+                        clean,
+                    });
+                    return Some((idx, model_id));
+                }
+            }
+        }
+        None
+    }
+}
+
+impl<H: Host> RequestContext<H> {
+    /// Record the current attempt's outcome; on a retryable failure, start
+    /// the next attempt or answer with the aggregated error (the action).
+    pub(crate) fn after_attempt(
+        &mut self,
+        status: Option<u16>,
+        outcome: Outcome,
+    ) -> Option<Action> {
+        let loaded = self.loaded.clone()?;
+        let flight = self.flight.as_mut()?;
+        let cur = flight.current.as_mut()?;
+        let provider = loaded.gw.providers.get(cur.provider)?;
+        cur.reported = true;
+        if !matches!(outcome, Outcome::Retryable(_)) {
+            flight.answered = status;
+        }
+        match outcome {
+            // Nothing to record: saves a shared-data read on the hot path.
+            Outcome::Success if cur.clean && !cur.probe => {}
+            Outcome::Success => breakers::on_result(&self.host, provider, true, cur.probe),
+            // The provider is alive; the client's request is at fault.
+            Outcome::ClientError if cur.probe => {
+                breakers::on_result(&self.host, provider, true, true)
+            }
+            Outcome::ClientError => {}
+            Outcome::Retryable(cause) => {
+                breakers::on_result(&self.host, provider, false, cur.probe);
+                self.host
+                    .count(&metrics::attempt_failure(&provider.name, cause), 1);
+                flight.tried.push((provider.name.clone(), cause));
+                return Some(self.next_attempt());
+            }
+        }
+        None
+    }
+
+    /// Dispatch the request to the next admitted candidate, or answer with
+    /// the error when none is left.
+    pub(crate) fn next_attempt(&mut self) -> Action {
+        let Some(loaded) = self.loaded.clone() else {
+            return Action::Continue;
+        };
+        loop {
+            let Some(flight) = self.flight.as_mut() else {
+                return Action::Continue;
+            };
+            let Some((idx, model_id)) = flight.admit_next(&self.host, &loaded.gw) else {
+                let err = exhausted(&flight.model_name, &flight.tried, &flight.skipped);
+                return self.fail(&err);
+            };
+            let Some(p) = loaded.gw.providers.get(idx) else {
+                continue;
+            };
+            let sent = self
+                .upstream_for(&loaded, idx, &model_id)
+                .map_err(|e| e.message)
+                .and_then(|up| self.dispatch_fallback(&up).map_err(|s| format!("{s:?}")));
+            match sent {
+                Ok(call) => {
+                    self.host.count(metrics::FALLBACKS, 1);
+                    if let Some(f) = self.flight.as_mut() {
+                        f.call = Some(call);
+                    }
+                    self.phase = Phase::FallbackPending;
+                    return Action::Pause;
+                }
+                Err(why) => {
+                    self.host.log(
+                        LogLevel::Error,
+                        &format!(
+                            "fallback to `{}` (cluster {}) not dispatched: {why}",
+                            p.name, p.cluster
+                        ),
+                    );
+                    self.attempt_not_sent(idx);
+                }
+            }
+        }
+    }
+
+    /// A fallback that could not be sent counts as a connect failure; a
+    /// probe gives its slot back.
+    fn attempt_not_sent(&mut self, idx: usize) {
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(flight) = self.flight.as_mut() else {
+            return;
+        };
+        let Some(p) = loaded.gw.providers.get(idx) else {
+            return;
+        };
+        if let Some(cur) = flight.current.as_mut() {
+            cur.reported = true;
+            if cur.probe {
+                breakers::release_probe(&self.host, p);
+            }
+        }
+        flight.tried.push((p.name.clone(), Cause::ConnectFailure));
+    }
+
+    /// A probe that never reported (the client went away) gives its slot back.
+    pub(crate) fn release_unreported_probe(&mut self) {
+        let (Some(loaded), Some(f)) = (self.loaded.as_ref(), self.flight.as_ref()) else {
+            return;
+        };
+        if let Some(cur) = f.current.as_ref().filter(|c| c.probe && !c.reported) {
+            if let Some(p) = loaded.gw.providers.get(cur.provider) {
+                breakers::release_probe(&self.host, p);
+            }
+        }
+    }
+
+    /// The provider whose answer the client gets: the one tried last, or
+    /// for a cache hit the first of the chain (the entry's key).
+    pub(crate) fn answering_provider(&self) -> Option<String> {
+        let f = self.flight.as_ref()?;
+        let gw = &self.loaded.as_ref()?.gw;
+        let idx = if f.cache_status == CacheStatus::Hit {
+            f.candidates.first()?.0
+        } else {
+            f.current.as_ref()?.provider
+        };
+        gw.providers.get(idx).map(|p| p.name.clone())
+    }
+}

@@ -1,0 +1,107 @@
+//! Each provider's circuit breaker in shared data: one CAS update per
+//! decision, the state transition reported as a gauge, a counter and a log
+//! line. A store problem fails open: it never takes a provider out.
+
+use crate::host::Host;
+use crate::metrics;
+use portcullis_core::breaker::{self, Admission, Breaker, Transition};
+use portcullis_core::config::{Gateway, Provider};
+use portcullis_core::keys;
+use portcullis_core::store::update;
+use proxy_wasm::types::LogLevel;
+
+/// At configure time: create missing breaker keys (so request-time updates
+/// always have a CAS token) and publish each state; existing state (a
+/// reload) is kept.
+pub fn prepare(host: &impl Host, gw: &Gateway) {
+    for p in &gw.providers {
+        let key = keys::breaker(&p.name);
+        match host.get(&key) {
+            Ok((Some(v), _)) => host.gauge(
+                &metrics::breaker_state(&p.name),
+                Breaker::decode(Some(&v)).state.gauge(),
+            ),
+            Ok((None, _)) => {
+                let _ = host.set(&key, &Breaker::default().encode(), None);
+                host.gauge(&metrics::breaker_state(&p.name), 0);
+            }
+            Err(e) => host.log(
+                LogLevel::Warn,
+                &format!("breaker state of `{}` unreadable: {e:?}", p.name),
+            ),
+        }
+    }
+}
+
+fn note(host: &impl Host, provider: &str, t: Option<Transition>) {
+    let Some(t) = t else { return };
+    host.gauge(&metrics::breaker_state(provider), t.to.gauge());
+    host.count(&metrics::breaker_transition(provider, t.to), 1);
+    host.log(
+        LogLevel::Info,
+        &format!(
+            "breaker of `{provider}`: {} -> {}",
+            t.from.name(),
+            t.to.name()
+        ),
+    );
+}
+
+/// Ask the provider's breaker for admission. Also says whether the breaker
+/// was clean (closed, no failures counted, no ratio window): then a success
+/// has nothing to record.
+pub fn admit(host: &impl Host, p: &Provider) -> (Admission, bool) {
+    let now = || host.now_ms();
+    let r = update(host, &keys::breaker(&p.name), |cur| {
+        let b = Breaker::decode(cur);
+        let clean = b.state == breaker::State::Closed
+            && b.consecutive_failures == 0
+            && p.breaker.failure_ratio.is_none();
+        let (next, adm, t) = breaker::admit_at(&b, &p.breaker, now);
+        (next.map(|n| n.encode()), (adm, t, clean))
+    });
+    match r {
+        Ok((adm, t, clean)) => {
+            note(host, &p.name, t);
+            (adm, clean)
+        }
+        Err(e) => {
+            host.log(
+                LogLevel::Warn,
+                &format!(
+                    "breaker of `{}` unavailable ({e:?}); letting the request through",
+                    p.name
+                ),
+            );
+            (Admission::Allowed, false)
+        }
+    }
+}
+
+/// Record an attempt's result (`probe`: it was a half-open probe).
+pub fn on_result(host: &impl Host, p: &Provider, success: bool, probe: bool) {
+    let now = || host.now_ms();
+    let r = update(host, &keys::breaker(&p.name), |cur| {
+        let (next, t) =
+            breaker::on_result_at(&Breaker::decode(cur), &p.breaker, now, success, probe);
+        (next.map(|n| n.encode()), t)
+    });
+    match r {
+        Ok(t) => note(host, &p.name, t),
+        Err(e) => host.log(
+            LogLevel::Warn,
+            &format!("breaker of `{}` not updated: {e:?}", p.name),
+        ),
+    }
+}
+
+/// A probe that will never report (its call was not sent, or the client
+/// went away) gives its slot back.
+pub fn release_probe(host: &impl Host, p: &Provider) {
+    let _ = update(host, &keys::breaker(&p.name), |cur| {
+        (
+            breaker::release_probe(&Breaker::decode(cur)).map(|n| n.encode()),
+            (),
+        )
+    });
+}

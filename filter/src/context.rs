@@ -1,0 +1,246 @@
+//! One HTTP stream through the gateway: its state, and the proxy-wasm
+//! callbacks, each a few lines that hand over to a named step:
+//!
+//! | callback | step |
+//! |---|---|
+//! | request headers | [`request_headers`](crate::request_headers) |
+//! | request body | [`request_body`](crate::request_body) |
+//! | response headers and body | the router's answer, [`answer`](crate::answer) |
+//! | callout answer | a fallback's answer, [`answer`](crate::answer) |
+//! | log | the record ([`telemetry`](crate::telemetry)), limits, probes |
+
+use crate::abi_host::AbiHost;
+use crate::admission::{Finish, Held};
+use crate::answer::Reader;
+use crate::attempts::Flight;
+use crate::host::Host;
+use crate::root::Loaded;
+use portcullis_core::config::{Client, Gateway};
+use portcullis_core::error::GatewayError;
+use portcullis_core::ratelimit::Take;
+use portcullis_core::usage::Usage;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, LogLevel};
+use std::rc::Rc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for request headers.
+    Headers,
+    /// A chat request: waiting for the whole body.
+    ChatBody,
+    /// The first attempt went through Envoy's router.
+    Proxied,
+    /// A fallback callout is in flight; the upstream's answer is held.
+    FallbackPending,
+    /// An answer is on its way to the client.
+    Responding,
+    /// Answered by the filter, or not ours: nothing more to do.
+    Done,
+}
+
+/// What the request record needs, gathered along the way.
+#[derive(Default)]
+pub struct LogFacts {
+    pub chat: bool,
+    pub started_ms: u64,
+    pub request_id: String,
+    pub status: u16,
+    pub error: &'static str,
+    pub ttfb_ms: u64,
+    pub usage: Option<Usage>,
+    pub prompt: String,
+    pub completion: String,
+}
+
+/// The client's request as read at its headers.
+#[derive(Default)]
+pub struct ClientRequest {
+    /// The client's key hash (its handle in `Gateway::clients`).
+    pub key: Option<[u8; 32]>,
+    pub path: String,
+    pub authority: String,
+    pub cache_control: Option<String>,
+    pub has_content_type: bool,
+}
+
+pub struct RequestContext<H: Host> {
+    pub host: H,
+    pub loaded: Option<Rc<Loaded>>,
+    /// A random number for this request (`auto` picks by weight).
+    pub roll: u64,
+    pub phase: Phase,
+    pub request: ClientRequest,
+    /// A routed chat request across its attempts.
+    pub flight: Option<Flight>,
+    /// The request-rate take at headers (for the rate-limit headers).
+    pub req_take: Option<Take>,
+    /// `x-ratelimit-*` headers for every answer to this request.
+    pub rate_headers: Vec<(&'static str, String)>,
+    /// What the request holds of its client's limits until it finishes.
+    pub held: Option<Held>,
+    /// How the answer on its way is read (usage, cache, content).
+    pub reader: Option<Reader>,
+    pub log: LogFacts,
+}
+
+impl<H: Host> RequestContext<H> {
+    pub fn new(host: H, loaded: Option<Rc<Loaded>>, roll: u64) -> Self {
+        Self {
+            host,
+            loaded,
+            roll,
+            phase: Phase::Headers,
+            request: ClientRequest::default(),
+            flight: None,
+            req_take: None,
+            rate_headers: Vec::new(),
+            held: None,
+            reader: None,
+            log: LogFacts::default(),
+        }
+    }
+
+    /// The config this request started with (a reload does not change it).
+    pub fn loaded(&self) -> Result<Rc<Loaded>, GatewayError> {
+        self.loaded
+            .clone()
+            .ok_or_else(|| GatewayError::internal("The gateway has no valid configuration yet."))
+    }
+
+    pub fn client<'g>(&self, gw: &'g Gateway) -> Option<&'g Client> {
+        gw.clients.get(self.request.key.as_ref()?)
+    }
+
+    /// End the request's hold on its client's limits (once).
+    pub fn finish_limits(&mut self, how: Finish) {
+        if let Some(h) = self.held.as_mut() {
+            h.finish(&self.host, how, self.host.now_ms());
+        }
+    }
+
+    /// Every answer the filter makes itself goes out here.
+    pub fn send(&mut self, status: u16, headers: &[(&str, &[u8])], body: &[u8]) -> Action {
+        self.phase = Phase::Done;
+        self.log.status = status;
+        if let Err(s) = self.host.send_response(status, headers, body) {
+            self.host.log(
+                LogLevel::Error,
+                &format!("send_http_response failed: {s:?}"),
+            );
+        }
+        Action::Pause
+    }
+
+    /// An answer of the gateway's own (errors, `/v1/models`): nothing was
+    /// used of the client's limits.
+    pub fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
+        self.finish_limits(Finish::Release);
+        let rate = std::mem::take(&mut self.rate_headers);
+        let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", b"application/json")];
+        hdrs.extend(extra.iter().map(|(k, v)| (*k, v.as_bytes())));
+        hdrs.extend(rate.iter().map(|(k, v)| (*k, v.as_bytes())));
+        self.send(status, &hdrs, body)
+    }
+
+    pub fn fail(&mut self, err: &GatewayError) -> Action {
+        self.log.error = err.code;
+        let retry = err.retry_after_s.map(|s| s.to_string());
+        let extra: Vec<(&str, &str)> = retry
+            .as_deref()
+            .map(|r| vec![("retry-after", r)])
+            .unwrap_or_default();
+        self.reply(err.status, &extra, &err.body())
+    }
+
+    fn or_fail(&mut self, step: Result<Action, GatewayError>) -> Action {
+        step.unwrap_or_else(|e| self.fail(&e))
+    }
+
+    pub fn on_request_headers(&mut self, end_of_stream: bool) -> Action {
+        if self.phase != Phase::Headers {
+            return Action::Continue;
+        }
+        let step = self.request_headers(end_of_stream);
+        self.or_fail(step)
+    }
+
+    pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.phase != Phase::ChatBody {
+            return Action::Continue;
+        }
+        let step = self.request_body(body_size, end_of_stream);
+        self.or_fail(step)
+    }
+
+    pub fn on_response_headers(&mut self) -> Action {
+        match self.phase {
+            Phase::Proxied => self.router_answer_headers(),
+            // Held until the fallback's answer replaces it.
+            Phase::FallbackPending => Action::Pause,
+            _ => Action::Continue,
+        }
+    }
+
+    pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        match self.phase {
+            // Letting the failed upstream's body through would flush the
+            // held headers to the client.
+            Phase::FallbackPending => Action::Pause,
+            Phase::Responding => self.router_answer_body(body_size, end_of_stream),
+            _ => Action::Continue,
+        }
+    }
+
+    pub fn on_call_response(&mut self, token: u32, body_size: usize) {
+        if self.phase == Phase::FallbackPending {
+            self.fallback_answer(token, body_size);
+        }
+    }
+
+    pub fn on_log(&mut self) {
+        self.emit_record();
+        let how = match self.phase {
+            // Cancelled before any answer: it used nothing.
+            Phase::Proxied | Phase::FallbackPending | Phase::ChatBody => Finish::Release,
+            // An answer without usage (or cut short): the reservation stands.
+            _ => Finish::Settle(None),
+        };
+        self.finish_limits(how);
+        self.release_unreported_probe();
+    }
+}
+
+impl Context for RequestContext<AbiHost> {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        self.on_call_response(token, body_size);
+    }
+}
+
+impl HttpContext for RequestContext<AbiHost> {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        self.on_request_headers(end_of_stream)
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.on_request_body(body_size, end_of_stream)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        self.on_response_headers()
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.on_response_body(body_size, end_of_stream)
+    }
+
+    fn on_log(&mut self) {
+        RequestContext::on_log(self);
+    }
+}

@@ -1,0 +1,244 @@
+//! A host for unit tests: header maps, bodies and shared data in memory, a
+//! settable clock, and every call the request path makes recorded (the
+//! local reply, callouts, metrics, records, log lines). Clones share state,
+//! so a test keeps a handle while the context owns the host.
+
+use crate::host::{Headers, Host, Part};
+use portcullis_core::record::Record;
+use portcullis_core::store::{MemStore, Store, StoreError};
+use proxy_wasm::types::{LogLevel, Status};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// A callout the request path sent.
+#[derive(Debug, Clone)]
+pub struct Callout {
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+impl Callout {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Default)]
+pub struct State {
+    pub now_ms: u64,
+    pub maps: HashMap<&'static str, Headers>,
+    pub bodies: HashMap<&'static str, Vec<u8>>,
+    pub properties: HashMap<String, Vec<u8>>,
+    /// The local reply, if the filter answered.
+    pub sent: Option<(u16, Headers, Vec<u8>)>,
+    pub callouts: Vec<Callout>,
+    /// Refuse callouts (as Envoy does for an unknown cluster).
+    pub refuse_callouts: bool,
+    pub counters: HashMap<String, i64>,
+    pub gauges: HashMap<String, i64>,
+    pub histograms: Vec<(String, u64)>,
+    pub records: Vec<Record>,
+    pub logs: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeHost {
+    pub state: Rc<RefCell<State>>,
+    pub store: Rc<MemStore>,
+}
+
+fn key(part: Part) -> &'static str {
+    match part {
+        Part::Request => "request",
+        Part::Response => "response",
+        Part::CallResponse => "call",
+    }
+}
+
+impl FakeHost {
+    pub fn set_headers(&self, part: Part, pairs: &[(&str, &str)]) {
+        let map = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        self.state.borrow_mut().maps.insert(key(part), map);
+    }
+
+    pub fn set_body_bytes(&self, part: Part, body: &[u8]) {
+        self.state
+            .borrow_mut()
+            .bodies
+            .insert(key(part), body.to_vec());
+    }
+
+    pub fn header(&self, part: Part, name: &str) -> Option<String> {
+        let st = self.state.borrow();
+        let (_, v) = st.maps.get(key(part))?.iter().find(|(k, _)| k == name)?;
+        Some(String::from_utf8_lossy(v).into_owned())
+    }
+
+    pub fn body_of(&self, part: Part) -> Vec<u8> {
+        self.state
+            .borrow()
+            .bodies
+            .get(key(part))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn counter(&self, name: &str) -> i64 {
+        self.state.borrow().counters.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn sent(&self) -> Option<(u16, Headers, Vec<u8>)> {
+        self.state.borrow().sent.clone()
+    }
+
+    pub fn callouts(&self) -> Vec<Callout> {
+        self.state.borrow().callouts.clone()
+    }
+}
+
+impl Store for FakeHost {
+    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        self.store.get(key)
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        self.store.set(key, value, cas)
+    }
+}
+
+impl Host for FakeHost {
+    fn now_ms(&self) -> u64 {
+        self.state.borrow().now_ms
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        self.state
+            .borrow_mut()
+            .logs
+            .push(format!("{level:?}: {message}"));
+    }
+
+    fn headers(&self, part: Part) -> Result<Headers, Status> {
+        Ok(self
+            .state
+            .borrow()
+            .maps
+            .get(key(part))
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn set_header(&self, part: Part, name: &str, value: Option<&str>) -> Result<(), Status> {
+        let mut st = self.state.borrow_mut();
+        let map = st.maps.entry(key(part)).or_default();
+        map.retain(|(k, _)| k != name);
+        if let Some(v) = value {
+            map.push((name.to_string(), v.as_bytes().to_vec()));
+        }
+        Ok(())
+    }
+
+    fn add_header(&self, part: Part, name: &str, value: &str) -> Result<(), Status> {
+        let mut st = self.state.borrow_mut();
+        let map = st.maps.entry(key(part)).or_default();
+        map.push((name.to_string(), value.as_bytes().to_vec()));
+        Ok(())
+    }
+
+    fn body(&self, part: Part, size: usize) -> Result<Vec<u8>, Status> {
+        let body = self.body_of(part);
+        Ok(body
+            .get(..size.min(body.len()))
+            .unwrap_or_default()
+            .to_vec())
+    }
+
+    fn set_body(&self, part: Part, _size: usize, bytes: &[u8]) -> Result<(), Status> {
+        self.set_body_bytes(part, bytes);
+        Ok(())
+    }
+
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.state.borrow().properties.get(&path.join(".")).cloned()
+    }
+
+    fn send_response(
+        &self,
+        status: u16,
+        headers: &[(&str, &[u8])],
+        body: &[u8],
+    ) -> Result<(), Status> {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect();
+        self.state.borrow_mut().sent = Some((status, headers, body.to_vec()));
+        Ok(())
+    }
+
+    fn dispatch(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u32, Status> {
+        let mut st = self.state.borrow_mut();
+        if st.refuse_callouts {
+            return Err(Status::BadArgument);
+        }
+        st.callouts.push(Callout {
+            cluster: cluster.to_string(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.to_vec(),
+            timeout_ms,
+        });
+        Ok(u32::try_from(st.callouts.len()).unwrap_or(u32::MAX))
+    }
+
+    fn count(&self, name: &str, by: i64) {
+        *self
+            .state
+            .borrow_mut()
+            .counters
+            .entry(name.to_string())
+            .or_default() += by;
+    }
+
+    fn gauge(&self, name: &str, value: u64) {
+        let v = i64::try_from(value).unwrap_or(i64::MAX);
+        self.state.borrow_mut().gauges.insert(name.to_string(), v);
+    }
+
+    fn add_to_gauge(&self, name: &str, by: i64) {
+        *self
+            .state
+            .borrow_mut()
+            .gauges
+            .entry(name.to_string())
+            .or_default() += by;
+    }
+
+    fn histogram(&self, name: &str, value: u64) {
+        self.state
+            .borrow_mut()
+            .histograms
+            .push((name.to_string(), value));
+    }
+
+    fn emit_record(&self, record: &Record) {
+        self.state.borrow_mut().records.push(record.clone());
+    }
+}

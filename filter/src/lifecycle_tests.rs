@@ -1,0 +1,378 @@
+//! The request lifecycle with a fake host: a scripted sequence of callbacks
+//! and host answers in, the host calls and the reply out. Real Envoy runs
+//! the same paths in `tests/`; these pin each step's decisions natively.
+
+use crate::context::RequestContext;
+use crate::fake::FakeHost;
+use crate::host::{Host, Part};
+use crate::root::Loaded;
+use portcullis_core::config::compile;
+use portcullis_core::keys::{self, Limit};
+use portcullis_core::ratelimit::{decode_u32, Bucket};
+use portcullis_core::store::Store;
+use proxy_wasm::types::Action;
+use serde_json::Value;
+use std::rc::Rc;
+
+const DEMO_KEY: &str = "sk-portcullis-demo";
+const DEMO_HASH: &str = "1f39b34977fb885c1f5e66609a5a880cd58f383952eb98ce438069cc57aeccf8";
+
+/// Two providers serving `gpt-4o-mini`; the demo client with `limits` and
+/// the given extra top-level sections.
+fn config(limits: &str, extra: &str) -> String {
+    format!(
+        "providers:
+  - name: primary
+    cluster: primary
+    host: primary.mock
+    base_path: /v1
+    models:
+      - name: gpt-4o-mini
+  - name: backup
+    cluster: backup
+    host: backup.mock
+    base_path: /v1
+    models:
+      - name: gpt-4o-mini
+        id: openai/gpt-4o-mini
+clients:
+  - name: demo
+    key_sha256: {DEMO_HASH}
+    limits: {limits}
+prices:
+  gpt-4o-mini: {{input: 0.15, output: 0.60}}
+{extra}"
+    )
+}
+
+struct Gateway {
+    host: FakeHost,
+    loaded: Rc<Loaded>,
+}
+
+impl Gateway {
+    fn new(yaml: &str) -> Self {
+        let gw = compile(yaml.as_bytes()).unwrap();
+        let keys = vec![
+            Some("sk-primary".to_string()),
+            Some("sk-backup".to_string()),
+        ];
+        let host = FakeHost::default();
+        host.state.borrow_mut().now_ms = 1_700_000_000_000;
+        Self {
+            host,
+            loaded: Rc::new(Loaded { gw, keys }),
+        }
+    }
+
+    /// A new request: its headers and body are the host's request.
+    fn context(&self) -> RequestContext<FakeHost> {
+        let host = FakeHost {
+            state: Rc::new(std::cell::RefCell::new(crate::fake::State {
+                now_ms: self.host.now_ms(),
+                ..Default::default()
+            })),
+            store: self.host.store.clone(),
+        };
+        RequestContext::new(host, Some(self.loaded.clone()), 7)
+    }
+
+    /// Send a chat request's headers and body; the actions returned.
+    fn chat(&self, headers: &[(&str, &str)], body: &str) -> (RequestContext<FakeHost>, Action) {
+        let mut ctx = self.context();
+        let auth = format!("Bearer {DEMO_KEY}");
+        let mut all = vec![
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "gateway.local"),
+            ("authorization", auth.as_str()),
+        ];
+        all.extend_from_slice(headers);
+        ctx.host.set_headers(Part::Request, &all);
+        ctx.host.set_body_bytes(Part::Request, body.as_bytes());
+        let a = ctx.on_request_headers(false);
+        if a != Action::Pause || ctx.host.sent().is_some() {
+            return (ctx, a);
+        }
+        let a = ctx.on_request_body(body.len(), true);
+        (ctx, a)
+    }
+
+    fn concurrency(&self) -> u32 {
+        let (v, _) = self
+            .host
+            .store
+            .get(&keys::limit("demo", Limit::Concurrency))
+            .unwrap();
+        decode_u32(v.as_deref())
+    }
+
+    fn tokens_level(&self) -> i64 {
+        let (v, _) = self
+            .host
+            .store
+            .get(&keys::limit("demo", Limit::TokensPerMinute))
+            .unwrap();
+        Bucket::decode(v.as_deref()).level_milli / 1000
+    }
+}
+
+fn body(text: &str) -> String {
+    format!(
+        r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"{text}"}}],"max_tokens":100}}"#
+    )
+}
+
+const ANSWER: &str = r#"{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}"#;
+
+/// The provider answers `status` with `body` through Envoy's router.
+fn router_answers(ctx: &mut RequestContext<FakeHost>, status: &str, body: &str) -> Action {
+    ctx.host.set_headers(
+        Part::Response,
+        &[(":status", status), ("content-type", "application/json")],
+    );
+    let a = ctx.on_response_headers();
+    if a == Action::Continue {
+        ctx.host.set_body_bytes(Part::Response, body.as_bytes());
+        ctx.on_response_body(body.len(), true);
+    }
+    a
+}
+
+fn sent_json(ctx: &RequestContext<FakeHost>) -> (u16, Value) {
+    let (status, _, body) = ctx.host.sent().expect("the filter answered");
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+fn sent_header(ctx: &RequestContext<FakeHost>, name: &str) -> Option<String> {
+    let (_, headers, _) = ctx.host.sent()?;
+    let (_, v) = headers.into_iter().find(|(k, _)| k == name)?;
+    Some(String::from_utf8(v).unwrap())
+}
+
+#[test]
+fn a_missing_key_is_a_401_before_the_body_and_nothing_goes_upstream() {
+    let g = Gateway::new(&config("{}", ""));
+    let mut ctx = g.context();
+    ctx.host.set_headers(
+        Part::Request,
+        &[(":method", "POST"), (":path", "/v1/chat/completions")],
+    );
+    assert_eq!(ctx.on_request_headers(false), Action::Pause);
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (401, Some("invalid_api_key"))
+    );
+    assert!(ctx.host.callouts().is_empty());
+    assert_eq!(
+        ctx.on_request_body(10, true),
+        Action::Continue,
+        "no second answer"
+    );
+}
+
+#[test]
+fn a_routed_request_is_rewritten_for_its_provider_and_keeps_the_clients_headers() {
+    let g = Gateway::new(&config("{}", ""));
+    let (ctx, a) = g.chat(
+        &[
+            ("user-agent", "OpenAI/Python"),
+            ("cookie", "s=1"),
+            ("x-portcullis-cache", "hit"),
+            ("x-envoy-retry-on", "5xx"),
+        ],
+        &body("hello"),
+    );
+    assert_eq!(a, Action::Continue);
+    let h = |n: &str| ctx.host.header(Part::Request, n);
+    assert_eq!(h("x-portcullis-cluster").as_deref(), Some("primary"));
+    assert_eq!(h(":authority").as_deref(), Some("primary.mock"));
+    assert_eq!(h("authorization").as_deref(), Some("Bearer sk-primary"));
+    assert_eq!(
+        h("x-envoy-upstream-rq-timeout-ms").as_deref(),
+        Some("60000")
+    );
+    assert_eq!(h("user-agent").as_deref(), Some("OpenAI/Python"));
+    for gone in ["cookie", "x-portcullis-cache", "x-envoy-retry-on"] {
+        assert_eq!(h(gone), None, "{gone}");
+    }
+    assert_eq!(
+        ctx.host.body_of(Part::Request),
+        body("hello").as_bytes(),
+        "same model id: untouched"
+    );
+}
+
+/// The first attempt and the fallback send the same client headers: the
+/// fallback once sent only `:method`, `:path`, `:authority`, `content-type`
+/// and `authorization`.
+#[test]
+fn a_fallback_after_503_carries_the_same_client_headers_and_answers_with_the_backup() {
+    let g = Gateway::new(&config("{}", ""));
+    let client_headers = [
+        ("user-agent", "OpenAI/Python 1.0"),
+        ("openai-organization", "org-1"),
+        ("x-request-id", "req-1"),
+        ("traceparent", "00-abc-def-01"),
+        ("content-type", "application/json"),
+        ("cookie", "secret=1"),
+    ];
+    let (mut ctx, _) = g.chat(&client_headers, &body("hello"));
+    assert_eq!(router_answers(&mut ctx, "503", "down"), Action::Pause);
+    let calls = ctx.host.callouts();
+    assert_eq!(calls.len(), 1);
+    let call = &calls[0];
+    assert_eq!((call.cluster.as_str(), call.timeout_ms), ("backup", 60_000));
+    for (k, v) in &client_headers[..5] {
+        assert_eq!(call.header(k), Some(*v), "{k}");
+        assert_eq!(
+            ctx.host.header(Part::Request, k).as_deref(),
+            Some(*v),
+            "first attempt: {k}"
+        );
+    }
+    assert_eq!(call.header("cookie"), None);
+    assert_eq!(call.header("authorization"), Some("Bearer sk-backup"));
+    assert_eq!(call.header(":authority"), Some("backup.mock"));
+    assert_eq!(call.header("x-portcullis-cluster"), None);
+    let sent: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(sent["model"], "openai/gpt-4o-mini");
+    assert_eq!(sent["messages"][0]["content"], "hello");
+    // The backup answers; the client gets it with the gateway's headers.
+    ctx.host.set_headers(
+        Part::CallResponse,
+        &[(":status", "200"), ("x-backup", "yes")],
+    );
+    ctx.host
+        .set_body_bytes(Part::CallResponse, ANSWER.as_bytes());
+    ctx.on_call_response(1, ANSWER.len());
+    assert_eq!(sent_json(&ctx).0, 200);
+    assert_eq!(
+        sent_header(&ctx, "x-portcullis-provider").as_deref(),
+        Some("backup")
+    );
+    assert_eq!(
+        sent_header(&ctx, "x-portcullis-attempts").as_deref(),
+        Some("2")
+    );
+    assert_eq!(sent_header(&ctx, "x-backup").as_deref(), Some("yes"));
+    ctx.on_log();
+    assert_eq!(ctx.host.counter("portcullis.fallbacks"), 1);
+}
+
+#[test]
+fn a_second_identical_request_is_a_cache_hit_that_reaches_no_provider() {
+    let g = Gateway::new(&config("{}", "cache: {enabled: true}"));
+    let (mut first, a) = g.chat(&[], &body("cache me"));
+    assert_eq!(a, Action::Continue);
+    router_answers(&mut first, "200", ANSWER);
+    first.on_log();
+    let (hit, a) = g.chat(&[], &body("cache me"));
+    assert_eq!(a, Action::Pause, "answered by the filter");
+    let (status, v) = sent_json(&hit);
+    assert_eq!(
+        (status, v["choices"][0]["message"]["content"].as_str()),
+        (200, Some("hi"))
+    );
+    assert_eq!(
+        sent_header(&hit, "x-portcullis-cache").as_deref(),
+        Some("hit")
+    );
+    assert_eq!(hit.host.header(Part::Request, "x-portcullis-cluster"), None);
+    let (_, a) = g.chat(&[], &body("something else"));
+    assert_eq!(a, Action::Continue, "a different question is a miss");
+}
+
+/// Every way a request can end gives back or settles what it took: the
+/// concurrency slot always, the token reservation unless an answer used it.
+#[test]
+fn limits_are_released_or_settled_on_every_exit_path() {
+    let g = Gateway::new(&config(
+        "{tokens_per_minute: 100000, max_concurrent: 1}",
+        "",
+    ));
+    let full = 100_000;
+    // The client goes away before any answer.
+    let (mut ctx, a) = g.chat(&[], &body("bye"));
+    assert_eq!((a, g.concurrency()), (Action::Continue, 1));
+    assert!(g.tokens_level() < full);
+    ctx.on_log();
+    assert_eq!((g.concurrency(), g.tokens_level()), (0, full), "disconnect");
+    // The provider refuses the request (a 400 passes through).
+    let (mut ctx, _) = g.chat(&[], &body("bad"));
+    router_answers(&mut ctx, "400", r#"{"error":{}}"#);
+    ctx.on_log();
+    assert_eq!(
+        (g.concurrency(), g.tokens_level()),
+        (0, full),
+        "provider 4xx"
+    );
+    // Every provider fails: the gateway's 502.
+    let (mut ctx, _) = g.chat(&[], &body("down"));
+    router_answers(&mut ctx, "503", "");
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "500")]);
+    ctx.on_call_response(1, 0);
+    assert_eq!(sent_json(&ctx).0, 502);
+    ctx.on_log();
+    assert_eq!((g.concurrency(), g.tokens_level()), (0, full), "all failed");
+    // A fallback that cannot be sent.
+    let (mut ctx, _) = g.chat(&[], &body("no route"));
+    ctx.host.state.borrow_mut().refuse_callouts = true;
+    router_answers(&mut ctx, "503", "");
+    assert_eq!(sent_json(&ctx).0, 502);
+    ctx.on_log();
+    assert_eq!(
+        (g.concurrency(), g.tokens_level()),
+        (0, full),
+        "callout refused"
+    );
+    // An answer with usage settles: 15 tokens used, the rest given back.
+    let (mut ctx, _) = g.chat(&[], &body("ok"));
+    router_answers(&mut ctx, "200", ANSWER);
+    ctx.on_log();
+    assert_eq!(
+        (g.concurrency(), g.tokens_level()),
+        (0, full - 15),
+        "settled"
+    );
+    // Refused by the concurrency limit while one is in flight: that refusal
+    // holds nothing, and the one in flight still holds its slot.
+    let (mut busy, _) = g.chat(&[], &body("busy"));
+    let (refused, _) = g.chat(&[], &body("second"));
+    assert_eq!(sent_json(&refused).0, 429);
+    assert_eq!(g.concurrency(), 1);
+    busy.on_log();
+    assert_eq!(g.concurrency(), 0);
+}
+
+#[test]
+fn the_record_names_every_attempt_and_the_answer() {
+    let g = Gateway::new(&config("{}", "log: {collector_cluster: c}"));
+    let (mut ctx, _) = g.chat(&[("x-request-id", "r-1")], &body("hi"));
+    router_answers(&mut ctx, "503", "");
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    ctx.host
+        .set_body_bytes(Part::CallResponse, ANSWER.as_bytes());
+    ctx.on_call_response(1, ANSWER.len());
+    ctx.on_log();
+    let records = ctx.host.state.borrow().records.clone();
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(
+        (r.request_id.as_str(), r.provider.as_str(), r.status),
+        ("r-1", "backup", 200)
+    );
+    let attempts: Vec<_> = r
+        .attempts
+        .iter()
+        .map(|a| (a.provider.as_str(), a.status, a.cause.as_str()))
+        .collect();
+    assert_eq!(
+        attempts,
+        [("primary", 503, "http_5xx"), ("backup", 200, "")]
+    );
+    assert_eq!((r.prompt_tokens, r.completion_tokens), (10, 5));
+}

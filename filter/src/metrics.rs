@@ -1,0 +1,129 @@
+//! Every metric name, in one place. Names are `portcullis.<what>` with label
+//! values spelled in (`portcullis.provider.<name>.<what>`); Envoy shows them
+//! as `wasmcustom.<name>`, and the bootstrap's `stats_tags` turn the parts
+//! into Prometheus labels. A label value is escaped by [`label`], so a dot
+//! in a provider, model, client, experiment or arm name cannot shift a tag.
+
+use portcullis_core::attempt::Cause;
+use portcullis_core::breaker::State;
+
+/// A label value inside a metric name: dots and whitespace would split it.
+pub fn label(v: &str) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.chars()
+        .map(|c| {
+            if c == '.' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+pub const CACHE_HITS: &str = "portcullis.cache.hits";
+pub const CACHE_MISSES: &str = "portcullis.cache.misses";
+pub const CACHE_STORES: &str = "portcullis.cache.stores";
+pub const CACHE_EVICTIONS: &str = "portcullis.cache.evictions";
+pub const CACHE_TOO_LARGE: &str = "portcullis.cache.too_large";
+/// Gauge: bytes held by the cache table.
+pub const CACHE_BYTES: &str = "portcullis.cache.bytes";
+pub const FALLBACKS: &str = "portcullis.fallbacks";
+/// Histogram: providers tried, for requests that tried more than one.
+pub const ATTEMPTS: &str = "portcullis.attempts";
+pub const RATE_LIMITED: &str = "portcullis.rate_limited";
+pub const LOG_DROPPED: &str = "portcullis.log.dropped";
+pub const LOG_FLUSH_FAILURES: &str = "portcullis.log.flush_failures";
+pub const LOG_RECORDS_SENT: &str = "portcullis.log.records_sent";
+/// Gauge: rises once per distinct applied config.
+pub const CONFIG_GENERATION: &str = "portcullis.config_generation";
+
+fn provider(name: &str, what: &str) -> String {
+    format!("portcullis.provider.{}.{what}", label(name))
+}
+
+/// Gauge: the breaker's state (0 closed, 1 open, 2 half-open).
+pub fn breaker_state(p: &str) -> String {
+    provider(p, "breaker_state")
+}
+
+pub fn breaker_transition(p: &str, to: State) -> String {
+    provider(p, &format!("breaker_to_{}", to.name()))
+}
+
+pub fn skipped_open(p: &str) -> String {
+    provider(p, "skipped_open")
+}
+
+pub fn attempt_failure(p: &str, cause: Cause) -> String {
+    provider(p, cause.metric())
+}
+
+pub fn experiment_requests(experiment: &str, arm: &str) -> String {
+    format!(
+        "portcullis.experiment_requests.experiment.{}.arm.{}.total",
+        label(experiment),
+        label(arm)
+    )
+}
+
+pub fn requests(client: &str, provider: &str, model: &str, status: u32, cache: &str) -> String {
+    let class = match status {
+        200..=299 => "2xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    };
+    format!(
+        "portcullis.requests.client.{}.provider.{}.model.{}.status.{class}.cache.{}.total",
+        label(client),
+        label(provider),
+        label(model),
+        label(cache)
+    )
+}
+
+pub fn tokens_in(provider: &str, model: &str) -> String {
+    format!(
+        "portcullis.tokens_in.provider.{}.model.{}.total",
+        label(provider),
+        label(model)
+    )
+}
+
+pub fn tokens_out(provider: &str, model: &str) -> String {
+    format!(
+        "portcullis.tokens_out.provider.{}.model.{}.total",
+        label(provider),
+        label(model)
+    )
+}
+
+/// Histogram: the gateway's latency per answering provider.
+pub fn latency(provider: &str) -> String {
+    format!("portcullis.latency.provider.{}.ms", label(provider))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `stats_tags` cut names at dots: a raw `v1.2` arm once became two tags.
+    #[test]
+    fn label_values_with_dots_stay_one_label() {
+        assert_eq!(
+            experiment_requests("exp.a", "v1.2"),
+            "portcullis.experiment_requests.experiment.exp_a.arm.v1_2.total"
+        );
+        assert_eq!(
+            breaker_state("eu.primary"),
+            "portcullis.provider.eu_primary.breaker_state"
+        );
+        assert_eq!(
+            requests("", "p", "llama-3.1-8b", 503, "off"),
+            "portcullis.requests.client.none.provider.p.model.llama-3_1-8b.status.5xx.cache.off.total"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The prompt cache on the host: a lookup before any provider is reached
+//! (a hit is answered here), and the store of a complete answer.
+
+use crate::context::RequestContext;
+use crate::host::Host;
+use crate::metrics;
+use portcullis_core::cache::{self, CacheStatus, Directive, StoreOutcome};
+use portcullis_core::config::{Client, Gateway};
+use portcullis_core::sse;
+use proxy_wasm::types::{Action, LogLevel};
+
+impl<H: Host> RequestContext<H> {
+    /// Look the request up; on a hit answer it (the action). The key is the
+    /// model and the first provider of its chain (the resolved route),
+    /// whichever provider would answer: a hit needs no breaker read.
+    pub(crate) fn answer_from_cache(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        now: u64,
+    ) -> Option<Action> {
+        let cfg = gw.cache.as_ref()?;
+        let directive = cache::directive(self.request.cache_control.as_deref());
+        if directive == Directive::Bypass {
+            return None;
+        }
+        let flight = self.flight.as_mut()?;
+        let (first, first_model_id) = flight.candidates.first()?;
+        let first_name = gw.providers.get(*first).map_or("", |p| p.name.as_str());
+        let scope = cfg.per_client.then_some(client.name.as_str());
+        let key = cache::key(
+            first_name,
+            first_model_id,
+            &flight.chat,
+            cfg.normalize,
+            scope,
+        );
+        flight.cache_fill = Some(key);
+        flight.cache_status = CacheStatus::Refresh;
+        if directive == Directive::Refresh {
+            return None;
+        }
+        flight.cache_status = CacheStatus::Miss;
+        // What a hit answers: the stored answer, or for a streamed request its
+        // replay as SSE. One that cannot be replayed (tool calls, several
+        // choices) is a miss for a stream.
+        let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
+        let answer = |stored: Vec<u8>| {
+            if stream {
+                sse::replay(&stored, include_usage).map(|b| ("text/event-stream", b))
+            } else {
+                Some(("application/json", stored))
+            }
+        };
+        match cache::lookup(&self.host, cfg, &key, now).map(|s| s.and_then(answer)) {
+            Ok(Some((content_type, body))) => {
+                flight.cache_status = CacheStatus::Hit;
+                flight.cache_fill = None;
+                self.host.count(metrics::CACHE_HITS, 1);
+                // A hit costs no tokens or budget, but it was a request.
+                self.rate_headers_with_tokens(client, now);
+                Some(self.answer_hit(content_type, &body))
+            }
+            Ok(None) => {
+                self.host.count(metrics::CACHE_MISSES, 1);
+                None
+            }
+            Err(e) => {
+                self.host
+                    .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}"));
+                None
+            }
+        }
+    }
+
+    /// Answer a hit: the stored answer with the gateway's headers. It spends
+    /// no provider tokens: its record and metrics say 0.
+    fn answer_hit(&mut self, content_type: &str, body: &[u8]) -> Action {
+        let ours = self.gateway_headers();
+        let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", content_type.as_bytes())];
+        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
+        self.send(200, &hdrs, body)
+    }
+
+    /// Store a complete, successful answer under the request's key.
+    pub(crate) fn cache_store(&mut self, body: &[u8]) {
+        let Some(cfg) = self.loaded.as_ref().and_then(|l| l.gw.cache.clone()) else {
+            return;
+        };
+        let Some(key) = self.flight.as_mut().and_then(|f| f.cache_fill.take()) else {
+            return;
+        };
+        match cache::insert(&self.host, &cfg, &key, body, self.host.now_ms()) {
+            Ok(StoreOutcome::Stored(st)) => {
+                self.host.count(metrics::CACHE_STORES, 1);
+                if st.evicted {
+                    self.host.count(metrics::CACHE_EVICTIONS, 1);
+                }
+                if st.bytes_delta != 0 {
+                    self.host.add_to_gauge(metrics::CACHE_BYTES, st.bytes_delta);
+                }
+            }
+            Ok(StoreOutcome::TooLarge) => self.host.count(metrics::CACHE_TOO_LARGE, 1),
+            Err(e) => self
+                .host
+                .log(LogLevel::Warn, &format!("cache store failed: {e:?}")),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The request headers phase: what is asked for (`/v1/models`, a model, a
+//! chat completion), by whom (the client key), and whether it may pass the
+//! request rate. A chat request then waits for its body.
+
+use crate::admission;
+use crate::context::{Phase, RequestContext};
+use crate::host::{Host, Part};
+use portcullis_core::error::GatewayError;
+use portcullis_core::headers;
+use portcullis_core::routing::{authenticate, model_info, models_list};
+use proxy_wasm::types::Action;
+use std::borrow::Cow;
+
+/// A header value as text: bytes that are not UTF-8 read as U+FFFD (they
+/// then match nothing the gateway looks for).
+fn text(v: &[u8]) -> Cow<'_, str> {
+    String::from_utf8_lossy(v)
+}
+
+/// The headers the gateway reads.
+#[derive(Default)]
+struct Facts<'a> {
+    method: Cow<'a, str>,
+    path: Cow<'a, str>,
+    authority: Cow<'a, str>,
+    authorization: Option<Cow<'a, str>>,
+    content_length: Option<usize>,
+}
+
+impl<H: Host> RequestContext<H> {
+    pub(crate) fn request_headers(&mut self, end_of_stream: bool) -> Result<Action, GatewayError> {
+        let loaded = self.loaded()?;
+        let gw = &loaded.gw;
+        let all = self
+            .host
+            .headers(Part::Request)
+            .map_err(|s| GatewayError::internal(format!("cannot read request headers: {s:?}")))?;
+        let mut f = Facts::default();
+        for (k, v) in &all {
+            match k.as_str() {
+                ":method" => f.method = text(v),
+                ":path" => f.path = text(v),
+                ":authority" => f.authority = text(v),
+                "authorization" => f.authorization = Some(text(v)),
+                "content-length" => f.content_length = text(v).parse().ok(),
+                "content-type" => self.request.has_content_type = true,
+                "cache-control" => self.request.cache_control = Some(text(v).into_owned()),
+                "x-request-id" => self.log.request_id = text(v).into_owned(),
+                _ => {}
+            }
+        }
+        let path = f
+            .path
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('/');
+        let authorization = f.authorization.as_deref();
+        match (f.method.as_ref(), path) {
+            ("GET", "/v1/models") => {
+                let (_, client) = authenticate(gw, authorization)?;
+                Ok(self.reply(200, &[], &models_list(gw, client)))
+            }
+            ("GET", p) if p.starts_with("/v1/models/") => {
+                let (_, client) = authenticate(gw, authorization)?;
+                let id = p.get("/v1/models/".len()..).unwrap_or_default();
+                let body = model_info(gw, client, id)?;
+                Ok(self.reply(200, &[], &body))
+            }
+            ("POST", "/v1/chat/completions") => {
+                self.request.path = path.to_string();
+                self.request.authority = f.authority.into_owned();
+                self.chat_headers(gw, authorization, f.content_length, end_of_stream)?;
+                // Headers no provider gets are removed here; the rest pass.
+                for (k, _) in all
+                    .iter()
+                    .filter(|(k, _)| headers::removed_before_routing(k))
+                {
+                    let _ = self.host.set_header(Part::Request, k, None);
+                }
+                self.phase = Phase::ChatBody;
+                Ok(Action::Pause)
+            }
+            (method, _) => Err(GatewayError::not_found_path(method, path)),
+        }
+    }
+
+    /// A chat request's checks at its headers: the key, the request rate
+    /// (a refused request's body is never read), the declared size.
+    fn chat_headers(
+        &mut self,
+        gw: &portcullis_core::config::Gateway,
+        authorization: Option<&str>,
+        content_length: Option<usize>,
+        end_of_stream: bool,
+    ) -> Result<(), GatewayError> {
+        self.log.chat = true;
+        let now = self.host.now_ms();
+        self.log.started_ms = now;
+        let (key, client) = authenticate(gw, authorization)?;
+        self.request.key = Some(key);
+        match admission::take_request(&self.host, client, now) {
+            Ok(t) => self.req_take = t,
+            Err((e, t)) => {
+                self.rate_headers = admission::headers(client, Some(t), None);
+                return Err(e);
+            }
+        }
+        if content_length.is_some_and(|n| n > gw.max_body_bytes) {
+            return Err(GatewayError::body_too_large(gw.max_body_bytes));
+        }
+        if end_of_stream {
+            return Err(GatewayError::bad_request(
+                "invalid_json",
+                "Request body is empty: send a JSON object with `model` and `messages`.",
+            ));
+        }
+        Ok(())
+    }
+}

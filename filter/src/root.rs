@@ -1,0 +1,177 @@
+//! The root context: applies a plugin config (parse, compile, then swap),
+//! runs the tick (counters, request log), and makes one request context per
+//! HTTP stream.
+
+use crate::abi;
+use crate::abi_host::AbiHost;
+use crate::breakers;
+use crate::context::RequestContext;
+use crate::host::Host;
+use crate::metrics;
+use crate::shipper::{self, Shipper};
+use portcullis_core::config::{compile, Gateway};
+use portcullis_core::keys;
+use portcullis_core::store::update;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{BufferType, ContextType, LogLevel};
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// A compiled config plus what it needs from the VM environment.
+pub struct Loaded {
+    pub gw: Gateway,
+    /// Each provider's key, read from the VM environment at configure time
+    /// (never from the plugin config), by provider index.
+    pub keys: Vec<Option<String>>,
+}
+
+impl Loaded {
+    pub fn new(gw: Gateway, host: &impl Host) -> Self {
+        let keys = gw
+            .providers
+            .iter()
+            .map(|p| {
+                let env = p.api_key_env.as_ref()?;
+                match std::env::var(env) {
+                    Ok(v) if !v.is_empty() => Some(v),
+                    _ => {
+                        host.log(
+                            LogLevel::Warn,
+                            &format!(
+                                "provider `{}`: environment variable {env} is not set in the VM \
+                                 (add it to vm_config.environment_variables.host_env_keys); requests go without a key",
+                                p.name
+                            ),
+                        );
+                        None
+                    }
+                }
+            })
+            .collect();
+        Self { gw, keys }
+    }
+}
+
+#[derive(Default)]
+pub struct Root {
+    loaded: Option<Rc<Loaded>>,
+    rng: Cell<u64>,
+    shipper: Shipper,
+}
+
+/// A config generation shared by the workers: it rises once per distinct
+/// config, however many workers apply it.
+fn bump_generation(host: &impl Host, config: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::default();
+    h.write(config);
+    let hash = h.finish();
+    let read = |c: &[u8], at| portcullis_core::le::u64_at(c, at).unwrap_or(0);
+    update(host, keys::CONFIG_GENERATION, |cur| {
+        let (old_hash, gen) = cur
+            .filter(|c| c.len() == 16)
+            .map_or((0, 0), |c| (read(c, 0), read(c, 8)));
+        if old_hash == hash {
+            return (None, gen);
+        }
+        let next = gen.saturating_add(1);
+        let mut v = hash.to_le_bytes().to_vec();
+        v.extend_from_slice(&next.to_le_bytes());
+        (Some(v), next)
+    })
+    .unwrap_or(0)
+}
+
+impl Root {
+    fn next_roll(&self) -> u64 {
+        // xorshift64*: cheap, good enough to spread `auto` picks by weight.
+        let mut x = self.rng.get();
+        if x == 0 {
+            x = (AbiHost.now_ms() << 20) ^ 0x9E37_79B9_7F4A_7C15;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Everything a compiled config changes on this VM.
+    fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
+        let host = AbiHost;
+        breakers::prepare(&host, &gw);
+        shipper::configure(gw.log.as_ref());
+        let tick = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
+        if let Err(s) = abi::set_tick_period_ms(u32::try_from(tick).unwrap_or(u32::MAX)) {
+            host.log(
+                LogLevel::Warn,
+                &format!("no tick for metrics and the request log: {s:?}"),
+            );
+        }
+        host.gauge(metrics::CONFIG_GENERATION, bump_generation(&host, bytes));
+        host.log(
+            LogLevel::Info,
+            &format!(
+                "config applied: {} providers, {} models, {} clients",
+                gw.providers.len(),
+                gw.models.len(),
+                gw.clients.len()
+            ),
+        );
+        self.loaded = Some(Rc::new(Loaded::new(gw, &host)));
+    }
+}
+
+impl Context for Root {
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, _response_size: usize) {
+        self.shipper.on_response(token_id, status_code);
+    }
+}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
+        let bytes = match abi::get_buffer(
+            BufferType::PluginConfiguration,
+            0,
+            plugin_configuration_size,
+        ) {
+            Ok(b) => b.unwrap_or_default(),
+            Err(status) => {
+                AbiHost.log(
+                    LogLevel::Error,
+                    &format!("cannot read plugin config: {status:?}"),
+                );
+                return false;
+            }
+        };
+        // Parse and compile first; only a config that compiled replaces the
+        // one serving (requests in flight keep their own snapshot).
+        match compile(&bytes) {
+            Ok(gw) => {
+                self.apply(gw, &bytes);
+                true
+            }
+            Err(msg) => {
+                AbiHost.log(LogLevel::Error, &msg);
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(RequestContext::new(
+            AbiHost,
+            self.loaded.clone(),
+            self.next_roll(),
+        )))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn on_tick(&mut self) {
+        let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
+        self.shipper.tick(cfg.as_ref());
+    }
+}

@@ -1,0 +1,176 @@
+//! The request log on the host: records wait in a bounded per-VM buffer and
+//! go to the collector in batches by `dispatch_grpc_call` from the root
+//! context's tick. Nothing here can block or fail a request: a full buffer
+//! drops (and counts) the record.
+
+use crate::abi;
+use crate::abi_host::{count, flush_counters};
+use crate::metrics;
+use portcullis_core::config::LogConfig;
+use portcullis_core::record::{encode_batch, LogBuffer, Record};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::LogLevel;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+thread_local! {
+    static BUFFER: RefCell<Option<LogBuffer>> = const { RefCell::new(None) };
+}
+
+/// (Re)size the buffer for a new config; records already waiting are kept.
+pub fn configure(cfg: Option<&LogConfig>) {
+    BUFFER.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            match cfg {
+                Some(c) => {
+                    let mut fresh = LogBuffer::new(c.buffer_records, c.buffer_bytes);
+                    if let Some(old) = b.as_mut() {
+                        fresh.dropped = old.dropped;
+                        let waiting = old.take(usize::MAX);
+                        fresh.requeue(waiting);
+                    }
+                    *b = Some(fresh);
+                }
+                None => *b = None,
+            }
+        }
+    });
+}
+
+pub fn push(record: &Record) {
+    BUFFER.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if let Some(buf) = b.as_mut() {
+                buf.push(record.encode());
+            }
+        }
+    });
+}
+
+fn requeue(batch: Vec<Vec<u8>>) {
+    BUFFER.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if let Some(buf) = b.as_mut() {
+                buf.requeue(batch);
+            }
+        }
+    });
+}
+
+fn take(n: usize) -> Vec<Vec<u8>> {
+    BUFFER.with(|b| {
+        b.try_borrow_mut()
+            .ok()
+            .and_then(|mut b| b.as_mut().map(|b| b.take(n)))
+            .unwrap_or_default()
+    })
+}
+
+fn dropped() -> u64 {
+    BUFFER.with(|b| {
+        b.try_borrow()
+            .ok()
+            .and_then(|b| b.as_ref().map(|b| b.dropped))
+            .unwrap_or(0)
+    })
+}
+
+/// Batches sent at once at most, per VM: with a batch of 500 every tick, one
+/// at a time would cap the log at 500 records per second per worker.
+const MAX_IN_FLIGHT: usize = 8;
+
+/// A collector that cannot be reached is logged at most this often (the
+/// `portcullis.log.flush_failures` counter counts every failure).
+const WARN_EVERY_MS: u64 = 60_000;
+
+/// The batches in flight to the collector, per VM.
+#[derive(Default)]
+pub struct Shipper {
+    in_flight: HashMap<u32, Vec<Vec<u8>>>,
+    reported_drops: u64,
+    /// When the last "not sent" warning was logged, and failures since.
+    warned_ms: Option<u64>,
+    unwarned: u64,
+}
+
+impl Shipper {
+    /// At a tick: publish counters and send what waits, up to
+    /// [`MAX_IN_FLIGHT`] batches at once.
+    pub fn tick(&mut self, cfg: Option<&LogConfig>) {
+        flush_counters();
+        let dropped = dropped();
+        if dropped > self.reported_drops {
+            let new = dropped.saturating_sub(self.reported_drops);
+            count(metrics::LOG_DROPPED, i64::try_from(new).unwrap_or(i64::MAX));
+            self.reported_drops = dropped;
+        }
+        let Some(cfg) = cfg else { return };
+        while self.in_flight.len() < MAX_IN_FLIGHT {
+            let batch = take(cfg.batch_size);
+            if batch.is_empty() {
+                return;
+            }
+            match hostcalls::dispatch_grpc_call(
+                &cfg.cluster,
+                "portcullis.v1.Collector",
+                "Ingest",
+                vec![],
+                Some(&encode_batch(&batch)),
+                Duration::from_millis(cfg.timeout_ms),
+            ) {
+                Ok(token) => {
+                    self.in_flight.insert(token, batch);
+                }
+                Err(s) => {
+                    self.warn_not_sent(&format!("to cluster `{}`: {s:?}", cfg.cluster));
+                    count(metrics::LOG_FLUSH_FAILURES, 1);
+                    requeue(batch);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Warn that the log is not getting through, at most every
+    /// [`WARN_EVERY_MS`], saying how many failures went unreported.
+    fn warn_not_sent(&mut self, why: &str) {
+        let now = abi::now_ms().unwrap_or(0);
+        if self
+            .warned_ms
+            .is_some_and(|t| now.saturating_sub(t) < WARN_EVERY_MS)
+        {
+            self.unwarned = self.unwarned.saturating_add(1);
+            return;
+        }
+        let since = match (self.warned_ms, self.unwarned) {
+            (Some(_), n) if n > 0 => format!(" ({n} more failures since the last warning)"),
+            _ => String::new(),
+        };
+        let _ = abi::log(
+            LogLevel::Warn,
+            &format!("request log not sent {why}; records wait (up to log.buffer_records per worker) and are re-sent{since}"),
+        );
+        self.warned_ms = Some(now);
+        self.unwarned = 0;
+    }
+
+    /// The collector answered (gRPC status 0 = committed).
+    pub fn on_response(&mut self, token: u32, grpc_status: u32) {
+        let Some(batch) = self.in_flight.remove(&token) else {
+            return;
+        };
+        if grpc_status == 0 {
+            count(
+                metrics::LOG_RECORDS_SENT,
+                i64::try_from(batch.len()).unwrap_or(i64::MAX),
+            );
+        } else {
+            self.warn_not_sent(&format!(
+                "(the collector answered gRPC status {grpc_status})"
+            ));
+            count(metrics::LOG_FLUSH_FAILURES, 1);
+            requeue(batch);
+        }
+    }
+}

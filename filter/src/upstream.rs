@@ -1,0 +1,158 @@
+//! One attempt's request to a provider, built the same way for the first
+//! attempt (the client's request, rewritten in place for Envoy's router) and
+//! for every fallback (sent by callout): the same client headers
+//! ([`headers::forwarded_upstream`]), the provider's path, authority, model
+//! id and credential, the same body.
+
+use crate::attempts::Call;
+use crate::context::RequestContext;
+use crate::host::{Host, Part};
+use crate::root::Loaded;
+use portcullis_core::error::GatewayError;
+use portcullis_core::headers;
+use portcullis_core::translate;
+use proxy_wasm::types::{LogLevel, Status};
+
+pub struct UpstreamRequest {
+    pub cluster: String,
+    pub path: String,
+    pub authority: String,
+    pub timeout_ms: u64,
+    /// The provider's credential header, when it has a key.
+    pub credential: Option<(&'static str, String)>,
+    /// The body for this provider; `None`: the client's bytes as they are.
+    pub body: Option<Vec<u8>>,
+}
+
+impl<H: Host> RequestContext<H> {
+    /// The request for one provider (by index) and its model id.
+    pub(crate) fn upstream_for(
+        &self,
+        loaded: &Loaded,
+        provider: usize,
+        model_id: &str,
+    ) -> Result<UpstreamRequest, GatewayError> {
+        let p = loaded
+            .gw
+            .providers
+            .get(provider)
+            .ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
+        let flight = self
+            .flight
+            .as_ref()
+            .ok_or_else(|| GatewayError::internal("no request in flight"))?;
+        let t = translate::for_provider(p);
+        Ok(UpstreamRequest {
+            cluster: p.cluster.clone(),
+            path: t.chat_path(p),
+            authority: p.host.clone(),
+            timeout_ms: p.timeout_ms,
+            credential: loaded
+                .keys
+                .get(provider)
+                .and_then(Option::as_deref)
+                .map(|k| t.credential(k)),
+            body: t.request_body(&flight.chat, model_id, flight.usage_chunk),
+        })
+    }
+
+    /// The first attempt: rewrite the client's request for Envoy's router,
+    /// touching only what changes (each host call costs).
+    pub(crate) fn send_through_router(
+        &mut self,
+        up: &UpstreamRequest,
+        body_size: usize,
+    ) -> Result<(), GatewayError> {
+        let host_err =
+            |s: Status| GatewayError::internal(format!("cannot rewrite the request: {s:?}"));
+        let set =
+            |k: &str, v: Option<&str>| self.host.set_header(Part::Request, k, v).map_err(host_err);
+        if let Some(body) = &up.body {
+            self.host
+                .set_body(Part::Request, body_size, body)
+                .map_err(host_err)?;
+            set("content-length", Some(&body.len().to_string()))?;
+        }
+        if up.path != self.request.path {
+            set(":path", Some(&up.path))?;
+        }
+        if up.authority != self.request.authority {
+            set(":authority", Some(&up.authority))?;
+        }
+        if !self.request.has_content_type {
+            set("content-type", Some("application/json"))?;
+        }
+        set(headers::CLUSTER, Some(&up.cluster))?;
+        set(
+            "x-envoy-upstream-rq-timeout-ms",
+            Some(&up.timeout_ms.to_string()),
+        )?;
+        // The client's key never reaches a provider.
+        match &up.credential {
+            Some((name, value)) if *name == "authorization" => set(name, Some(value)),
+            Some((name, value)) => set("authorization", None).and_then(|()| set(name, Some(value))),
+            None => set("authorization", None),
+        }
+    }
+
+    /// A fallback: the same request by callout to the provider's cluster.
+    pub(crate) fn dispatch_fallback(&mut self, up: &UpstreamRequest) -> Result<Call, Status> {
+        let forwarded = self.forwarded_headers();
+        let mut hdrs: Vec<(&str, &str)> = vec![
+            (":method", "POST"),
+            (":path", &up.path),
+            (":authority", &up.authority),
+        ];
+        if !self.request.has_content_type {
+            hdrs.push(("content-type", "application/json"));
+        }
+        hdrs.extend(forwarded.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        if let Some((name, value)) = &up.credential {
+            hdrs.push((name, value));
+        }
+        let client_body;
+        let body = match &up.body {
+            Some(b) => b.as_slice(),
+            None => {
+                client_body = self.flight.as_ref().map(|f| f.chat.body().to_vec());
+                client_body.as_deref().unwrap_or_default()
+            }
+        };
+        let token = self
+            .host
+            .dispatch(&up.cluster, &hdrs, body, up.timeout_ms)?;
+        Ok(Call {
+            token,
+            started_ms: self.host.now_ms(),
+            timeout_ms: up.timeout_ms,
+        })
+    }
+
+    /// The client's headers a fallback sends: read once, at the first
+    /// fallback (requests that never fall back pay nothing). Values that are
+    /// not UTF-8 cannot go through a callout and are left out (the log says
+    /// so).
+    fn forwarded_headers(&mut self) -> Vec<(String, String)> {
+        if let Some(f) = self.flight.as_ref().and_then(|f| f.forwarded.clone()) {
+            return f;
+        }
+        let all = self.host.headers(Part::Request).unwrap_or_default();
+        let mut out = Vec::new();
+        for (k, v) in all
+            .into_iter()
+            .filter(|(k, _)| headers::forwarded_upstream(k))
+        {
+            match String::from_utf8(v) {
+                Ok(v) => out.push((k, v)),
+                Err(_) => self.host.log(
+                    LogLevel::Info,
+                    &format!("header `{k}` is not UTF-8: not sent with the fallback"),
+                ),
+            }
+        }
+        if let Some(f) = self.flight.as_mut() {
+            f.forwarded = Some(out.clone());
+        }
+        out
+    }
+}
