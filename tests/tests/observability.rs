@@ -382,6 +382,27 @@ fn requests_are_labelled_metrics_in_prometheus() {
     );
 }
 
+/// Label values are escaped in every metric name: an experiment arm named
+/// `v1.2` once went into the name raw, and `stats_tags` cut it at the dot.
+#[test]
+fn an_experiment_arm_with_a_dot_is_one_prometheus_label() {
+    let experiment = "experiments:\n  - name: exp-2026\n    salt: s\n    applies_to: [gpt-4o-mini]\n    arms:\n      - {name: v1.2, weight: 1, model: gpt-4o-mini}\n      - {name: v2.0, weight: 0, model: gpt-4o}\n";
+    let s = Stack::start(&format!("{}{experiment}", test_plugin()), 1);
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "which arm?"));
+    assert_eq!(
+        r.header("x-portcullis-experiment"),
+        Some("exp-2026/v1.2"),
+        "{r:?}"
+    );
+    let want = r#"portcullis_experiment_requests_total{experiment="exp-2026",arm="v1_2"} 1"#;
+    poll_until(Duration::from_secs(10), "the experiment counter", || {
+        let p = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+        p.lines()
+            .any(|l| sorted_labels(l) == sorted_labels(want))
+            .then_some(())
+    });
+}
+
 /// A Prometheus line with its labels in a fixed order (Envoy orders them by
 /// tag extractor).
 fn sorted_labels(line: &str) -> String {

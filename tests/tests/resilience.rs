@@ -262,3 +262,47 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
         },
     );
 }
+
+/// The first attempt (Envoy's router) and a fallback (a callout) send the
+/// same client headers: the fallback used to send only `:method`, `:path`,
+/// `:authority`, `content-type` and `authorization`.
+#[test]
+fn a_fallback_sends_the_same_client_headers_as_the_first_attempt() {
+    let s = Stack::start(&plugin(5, 10_000, 1, 30_000), 1);
+    s.primary.script(json!([{"status": 503}]));
+    let auth = format!("Bearer {DEMO_KEY}");
+    let sent = [
+        ("user-agent", "OpenAI/Python 3.57.0"),
+        ("openai-organization", "org-portcullis"),
+        ("openai-project", "proj-1"),
+        ("x-request-id", "fallback-headers-1"),
+        (
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
+        ("x-stainless-lang", "python"),
+        ("x-app", "checkout"),
+    ];
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("cookie", "session=secret"),
+    ];
+    headers.extend_from_slice(&sent);
+    let r = post(
+        &s.envoy.url("/v1/chat/completions"),
+        &headers,
+        &chat_body("gpt-4o-mini", "same headers?"),
+    );
+    assert_served_by(&r, "backup", "2");
+    let first = &s.primary.requests()[0]["headers"];
+    let fallback = &s.backup.requests()[0]["headers"];
+    for (k, v) in sent {
+        assert_eq!(first[k], v, "first attempt, {k}: {first}");
+        assert_eq!(fallback[k], v, "fallback, {k}: {fallback}");
+    }
+    for (seen, key) in [(first, PRIMARY_KEY), (fallback, BACKUP_KEY)] {
+        assert!(seen.get("cookie").is_none(), "{seen}");
+        assert_eq!(seen["authorization"], format!("Bearer {key}"));
+        assert!(seen.get("x-portcullis-cluster").is_none(), "{seen}");
+    }
+}
