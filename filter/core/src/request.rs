@@ -63,29 +63,76 @@ fn span_in(outer: &[u8], inner: &str) -> Option<(usize, usize)> {
     (end <= outer.len()).then_some((start, end))
 }
 
-impl ChatRequest {
-    /// Parse and check the fields the gateway relies on; the rest is the
-    /// provider's business and passes through untouched.
-    pub fn parse(body: &[u8]) -> Result<Self, GatewayError> {
-        if body.is_empty() {
-            return Err(GatewayError::bad_request(
-                "invalid_json",
-                "Request body is empty: send a JSON object with `model` and `messages`.",
-            ));
-        }
-        let text =
-            std::str::from_utf8(body).map_err(|e| invalid_json(format!("not UTF-8: {e}")))?;
+/// The body as text, if it is a JSON object at all.
+fn json_object_text(body: &[u8]) -> Result<&str, GatewayError> {
+    if body.is_empty() {
+        return Err(GatewayError::bad_request(
+            "invalid_json",
+            "Request body is empty: send a JSON object with `model` and `messages`.",
+        ));
+    }
+    let text = std::str::from_utf8(body).map_err(|e| invalid_json(format!("not UTF-8: {e}")))?;
+    // serde would also read a struct from an array.
+    if !text.trim_start().starts_with('{') {
         let not_object = || {
             GatewayError::bad_request(
                 "invalid_json",
                 "Request body must be a JSON object with `model` and `messages`.",
             )
         };
-        // serde would also read a struct from an array.
-        if !text.trim_start().starts_with('{') {
-            return Err(serde_json::from_str::<serde::de::IgnoredAny>(text)
-                .map_or_else(invalid_json, |_| not_object()));
+        return Err(serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .map_or_else(invalid_json, |_| not_object()));
+    }
+    Ok(text)
+}
+
+/// The requested model and the span of its value in `body`.
+fn model_of(body: &[u8], raw: Option<&RawValue>) -> Result<(String, (usize, usize)), GatewayError> {
+    let missing = || {
+        GatewayError::bad_request(
+            "missing_model",
+            "You must provide a model parameter (`model`).",
+        )
+    };
+    let raw = raw.ok_or_else(missing)?;
+    match serde_json::from_str::<String>(raw.get()) {
+        Ok(s) if s.is_empty() => Err(missing()),
+        Ok(s) => {
+            let span =
+                span_in(body, raw.get()).ok_or_else(|| GatewayError::internal("model span"))?;
+            Ok((s, span))
         }
+        Err(_) => Err(GatewayError::bad_request(
+            "invalid_model",
+            "`model` must be a string.",
+        )),
+    }
+}
+
+/// `messages` must be a non-empty array.
+fn check_messages(raw: Option<&RawValue>) -> Result<(), GatewayError> {
+    match raw.map(|raw| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get())) {
+        None => Err(GatewayError::bad_request(
+            "missing_messages",
+            "Missing required parameter: `messages`.",
+        )),
+        Some(Ok(v)) if v.is_empty() => Err(GatewayError::bad_request(
+            "missing_messages",
+            "`messages` must contain at least one message.",
+        )),
+        Some(Ok(_)) => Ok(()),
+        Some(Err(_)) => Err(GatewayError::bad_request(
+            "invalid_messages",
+            "`messages` must be an array.",
+        )),
+    }
+}
+
+impl ChatRequest {
+    /// Parse and check the fields the gateway relies on; the rest is the
+    /// provider's business and passes through untouched.
+    pub fn parse(body: &[u8]) -> Result<Self, GatewayError> {
+        let text = json_object_text(body)?;
         // The whole tree first: anything serde cannot read exactly (a number
         // out of range, a lone surrogate, nesting past its limit) is refused
         // here, before any step could see a partial document.
@@ -93,60 +140,11 @@ impl ChatRequest {
         // Then the borrowed view: the model's span for the rewrite, and
         // duplicate known fields (which the tree would silently merge).
         let peek: Peek<'_> = serde_json::from_str(text).map_err(invalid_json)?;
-        let (model, model_span) = match peek.model {
-            None => {
-                return Err(GatewayError::bad_request(
-                    "missing_model",
-                    "You must provide a model parameter (`model`).",
-                ))
-            }
-            Some(raw) => match serde_json::from_str::<String>(raw.get()) {
-                Ok(s) if s.is_empty() => {
-                    return Err(GatewayError::bad_request(
-                        "missing_model",
-                        "You must provide a model parameter (`model`).",
-                    ))
-                }
-                Ok(s) => (
-                    s,
-                    span_in(body, raw.get()).ok_or_else(|| GatewayError::internal("model span"))?,
-                ),
-                Err(_) => {
-                    return Err(GatewayError::bad_request(
-                        "invalid_model",
-                        "`model` must be a string.",
-                    ))
-                }
-            },
-        };
-        match peek
-            .messages
-            .map(|raw| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get()))
-        {
-            None => {
-                return Err(GatewayError::bad_request(
-                    "missing_messages",
-                    "Missing required parameter: `messages`.",
-                ))
-            }
-            Some(Ok(v)) if v.is_empty() => {
-                return Err(GatewayError::bad_request(
-                    "missing_messages",
-                    "`messages` must contain at least one message.",
-                ))
-            }
-            Some(Ok(_)) => {}
-            Some(Err(_)) => {
-                return Err(GatewayError::bad_request(
-                    "invalid_messages",
-                    "`messages` must be an array.",
-                ))
-            }
-        }
+        let (model, model_span) = model_of(body, peek.model)?;
+        check_messages(peek.messages)?;
         let stream = match peek.stream.map(|r| r.get()) {
-            None | Some("null") => false,
+            None | Some("null") | Some("false") => false,
             Some("true") => true,
-            Some("false") => false,
             Some(_) => {
                 return Err(GatewayError::bad_request(
                     "invalid_stream",

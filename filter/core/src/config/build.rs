@@ -1,0 +1,40 @@
+//! `build`: a checked `RawConfig` into the `Gateway` the request path uses,
+//! as a short sequence of named steps. Every step records its problems and
+//! goes on, so one report lists them all.
+
+use super::raw::{check_breaker, RawConfig, DEFAULT_MAX_ATTEMPTS};
+use super::{clients, models, sections, Gateway};
+use crate::breaker::BreakerConfig;
+
+pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
+    let by_name = models::check_providers(&raw.providers, problems);
+    let order = models::chain_order(&raw, &by_name, problems);
+    let default_breaker = raw.breaker.over(&BreakerConfig::default());
+    check_breaker("breaker", &default_breaker, problems);
+    let (providers, mut models, model_idx) =
+        models::providers_and_models(&raw, &order, &default_breaker, problems);
+    let names = models::aliases(&raw, &model_idx, &mut models, problems);
+    let auto = models::auto_weights(&raw, &order, &model_idx, problems);
+    let clients = clients::clients(&raw, &names, problems);
+    if raw.limits.max_body_bytes == 0 {
+        problems.push("limits.max_body_bytes must be greater than 0".into());
+    }
+    let max_attempts = raw.routing.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if max_attempts == 0 {
+        problems.push("routing.max_attempts must be at least 1".into());
+    }
+    let prices = clients::prices(&raw, &names, &models, &clients, problems);
+    Some(Gateway {
+        cache: sections::cache(&raw.cache, problems),
+        experiments: sections::experiments(&raw, &names, problems),
+        log: sections::log(&raw, problems),
+        providers,
+        models,
+        names,
+        auto,
+        clients,
+        max_body_bytes: raw.limits.max_body_bytes,
+        max_attempts,
+        prices,
+    })
+}

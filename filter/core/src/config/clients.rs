@@ -1,0 +1,126 @@
+//! Clients (by the SHA-256 of their key), the limits each one gets (the
+//! `limits` defaults under its own), and the price table budgets need.
+
+use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
+use super::{parse_sha256_hex, Client, Limits, Model};
+use crate::ratelimit::Price;
+use hashbrown::HashMap;
+
+pub(super) fn clients(
+    raw: &RawConfig,
+    names: &HashMap<String, usize>,
+    problems: &mut Vec<String>,
+) -> HashMap<[u8; 32], Client> {
+    if raw.clients.is_empty() {
+        problems.push("clients: at least one client is required (name + key_sha256)".into());
+    }
+    check_limits("limits", &raw.limits.defaults, problems);
+    let base_limits = raw.limits.defaults.over(&Limits {
+        default_max_tokens: DEFAULT_MAX_TOKENS,
+        ..Limits::default()
+    });
+    let mut clients = HashMap::new();
+    let mut client_names = hashbrown::HashSet::new();
+    for (i, c) in raw.clients.iter().enumerate() {
+        let at = format!("clients[{i}] ({})", c.name);
+        if c.name.trim().is_empty() {
+            problems.push(format!("clients[{i}]: `name` is empty"));
+        } else if !client_names.insert(c.name.as_str()) {
+            problems.push(format!("{at}: duplicate client name"));
+        }
+        let allowed = allowed_models(&at, c, names, problems);
+        let Some(hash) = parse_sha256_hex(&c.key_sha256) else {
+            problems.push(format!(
+                "{at}: `key_sha256` must be 64 hex characters (the SHA-256 of the key)"
+            ));
+            continue;
+        };
+        if let Some(l) = &c.limits {
+            check_limits(&format!("{at}.limits"), l, problems);
+        }
+        let limits = c
+            .limits
+            .as_ref()
+            .map_or_else(|| base_limits.clone(), |l| l.over(&base_limits));
+        let client = Client {
+            name: c.name.clone(),
+            allowed,
+            limits,
+        };
+        if clients.insert(hash, client).is_some() {
+            problems.push(format!(
+                "{at}: `key_sha256` is the same as another client's"
+            ));
+        }
+    }
+    clients
+}
+
+/// A client's allow-list as model indexes (`None`: every model).
+fn allowed_models(
+    at: &str,
+    c: &RawClient,
+    names: &HashMap<String, usize>,
+    problems: &mut Vec<String>,
+) -> Option<Vec<usize>> {
+    let ms = c.models.as_ref()?;
+    let mut out = Vec::new();
+    for m in ms {
+        match names.get(m) {
+            Some(&idx) => out.push(idx),
+            None => problems.push(format!(
+                "{at}: allowed model `{m}` is not served by any provider"
+            )),
+        }
+    }
+    Some(out)
+}
+
+/// Prices per model index; a budget needs a price for every model.
+pub(super) fn prices(
+    raw: &RawConfig,
+    names: &HashMap<String, usize>,
+    models: &[Model],
+    clients: &HashMap<[u8; 32], Client>,
+    problems: &mut Vec<String>,
+) -> Vec<Option<Price>> {
+    let mut prices: Vec<Option<Price>> = vec![None; models.len()];
+    for (name, p) in &raw.prices {
+        let Some(&idx) = names.get(name) else {
+            problems.push(format!(
+                "prices: `{name}` is not a model any provider serves"
+            ));
+            continue;
+        };
+        if [p.input, p.output, p.cached_input.unwrap_or(0.0)]
+            .iter()
+            .any(|x| !(x.is_finite() && *x >= 0.0))
+        {
+            problems.push(format!(
+                "prices.{name}: prices must be non-negative numbers (USD per 1M tokens)"
+            ));
+        }
+        if let Some(slot) = prices.get_mut(idx) {
+            *slot = Some(Price {
+                input: p.input,
+                output: p.output,
+                cached_input: p.cached_input.unwrap_or(p.input),
+            });
+        }
+    }
+    if clients.values().any(|c| c.limits.budget_micros.is_some()) {
+        let unpriced: Vec<&str> = models
+            .iter()
+            .zip(&prices)
+            .filter(|(_, p)| p.is_none())
+            .map(|(m, _)| m.name.as_str())
+            .collect();
+        if !unpriced.is_empty() {
+            problems.push(format!(
+                "a budget is set, but these models have no entry in `prices`: {}",
+                unpriced.join(", ")
+            ));
+        }
+    }
+    prices
+}

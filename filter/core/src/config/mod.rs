@@ -1,0 +1,205 @@
+//! The plugin config (the control plane): parse, validate everything at once,
+//! compile into the structures the request path uses.
+//!
+//! `compile` either returns a complete [`Gateway`] or one error listing every
+//! problem it found; the host swaps a new config in only on success. The
+//! steps, each in its own file: unknown keys (`known_keys`, from the serde
+//! structs in `raw`), then `build`: providers and models (`models`), clients
+//! and their limits (`clients`), prices, experiments, cache and log
+//! (`sections`).
+
+mod build;
+mod clients;
+mod known_keys;
+mod models;
+mod raw;
+mod sections;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use crate::breaker::BreakerConfig;
+use crate::cache::CacheConfig;
+use crate::ratelimit::{Micros, Price};
+use hashbrown::HashMap;
+use raw::RawConfig;
+use serde_yaml::Value;
+use std::fmt::Write as _;
+
+/// The name a client sends to let the gateway pick a model.
+pub const AUTO_MODEL: &str = "auto";
+
+/// Where and how request records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Envoy cluster (HTTP/2) of the collector.
+    pub cluster: String,
+    pub batch_size: usize,
+    pub flush_interval_ms: u64,
+    pub buffer_records: usize,
+    pub buffer_bytes: usize,
+    pub timeout_ms: u64,
+    /// Keep prompt and completion text in records.
+    pub include_content: bool,
+}
+
+/// A provider as the request path uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provider {
+    pub name: String,
+    pub cluster: String,
+    pub host: String,
+    pub base_path: String,
+    pub api_key_env: Option<String>,
+    pub timeout_ms: u64,
+    pub breaker: BreakerConfig,
+}
+
+/// One provider serving a model, under that provider's own model id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serving {
+    pub provider: usize,
+    pub provider_model_id: String,
+}
+
+/// A model by its public (canonical) name, with the providers serving it in
+/// chain order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    pub name: String,
+    pub aliases: Vec<String>,
+    pub serving: Vec<Serving>,
+}
+
+/// Limits of one client key (`None`: no limit).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Limits {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub max_concurrent: Option<u32>,
+    /// Daily budget in micro-USD.
+    pub budget_micros: Option<Micros>,
+    /// Completion tokens reserved when a request names no max.
+    pub default_max_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub name: String,
+    /// Canonical model indexes this client may use; `None` means all.
+    pub allowed: Option<Vec<usize>>,
+    pub limits: Limits,
+}
+
+/// Which requests an experiment covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applies {
+    All,
+    /// Requests for these model indexes, and `auto` when `auto` is set.
+    Models {
+        models: Vec<usize>,
+        auto: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm {
+    pub name: String,
+    pub weight: u32,
+    pub model: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Experiment {
+    pub name: String,
+    pub salt: String,
+    pub applies: Applies,
+    pub arms: Vec<Arm>,
+}
+
+impl Client {
+    pub fn may_use(&self, model: usize) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(&model))
+    }
+}
+
+/// The compiled config: everything the request path needs, with names
+/// resolved to indexes.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    /// Providers in chain order.
+    pub providers: Vec<Provider>,
+    pub models: Vec<Model>,
+    /// Public name or alias -> model index.
+    pub names: HashMap<String, usize>,
+    /// `auto` candidates: (model index, weight) within the first provider.
+    pub auto: Vec<(usize, u32)>,
+    /// SHA-256 of the client key -> client.
+    pub clients: HashMap<[u8; 32], Client>,
+    pub max_body_bytes: usize,
+    /// Providers tried per request at most (open breakers skipped for free).
+    pub max_attempts: u32,
+    /// The prompt cache, when enabled.
+    pub cache: Option<CacheConfig>,
+    /// Price per model index.
+    pub prices: Vec<Option<Price>>,
+    pub experiments: Vec<Experiment>,
+    /// The request log, when a collector is configured.
+    pub log: Option<LogConfig>,
+}
+
+/// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
+/// On failure, the error lists every problem found, one per line.
+pub fn compile(text: &[u8]) -> Result<Gateway, String> {
+    let text = std::str::from_utf8(text).map_err(|e| format!("plugin config is not UTF-8: {e}"))?;
+    if text.trim().is_empty() {
+        return Err("plugin config is empty: it needs at least `providers` and `clients`".into());
+    }
+    let mut value: Value = serde_yaml::from_str(text)
+        .map_err(|e| format!("plugin config is not valid YAML/JSON: {e}"))?;
+    let mut problems = Vec::new();
+    known_keys::check(&mut value, &mut problems);
+    if !value.is_mapping() {
+        return Err(report(&problems));
+    }
+    let raw: RawConfig = match serde_yaml::from_value(value) {
+        Ok(raw) => raw,
+        Err(e) => {
+            problems.push(format!("a field has the wrong type: {e}"));
+            return Err(report(&problems));
+        }
+    };
+    build::build(raw, &mut problems)
+        .filter(|_| problems.is_empty())
+        .ok_or_else(|| report(&problems))
+}
+
+fn report(problems: &[String]) -> String {
+    let mut out = format!(
+        "plugin config rejected ({} problem{}):",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
+    for p in problems {
+        let _ = write!(out, "\n  - {p}");
+    }
+    out
+}
+
+pub(super) fn valid_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+pub fn parse_sha256_hex(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        let pair = s.get(i * 2..i * 2 + 2)?;
+        *byte = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
+}

@@ -1,0 +1,325 @@
+//! The plugin config as written: serde structs, their defaults, and the
+//! checks of one section's values. Their fields are the only list of the
+//! keys each section accepts (see `known_keys`).
+
+use super::Limits;
+use crate::breaker::BreakerConfig;
+use crate::ratelimit::Micros;
+use serde::Deserialize;
+
+pub(super) const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+pub(super) const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+pub(super) const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) providers: Vec<RawProvider>,
+    #[serde(default)]
+    pub(super) routing: RawRouting,
+    #[serde(default)]
+    pub(super) clients: Vec<RawClient>,
+    #[serde(default)]
+    pub(super) limits: RawLimits,
+    #[serde(default)]
+    pub(super) breaker: RawBreaker,
+    #[serde(default)]
+    pub(super) cache: RawCache,
+    #[serde(default)]
+    pub(super) prices: std::collections::BTreeMap<String, RawPrice>,
+    #[serde(default)]
+    pub(super) experiments: Vec<RawExperiment>,
+    #[serde(default)]
+    pub(super) log: Option<RawLog>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    pub(super) collector_cluster: String,
+    #[serde(default = "default_log_batch")]
+    pub(super) batch_size: usize,
+    #[serde(default = "default_log_flush")]
+    pub(super) flush_interval_ms: u64,
+    #[serde(default = "default_log_buffer")]
+    pub(super) buffer_records: usize,
+    #[serde(default = "default_log_buffer_bytes")]
+    pub(super) buffer_bytes: usize,
+    #[serde(default = "default_log_timeout")]
+    pub(super) timeout_ms: u64,
+    #[serde(default)]
+    pub(super) include_content: bool,
+}
+
+fn default_log_batch() -> usize {
+    500
+}
+fn default_log_flush() -> u64 {
+    250
+}
+fn default_log_buffer() -> usize {
+    10_000
+}
+fn default_log_buffer_bytes() -> usize {
+    8 << 20
+}
+fn default_log_timeout() -> u64 {
+    5000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrice {
+    pub(super) input: f64,
+    pub(super) output: f64,
+    #[serde(default)]
+    pub(super) cached_input: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExperiment {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) salt: Option<String>,
+    #[serde(default)]
+    pub(super) applies_to: Vec<String>,
+    #[serde(default)]
+    pub(super) arms: Vec<RawArm>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawArm {
+    pub(super) name: String,
+    #[serde(default = "default_weight")]
+    pub(super) weight: u32,
+    pub(super) model: String,
+}
+
+/// Per-client limits; every field optional so a client can override some.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClientLimits {
+    pub(super) requests_per_minute: Option<u64>,
+    pub(super) tokens_per_minute: Option<u64>,
+    pub(super) max_concurrent: Option<u32>,
+    pub(super) budget_usd_per_day: Option<f64>,
+    pub(super) default_max_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCache {
+    #[serde(default)]
+    pub(super) enabled: bool,
+    #[serde(default = "default_cache_bytes")]
+    pub(super) max_bytes: usize,
+    #[serde(default = "default_cache_entry_bytes")]
+    pub(super) max_entry_bytes: usize,
+    #[serde(default = "default_cache_ways")]
+    pub(super) ways: u32,
+    #[serde(default = "default_cache_ttl_s")]
+    pub(super) ttl_s: u64,
+    #[serde(default)]
+    pub(super) normalize: bool,
+    #[serde(default = "default_cache_scope")]
+    pub(super) scope: String,
+}
+
+impl Default for RawCache {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_bytes: default_cache_bytes(),
+            max_entry_bytes: default_cache_entry_bytes(),
+            ways: default_cache_ways(),
+            ttl_s: default_cache_ttl_s(),
+            normalize: false,
+            scope: default_cache_scope(),
+        }
+    }
+}
+
+fn default_cache_bytes() -> usize {
+    16 << 20
+}
+fn default_cache_entry_bytes() -> usize {
+    64 << 10
+}
+fn default_cache_ways() -> u32 {
+    4
+}
+fn default_cache_ttl_s() -> u64 {
+    3600
+}
+fn default_cache_scope() -> String {
+    "shared".into()
+}
+
+/// Breaker thresholds; every field optional so a provider can override some.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBreaker {
+    pub(super) consecutive_failures: Option<u32>,
+    pub(super) failure_ratio: Option<f64>,
+    pub(super) min_requests: Option<u32>,
+    pub(super) window_ms: Option<u64>,
+    pub(super) cooldown_ms: Option<u64>,
+    pub(super) half_open_probes: Option<u32>,
+}
+
+impl RawBreaker {
+    pub(super) fn over(&self, base: &BreakerConfig) -> BreakerConfig {
+        BreakerConfig {
+            consecutive_failures: self
+                .consecutive_failures
+                .unwrap_or(base.consecutive_failures),
+            failure_ratio: self.failure_ratio.or(base.failure_ratio),
+            min_requests: self.min_requests.unwrap_or(base.min_requests),
+            window_ms: self.window_ms.unwrap_or(base.window_ms),
+            cooldown_ms: self.cooldown_ms.unwrap_or(base.cooldown_ms),
+            half_open_probes: self.half_open_probes.unwrap_or(base.half_open_probes),
+            probe_timeout_ms: base.probe_timeout_ms,
+        }
+    }
+}
+
+pub(super) fn check_breaker(at: &str, b: &BreakerConfig, problems: &mut Vec<String>) {
+    if b.consecutive_failures == 0 {
+        problems.push(format!("{at}: `consecutive_failures` must be at least 1"));
+    }
+    if b.failure_ratio.is_some_and(|r| !(r > 0.0 && r <= 1.0)) {
+        problems.push(format!("{at}: `failure_ratio` must be in (0, 1]"));
+    }
+    if b.min_requests == 0 {
+        problems.push(format!("{at}: `min_requests` must be at least 1"));
+    }
+    if b.window_ms == 0 || b.cooldown_ms == 0 {
+        problems.push(format!(
+            "{at}: `window_ms` and `cooldown_ms` must be greater than 0"
+        ));
+    }
+    if b.half_open_probes == 0 {
+        problems.push(format!("{at}: `half_open_probes` must be at least 1"));
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProvider {
+    pub(super) name: String,
+    pub(super) cluster: String,
+    pub(super) host: String,
+    #[serde(default = "default_base_path")]
+    pub(super) base_path: String,
+    #[serde(default)]
+    pub(super) api_key_env: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    pub(super) timeout_ms: u64,
+    #[serde(default)]
+    pub(super) models: Vec<RawModel>,
+    #[serde(default)]
+    pub(super) breaker: Option<RawBreaker>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawModel {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) id: Option<String>,
+    #[serde(default = "default_weight")]
+    pub(super) weight: u32,
+    #[serde(default)]
+    pub(super) aliases: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRouting {
+    #[serde(default)]
+    pub(super) chain: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClient {
+    pub(super) name: String,
+    pub(super) key_sha256: String,
+    #[serde(default)]
+    pub(super) models: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) limits: Option<RawClientLimits>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    #[serde(default = "default_max_body")]
+    pub(super) max_body_bytes: usize,
+    #[serde(flatten)]
+    pub(super) defaults: RawClientLimits,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            defaults: RawClientLimits::default(),
+        }
+    }
+}
+
+pub(super) const DEFAULT_MAX_TOKENS: u64 = 1024;
+
+impl RawClientLimits {
+    pub(super) fn over(&self, base: &Limits) -> Limits {
+        Limits {
+            requests_per_minute: self.requests_per_minute.or(base.requests_per_minute),
+            tokens_per_minute: self.tokens_per_minute.or(base.tokens_per_minute),
+            max_concurrent: self.max_concurrent.or(base.max_concurrent),
+            budget_micros: self
+                .budget_usd_per_day
+                .map(|usd| (usd * 1e6).round() as Micros)
+                .or(base.budget_micros),
+            default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
+        }
+    }
+}
+
+pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<String>) {
+    if l.requests_per_minute == Some(0)
+        || l.tokens_per_minute == Some(0)
+        || l.max_concurrent == Some(0)
+    {
+        problems.push(format!(
+            "{at}: a limit of 0 would refuse everything; leave it out for no limit"
+        ));
+    }
+    if l.budget_usd_per_day
+        .is_some_and(|b| !(b >= 0.0 && b.is_finite()))
+    {
+        problems.push(format!(
+            "{at}: `budget_usd_per_day` must be a non-negative number"
+        ));
+    }
+    if l.default_max_tokens == Some(0) {
+        problems.push(format!("{at}: `default_max_tokens` must be at least 1"));
+    }
+}
+
+fn default_base_path() -> String {
+    "/v1".to_string()
+}
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TIMEOUT_MS
+}
+fn default_weight() -> u32 {
+    1
+}
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY_BYTES
+}

@@ -1,0 +1,282 @@
+//! The config compiler's tests.
+use super::*;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+pub(crate) const GOOD: &str = r#"
+providers:
+  - name: primary
+    cluster: c_primary
+    host: primary.example
+    api_key_env: OPENAI_API_KEY
+    models:
+      - {name: gpt-4o-mini, weight: 3, aliases: [mini]}
+      - {name: gpt-4o, id: gpt-4o-2024-08-06, weight: 1}
+  - name: backup
+    cluster: c_backup
+    host: backup.example
+    base_path: /openai/v1/
+    breaker: {cooldown_ms: 500}
+    models:
+      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}
+      - {name: llama-3, weight: 0}
+routing:
+  chain: [primary, backup]
+breaker:
+  consecutive_failures: 4
+clients:
+  - name: demo
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"
+  - name: limited
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000002"
+    models: [mini]
+"#;
+
+#[test]
+fn good_config_compiles_with_models_in_chain_order() {
+    let g = compile(GOOD.as_bytes()).unwrap();
+    assert_eq!(g.providers.len(), 2);
+    let mini = g.names["gpt-4o-mini"];
+    assert_eq!(g.names["mini"], mini);
+    let serving = &g.models[mini].serving;
+    assert_eq!(serving[0].provider, 0);
+    assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
+    assert_eq!(g.auto.len(), 2);
+    let t = crate::translate::for_provider(&g.providers[1]);
+    assert_eq!(t.chat_path(&g.providers[1]), "/openai/v1/chat/completions");
+    assert_eq!(g.max_body_bytes, 1 << 20);
+}
+
+#[test]
+fn breaker_defaults_and_per_provider_overrides() {
+    let g = compile(GOOD.as_bytes()).unwrap();
+    assert_eq!(g.providers[0].breaker.consecutive_failures, 4);
+    assert_eq!(
+        g.providers[0].breaker.cooldown_ms,
+        BreakerConfig::default().cooldown_ms
+    );
+    assert_eq!(g.providers[1].breaker.consecutive_failures, 4);
+    assert_eq!(g.providers[1].breaker.cooldown_ms, 500);
+    assert_eq!(g.max_attempts, 3);
+    let bad = GOOD.replace(
+        "breaker: {cooldown_ms: 500}",
+        "breaker: {cooldown_ms: 0, failure_ratio: 2.0, probes: 1}",
+    );
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(
+        err.contains("`probes`")
+            && err.contains("`failure_ratio` must be")
+            && err.contains("`cooldown_ms`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cache_is_off_by_default_and_sized_from_bytes() {
+    assert!(compile(GOOD.as_bytes()).unwrap().cache.is_none());
+    let on = format!("{GOOD}cache: {{enabled: true, max_bytes: 1048576, max_entry_bytes: 16384, scope: client}}\n");
+    let c = compile(on.as_bytes()).unwrap().cache.unwrap();
+    assert_eq!(
+        (c.sets, c.ways, c.per_client, c.ttl_ms),
+        (16, 4, true, 3_600_000)
+    );
+    let bad = format!("{GOOD}cache: {{enabled: true, max_bytes: 10, max_entry_bytes: 100, scope: team, size: 1}}\n");
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(
+        err.contains("cache.scope")
+            && err.contains("max_entry_bytes <= max_bytes")
+            && err.contains("`size`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn limits_defaults_overrides_prices_and_experiments() {
+    let cfg = GOOD.replace("limits:\n", "")
+        + r#"
+limits:
+  requests_per_minute: 60
+  budget_usd_per_day: 1.5
+prices:
+  gpt-4o-mini: {input: 0.15, output: 0.6}
+  gpt-4o: {input: 2.5, output: 10, cached_input: 1.25}
+  llama-3: {input: 0, output: 0}
+experiments:
+  - name: ab
+    applies_to: [mini, auto]
+    arms:
+      - {name: control, weight: 1, model: gpt-4o-mini}
+      - {name: big, weight: 1, model: gpt-4o}
+"#;
+    let cfg = cfg.replace(
+        "    models: [mini]\n",
+        "    models: [mini]\n    limits: {requests_per_minute: 5, max_concurrent: 2}\n",
+    );
+    let g = compile(cfg.as_bytes()).unwrap();
+    let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
+    assert_eq!(demo.limits.requests_per_minute, Some(60));
+    assert_eq!(demo.limits.budget_micros, Some(1_500_000));
+    assert_eq!(demo.limits.default_max_tokens, 1024);
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    assert_eq!(
+        (
+            limited.limits.requests_per_minute,
+            limited.limits.max_concurrent
+        ),
+        (Some(5), Some(2))
+    );
+    assert_eq!(
+        limited.limits.budget_micros,
+        Some(1_500_000),
+        "inherits the default"
+    );
+    assert_eq!(g.prices[g.names["gpt-4o-mini"]].unwrap().cached_input, 0.15);
+    let e = &g.experiments[0];
+    assert_eq!(e.salt, "ab");
+    assert_eq!(
+        e.applies,
+        Applies::Models {
+            models: vec![g.names["gpt-4o-mini"]],
+            auto: true
+        }
+    );
+}
+
+#[test]
+fn limit_price_and_experiment_problems_are_reported() {
+    let cfg = GOOD.to_string()
+        + r#"
+limits: {requests_per_minute: 0, budget_usd_per_day: 2}
+prices:
+  gpt-5: {input: 1, output: 1}
+experiments:
+  - name: ab
+    applies_to: [nothing]
+    arms:
+      - {name: a, weight: 0, model: gpt-4o}
+      - {name: a, weight: 0, model: ghost}
+"#;
+    let err = compile(cfg.as_bytes()).unwrap_err();
+    for needle in [
+        "limit of 0",
+        "`gpt-5` is not a model",
+        "have no entry in `prices`",
+        "applies_to `nothing`",
+        "arm name `a` is empty or repeated",
+        "targets `ghost`",
+    ] {
+        assert!(err.contains(needle), "{needle} missing: {err}");
+    }
+}
+
+#[test]
+fn json_config_is_accepted() {
+    let json = r#"{"providers":[{"name":"p","cluster":"c","host":"h","models":[{"name":"m"}]}],
+            "clients":[{"name":"a","key_sha256":"0000000000000000000000000000000000000000000000000000000000000001"}]}"#;
+    let g = compile(json.as_bytes()).unwrap();
+    assert_eq!(g.models[0].name, "m");
+}
+
+#[test]
+fn unknown_keys_at_every_level_are_all_reported() {
+    let bad = GOOD
+        .replace("routing:\n", "routing:\n  retries: 3\n")
+        .replace("    api_key_env:", "    colour: red\n    api_key_env:")
+        .replace("{name: gpt-4o, id:", "{name: gpt-4o, nickname: x, id:")
+        + "extra: 1\n";
+    let err = compile(bad.as_bytes()).unwrap_err();
+    for needle in ["`retries`", "`colour`", "`nickname`", "`extra`"] {
+        assert!(err.contains(needle), "{needle} missing from {err}");
+    }
+    assert!(
+        err.starts_with("plugin config rejected (4 problems)"),
+        "{err}"
+    );
+    let both = GOOD.replace(
+        "chain: [primary, backup]",
+        "chain: [primary, ghost]\n  retries: 2",
+    );
+    let err = compile(both.as_bytes()).unwrap_err();
+    assert!(
+        err.contains("`retries`") && err.contains("no provider named `ghost`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cross_reference_problems_are_reported_together() {
+    let bad = GOOD
+        .replace(
+            "chain: [primary, backup]",
+            "chain: [primary, backup, ghost]",
+        )
+        .replace(
+            "aliases: [mini]}\n      - {name: gpt-4o,",
+            "aliases: [mini, gpt-4o]}\n      - {name: gpt-4o,",
+        )
+        .replace("models: [mini]", "models: [mini, claude]")
+        .replace("weight: 3", "weight: 0")
+        .replace("weight: 1}", "weight: 0}");
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(err.contains("no provider named `ghost`"), "{err}");
+    assert!(err.contains("alias `gpt-4o`"), "{err}");
+    assert!(err.contains("`claude` is not served"), "{err}");
+    assert!(err.contains("sum to zero"), "{err}");
+}
+
+#[test]
+fn alias_naming_two_models_is_rejected() {
+    let bad = GOOD.replace(
+        "{name: llama-3, weight: 0}",
+        "{name: llama-3, weight: 0, aliases: [mini]}",
+    );
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(err.contains("alias `mini` names two models"), "{err}");
+}
+
+#[test]
+fn provider_missing_from_chain_and_bad_fields_are_reported() {
+    let bad = GOOD
+        .replace("chain: [primary, backup]", "chain: [primary]")
+        .replace("base_path: /openai/v1/", "base_path: openai")
+        .replace(
+            "\"0000000000000000000000000000000000000000000000000000000000000002\"",
+            "nothex",
+        );
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(err.contains("not in routing.chain"), "{err}");
+    assert!(err.contains("must start with `/`"), "{err}");
+    assert!(err.contains("64 hex characters"), "{err}");
+}
+
+#[test]
+fn empty_and_garbage_configs_are_rejected_with_a_message() {
+    assert!(compile(b"").unwrap_err().contains("empty"));
+    assert!(compile(b"providers: [")
+        .unwrap_err()
+        .contains("not valid YAML"));
+    assert!(compile(b"- 1\n- 2")
+        .unwrap_err()
+        .contains("must be a mapping"));
+    assert!(compile(b"providers: 3\nclients: []")
+        .unwrap_err()
+        .contains("wrong type"));
+    let err = compile(b"providers: 3\nclients: []\nflavour: x").unwrap_err();
+    assert!(
+        err.contains("wrong type") && err.contains("`flavour`"),
+        "{err}"
+    );
+    let err = compile(b"providers: []\nclients: []").unwrap_err();
+    assert!(
+        err.contains("at least one provider") && err.contains("at least one client"),
+        "{err}"
+    );
+}
+
+#[test]
+fn client_allow_list_resolves_aliases() {
+    let g = compile(GOOD.as_bytes()).unwrap();
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    assert!(limited.may_use(g.names["gpt-4o-mini"]));
+    assert!(!limited.may_use(g.names["gpt-4o"]));
+}

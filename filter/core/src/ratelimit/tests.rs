@@ -1,0 +1,170 @@
+//! Tests of `ratelimit`.
+
+use super::*;
+use crate::store::{update, MemStore};
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+#[test]
+fn fresh_bucket_is_full_and_refills_continuously() {
+    let b = Bucket::default();
+    let (b, t) = take(&b, 60, 1, 1_000);
+    assert_eq!((t.admitted, t.remaining), (true, 59));
+    assert_eq!(t.wait_ms, 1_000, "one unit back a second later at 60/min");
+    let (b, _) = take(&b, 60, 59, 1_000);
+    let (b2, t) = take(&b, 60, 1, 1_000);
+    assert!(!t.admitted);
+    assert_eq!((t.remaining, t.wait_ms), (0, 1_000));
+    assert_eq!(b2.level_milli, 0);
+    let (_, t) = take(&b, 60, 1, 2_000);
+    assert!(t.admitted, "refilled after a second");
+    let full = b.refilled(60, 1_000_000);
+    assert_eq!(full.level_milli, 60_000, "capped at capacity");
+}
+
+#[test]
+fn level_reads_without_taking() {
+    let (b, _) = take(&Bucket::default(), 60, 30, 0);
+    assert_eq!(
+        level(&b, 60, 0),
+        Take {
+            admitted: true,
+            remaining: 30,
+            wait_ms: 30_000
+        }
+    );
+    assert_eq!(level(&b, 60, 10_000).remaining, 40);
+    assert_eq!(
+        level(&Bucket::default(), 60, 5).remaining,
+        60,
+        "a fresh bucket is full"
+    );
+}
+
+#[test]
+fn slow_rates_refill_exactly() {
+    // 1 per minute: 1/60000 per ms; after 30 s half a unit.
+    let (b, _) = take(&Bucket::default(), 1, 1, 0);
+    assert_eq!(b.refilled(1, 30_000).level_milli, 500);
+    let (_, t) = take(&b, 1, 1, 30_000);
+    assert_eq!((t.admitted, t.wait_ms), (false, 30_000));
+}
+
+#[test]
+fn settlement_refunds_and_debt() {
+    let (b, _) = take(&Bucket::default(), 1000, 300, 0);
+    assert_eq!(adjust(&b, 1000, 250, 0).level_milli, 950_000);
+    let debt = adjust(&b, 1000, -800, 0);
+    assert_eq!(debt.level_milli, -100_000);
+    let (_, t) = take(&debt, 1000, 1, 0);
+    assert!(!t.admitted);
+    assert_eq!(
+        adjust(&b, 1000, 10_000, 0).level_milli,
+        1_000_000,
+        "never above capacity"
+    );
+}
+
+#[test]
+fn encoding_round_trips() {
+    let b = Bucket {
+        level_milli: -5,
+        updated_ms: 99,
+        initialized: true,
+    };
+    assert_eq!(Bucket::decode(Some(&b.encode())), b);
+    assert_eq!(Bucket::decode(Some(b"x")), Bucket::default());
+}
+
+#[test]
+fn concurrency_counter() {
+    let (v, ok) = acquire(None, 1);
+    assert!(ok);
+    assert_eq!(acquire(v.as_deref(), 1), (None, false));
+    assert_eq!(decode_u32(release(v.as_deref()).as_deref()), 0);
+    assert_eq!(release(None), None);
+}
+
+#[test]
+fn budget_reserves_and_settles_in_micro_dollars() {
+    let p = Price {
+        input: 0.15,
+        output: 0.60,
+        cached_input: 0.075,
+    };
+    assert_eq!(p.cost(1_000_000, 0, 0), 150_000);
+    assert_eq!(p.cost(1000, 1000, 400), 90 + 30 + 600);
+    let (v, ok, total) = spend(None, 1000, 600);
+    assert!(ok && total == 600);
+    let (_, ok, total) = spend(v.as_deref(), 1000, 500);
+    assert!(!ok && total == 600);
+    assert_eq!(decode_i64(Some(&settle_spend(v.as_deref(), -100))), 500);
+    assert_eq!(decode_i64(Some(&settle_spend(v.as_deref(), -10_000))), 0);
+}
+
+#[test]
+fn days_and_reset_text() {
+    assert_eq!(day_of(86_400_000 * 3 + 5), 3);
+    assert_eq!(ms_to_midnight(86_400_000 * 3 + 1_000), 86_399_000);
+    assert_eq!(reset_text(250), "250ms");
+    assert_eq!(reset_text(1_000), "1s");
+    assert_eq!(reset_text(360_000), "6m0s");
+    assert_eq!(reset_text(3_723_000), "1h2m3s");
+}
+
+/// 2^63 wrapped to a negative take (the bucket grew past its cap and
+/// later takes were refused); 2^64-1 wrapped to a tiny one.
+#[test]
+fn huge_amounts_saturate_and_are_refused_without_touching_the_bucket() {
+    let (b, _) = take(&Bucket::default(), 1_000, 10, 0);
+    for amount in [1u64 << 63, u64::MAX, u64::MAX / 1000 + 1] {
+        let (next, t) = take(&b, 1_000, amount, 0);
+        assert!(!t.admitted, "{amount}");
+        assert_eq!(next, b, "a refused take leaves the level as it was");
+        assert!(t.wait_ms > 0);
+    }
+    let (_, t) = take(&b, 1_000, 1, 0);
+    assert!(t.admitted, "the bucket still serves small requests");
+    assert_eq!(t.remaining, 989);
+    let back = adjust(&b, 1_000, signed(u64::MAX), 0);
+    assert_eq!(
+        back.level_milli, 1_000_000,
+        "a huge give-back stops at capacity"
+    );
+    let debt = adjust(&b, 1_000, signed(u64::MAX).saturating_neg(), 0);
+    assert!(
+        debt.level_milli < 0,
+        "a huge settlement is debt, not a wrap"
+    );
+    let p = Price {
+        input: 2.5,
+        output: 10.0,
+        cached_input: 1.25,
+    };
+    assert_eq!(p.cost(u64::MAX, u64::MAX, 0), Micros::MAX);
+    assert!(!spend(None, 5_000_000, Micros::MAX).1);
+    assert_eq!(reservation(usize::MAX, Some(u64::MAX), 0).1, u64::MAX);
+}
+
+#[test]
+fn reservation_estimates() {
+    assert_eq!(reservation(400, Some(50), 1024), (100, 50));
+    assert_eq!(reservation(401, None, 1024), (101, 1024));
+}
+
+#[test]
+fn concurrent_takes_never_admit_past_the_limit() {
+    // Ten racing workers each interfere once; only capacity is admitted.
+    let s = MemStore::default();
+    let mut admitted = 0;
+    for _ in 0..20 {
+        s.inject_conflicts(1, |v| v.to_vec());
+        let ok = update(&s, "b", |cur| {
+            let (next, t) = take(&Bucket::decode(cur), 10, 1, 0);
+            (Some(next.encode()), t.admitted)
+        })
+        .unwrap();
+        admitted += u32::from(ok);
+    }
+    assert_eq!(admitted, 10);
+}
