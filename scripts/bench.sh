@@ -9,13 +9,16 @@
 # Many short rounds alternate bare/route/hit and we report the median of the
 # per-round ratios: the machines are shared and noisy, and drift hits all
 # sides of a round alike. Prints a markdown table (also .run/bench-latest.md).
+# BENCH_BASELINE_WASM=path adds route0/hit0: the same two gateways with an
+# earlier build, in the same rounds, so a change is measured against its
+# predecessor in one run (route/route0, hit/hit0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
 DURATION="${BENCH_DURATION:-3}"
 ROUNDS="${BENCH_ROUNDS:-10}"
 CONNS=32
-WASM="$PWD/target/wasm32-wasip1/release/portcullis_filter.wasm"
+WASM="${BENCH_WASM:-$PWD/target/wasm32-wasip1/release/portcullis_filter.wasm}"
 if ! command -v wrk >/dev/null; then
   echo "bench: installing wrk (Debian package)"
   (apt-get install -y -qq wrk >/dev/null 2>&1) || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
@@ -35,9 +38,13 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102) ADMIN=([bare]=9912 [route]=9911 [hit]=9913) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo)
+BASE_WASM="${BENCH_BASELINE_WASM:-}"
+VARIANTS=(bare route hit)
+FILTERS=(route hit)
+if [[ -n $BASE_WASM ]]; then VARIANTS+=(route0 hit0); FILTERS+=(route0 hit0); fi
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/bare.yaml"
-for v in route hit; do
+for v in "${FILTERS[@]}"; do
   sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
 done
 sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
@@ -45,16 +52,20 @@ grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench: cannot tu
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
 envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route/portcullis.yaml" "$WASM"
 envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit/portcullis.yaml" "$WASM"
+if [[ -n $BASE_WASM ]]; then
+  envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route0/portcullis.yaml" "$BASE_WASM"
+  envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit0/portcullis.yaml" "$BASE_WASM"
+fi
 
-for v in bare route hit; do
+for v in "${VARIANTS[@]}"; do
   taskset -c 0 env OPENAI_API_KEY=sk-bench "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
   PID[$v]=$!; pids+=($!)
 done
-for v in bare route hit; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; done
+for v in "${VARIANTS[@]}"; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; done
 
 # A 212-byte chat body, like the design's measurement.
 body='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}'
-for v in bare route hit; do
+for v in "${VARIANTS[@]}"; do
   cat >"$dir/$v.lua" <<LUA
 wrk.method = "POST"
 wrk.body = '$body'
@@ -87,11 +98,13 @@ run_wrk() { # variant -> "rps p50 p99 non2xx cpu_us_per_request"
   echo "$rps $p50 $p99 $cpu"
 }
 # Warm up (V8 compiles the module lazily and tiers it up under load).
-for v in bare route hit; do run_wrk $v >/dev/null; done
+for v in "${VARIANTS[@]}"; do run_wrk $v >/dev/null; done
 
 table="| round | bare rps | bare p50 / p99 | route rps | route p50 / p99 | hit rps | hit p50 / p99 | route/bare | hit/bare |
 |---|---|---|---|---|---|---|---|---|"
-rr=(); hr=(); rc=(); hc=()
+rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=()
+vs="| round | route0 rps | hit0 rps | route/route0 | hit/hit0 |
+|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   read -r b_rps b_p50 b_p99 b_cpu < <(run_wrk bare)
   read -r r_rps r_p50 r_p99 r_cpu < <(run_wrk route)
@@ -101,6 +114,15 @@ for r in $(seq 1 "$ROUNDS"); do
   rr+=("$ratio_r"); hr+=("$ratio_h")
   rc+=("$(awk -v a="$r_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
   hc+=("$(awk -v a="$h_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
+  if [[ -n $BASE_WASM ]]; then
+    read -r r0_rps _ _ _ < <(run_wrk route0)
+    read -r h0_rps _ _ _ < <(run_wrk hit0)
+    vr+=("$(awk -v a="$r_rps" -v b="$r0_rps" 'BEGIN {printf "%.3f", a/b}')")
+    vh+=("$(awk -v a="$h_rps" -v b="$h0_rps" 'BEGIN {printf "%.3f", a/b}')")
+    br+=("$(awk -v a="$r0_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+    bh+=("$(awk -v a="$h0_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+    vs+=$'\n'"| $r | $r0_rps | $h0_rps | ${vr[-1]}x | ${vh[-1]}x |"
+  fi
   table+=$'\n'"| $r | $b_rps | $b_p50 / $b_p99 | $r_rps | $r_p50 / $r_p99 | $h_rps | $h_p50 / $h_p99 | ${ratio_r}x | ${ratio_h}x |"
 done
 misses=$(cache_stat misses); hits=$(cache_stat hits)
@@ -113,6 +135,14 @@ mkdir -p .run
   echo
   echo "Median route/bare: $(median_of "${rr[@]}")x (CPU per request: $(median_of "${rc[@]}")x)"
   echo "Median hit/bare:   $(median_of "${hr[@]}")x (CPU per request: $(median_of "${hc[@]}")x)"
+  if [[ -n $BASE_WASM ]]; then
+    echo
+    echo "Against the baseline build ($BASE_WASM), same rounds:"
+    echo
+    echo "$vs"
+    echo
+    echo "Median route/route0: $(median_of "${vr[@]}")x, hit/hit0: $(median_of "${vh[@]}")x (baseline: route0/bare $(median_of "${br[@]}")x, hit0/bare $(median_of "${bh[@]}")x)"
+  fi
   echo "Hit gateway over the whole run: $hits cache hits, $misses misses (the first request)"
   echo "Request records in the collector: $(curl -s 'http://127.0.0.1:18152/v1/metrics/summary?since=0' | sed 's/.*"total":\([0-9]*\).*/\1/')"
 } | tee .run/bench-latest.md

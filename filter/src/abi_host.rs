@@ -1,15 +1,14 @@
 //! The host as Envoy provides it: [`Host`] over the proxy-wasm ABI (`abi`),
-//! shared data as the core's [`Store`], and the VM's metric registry.
+//! shared data as the core's [`Store`], metrics through the VM's registry.
 
 use crate::abi;
 use crate::host::{Headers, Host, Part};
+use crate::registry;
 use crate::shipper;
 use portcullis_core::record::Record;
 use portcullis_core::store::{Store, StoreError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status};
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// Envoy, for the context that is running (the ABI knows which).
@@ -107,80 +106,28 @@ impl Host for AbiHost {
     }
 
     fn count(&self, name: &str, by: i64) {
-        count(name, by);
+        registry::count(name, by);
     }
 
     fn gauge(&self, name: &str, value: u64) {
-        if let Some(id) = metric(MetricType::Gauge, name) {
+        if let Some(id) = registry::metric(MetricType::Gauge, name) {
             let _ = abi::record_metric(id, value);
         }
     }
 
     fn add_to_gauge(&self, name: &str, by: i64) {
-        if let Some(id) = metric(MetricType::Gauge, name) {
+        if let Some(id) = registry::metric(MetricType::Gauge, name) {
             let _ = abi::increment_metric(id, by);
         }
     }
 
     fn histogram(&self, name: &str, value: u64) {
-        if let Some(id) = metric(MetricType::Histogram, name) {
+        if let Some(id) = registry::metric(MetricType::Histogram, name) {
             let _ = abi::record_metric(id, value);
         }
     }
 
     fn emit_record(&self, record: &Record) {
         shipper::push(record);
-    }
-}
-
-thread_local! {
-    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
-    /// Counter increments not yet handed to Envoy (see [`flush_counters`]).
-    static PENDING: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
-}
-
-/// Metric id by name, defined on first use (ids are per VM).
-fn metric(kind: MetricType, name: &str) -> Option<u32> {
-    METRICS.with(|m| {
-        let mut m = m.try_borrow_mut().ok()?;
-        if let Some(id) = m.get(name) {
-            return Some(*id);
-        }
-        let id = abi::define_metric(kind, name).ok()?;
-        m.insert(name.to_string(), id);
-        Some(id)
-    })
-}
-
-/// Add to a counter: summed in the VM and handed to Envoy by
-/// [`flush_counters`] at the root context's tick, so counters cost no host
-/// call per request.
-pub fn count(name: &str, by: i64) {
-    if by == 0 {
-        return;
-    }
-    PENDING.with(|p| {
-        if let Ok(mut p) = p.try_borrow_mut() {
-            match p.get_mut(name) {
-                Some(n) => *n = n.saturating_add(by),
-                None => {
-                    p.insert(name.to_string(), by);
-                }
-            }
-        }
-    });
-}
-
-/// Hand the summed counter increments to Envoy (at each tick).
-pub fn flush_counters() {
-    let pending: Vec<(String, i64)> = PENDING.with(|p| {
-        p.try_borrow_mut()
-            .map(|mut p| p.drain().collect())
-            .unwrap_or_default()
-    });
-    for (name, by) in pending {
-        if let Some(id) = metric(MetricType::Counter, &name) {
-            let _ = abi::increment_metric(id, by);
-        }
     }
 }

@@ -11,19 +11,11 @@ use crate::admission::Finish;
 use crate::context::{Phase, RequestContext};
 use crate::host::{Headers, Host, Part};
 use crate::metrics;
+use crate::reading::Reader;
 use portcullis_core::attempt::{classify, classify_call};
 use portcullis_core::headers;
-use portcullis_core::sse::{self, Relay};
-use portcullis_core::usage::{AnswerCopy, Usage};
+use portcullis_core::sse;
 use proxy_wasm::types::Action;
-
-/// How an answer is read as it passes.
-pub enum Reader {
-    /// A stream: events parsed as they pass (usage, the completion).
-    Stream(Relay),
-    /// A whole answer: a copy taken as it passes.
-    Whole(AnswerCopy),
-}
 
 /// Whether a response's headers say its body is content-encoded.
 fn is_encoded(headers: &Headers) -> bool {
@@ -68,64 +60,38 @@ impl<H: Host> RequestContext<H> {
             f.cache_fill = None;
             return;
         }
+        // How much of a whole answer to keep whole: what the cache may store,
+        // or the record's completion text; past that only the tail (usage).
         let store = f.cache_fill.is_some();
-        if f.chat.stream && (store || f.usage_chunk || wants_usage) {
-            self.reader = Some(Reader::Stream(Relay::new(f.usage_chunk)));
-        } else if !f.chat.stream && (store || wants_usage) {
-            // How much to keep whole: what the cache may store, or the
-            // record's completion text; past that only the tail (usage).
-            let cache_max = loaded.gw.cache.as_ref().map_or(0, |c| c.max_entry_bytes);
-            let content_max = if include_content(&loaded.gw) {
-                1 << 16
-            } else {
-                0
-            };
-            let keep = if store { cache_max } else { 0 };
-            self.reader = Some(Reader::Whole(AnswerCopy::new(keep.max(content_max))));
-        }
+        let cache_max = loaded.gw.cache.as_ref().map_or(0, |c| c.max_entry_bytes);
+        let content_max = if include_content(&loaded.gw) {
+            1 << 16
+        } else {
+            0
+        };
+        let keep = if store { cache_max } else { 0 }.max(content_max);
+        f.reader = Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep);
     }
 
     /// Bytes of the answer as they pass; `Some` when what the client gets
     /// differs (a stream without the usage chunk only the gateway asked for).
     fn answer_chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
-        match self.reader.as_mut()? {
-            Reader::Stream(relay) => {
-                let mut out = relay.chunk(bytes);
-                if end {
-                    out.extend(relay.finish());
-                }
-                relay.strip_usage.then_some(out)
-            }
-            Reader::Whole(copy) => {
-                copy.push(bytes);
-                None
-            }
-        }
+        self.flight.as_mut()?.reader.as_mut()?.chunk(bytes, end)
     }
 
     /// The whole answer has passed: settle the limits with its usage, keep
     /// its text for the record when asked, store it in the cache.
     fn answer_end(&mut self) {
-        let (usage, whole) = match self.reader.take() {
-            Some(Reader::Stream(relay)) => (
-                relay.assembly.usage.as_ref().and_then(Usage::from_usage),
-                relay.assembly.completion(),
-            ),
-            Some(Reader::Whole(copy)) => {
-                let (usage, whole) = copy.finish();
-                if whole.is_none()
-                    && self
-                        .flight
-                        .as_mut()
-                        .and_then(|f| f.cache_fill.take())
-                        .is_some()
-                {
-                    self.host.count(metrics::CACHE_TOO_LARGE, 1);
-                }
-                (usage, whole)
-            }
-            None => return,
+        let Some(f) = self.flight.as_mut() else {
+            return;
         };
+        let Some(reader) = f.reader.take() else {
+            return;
+        };
+        let (usage, whole) = reader.finish();
+        if whole.is_none() && f.cache_fill.take().is_some() {
+            self.host.count(metrics::CACHE_TOO_LARGE, 1);
+        }
         self.log.usage = usage;
         self.finish_limits(Finish::Settle(usage));
         if let Some(c) = whole {
@@ -165,7 +131,7 @@ impl<H: Host> RequestContext<H> {
     /// The router's answer passes chunk by chunk (never held: Envoy's buffer
     /// limits never apply and the client gets bytes at once).
     pub(crate) fn router_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.reader.is_some() {
+        if self.flight.as_ref().is_some_and(|f| f.reader.is_some()) {
             let chunk = self
                 .host
                 .body(Part::Response, body_size)

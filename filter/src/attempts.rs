@@ -1,121 +1,13 @@
-//! A routed request across its attempts: which providers it may still try
-//! (open breakers are skipped without spending an attempt), what each
-//! attempt's result means for its breaker, and the next attempt by callout
-//! when one fails.
+//! A routed request's attempts: what each attempt's result means for its
+//! breaker, and the next attempt by callout when one fails.
 
 use crate::breakers;
 use crate::context::{Phase, RequestContext};
 use crate::host::Host;
 use crate::metrics;
 use portcullis_core::attempt::{exhausted, Cause, Outcome};
-use portcullis_core::breaker::Admission;
-use portcullis_core::cache::{CacheStatus, Hash};
-use portcullis_core::config::Gateway;
-use portcullis_core::ratelimit::Price;
-use portcullis_core::request::ChatRequest;
+use portcullis_core::cache::CacheStatus;
 use proxy_wasm::types::{Action, LogLevel};
-
-/// The provider currently tried, and whether it is a half-open probe.
-#[derive(Debug, Clone)]
-pub struct Current {
-    pub provider: usize,
-    pub probe: bool,
-    pub reported: bool,
-    /// The breaker was closed with nothing counted when this attempt began.
-    pub clean: bool,
-}
-
-/// A pending fallback callout.
-#[derive(Debug, Clone, Copy)]
-pub struct Call {
-    pub token: u32,
-    pub started_ms: u64,
-    pub timeout_ms: u64,
-}
-
-pub struct Flight {
-    pub chat: ChatRequest,
-    /// The model's public name.
-    pub model_name: String,
-    /// (provider index, provider's model id), in the order they are tried.
-    pub candidates: Vec<(usize, String)>,
-    next_candidate: usize,
-    pub attempts: u32,
-    pub tried: Vec<(String, Cause)>,
-    pub skipped: Vec<(String, u64)>,
-    pub current: Option<Current>,
-    /// The status the current provider answered with, when it was not a
-    /// retryable failure (that answer goes to the client).
-    pub answered: Option<u16>,
-    pub call: Option<Call>,
-    pub cache_status: CacheStatus,
-    /// Set when the answer is to be stored in the cache, under this key.
-    pub cache_fill: Option<Hash>,
-    /// The gateway asks a streaming provider for the usage chunk the client
-    /// did not ask for; it is read, then dropped from what the client gets.
-    pub usage_chunk: bool,
-    /// (experiment, arm) when an experiment chose the model.
-    pub experiment: Option<(String, String)>,
-    pub price: Option<Price>,
-    /// The client's headers every fallback sends, read at the first one.
-    pub forwarded: Option<Vec<(String, String)>>,
-}
-
-impl Flight {
-    pub fn new(
-        chat: ChatRequest,
-        model_name: String,
-        candidates: Vec<(usize, String)>,
-        experiment: Option<(String, String)>,
-        price: Option<Price>,
-    ) -> Self {
-        Self {
-            chat,
-            model_name,
-            candidates,
-            next_candidate: 0,
-            attempts: 0,
-            tried: Vec::new(),
-            skipped: Vec::new(),
-            current: None,
-            answered: None,
-            call: None,
-            cache_status: CacheStatus::Off,
-            cache_fill: None,
-            usage_chunk: false,
-            experiment,
-            price,
-            forwarded: None,
-        }
-    }
-
-    /// The next candidate whose breaker admits a request, within the
-    /// attempt budget.
-    pub fn admit_next(&mut self, host: &impl Host, gw: &Gateway) -> Option<(usize, String)> {
-        while self.attempts < gw.max_attempts {
-            let (idx, model_id) = self.candidates.get(self.next_candidate)?.clone();
-            self.next_candidate = self.next_candidate.saturating_add(1);
-            let p = gw.providers.get(idx)?;
-            match breakers::admit(host, p) {
-                (Admission::Refused { retry_after_ms }, _) => {
-                    host.count(&metrics::skipped_open(&p.name), 1);
-                    self.skipped.push((p.name.clone(), retry_after_ms));
-                }
-                (adm, clean) => {
-                    self.attempts = self.attempts.saturating_add(1);
-                    self.current = Some(Current {
-                        provider: idx,
-                        probe: adm == Admission::Probe,
-                        reported: false,
-                        clean,
-                    });
-                    return Some((idx, model_id));
-                }
-            }
-        }
-        None
-    }
-}
 
 impl<H: Host> RequestContext<H> {
     /// Record the current attempt's outcome; on a retryable failure, start

@@ -11,10 +11,9 @@
 
 use crate::abi_host::AbiHost;
 use crate::admission::{Finish, Held};
-use crate::answer::Reader;
-use crate::attempts::Flight;
+use crate::flight::Flight;
 use crate::host::Host;
-use crate::root::Loaded;
+use crate::loaded::Loaded;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::ratelimit::Take;
@@ -79,8 +78,6 @@ pub struct RequestContext<H: Host> {
     pub rate_headers: Vec<(&'static str, String)>,
     /// What the request holds of its client's limits until it finishes.
     pub held: Option<Held>,
-    /// How the answer on its way is read (usage, cache, content).
-    pub reader: Option<Reader>,
     pub log: LogFacts,
 }
 
@@ -96,7 +93,6 @@ impl<H: Host> RequestContext<H> {
             req_take: None,
             rate_headers: Vec::new(),
             held: None,
-            reader: None,
             log: LogFacts::default(),
         }
     }

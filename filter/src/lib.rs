@@ -9,16 +9,21 @@
 //!
 //! | file | concern |
 //! |---|---|
-//! | `root` | the root context: configure (compile, then swap), tick |
+//! | `root`, `loaded` | the root context: configure (compile, then swap), tick |
 //! | `context` | one HTTP stream: its state and the callbacks |
 //! | `request_headers`, `request_body` | the two request phases |
 //! | `prompt_cache` | lookup (a hit answers) and store |
 //! | `admission` | the client's limits across the request's life |
-//! | `attempts`, `breakers` | candidates, breakers, fallback callouts |
+//! | `flight`, `attempts`, `breakers` | candidates, breakers, fallback callouts |
 //! | `upstream` | the one request builder for every attempt |
-//! | `answer` | the one answer path (begin / chunk / end) |
+//! | `answer`, `reading` | the one answer path (begin / chunk / end) |
 //! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
-//! | `host`, `abi_host`, `abi` | the host trait and Envoy behind it |
+//! | `host`, `abi_host`, `registry`, `abi` | the host trait and Envoy behind it |
+//!
+//! Imports run one way: the steps (`request_*`, `prompt_cache`, `attempts`,
+//! `upstream`, `answer`, `telemetry`) and `root` use `context`; `context`
+//! uses only the state types (`flight`, `reading`, `admission`, `loaded`)
+//! and the host.
 
 mod abi;
 mod abi_host;
@@ -27,9 +32,13 @@ mod answer;
 mod attempts;
 mod breakers;
 mod context;
+mod flight;
 mod host;
+mod loaded;
 mod metrics;
 mod prompt_cache;
+mod reading;
+mod registry;
 mod request_body;
 mod request_headers;
 mod root;

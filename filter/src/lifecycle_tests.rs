@@ -5,7 +5,7 @@
 use crate::context::RequestContext;
 use crate::fake::FakeHost;
 use crate::host::{Host, Part};
-use crate::root::Loaded;
+use crate::loaded::Loaded;
 use portcullis_core::config::compile;
 use portcullis_core::keys::{self, Limit};
 use portcullis_core::ratelimit::{decode_u32, Bucket};
@@ -53,15 +53,13 @@ struct Gateway {
 impl Gateway {
     fn new(yaml: &str) -> Self {
         let gw = compile(yaml.as_bytes()).unwrap();
-        let keys = vec![
-            Some("sk-primary".to_string()),
-            Some("sk-backup".to_string()),
-        ];
+        let bearer = |k: &str| Some(("authorization", format!("Bearer {k}")));
+        let credentials = vec![bearer("sk-primary"), bearer("sk-backup")];
         let host = FakeHost::default();
         host.state.borrow_mut().now_ms = 1_700_000_000_000;
         Self {
             host,
-            loaded: Rc::new(Loaded { gw, keys }),
+            loaded: Rc::new(Loaded { gw, credentials }),
         }
     }
 

@@ -6,6 +6,7 @@ use crate::host::Host;
 use crate::metrics;
 use portcullis_core::cache::{self, CacheStatus, Directive, StoreOutcome};
 use portcullis_core::config::{Client, Gateway};
+use portcullis_core::error::GatewayError;
 use portcullis_core::sse;
 use proxy_wasm::types::{Action, LogLevel};
 
@@ -18,14 +19,21 @@ impl<H: Host> RequestContext<H> {
         gw: &Gateway,
         client: &Client,
         now: u64,
-    ) -> Option<Action> {
-        let cfg = gw.cache.as_ref()?;
+    ) -> Result<Option<Action>, GatewayError> {
+        let Some(cfg) = gw.cache.as_ref() else {
+            return Ok(None);
+        };
         let directive = cache::directive(self.request.cache_control.as_deref());
-        if directive == Directive::Bypass {
-            return None;
-        }
-        let flight = self.flight.as_mut()?;
-        let (first, first_model_id) = flight.candidates.first()?;
+        let Some(flight) = self
+            .flight
+            .as_mut()
+            .filter(|_| directive != Directive::Bypass)
+        else {
+            return Ok(None);
+        };
+        let Some((first, first_model_id)) = flight.candidates.first() else {
+            return Ok(None);
+        };
         let first_name = gw.providers.get(*first).map_or("", |p| p.name.as_str());
         let scope = cfg.per_client.then_some(client.name.as_str());
         let key = cache::key(
@@ -34,11 +42,11 @@ impl<H: Host> RequestContext<H> {
             &flight.chat,
             cfg.normalize,
             scope,
-        );
+        )?;
         flight.cache_fill = Some(key);
         flight.cache_status = CacheStatus::Refresh;
         if directive == Directive::Refresh {
-            return None;
+            return Ok(None);
         }
         flight.cache_status = CacheStatus::Miss;
         // What a hit answers: the stored answer, or for a streamed request its
@@ -59,18 +67,14 @@ impl<H: Host> RequestContext<H> {
                 self.host.count(metrics::CACHE_HITS, 1);
                 // A hit costs no tokens or budget, but it was a request.
                 self.rate_headers_with_tokens(client, now);
-                Some(self.answer_hit(content_type, &body))
+                return Ok(Some(self.answer_hit(content_type, &body)));
             }
-            Ok(None) => {
-                self.host.count(metrics::CACHE_MISSES, 1);
-                None
-            }
-            Err(e) => {
-                self.host
-                    .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}"));
-                None
-            }
+            Ok(None) => self.host.count(metrics::CACHE_MISSES, 1),
+            Err(e) => self
+                .host
+                .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
         }
+        Ok(None)
     }
 
     /// Answer a hit: the stored answer with the gateway's headers. It spends

@@ -3,8 +3,8 @@
 //! attempt through Envoy's router.
 
 use crate::admission;
-use crate::attempts::Flight;
 use crate::context::{Phase, RequestContext};
+use crate::flight::Flight;
 use crate::host::{Host, Part};
 use crate::metrics;
 use portcullis_core::attempt::exhausted;
@@ -45,7 +45,7 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.flight = Some(self.flight_for(gw, chat, route));
-        if let Some(answer) = self.answer_from_cache(gw, client, now) {
+        if let Some(answer) = self.answer_from_cache(gw, client, now)? {
             return Ok(answer);
         }
         self.admit_limits(client, now)?;
@@ -56,7 +56,7 @@ impl<H: Host> RequestContext<H> {
         flight.usage_chunk =
             flight.chat.needs_usage_request() && (flight.cache_fill.is_some() || wants_usage);
         if gw.log.as_ref().is_some_and(|l| l.include_content) {
-            self.log.prompt = flight.chat.messages_text();
+            self.log.prompt = flight.chat.messages_text()?;
         }
         self.first_attempt(body_size)
     }

@@ -7,6 +7,7 @@ use crate::abi_host::AbiHost;
 use crate::breakers;
 use crate::context::RequestContext;
 use crate::host::Host;
+use crate::loaded::Loaded;
 use crate::metrics;
 use crate::shipper::{self, Shipper};
 use portcullis_core::config::{compile, Gateway};
@@ -16,41 +17,6 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use std::cell::Cell;
 use std::rc::Rc;
-
-/// A compiled config plus what it needs from the VM environment.
-pub struct Loaded {
-    pub gw: Gateway,
-    /// Each provider's key, read from the VM environment at configure time
-    /// (never from the plugin config), by provider index.
-    pub keys: Vec<Option<String>>,
-}
-
-impl Loaded {
-    pub fn new(gw: Gateway, host: &impl Host) -> Self {
-        let keys = gw
-            .providers
-            .iter()
-            .map(|p| {
-                let env = p.api_key_env.as_ref()?;
-                match std::env::var(env) {
-                    Ok(v) if !v.is_empty() => Some(v),
-                    _ => {
-                        host.log(
-                            LogLevel::Warn,
-                            &format!(
-                                "provider `{}`: environment variable {env} is not set in the VM \
-                                 (add it to vm_config.environment_variables.host_env_keys); requests go without a key",
-                                p.name
-                            ),
-                        );
-                        None
-                    }
-                }
-            })
-            .collect();
-        Self { gw, keys }
-    }
-}
 
 #[derive(Default)]
 pub struct Root {

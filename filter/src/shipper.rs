@@ -4,8 +4,8 @@
 //! drops (and counts) the record.
 
 use crate::abi;
-use crate::abi_host::{count, flush_counters};
 use crate::metrics;
+use crate::registry::{count, flush_counters};
 use portcullis_core::config::LogConfig;
 use portcullis_core::record::{encode_batch, LogBuffer, Record};
 use proxy_wasm::hostcalls;

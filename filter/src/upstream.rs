@@ -4,34 +4,34 @@
 //! ([`headers::forwarded_upstream`]), the provider's path, authority, model
 //! id and credential, the same body.
 
-use crate::attempts::Call;
 use crate::context::RequestContext;
+use crate::flight::Call;
 use crate::host::{Host, Part};
-use crate::root::Loaded;
+use crate::loaded::Loaded;
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::translate;
 use proxy_wasm::types::{LogLevel, Status};
 
-pub struct UpstreamRequest {
-    pub cluster: String,
+pub struct UpstreamRequest<'a> {
+    pub cluster: &'a str,
     pub path: String,
-    pub authority: String,
+    pub authority: &'a str,
     pub timeout_ms: u64,
     /// The provider's credential header, when it has a key.
-    pub credential: Option<(&'static str, String)>,
+    pub credential: Option<(&'static str, &'a str)>,
     /// The body for this provider; `None`: the client's bytes as they are.
     pub body: Option<Vec<u8>>,
 }
 
 impl<H: Host> RequestContext<H> {
     /// The request for one provider (by index) and its model id.
-    pub(crate) fn upstream_for(
+    pub(crate) fn upstream_for<'l>(
         &self,
-        loaded: &Loaded,
+        loaded: &'l Loaded,
         provider: usize,
         model_id: &str,
-    ) -> Result<UpstreamRequest, GatewayError> {
+    ) -> Result<UpstreamRequest<'l>, GatewayError> {
         let p = loaded
             .gw
             .providers
@@ -43,16 +43,16 @@ impl<H: Host> RequestContext<H> {
             .ok_or_else(|| GatewayError::internal("no request in flight"))?;
         let t = translate::for_provider(p);
         Ok(UpstreamRequest {
-            cluster: p.cluster.clone(),
+            cluster: &p.cluster,
             path: t.chat_path(p),
-            authority: p.host.clone(),
+            authority: &p.host,
             timeout_ms: p.timeout_ms,
             credential: loaded
-                .keys
+                .credentials
                 .get(provider)
-                .and_then(Option::as_deref)
-                .map(|k| t.credential(k)),
-            body: t.request_body(&flight.chat, model_id, flight.usage_chunk),
+                .and_then(Option::as_ref)
+                .map(|(name, value)| (*name, value.as_str())),
+            body: t.request_body(&flight.chat, model_id, flight.usage_chunk)?,
         })
     }
 
@@ -60,7 +60,7 @@ impl<H: Host> RequestContext<H> {
     /// touching only what changes (each host call costs).
     pub(crate) fn send_through_router(
         &mut self,
-        up: &UpstreamRequest,
+        up: &UpstreamRequest<'_>,
         body_size: usize,
     ) -> Result<(), GatewayError> {
         let host_err =
@@ -77,12 +77,12 @@ impl<H: Host> RequestContext<H> {
             set(":path", Some(&up.path))?;
         }
         if up.authority != self.request.authority {
-            set(":authority", Some(&up.authority))?;
+            set(":authority", Some(up.authority))?;
         }
         if !self.request.has_content_type {
             set("content-type", Some("application/json"))?;
         }
-        set(headers::CLUSTER, Some(&up.cluster))?;
+        set(headers::CLUSTER, Some(up.cluster))?;
         set(
             "x-envoy-upstream-rq-timeout-ms",
             Some(&up.timeout_ms.to_string()),
@@ -96,12 +96,12 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// A fallback: the same request by callout to the provider's cluster.
-    pub(crate) fn dispatch_fallback(&mut self, up: &UpstreamRequest) -> Result<Call, Status> {
+    pub(crate) fn dispatch_fallback(&mut self, up: &UpstreamRequest<'_>) -> Result<Call, Status> {
         let forwarded = self.forwarded_headers();
         let mut hdrs: Vec<(&str, &str)> = vec![
             (":method", "POST"),
             (":path", &up.path),
-            (":authority", &up.authority),
+            (":authority", up.authority),
         ];
         if !self.request.has_content_type {
             hdrs.push(("content-type", "application/json"));
@@ -118,9 +118,7 @@ impl<H: Host> RequestContext<H> {
                 client_body.as_deref().unwrap_or_default()
             }
         };
-        let token = self
-            .host
-            .dispatch(&up.cluster, &hdrs, body, up.timeout_ms)?;
+        let token = self.host.dispatch(up.cluster, &hdrs, body, up.timeout_ms)?;
         Ok(Call {
             token,
             started_ms: self.host.now_ms(),

@@ -7,6 +7,8 @@
 //! slot holds at most `max_entry_bytes`, so memory cannot grow past the
 //! configured size whatever the traffic.
 
+use crate::error::GatewayError;
+use crate::le;
 use crate::request::ChatRequest;
 use crate::store::{Store, StoreError, MAX_CAS_TRIES};
 use serde_json::Value;
@@ -101,15 +103,16 @@ fn normalize_messages(messages: &mut Value) {
 /// The cache key of a request for a provider and its model id. Object keys
 /// are sorted (serde_json's map is ordered), so field order never matters.
 /// It takes a parsed `ChatRequest`, which only exists once its whole body
-/// was read: a key is never built from a partial or empty document.
+/// was read strictly, and returns a `Result`: a key is never built from a
+/// partial or empty document.
 pub fn key(
     provider: &str,
     model_id: &str,
     request: &ChatRequest,
     normalize: bool,
     client: Option<&str>,
-) -> Hash {
-    let doc = request.document();
+) -> Result<Hash, GatewayError> {
+    let doc = request.document()?;
     let mut h = Sha256::new();
     h.update(KEY_VERSION);
     h.update([0]);
@@ -143,7 +146,7 @@ pub fn key(
         }
     }
     let _ = w.write(b"}");
-    h.finalize().into()
+    Ok(h.finalize().into())
 }
 
 struct HashWriter<'a>(&'a mut Sha256);
@@ -159,9 +162,7 @@ impl std::io::Write for HashWriter<'_> {
 }
 
 pub fn set_of(hash: &Hash, sets: u32) -> u32 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(hash.get(..8).unwrap_or(&[0; 8]));
-    (u64::from_le_bytes(b) % u64::from(sets.max(1))) as u32
+    (le::u64_at(hash, 0).unwrap_or(0) % u64::from(sets.max(1))) as u32
 }
 
 const WAY_LEN: usize = 32 + 8 + 8 + 4;
@@ -202,19 +203,9 @@ pub fn decode_index(bytes: Option<&[u8]>, ways: u32) -> Vec<Way> {
         .map(|c| {
             let mut w = Way::default();
             w.hash.copy_from_slice(c.get(..32).unwrap_or(&[0; 32]));
-            let u64_at = |i: usize| {
-                c.get(i..i + 8)
-                    .and_then(|s| s.try_into().ok())
-                    .map(u64::from_le_bytes)
-                    .unwrap_or(0)
-            };
-            w.expires_ms = u64_at(32);
-            w.stored_ms = u64_at(40);
-            w.len = c
-                .get(48..52)
-                .and_then(|s| s.try_into().ok())
-                .map(u32::from_le_bytes)
-                .unwrap_or(0);
+            w.expires_ms = le::u64_at(c, 32).unwrap_or(0);
+            w.stored_ms = le::u64_at(c, 40).unwrap_or(0);
+            w.len = le::u32_at(c, 48).unwrap_or(0);
             w
         })
         .collect()

@@ -94,8 +94,7 @@ pub fn encode_pairs<K: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(K, V)]) -> Vec<u8>
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<usize> {
-    let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    Some(u32::from_le_bytes(b) as usize)
+    crate::le::u32_at(bytes, at).map(|n| n as usize)
 }
 
 /// The pairs of an encoded header map, borrowed, as bytes: header values are

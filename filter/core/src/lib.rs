@@ -20,5 +20,6 @@ mod robustness;
 pub mod routing;
 pub mod sse;
 pub mod store;
+pub mod strict;
 pub mod translate;
 pub mod usage;

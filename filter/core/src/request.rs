@@ -2,33 +2,21 @@
 //! rewrite it for a provider.
 //!
 //! One parse decides what a body is for every later step (validation, the
-//! rewrite, the cache key, the estimate): `parse` reads the whole document
-//! strictly (numbers in range, no lone surrogates, nesting within serde's
-//! limit) and keeps that tree; a body it cannot read whole is a 400, so no
-//! later step ever works from a default. The rewrite splices the new model
-//! id into the client's bytes at the span serde borrowed, so every other
-//! byte reaches the provider as the client sent it.
+//! rewrite, the cache key, the estimate): `parse` reads the whole body
+//! strictly in one pass ([`crate::strict`]: numbers in range, no lone
+//! surrogates, nesting within serde's limit) while borrowing the fields the
+//! gateway needs; a body it cannot read whole is a 400. The tree the cache
+//! key and the usage rewrite need is built only when they need it, from a
+//! body already known to read; its accessors return a `Result` all the same,
+//! so no step can ever work from a default. The rewrite splices the new
+//! model id into the client's bytes at the span serde borrowed, so every
+//! other byte reaches the provider as the client sent it.
 
 use crate::error::GatewayError;
-use serde::Deserialize;
+use crate::strict::{self, Messages};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-
-#[derive(Deserialize)]
-struct Peek<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    stream: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    stream_options: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    max_tokens: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    max_completion_tokens: Option<&'a RawValue>,
-}
+use std::cell::OnceCell;
 
 /// A request body as a JSON tree.
 pub type Document = Map<String, Value>;
@@ -36,9 +24,9 @@ pub type Document = Map<String, Value>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     body: Vec<u8>,
-    /// The whole body, read strictly once: the cache key, the usage rewrite
-    /// and the record's prompt text all come from it.
-    doc: Document,
+    /// The whole body as a tree, built on first use (cache key, usage
+    /// rewrite, the record's prompt text).
+    doc: OnceCell<Document>,
     /// Byte range of the `model` value (with its quotes) in `body`.
     model_span: (usize, usize),
     pub model: String,
@@ -110,18 +98,18 @@ fn model_of(body: &[u8], raw: Option<&RawValue>) -> Result<(String, (usize, usiz
 }
 
 /// `messages` must be a non-empty array.
-fn check_messages(raw: Option<&RawValue>) -> Result<(), GatewayError> {
-    match raw.map(|raw| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(raw.get())) {
+fn check_messages(messages: Option<Messages>) -> Result<(), GatewayError> {
+    match messages {
         None => Err(GatewayError::bad_request(
             "missing_messages",
             "Missing required parameter: `messages`.",
         )),
-        Some(Ok(v)) if v.is_empty() => Err(GatewayError::bad_request(
+        Some(Messages::Array(0)) => Err(GatewayError::bad_request(
             "missing_messages",
             "`messages` must contain at least one message.",
         )),
-        Some(Ok(_)) => Ok(()),
-        Some(Err(_)) => Err(GatewayError::bad_request(
+        Some(Messages::Array(_)) => Ok(()),
+        Some(Messages::NotArray) => Err(GatewayError::bad_request(
             "invalid_messages",
             "`messages` must be an array.",
         )),
@@ -133,13 +121,10 @@ impl ChatRequest {
     /// provider's business and passes through untouched.
     pub fn parse(body: &[u8]) -> Result<Self, GatewayError> {
         let text = json_object_text(body)?;
-        // The whole tree first: anything serde cannot read exactly (a number
-        // out of range, a lone surrogate, nesting past its limit) is refused
-        // here, before any step could see a partial document.
-        let doc: Document = serde_json::from_str(text).map_err(invalid_json)?;
-        // Then the borrowed view: the model's span for the rewrite, and
-        // duplicate known fields (which the tree would silently merge).
-        let peek: Peek<'_> = serde_json::from_str(text).map_err(invalid_json)?;
+        // Anything serde cannot read exactly (a number out of range, a lone
+        // surrogate, nesting past its limit) is refused here, before any
+        // step could see a partial document.
+        let peek = strict::read(text).map_err(invalid_json)?;
         let (model, model_span) = model_of(body, peek.model)?;
         check_messages(peek.messages)?;
         let stream = match peek.stream.map(|r| r.get()) {
@@ -162,7 +147,7 @@ impl ChatRequest {
         let max_tokens = count(peek.max_completion_tokens).or(count(peek.max_tokens));
         Ok(Self {
             body: body.to_vec(),
-            doc,
+            doc: OnceCell::new(),
             model_span,
             model,
             stream,
@@ -184,11 +169,12 @@ impl ChatRequest {
     }
 
     /// The `messages` array as JSON text (for records that keep content).
-    pub fn messages_text(&self) -> String {
-        self.doc
+    pub fn messages_text(&self) -> Result<String, GatewayError> {
+        Ok(self
+            .document()?
             .get("messages")
             .map(Value::to_string)
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
     /// The client's body as it came.
@@ -208,11 +194,15 @@ impl ChatRequest {
 
     /// `body_for`, asking a streaming provider for the final usage chunk
     /// (`stream_options.include_usage: true`) when `ask_usage`.
-    pub fn body_for_with(&self, provider_model_id: &str, ask_usage: bool) -> Vec<u8> {
+    pub fn body_for_with(
+        &self,
+        provider_model_id: &str,
+        ask_usage: bool,
+    ) -> Result<Vec<u8>, GatewayError> {
         if !(ask_usage && self.needs_usage_request()) {
-            return self.body_for(provider_model_id);
+            return Ok(self.body_for(provider_model_id));
         }
-        let mut doc = self.doc.clone();
+        let mut doc = self.document()?.clone();
         doc.insert("model".into(), Value::String(provider_model_id.to_string()));
         let opts = doc
             .entry("stream_options")
@@ -223,15 +213,18 @@ impl ChatRequest {
         if let Some(o) = opts.as_object_mut() {
             o.insert("include_usage".into(), Value::Bool(true));
         }
-        // Serializing a tree serde built cannot fail (string keys, finite
-        // numbers); were it to, the unchanged body keeps the messages and
-        // only loses the usage request.
-        serde_json::to_vec(&doc).unwrap_or_else(|_| self.body_for(provider_model_id))
+        serde_json::to_vec(&doc).map_err(|e| GatewayError::internal(format!("rewrite: {e}")))
     }
 
-    /// The whole document as a tree, as `parse` read it.
-    pub fn document(&self) -> &Document {
-        &self.doc
+    /// The whole document as a tree, built on first use. `parse` read the
+    /// body strictly, so this does not fail; were it to, the caller gets
+    /// the error, never an empty document.
+    pub fn document(&self) -> Result<&Document, GatewayError> {
+        if let Some(d) = self.doc.get() {
+            return Ok(d);
+        }
+        let d: Document = serde_json::from_slice(&self.body).map_err(invalid_json)?;
+        Ok(self.doc.get_or_init(|| d))
     }
 }
 
@@ -289,7 +282,7 @@ mod tests {
             br#"{"model":"m","messages":[{}],"stream":true,"stream_options":{"x":1}}"#,
         )
         .unwrap();
-        let v: Value = serde_json::from_slice(&r.body_for_with("p", true)).unwrap();
+        let v: Value = serde_json::from_slice(&r.body_for_with("p", true).unwrap()).unwrap();
         assert_eq!(
             (
                 v["model"].as_str(),
@@ -299,7 +292,7 @@ mod tests {
             (Some("p"), Some(true), Some(1))
         );
         let plain = ChatRequest::parse(br#"{"model":"m","messages":[{}]}"#).unwrap();
-        assert_eq!(plain.body_for_with("p", true), plain.body_for("p"));
+        assert_eq!(plain.body_for_with("p", true).unwrap(), plain.body_for("p"));
         assert!(!plain.needs_usage_request());
     }
 
@@ -309,7 +302,7 @@ mod tests {
             br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":3}"#,
         )
         .unwrap();
-        assert_eq!(r.document()["seed"], 3);
+        assert_eq!(r.document().unwrap()["seed"], 3);
     }
 
     /// Bodies that pass a lenient skim but not a whole read: each is refused,
@@ -341,7 +334,7 @@ mod tests {
             br#"{"model":"m","messages":[{"role":"user","content":"keep me"}],"stream":true,"seed":7}"#,
         )
         .unwrap();
-        let v: Value = serde_json::from_slice(&r.body_for_with("p", true)).unwrap();
+        let v: Value = serde_json::from_slice(&r.body_for_with("p", true).unwrap()).unwrap();
         assert_eq!(v["messages"][0]["content"], "keep me");
         assert_eq!(
             (v["seed"].as_i64(), v["stream"].as_bool()),

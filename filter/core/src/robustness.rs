@@ -53,7 +53,7 @@ mod tests {
             let body = mutate(&mut rng, BODY.as_bytes());
             match ChatRequest::parse(&body) {
                 Ok(r) => {
-                    let out = r.body_for_with("provider/model", true);
+                    let out = r.body_for_with("provider/model", true).unwrap();
                     assert!(
                         serde_json::from_slice::<serde_json::Value>(&out).is_ok(),
                         "{}",

@@ -6,6 +6,7 @@
 //! (answer, stream, error) plugs into the answer path's begin/chunk/end.
 
 use crate::config::Provider;
+use crate::error::GatewayError;
 use crate::request::ChatRequest;
 
 pub trait Translator {
@@ -19,7 +20,7 @@ pub trait Translator {
         chat: &ChatRequest,
         model_id: &str,
         usage_chunk: bool,
-    ) -> Option<Vec<u8>>;
+    ) -> Result<Option<Vec<u8>>, GatewayError>;
     /// The credential header for a provider key.
     fn credential(&self, key: &str) -> (&'static str, String);
 }
@@ -40,9 +41,11 @@ impl Translator for OpenAi {
         chat: &ChatRequest,
         model_id: &str,
         usage_chunk: bool,
-    ) -> Option<Vec<u8>> {
-        (model_id != chat.model || (usage_chunk && chat.needs_usage_request()))
-            .then(|| chat.body_for_with(model_id, usage_chunk))
+    ) -> Result<Option<Vec<u8>>, GatewayError> {
+        if model_id == chat.model && !(usage_chunk && chat.needs_usage_request()) {
+            return Ok(None);
+        }
+        chat.body_for_with(model_id, usage_chunk).map(Some)
     }
 
     fn credential(&self, key: &str) -> (&'static str, String) {
@@ -81,8 +84,12 @@ mod tests {
         let chat =
             ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#)
                 .unwrap();
-        assert_eq!(t.request_body(&chat, "m", true), None, "nothing to change");
-        let body = t.request_body(&chat, "m-2024", false).unwrap();
+        assert_eq!(
+            t.request_body(&chat, "m", true).unwrap(),
+            None,
+            "nothing to change"
+        );
+        let body = t.request_body(&chat, "m-2024", false).unwrap().unwrap();
         assert_eq!(
             body,
             br#"{"model":"m-2024","messages":[{"role":"user","content":"x"}]}"#
@@ -91,7 +98,7 @@ mod tests {
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}"#,
         )
         .unwrap();
-        let body = t.request_body(&stream, "m", true).unwrap();
+        let body = t.request_body(&stream, "m", true).unwrap().unwrap();
         assert!(String::from_utf8(body)
             .unwrap()
             .contains(r#""include_usage":true"#));

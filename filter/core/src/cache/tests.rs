@@ -1,6 +1,11 @@
 //! Tests of `cache`.
 
 use super::*;
+
+/// The key of an accepted request (always one).
+fn key(p: &str, m: &str, r: &ChatRequest, normalize: bool, client: Option<&str>) -> Hash {
+    super::key(p, m, r, normalize, client).unwrap()
+}
 use crate::store::MemStore;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

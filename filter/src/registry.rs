@@ -1,0 +1,60 @@
+//! The VM's metrics: ids by name (defined on first use; ids are per VM), and
+//! counter increments summed in the VM until the root context's tick hands
+//! them to Envoy.
+
+use crate::abi;
+use proxy_wasm::types::MetricType;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+thread_local! {
+    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
+    /// Counter increments not yet handed to Envoy (see [`flush_counters`]).
+    static PENDING: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
+}
+
+/// Metric id by name, defined on first use (ids are per VM).
+pub fn metric(kind: MetricType, name: &str) -> Option<u32> {
+    METRICS.with(|m| {
+        let mut m = m.try_borrow_mut().ok()?;
+        if let Some(id) = m.get(name) {
+            return Some(*id);
+        }
+        let id = abi::define_metric(kind, name).ok()?;
+        m.insert(name.to_string(), id);
+        Some(id)
+    })
+}
+
+/// Add to a counter: summed in the VM and handed to Envoy by
+/// [`flush_counters`] at the root context's tick, so counters cost no host
+/// call per request.
+pub fn count(name: &str, by: i64) {
+    if by == 0 {
+        return;
+    }
+    PENDING.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            match p.get_mut(name) {
+                Some(n) => *n = n.saturating_add(by),
+                None => {
+                    p.insert(name.to_string(), by);
+                }
+            }
+        }
+    });
+}
+
+/// Hand the summed counter increments to Envoy (at each tick).
+pub fn flush_counters() {
+    let pending: Vec<(String, i64)> = PENDING.with(|p| {
+        p.try_borrow_mut()
+            .map(|mut p| p.drain().collect())
+            .unwrap_or_default()
+    });
+    for (name, by) in pending {
+        if let Some(id) = metric(MetricType::Counter, &name) {
+            let _ = abi::increment_metric(id, by);
+        }
+    }
+}
