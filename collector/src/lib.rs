@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod grpc;
+pub mod rollup;
 pub mod since;
 pub mod store;
 pub mod summary;

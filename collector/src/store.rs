@@ -3,6 +3,7 @@
 //! answer once the batch is committed.
 
 use crate::proto::RequestRecord;
+use crate::rollup::{self, Known, Pending};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +13,8 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` says how many ran.
-const MIGRATIONS: &[&str] = &["CREATE TABLE requests (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE requests (
         request_id TEXT PRIMARY KEY,
         time_ms INTEGER NOT NULL,
         client TEXT NOT NULL,
@@ -37,7 +39,12 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE requests (
         prompt TEXT,
         completion TEXT
     );
-    CREATE INDEX requests_time ON requests(time_ms);"];
+    CREATE INDEX requests_time ON requests(time_ms);",
+    rollup::SCHEMA,
+];
+
+/// Which migration builds the rollups of records stored before them.
+const ROLLUPS_MIGRATION: usize = 1;
 
 pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
@@ -53,6 +60,9 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<usize> {
     for (i, m) in MIGRATIONS.iter().enumerate().skip(current) {
         let tx = conn.transaction()?;
         tx.execute_batch(m)?;
+        if i == ROLLUPS_MIGRATION {
+            rollup::backfill(&tx)?;
+        }
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
     }
@@ -159,6 +169,7 @@ const GROUP: usize = 64;
 
 fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention_days: Option<u64>) {
     let mut last_prune = Instant::now();
+    let mut known = Known::default();
     prune(&conn, retention_days);
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
@@ -172,7 +183,11 @@ fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention_day
             .queue_depth
             .fetch_sub(jobs.len() as u64, Ordering::Relaxed);
         let started = Instant::now();
-        let result = write(&mut conn, &jobs);
+        let result = write(&mut conn, &jobs, &mut known);
+        if result.is_err() {
+            // The rows it knew may not have been committed.
+            known.forget();
+        }
         match &result {
             Ok(counts) => {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -209,9 +224,14 @@ fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention_day
     }
 }
 
-fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)>> {
+fn write(
+    conn: &mut Connection,
+    jobs: &[Job],
+    known: &mut Known,
+) -> rusqlite::Result<Vec<(u32, u32)>> {
     let tx = conn.transaction()?;
     let mut counts = Vec::with_capacity(jobs.len());
+    let mut rollups = Pending::default();
     {
         let mut stmt = tx.prepare_cached(
             "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
@@ -286,6 +306,7 @@ fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)
                     insert(&format!("{}~{:016x}", r.request_id, fingerprint(r)))? == 1
                 };
                 if new {
+                    rollups.add(r);
                     stored += 1;
                 } else {
                     dup += 1;
@@ -294,6 +315,9 @@ fn write(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<(u32, u32)
             counts.push((stored, dup));
         }
     }
+    // In the records' transaction: the rollups never disagree with what was
+    // acknowledged.
+    rollups.write(&tx, known)?;
     tx.commit()?;
     Ok(counts)
 }
@@ -310,8 +334,14 @@ fn prune(conn: &Connection, retention_days: Option<u64>) {
 fn prune_at(conn: &Connection, retention_days: Option<u64>, now_ms: i64) {
     let Some(days) = retention_days else { return };
     let cutoff = now_ms - (days as i64) * 86_400_000;
-    if let Err(e) = conn.execute("DELETE FROM requests WHERE time_ms < ?1", [cutoff]) {
-        eprintln!("portcullis-collector: retention prune failed: {e}");
+    for sql in [
+        "DELETE FROM requests WHERE time_ms < ?1",
+        "DELETE FROM rollup_minute WHERE start_ms < ?1",
+        "DELETE FROM rollup_hour WHERE start_ms < ?1",
+    ] {
+        if let Err(e) = conn.execute(sql, [cutoff]) {
+            eprintln!("portcullis-collector: retention prune failed: {e}");
+        }
     }
 }
 
@@ -357,11 +387,11 @@ mod tests {
             done,
         };
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&job)).unwrap(),
+            write(&mut conn, std::slice::from_ref(&job), &mut Known::default()).unwrap(),
             vec![(2, 0)]
         );
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&job)).unwrap(),
+            write(&mut conn, std::slice::from_ref(&job), &mut Known::default()).unwrap(),
             vec![(0, 2)],
             "re-sent ids are skipped"
         );
@@ -382,22 +412,42 @@ mod tests {
         };
         let first = job(vec![record("fixed", 1_000)]);
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&first)).unwrap(),
+            write(
+                &mut conn,
+                std::slice::from_ref(&first),
+                &mut Known::default()
+            )
+            .unwrap(),
             vec![(1, 0)]
         );
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&first)).unwrap(),
+            write(
+                &mut conn,
+                std::slice::from_ref(&first),
+                &mut Known::default()
+            )
+            .unwrap(),
             vec![(0, 1)],
             "the same record sent again"
         );
         // Two more requests from a client that always sends x-request-id: fixed.
         let later = job(vec![record("fixed", 2_000), record("fixed", 3_000)]);
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&later)).unwrap(),
+            write(
+                &mut conn,
+                std::slice::from_ref(&later),
+                &mut Known::default()
+            )
+            .unwrap(),
             vec![(2, 0)]
         );
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&later)).unwrap(),
+            write(
+                &mut conn,
+                std::slice::from_ref(&later),
+                &mut Known::default()
+            )
+            .unwrap(),
             vec![(0, 2)],
             "and those sent again"
         );
@@ -428,17 +478,112 @@ mod tests {
             }),
         );
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&job)).unwrap(),
+            write(&mut conn, std::slice::from_ref(&job), &mut Known::default()).unwrap(),
             vec![(1_500, 0)]
         );
         let first = steps.swap(0, Ordering::Relaxed);
         assert_eq!(
-            write(&mut conn, std::slice::from_ref(&job)).unwrap(),
+            write(&mut conn, std::slice::from_ref(&job), &mut Known::default()).unwrap(),
             vec![(0, 1_500)]
         );
         assert_eq!(count(&conn).unwrap(), 1_500);
         // With a probe per earlier reuse, the VM ran ~1.1 million steps of
         // 1,000 instructions here; a constant cost stays within a few thousand.
         assert!(first < 20_000, "{first} progress steps");
+    }
+
+    fn job(records: Vec<RequestRecord>) -> Job {
+        Job {
+            records,
+            done: oneshot::channel().0,
+        }
+    }
+
+    fn served(id: &str, time_ms: u64, latency_ms: u64, status: u32) -> RequestRecord {
+        RequestRecord {
+            provider: if status == 200 { "primary" } else { "backup" }.into(),
+            model: "gpt-4o-mini".into(),
+            latency_ms,
+            status,
+            prompt_tokens: 10,
+            cost_micros: 7,
+            ..record(id, time_ms)
+        }
+    }
+
+    /// The summary from the rollups agrees with the records, a re-sent batch
+    /// adds nothing to either, and windows cut at minutes and hours.
+    #[test]
+    fn rollups_follow_what_was_stored_and_never_count_a_resend() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let t0 = 1_800_000_000_000u64; // an hour start (500,000 hours)
+                                       // 60 records a minute apart from 30 minutes before t0 on.
+        let recs: Vec<_> = (0..60u64)
+            .map(|i| {
+                served(
+                    &format!("r{i}"),
+                    t0 - 1_800_000 + i * 60_000,
+                    10 + i,
+                    if i % 10 == 9 { 502 } else { 200 },
+                )
+            })
+            .collect();
+        let batch = job(recs);
+        // One writer, so rows it wrote are merged without a read.
+        let mut known = Known::default();
+        assert_eq!(
+            write(
+                &mut conn,
+                std::slice::from_ref(&batch),
+                &mut Known::default()
+            )
+            .unwrap(),
+            vec![(60, 0)]
+        );
+        assert_eq!(
+            write(
+                &mut conn,
+                std::slice::from_ref(&batch),
+                &mut Known::default()
+            )
+            .unwrap(),
+            vec![(0, 60)]
+        );
+        let s = crate::summary::summary(&conn, 0).unwrap();
+        assert_eq!((s.total, s.prompt_tokens, s.cost_usd), (60, 600, 420e-6));
+        assert_eq!(s.success_rate, 54.0 / 60.0);
+        assert_eq!(s.avg_latency_ms, (10..70).sum::<u64>() as f64 / 60.0);
+        assert_eq!(s.latency_quantiles, "exact");
+        assert_eq!((s.p50_latency_ms, s.p95_latency_ms), (39, 66));
+        assert_eq!(s.by_provider[0].key, "primary");
+        // From 10 minutes before the hour: 40 records (minute rows, then the hour).
+        let s = crate::summary::summary(&conn, (t0 - 600_000) as i64).unwrap();
+        assert_eq!(s.total, 40);
+        // Mid-minute starts round down to the minute.
+        let s = crate::summary::summary(&conn, (t0 - 600_000 + 59_999) as i64).unwrap();
+        assert_eq!((s.total, s.since_ms), (40, (t0 - 600_000) as i64));
+    }
+
+    /// Records stored before the rollups existed get them at migration.
+    #[test]
+    fn the_rollup_migration_builds_rollups_for_stored_records() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        let tx = conn.transaction().unwrap();
+        tx.execute_batch(MIGRATIONS[0]).unwrap();
+        tx.pragma_update(None, "user_version", 1).unwrap();
+        tx.commit().unwrap();
+        conn.execute(
+            "INSERT INTO requests VALUES ('old', 1000, 'demo', 'm', 'm', 'p', '', '', 'hit', '[]', 2, 200, '', 25, 0, 0, 3, 4, 0, 0, 9, NULL, NULL)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let s = crate::summary::summary(&conn, 0).unwrap();
+        assert_eq!(
+            (s.total, s.fallbacks, s.prompt_tokens, s.completion_tokens),
+            (1, 1, 3, 4)
+        );
+        assert_eq!((s.cache_hit_rate, s.avg_latency_ms), (1.0, 25.0));
     }
 }

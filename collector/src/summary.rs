@@ -1,7 +1,11 @@
-//! The query API's figures, computed in SQL over the stored records.
+//! The query API's figures: totals and groups from the rollups
+//! ([`crate::rollup`]), so a summary costs the same at any number of
+//! records; recent requests from the records.
 
+use crate::rollup::{Counts, Dims, HOUR_MS, MINUTE_MS};
 use rusqlite::{params, Connection};
 use serde::Serialize;
+use std::collections::HashMap;
 
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Group {
@@ -24,6 +28,11 @@ pub struct Summary {
     pub avg_latency_ms: f64,
     pub p50_latency_ms: i64,
     pub p95_latency_ms: i64,
+    pub p99_latency_ms: i64,
+    /// `exact` (read from the records, for windows of at most
+    /// [`EXACT_QUANTILES_UP_TO`] records) or `histogram` (from the rollups:
+    /// within 10% of the exact value).
+    pub latency_quantiles: &'static str,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub cost_usd: f64,
@@ -40,8 +49,12 @@ fn ratio(a: i64, b: i64) -> f64 {
     }
 }
 
-/// Latency at quantile `q` by nearest rank.
-fn quantile(conn: &Connection, since: i64, n: i64, q: f64) -> rusqlite::Result<i64> {
+/// Windows with at most this many records get exact percentiles, read
+/// from the records; larger ones read them from the rollups' histogram.
+pub const EXACT_QUANTILES_UP_TO: i64 = 10_000;
+
+/// Latency at quantile `q` by nearest rank, from the records.
+fn exact_quantile(conn: &Connection, since: i64, n: i64, q: f64) -> rusqlite::Result<i64> {
     if n == 0 {
         return Ok(0);
     }
@@ -53,57 +66,108 @@ fn quantile(conn: &Connection, since: i64, n: i64, q: f64) -> rusqlite::Result<i
     )
 }
 
-fn groups(conn: &Connection, since: i64, key: &str) -> rusqlite::Result<Vec<Group>> {
-    // `key` is one of our own column expressions, never user input.
-    let sql = format!(
-        "SELECT {key} AS k, COUNT(*), SUM(status BETWEEN 200 AND 299), AVG(latency_ms),
-                SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_micros)
-         FROM requests WHERE time_ms >= ?1 AND {key} != '' GROUP BY k ORDER BY COUNT(*) DESC, k"
-    );
-    let mut stmt = conn.prepare(&sql)?;
-    let rows = stmt.query_map([since], |r| {
-        let n: i64 = r.get(1)?;
-        Ok(Group {
-            key: r.get(0)?,
-            requests: n,
-            success_rate: ratio(r.get::<_, Option<i64>>(2)?.unwrap_or(0), n),
-            avg_latency_ms: r.get::<_, Option<f64>>(3)?.unwrap_or(0.0),
-            prompt_tokens: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
-            completion_tokens: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
-            cost_usd: r.get::<_, Option<i64>>(6)?.unwrap_or(0) as f64 / 1e6,
-        })
-    })?;
-    rows.collect()
+fn group(key: String, c: &Counts) -> Group {
+    Group {
+        key,
+        requests: c.requests,
+        success_rate: ratio(c.ok, c.requests),
+        avg_latency_ms: ratio(c.latency_sum_ms, c.requests),
+        prompt_tokens: c.prompt_tokens,
+        completion_tokens: c.completion_tokens,
+        cost_usd: c.cost_micros as f64 / 1e6,
+    }
 }
 
+/// Groups by a key, busiest first (empty keys left out).
+fn ranked(by: HashMap<String, Counts>) -> Vec<Group> {
+    let mut out: Vec<Group> = by
+        .into_iter()
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, c)| group(k, &c))
+        .collect();
+    out.sort_by(|a, b| b.requests.cmp(&a.requests).then_with(|| a.key.cmp(&b.key)));
+    out
+}
+
+/// The rollup rows of a window: whole hours from the hourly table, the
+/// minutes before the first whole hour from the per-minute one.
+fn window_rows(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<(Dims, Counts)>> {
+    let first_hour = since_ms
+        .div_euclid(HOUR_MS)
+        .saturating_add(i64::from(since_ms.rem_euclid(HOUR_MS) != 0))
+        * HOUR_MS;
+    let mut out = Vec::new();
+    for (sql, lo, hi) in [
+        ("SELECT provider, model, client, experiment, arm, cells FROM rollup_minute WHERE start_ms >= ?1 AND start_ms < ?2", since_ms, first_hour),
+        ("SELECT provider, model, client, experiment, arm, cells FROM rollup_hour WHERE start_ms >= ?1 AND start_ms < ?2", first_hour, i64::MAX),
+    ] {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(params![lo, hi], |r| {
+            let dims = Dims {
+                provider: r.get(0)?,
+                model: r.get(1)?,
+                client: r.get(2)?,
+                experiment: r.get(3)?,
+                arm: r.get(4)?,
+            };
+            let cells: Vec<u8> = r.get(5)?;
+            Ok((dims, Counts::decode(&cells).unwrap_or_default()))
+        })?;
+        for row in rows {
+            out.push(row?);
+        }
+    }
+    Ok(out)
+}
+
+/// The summary of the records since `since_ms` (rounded down to the
+/// minute, the rollups' grain), read from the rollups: its cost follows the
+/// window's length, not the number of records.
 pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
-    let (total, ok, hits, fallbacks, avg, pt, ct, cost): (i64, i64, i64, i64, f64, i64, i64, i64) = conn.query_row(
-        "SELECT COUNT(*), COALESCE(SUM(status BETWEEN 200 AND 299), 0), COALESCE(SUM(cache = 'hit'), 0),
-                COALESCE(SUM(attempt_count > 1), 0), COALESCE(AVG(latency_ms), 0),
-                COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(cost_micros), 0)
-         FROM requests WHERE time_ms >= ?1",
-        [since_ms],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?)),
-    )?;
+    let since_ms = since_ms.max(0) - since_ms.max(0).rem_euclid(MINUTE_MS);
+    // Rows merged by their dimensions first (few), then grouped.
+    let mut by_dims: HashMap<Dims, Counts> = HashMap::new();
+    for (d, c) in window_rows(conn, since_ms)? {
+        by_dims.entry(d).or_default().merge(&c);
+    }
+    let mut total = Counts::default();
+    let (mut by_provider, mut by_model, mut by_experiment) =
+        (HashMap::new(), HashMap::new(), HashMap::new());
+    for (d, c) in &by_dims {
+        total.merge(c);
+        let add =
+            |m: &mut HashMap<String, Counts>, k: &str| m.entry(k.to_string()).or_default().merge(c);
+        add(&mut by_provider, &d.provider);
+        add(&mut by_model, &d.model);
+        if !d.experiment.is_empty() {
+            add(&mut by_experiment, &format!("{}/{}", d.experiment, d.arm));
+        }
+    }
+    let exact = total.requests <= EXACT_QUANTILES_UP_TO;
+    let quantile = |q: f64| -> rusqlite::Result<i64> {
+        if exact {
+            exact_quantile(conn, since_ms, total.requests, q)
+        } else {
+            Ok(total.latency_quantile(q).round() as i64)
+        }
+    };
     Ok(Summary {
         since_ms,
-        total,
-        success_rate: ratio(ok, total),
-        cache_hit_rate: ratio(hits, total),
-        fallbacks,
-        avg_latency_ms: avg,
-        p50_latency_ms: quantile(conn, since_ms, total, 0.5)?,
-        p95_latency_ms: quantile(conn, since_ms, total, 0.95)?,
-        prompt_tokens: pt,
-        completion_tokens: ct,
-        cost_usd: cost as f64 / 1e6,
-        by_provider: groups(conn, since_ms, "provider")?,
-        by_model: groups(conn, since_ms, "model")?,
-        by_experiment: groups(
-            conn,
-            since_ms,
-            "CASE WHEN experiment = '' THEN '' ELSE experiment || '/' || arm END",
-        )?,
+        total: total.requests,
+        success_rate: ratio(total.ok, total.requests),
+        cache_hit_rate: ratio(total.cache_hits, total.requests),
+        fallbacks: total.fallbacks,
+        avg_latency_ms: ratio(total.latency_sum_ms, total.requests),
+        p50_latency_ms: quantile(0.5)?,
+        p95_latency_ms: quantile(0.95)?,
+        p99_latency_ms: quantile(0.99)?,
+        latency_quantiles: if exact { "exact" } else { "histogram" },
+        prompt_tokens: total.prompt_tokens,
+        completion_tokens: total.completion_tokens,
+        cost_usd: total.cost_micros as f64 / 1e6,
+        by_provider: ranked(by_provider),
+        by_model: ranked(by_model),
+        by_experiment: ranked(by_experiment),
     })
 }
 

@@ -1,22 +1,40 @@
-//! Collector ingest benchmark (`make bench-collector`): records/s into SQLite
-//! through the real gRPC service and writer thread, on loopback.
-//! Prints a markdown table; batch size and client concurrency are stated.
+//! Collector benchmark (`make bench-collector`): records/s into SQLite
+//! through the real gRPC service and writer thread (rollups included), on
+//! loopback; then the summary's latency for windows from 5 minutes to 30
+//! days over stores of 1 million and 10 million records spread over 30
+//! days (`BENCH_SUMMARY_RECORDS`, comma-separated). Prints markdown tables.
 
 use portcullis_collector::grpc::Ingest;
 use portcullis_collector::proto::collector_client::CollectorClient;
 use portcullis_collector::proto::collector_server::CollectorServer;
 use portcullis_collector::proto::{Attempt, RecordBatch, RequestRecord};
 use portcullis_collector::store::{count, migrate, open, Writer};
+use portcullis_collector::summary::summary;
 use std::time::Instant;
 
-fn record(i: u64) -> RequestRecord {
+const PROVIDERS: [&str; 2] = ["primary", "backup"];
+const MODELS: [&str; 3] = ["gpt-4o-mini", "gpt-4o", "llama-3.1-8b"];
+const CLIENTS: [&str; 5] = ["demo", "web", "batch", "mobile", "ops"];
+
+/// Record `i`, at `time_ms`, with its dimensions varied (60 combinations).
+fn record_at(i: u64, time_ms: u64) -> RequestRecord {
+    let pick = |names: &[&str], salt: u64| -> String {
+        let n = names.len().max(1) as u64;
+        names
+            .get(((i / salt) % n) as usize)
+            .copied()
+            .unwrap_or_default()
+            .to_string()
+    };
     RequestRecord {
         request_id: format!("bench-{i:012}"),
-        time_ms: 1_800_000_000_000 + i,
-        client: "demo".into(),
+        time_ms,
+        client: pick(&CLIENTS, 1),
         requested_model: "auto".into(),
-        model: "gpt-4o-mini".into(),
-        provider: "primary".into(),
+        model: pick(&MODELS, 5),
+        provider: pick(&PROVIDERS, 15),
+        experiment: "ab".into(),
+        arm: pick(&["control", "treatment"], 7),
         cache: "miss".into(),
         attempts: vec![Attempt {
             provider: "primary".into(),
@@ -24,12 +42,75 @@ fn record(i: u64) -> RequestRecord {
             cause: String::new(),
         }],
         status: 200,
-        latency_ms: 120 + i % 50,
+        latency_ms: 120 + (i * 7919) % 2000,
         prompt_tokens: 42,
         completion_tokens: 17,
         cost_micros: 16,
         ..Default::default()
     }
+}
+
+/// A thousand records a second, as a busy gateway sends them.
+fn record(i: u64) -> RequestRecord {
+    record_at(i, 1_800_000_000_000 + i)
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+/// Fill a store with `n` records spread evenly over the 30 days before
+/// `now`, through the writer (rollups included), then time summaries.
+fn summary_at_scale(
+    dir: &std::path::Path,
+    n: u64,
+    now: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let db = dir.join(format!("summary-{n}.db"));
+    let mut conn = open(&db)?;
+    migrate(&mut conn)?;
+    let writer = Writer::start(conn, 64, None);
+    let span = 30 * DAY_MS;
+    let started = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<_> = (i..(i + 1000).min(n))
+            .map(|j| record_at(j, now - span + j * span / n))
+            .collect();
+        i += batch.len() as u64;
+        loop {
+            match writer.submit(batch.clone()) {
+                Ok(rx) => {
+                    if i % 100_000 == 0 || i == n {
+                        rx.blocking_recv().map_err(|e| e.to_string())??;
+                    }
+                    break;
+                }
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    }
+    let fill = started.elapsed().as_secs_f64();
+    let reader = open(&db)?;
+    let windows = [
+        ("5m", 5 * 60_000),
+        ("1h", 3_600_000),
+        ("24h", DAY_MS),
+        ("30d", 30 * DAY_MS),
+    ];
+    let mut row = format!("| {n} | {:.0} |", n as f64 / fill);
+    for (_, w) in windows {
+        // The fastest of 5 (the first reads from disk into the page cache).
+        let best = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let s = summary(&reader, (now - w) as i64);
+                (t.elapsed().as_secs_f64() * 1000.0, s.map(|s| s.total))
+            })
+            .fold((f64::INFINITY, Ok(0)), |a, b| if b.0 < a.0 { b } else { a });
+        let total = best.1?;
+        row.push_str(&format!(" {:.1} ms ({total}) |", best.0));
+    }
+    println!("{row}");
+    Ok(())
 }
 
 #[tokio::main]
@@ -101,6 +182,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "| {batch} | {clients} | {sent} | {secs:.2} | {:.0} |",
             sent as f64 / secs
         );
+    }
+    let sizes =
+        std::env::var("BENCH_SUMMARY_RECORDS").unwrap_or_else(|_| "1000000,10000000".into());
+    println!();
+    println!("| stored records | fill records/s | summary 5m (records) | 1h | 24h | 30d |");
+    println!("|---|---|---|---|---|---|");
+    let now = 1_900_000_000_000;
+    for n in sizes
+        .split(',')
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+    {
+        tokio::task::block_in_place(|| summary_at_scale(&dir, n, now))?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
