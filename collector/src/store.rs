@@ -529,27 +529,15 @@ mod tests {
                 )
             })
             .collect();
-        let batch = job(recs);
-        // One writer, so rows it wrote are merged without a read.
+        let (early, late) = recs.split_at(30);
+        let (early, late) = (job(early.to_vec()), job(late.to_vec()));
+        // One writer: the rows it wrote are merged without a read, and a
+        // re-send of the first batch after the second adds nothing.
         let mut known = Known::default();
-        assert_eq!(
-            write(
-                &mut conn,
-                std::slice::from_ref(&batch),
-                &mut Known::default()
-            )
-            .unwrap(),
-            vec![(60, 0)]
-        );
-        assert_eq!(
-            write(
-                &mut conn,
-                std::slice::from_ref(&batch),
-                &mut Known::default()
-            )
-            .unwrap(),
-            vec![(0, 60)]
-        );
+        for (batch, want) in [(&early, (30, 0)), (&late, (30, 0)), (&early, (0, 30))] {
+            let got = write(&mut conn, std::slice::from_ref(batch), &mut known).unwrap();
+            assert_eq!(got, vec![want]);
+        }
         let s = crate::summary::summary(&conn, 0).unwrap();
         assert_eq!((s.total, s.prompt_tokens, s.cost_usd), (60, 600, 420e-6));
         assert_eq!(s.success_rate, 54.0 / 60.0);
