@@ -12,7 +12,7 @@
 
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::config::Client;
+use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys::{self, Limit};
 use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
@@ -36,6 +36,47 @@ fn limited(
 ) -> GatewayError {
     host.count(metrics::RATE_LIMITED, 1);
     GatewayError::new(429, kind, code, message).with_retry_after(wait_ms.div_ceil(1000).max(1))
+}
+
+/// Create the limit keys that do not exist yet, before any request needs
+/// them: Envoy's shared data has no atomic create (a write without a CAS
+/// token is unconditional), so two workers both creating a key on first use
+/// could each write and one reservation would be lost. Every update of an
+/// existing key is a CAS. Counters are created at configure time; each
+/// day's budget keys for `day` and the day after (the root context calls
+/// this again when the day changes).
+pub fn prepare(host: &impl Host, gw: &Gateway, day: u64) {
+    let create = |key: String, initial: &[u8]| {
+        if let Ok((None, _)) = host.get(&key) {
+            let _ = host.set(&key, initial, None);
+        }
+    };
+    for c in gw.clients.values() {
+        let l = &c.limits;
+        if l.requests_per_minute.is_some() {
+            create(
+                keys::limit(&c.name, Limit::RequestsPerMinute),
+                &Bucket::default().encode(),
+            );
+        }
+        if l.tokens_per_minute.is_some() {
+            create(
+                keys::limit(&c.name, Limit::TokensPerMinute),
+                &Bucket::default().encode(),
+            );
+        }
+        if l.max_concurrent.is_some() {
+            create(
+                keys::limit(&c.name, Limit::Concurrency),
+                &0u32.to_le_bytes(),
+            );
+        }
+        if l.budget_micros.is_some() {
+            for d in [day, day.saturating_add(1)] {
+                create(keys::budget(&c.name, d), &0i64.to_le_bytes());
+            }
+        }
+    }
 }
 
 /// Take one request from the client's requests-per-minute bucket. A refusal

@@ -374,3 +374,39 @@ fn the_record_names_every_attempt_and_the_answer() {
     );
     assert_eq!((r.prompt_tokens, r.completion_tokens), (10, 5));
 }
+
+/// Shared data has no atomic create: a key two workers create at once on
+/// first use could lose one's reservation (a burst once let 4 requests
+/// through a budget that holds 3). The limit keys exist before traffic, so
+/// every reservation is a CAS, and a racing worker's write is never lost.
+#[test]
+fn limit_keys_exist_before_traffic_so_a_racing_reservation_is_never_lost() {
+    let g = Gateway::new(&config(
+        "{requests_per_minute: 5, tokens_per_minute: 100000, max_concurrent: 3, budget_usd_per_day: 1}",
+        "",
+    ));
+    let day = portcullis_core::ratelimit::day_of(g.host.now_ms());
+    crate::admission::prepare(&g.host, &g.loaded.gw, day);
+    for key in [
+        keys::limit("demo", Limit::RequestsPerMinute),
+        keys::limit("demo", Limit::TokensPerMinute),
+        keys::limit("demo", Limit::Concurrency),
+        keys::budget("demo", day),
+        keys::budget("demo", day + 1),
+    ] {
+        assert!(g.host.store.get(&key).unwrap().0.is_some(), "{key}");
+    }
+    // A budget alone: its reservation is the request's first write. Another
+    // worker reserves 500 micro-USD between our read and our write.
+    let g = Gateway::new(&config("{budget_usd_per_day: 1}", ""));
+    crate::admission::prepare(&g.host, &g.loaded.gw, day);
+    g.host.store.inject_conflicts(1, |v| {
+        let spent = i64::from_le_bytes(v.try_into().unwrap());
+        (spent + 500).to_le_bytes().to_vec()
+    });
+    let (_ctx, a) = g.chat(&[], &body("racing"));
+    assert_eq!(a, Action::Continue);
+    let (v, _) = g.host.store.get(&keys::budget("demo", day)).unwrap();
+    let spent = i64::from_le_bytes(v.unwrap().try_into().unwrap());
+    assert!(spent > 500, "both reservations stand: {spent}");
+}

@@ -4,6 +4,7 @@
 
 use crate::abi;
 use crate::abi_host::AbiHost;
+use crate::admission;
 use crate::breakers;
 use crate::context::RequestContext;
 use crate::host::Host;
@@ -12,6 +13,7 @@ use crate::metrics;
 use crate::shipper::{self, Shipper};
 use portcullis_core::config::{compile, Gateway};
 use portcullis_core::keys;
+use portcullis_core::ratelimit;
 use portcullis_core::store::update;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
@@ -21,6 +23,8 @@ use std::rc::Rc;
 #[derive(Default)]
 pub struct Root {
     loaded: Option<Rc<Loaded>>,
+    /// The UTC day whose budget keys exist (see `admission::prepare`).
+    prepared_day: u64,
     rng: Cell<u64>,
     shipper: Shipper,
 }
@@ -66,6 +70,9 @@ impl Root {
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
         let host = AbiHost;
         breakers::prepare(&host, &gw);
+        let day = ratelimit::day_of(host.now_ms());
+        admission::prepare(&host, &gw, day);
+        self.prepared_day = day;
         shipper::configure(gw.log.as_ref());
         let tick = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         if let Err(s) = abi::set_tick_period_ms(u32::try_from(tick).unwrap_or(u32::MAX)) {
@@ -137,6 +144,11 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
+        let day = ratelimit::day_of(AbiHost.now_ms());
+        if let Some(l) = self.loaded.as_ref().filter(|_| day != self.prepared_day) {
+            admission::prepare(&AbiHost, &l.gw, day);
+            self.prepared_day = day;
+        }
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(cfg.as_ref());
     }
