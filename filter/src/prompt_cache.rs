@@ -49,17 +49,8 @@ impl<H: Host> RequestContext<H> {
             return Ok(None);
         }
         flight.cache_status = CacheStatus::Miss;
-        // What a hit answers: the stored answer, or for a streamed request its
-        // replay as SSE. One that cannot be replayed (tool calls, several
-        // choices) is a miss for a stream.
         let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
-        let answer = |stored: Vec<u8>| {
-            if stream {
-                sse::replay(&stored, include_usage).map(|b| ("text/event-stream", b))
-            } else {
-                Some(("application/json", stored))
-            }
-        };
+        let answer = |stored: Vec<u8>| hit_body(stored, stream, include_usage);
         match cache::lookup(&self.host, cfg, &key, now).map(|s| s.and_then(answer)) {
             Ok(Some((content_type, body))) => {
                 flight.cache_status = CacheStatus::Hit;
@@ -109,5 +100,16 @@ impl<H: Host> RequestContext<H> {
                 .host
                 .log(LogLevel::Warn, &format!("cache store failed: {e:?}")),
         }
+    }
+}
+
+/// What a hit answers: the stored answer, or for a streamed request its
+/// replay as SSE. One that cannot be replayed (tool calls, several choices)
+/// is a miss for a stream.
+fn hit_body(stored: Vec<u8>, stream: bool, include_usage: bool) -> Option<(&'static str, Vec<u8>)> {
+    if stream {
+        sse::replay(&stored, include_usage).map(|b| ("text/event-stream", b))
+    } else {
+        Some(("application/json", stored))
     }
 }
