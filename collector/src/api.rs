@@ -30,6 +30,7 @@ pub fn router(api: Api) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/metrics/summary", get(summary_handler))
         .route("/v1/requests/recent", get(recent_handler))
+        .route("/v1/metrics/timeseries", get(timeseries_handler))
         .route(
             "/dashboard",
             get(|| async {
@@ -131,6 +132,25 @@ async fn summary_handler(
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match with_reader(&api, move |c| summary::summary(c, since)).await {
+        Ok(s) => Json(s).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn timeseries_handler(
+    State(api): State<Api>,
+    q: Result<Query<SinceQuery>, QueryRejection>,
+) -> Response {
+    let q = match query(q) {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let now = now_ms();
+    let since = match parse_since(q.since.as_deref(), now) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match with_reader(&api, move |c| summary::timeseries(c, since, now)).await {
         Ok(s) => Json(s).into_response(),
         Err(r) => r,
     }

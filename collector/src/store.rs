@@ -545,6 +545,24 @@ mod tests {
         assert_eq!(s.latency_quantiles, "exact");
         assert_eq!((s.p50_latency_ms, s.p95_latency_ms), (39, 66));
         assert_eq!(s.by_provider[0].key, "primary");
+        // Per minute over the last 3 hours: a point a minute, errors apart.
+        let now = (t0 + 1_800_000) as i64;
+        let series = crate::summary::timeseries(&conn, now - 3 * 3_600_000, now).unwrap();
+        assert_eq!((series.step_ms, series.points.len()), (60_000, 60));
+        assert_eq!(
+            series.points.iter().map(|p| p.server_errors).sum::<i64>(),
+            6
+        );
+        assert_eq!(series.points[0].p50_latency_ms, 10);
+        // Longer windows per hour: the half hour before t0 and the one after.
+        let series = crate::summary::timeseries(&conn, now - 86_400_000, now).unwrap();
+        let per_hour: Vec<i64> = series.points.iter().map(|p| p.requests).collect();
+        assert_eq!((series.step_ms, per_hour), (3_600_000, vec![30, 30]));
+        assert_eq!(
+            s.by_client.len(),
+            0,
+            "records without a client are not a group"
+        );
         // From 10 minutes before the hour: 40 records (minute rows, then the hour).
         let s = crate::summary::summary(&conn, (t0 - 600_000) as i64).unwrap();
         assert_eq!(s.total, 40);

@@ -39,6 +39,8 @@ pub struct Summary {
     pub by_provider: Vec<Group>,
     pub by_model: Vec<Group>,
     pub by_experiment: Vec<Group>,
+    /// Requests and spend per client.
+    pub by_client: Vec<Group>,
 }
 
 fn ratio(a: i64, b: i64) -> f64 {
@@ -131,14 +133,19 @@ pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
         by_dims.entry(d).or_default().merge(&c);
     }
     let mut total = Counts::default();
-    let (mut by_provider, mut by_model, mut by_experiment) =
-        (HashMap::new(), HashMap::new(), HashMap::new());
+    let (mut by_provider, mut by_model, mut by_experiment, mut by_client) = (
+        HashMap::new(),
+        HashMap::new(),
+        HashMap::new(),
+        HashMap::new(),
+    );
     for (d, c) in &by_dims {
         total.merge(c);
         let add =
             |m: &mut HashMap<String, Counts>, k: &str| m.entry(k.to_string()).or_default().merge(c);
         add(&mut by_provider, &d.provider);
         add(&mut by_model, &d.model);
+        add(&mut by_client, &d.client);
         if !d.experiment.is_empty() {
             add(&mut by_experiment, &format!("{}/{}", d.experiment, d.arm));
         }
@@ -168,6 +175,7 @@ pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
         by_provider: ranked(by_provider),
         by_model: ranked(by_model),
         by_experiment: ranked(by_experiment),
+        by_client: ranked(by_client),
     })
 }
 
@@ -204,4 +212,77 @@ pub fn recent(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json:
         }))
     })?;
     rows.collect()
+}
+
+/// One point of a time series: a whole minute or hour.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Point {
+    pub start_ms: i64,
+    pub requests: i64,
+    pub client_errors: i64,
+    pub server_errors: i64,
+    pub cache_hits: i64,
+    pub fallbacks: i64,
+    pub p50_latency_ms: i64,
+    pub p95_latency_ms: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_usd: f64,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Series {
+    pub since_ms: i64,
+    pub step_ms: i64,
+    pub points: Vec<Point>,
+}
+
+/// Windows up to this long are drawn per minute, longer ones per hour.
+pub const MINUTE_STEPS_UP_TO_MS: i64 = 3 * HOUR_MS;
+
+/// The window since `since_ms` as a series of whole minutes (windows up to
+/// three hours) or whole hours, from the rollups; percentiles from each
+/// point's histogram (within 10%). Buckets without requests are left out.
+pub fn timeseries(conn: &Connection, since_ms: i64, now_ms: i64) -> rusqlite::Result<Series> {
+    let (table, step) = if now_ms.saturating_sub(since_ms) <= MINUTE_STEPS_UP_TO_MS {
+        ("rollup_minute", MINUTE_MS)
+    } else {
+        ("rollup_hour", HOUR_MS)
+    };
+    let since_ms = since_ms.max(0) - since_ms.max(0).rem_euclid(step);
+    let sql = format!("SELECT start_ms, cells FROM {table} WHERE start_ms >= ?1 ORDER BY start_ms");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([since_ms], |r| {
+        let cells: Vec<u8> = r.get(1)?;
+        Ok((
+            r.get::<_, i64>(0)?,
+            Counts::decode(&cells).unwrap_or_default(),
+        ))
+    })?;
+    let mut by_start: std::collections::BTreeMap<i64, Counts> = Default::default();
+    for row in rows {
+        let (start, c) = row?;
+        by_start.entry(start).or_default().merge(&c);
+    }
+    let points = by_start
+        .into_iter()
+        .map(|(start_ms, c)| Point {
+            start_ms,
+            requests: c.requests,
+            client_errors: c.client_errors,
+            server_errors: c.server_errors,
+            cache_hits: c.cache_hits,
+            fallbacks: c.fallbacks,
+            p50_latency_ms: c.latency_quantile(0.5).round() as i64,
+            p95_latency_ms: c.latency_quantile(0.95).round() as i64,
+            prompt_tokens: c.prompt_tokens,
+            completion_tokens: c.completion_tokens,
+            cost_usd: c.cost_micros as f64 / 1e6,
+        })
+        .collect();
+    Ok(Series {
+        since_ms,
+        step_ms: step,
+        points,
+    })
 }

@@ -50,7 +50,17 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
         .map(|i| RequestRecord {
             request_id: format!("d-{i}"),
             time_ms: now - 1000 * i,
-            client: "demo".into(),
+            client: if i < 4 {
+                "demo".into()
+            } else {
+                "batch-jobs".into()
+            },
+            experiment: "ab".into(),
+            arm: if i % 2 == 0 {
+                "control".into()
+            } else {
+                "treatment".into()
+            },
             model: if i < 5 {
                 "gpt-4o-mini".into()
             } else {
@@ -98,6 +108,25 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
         html.contains("llama-3.1-8b") && html.contains("backup"),
         "{html}"
     );
+    // The experiment's arms side by side, spend per client, a time series.
+    for want in [
+        "<td>ab/control</td><td>4</td>",
+        "<td>ab/treatment</td><td>3</td>",
+        "<td>batch-jobs</td><td>3</td>",
+        "<td>demo</td><td>4</td>",
+        "<button data-w=\"24h\" class=\"on\">24h</button>",
+    ] {
+        assert!(html.contains(want), "{want} in {html}");
+    }
+    let series = get(&c.url("/v1/metrics/timeseries?since=1h"), &[]).json();
+    assert_eq!(series["step_ms"], 60_000);
+    let total: i64 = series["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["requests"].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, 7);
     let shot = dir.0.join("dashboard.png");
     let out = chrome(&dir.0, &[&format!("--screenshot={}", shot.display())], &url);
     let png = std::fs::read(&shot).unwrap_or_else(|e| {
