@@ -1,10 +1,11 @@
-//! portcullis-collector: `--grpc ADDR --http ADDR --db PATH [--retention-days N] [--queue N]`.
+//! portcullis-collector: `--grpc ADDR --http ADDR --db PATH [--retention-days N]
+//! [--retention-records N] [--queue N]`.
 //! Prints `portcullis-collector grpc=<addr> http=<addr>` once both listen.
 
 use portcullis_collector::api::{router, Api};
 use portcullis_collector::grpc::Ingest;
 use portcullis_collector::proto::collector_server::CollectorServer;
-use portcullis_collector::store::{migrate, open, Writer};
+use portcullis_collector::store::{migrate, open, Retention, Writer};
 use std::sync::{Arc, Mutex};
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
@@ -27,9 +28,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let grpc_addr = arg(&args, "--grpc").unwrap_or_else(|| "127.0.0.1:50051".into());
     let http_addr = arg(&args, "--http").unwrap_or_else(|| "127.0.0.1:9090".into());
     let db = arg(&args, "--db").unwrap_or_else(|| "portcullis.db".into());
-    let retention = arg(&args, "--retention-days")
-        .map(|d| d.parse::<u64>())
-        .transpose()?;
+    let retention = Retention {
+        days: arg(&args, "--retention-days")
+            .map(|d| d.parse::<u64>())
+            .transpose()?,
+        max_records: arg(&args, "--retention-records")
+            .map(|d| d.parse::<u64>())
+            .transpose()?,
+    };
     let queue: usize = arg(&args, "--queue")
         .map(|d| d.parse())
         .transpose()?

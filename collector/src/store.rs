@@ -7,9 +7,11 @@ use crate::rollup::{self, Known, Pending};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{
+    sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError,
+};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` says how many ran.
@@ -105,13 +107,13 @@ pub enum SubmitError {
 
 impl Writer {
     /// Start the writer thread over `conn`, with a queue of `capacity` batches.
-    pub fn start(conn: Connection, capacity: usize, retention_days: Option<u64>) -> Writer {
+    pub fn start(conn: Connection, capacity: usize, retention: Retention) -> Writer {
         let (tx, rx) = sync_channel(capacity);
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run(conn, rx, s, retention_days))
+            .spawn(move || run(conn, rx, s, retention))
             .map(|_| ())
             .unwrap_or_else(|e| {
                 eprintln!("portcullis-collector: cannot start the writer thread: {e}")
@@ -167,60 +169,102 @@ fn fingerprint(r: &RequestRecord) -> u64 {
 /// Most batches folded into one transaction.
 const GROUP: usize = 64;
 
-fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention_days: Option<u64>) {
-    let mut last_prune = Instant::now();
+/// What the store keeps: records younger than `days`, and at most
+/// `max_records` of them (the oldest go first). Rollups follow the age
+/// limit only: they are small and keep the history the records lose.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub days: Option<u64>,
+    pub max_records: Option<u64>,
+}
+
+/// Rows one prune step deletes at most: the writer commits a group of
+/// batches between two steps, so it never stalls behind a prune.
+const PRUNE_STEP: i64 = 10_000;
+
+/// How often the writer looks for something to prune when nothing is left.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention: Retention) {
     let mut known = Known::default();
-    prune(&conn, retention_days);
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < GROUP {
+    let mut more = prune_step(&conn, &retention, now_ms());
+    let mut last_prune = Instant::now();
+    loop {
+        // While pruning has more to do, it goes on between batches.
+        let next = if more {
             match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
+                Ok(j) => Some(j),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return,
             }
-        }
-        stats
-            .queue_depth
-            .fetch_sub(jobs.len() as u64, Ordering::Relaxed);
-        let started = Instant::now();
-        let result = write(&mut conn, &jobs, &mut known);
-        if result.is_err() {
-            // The rows it knew may not have been committed.
-            known.forget();
-        }
-        match &result {
-            Ok(counts) => {
-                stats.commits.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .commit_micros_total
-                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                for (stored, dup) in counts {
-                    stats
-                        .ingested
-                        .fetch_add(u64::from(*stored), Ordering::Relaxed);
-                    stats
-                        .duplicates
-                        .fetch_add(u64::from(*dup), Ordering::Relaxed);
-                }
-                stats
-                    .batches
-                    .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        } else {
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(j) => Some(j),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
             }
-            Err(_) => {
-                stats.failed_commits.fetch_add(1, Ordering::Relaxed);
-            }
+        };
+        if let Some(first) = next {
+            commit_group(&mut conn, &rx, first, &stats, &mut known);
         }
-        for (i, job) in jobs.into_iter().enumerate() {
-            let ack = match &result {
-                Ok(counts) => Ok(counts.get(i).copied().unwrap_or((0, 0))),
-                Err(e) => Err(e.to_string()),
-            };
-            let _ = job.done.send(ack);
-        }
-        if last_prune.elapsed().as_secs() >= 60 {
-            prune(&conn, retention_days);
+        if more || last_prune.elapsed() >= PRUNE_EVERY {
+            more = prune_step(&conn, &retention, now_ms());
             last_prune = Instant::now();
         }
+    }
+}
+
+/// Commit `first` and whatever else waits (up to [`GROUP`] batches) in one
+/// transaction, then answer each batch.
+fn commit_group(
+    conn: &mut Connection,
+    rx: &Receiver<Job>,
+    first: Job,
+    stats: &Stats,
+    known: &mut Known,
+) {
+    let mut jobs = vec![first];
+    while jobs.len() < GROUP {
+        match rx.try_recv() {
+            Ok(j) => jobs.push(j),
+            Err(_) => break,
+        }
+    }
+    stats
+        .queue_depth
+        .fetch_sub(jobs.len() as u64, Ordering::Relaxed);
+    let started = Instant::now();
+    let result = write(conn, &jobs, known);
+    match &result {
+        Ok(counts) => {
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats
+                .commit_micros_total
+                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            for (stored, dup) in counts {
+                stats
+                    .ingested
+                    .fetch_add(u64::from(*stored), Ordering::Relaxed);
+                stats
+                    .duplicates
+                    .fetch_add(u64::from(*dup), Ordering::Relaxed);
+            }
+            stats
+                .batches
+                .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        }
+        Err(_) => {
+            // The rows it knew may not have been committed.
+            known.forget();
+            stats.failed_commits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    for (i, job) in jobs.into_iter().enumerate() {
+        let ack = match &result {
+            Ok(counts) => Ok(counts.get(i).copied().unwrap_or((0, 0))),
+            Err(e) => Err(e.to_string()),
+        };
+        let _ = job.done.send(ack);
     }
 }
 
@@ -322,27 +366,49 @@ fn write(
     Ok(counts)
 }
 
-fn prune(conn: &Connection, retention_days: Option<u64>) {
-    let now = std::time::SystemTime::now()
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    prune_at(conn, retention_days, now);
+        .unwrap_or(0)
 }
 
-/// Delete records older than `retention_days` before `now_ms` (none: keep all).
-fn prune_at(conn: &Connection, retention_days: Option<u64>, now_ms: i64) {
-    let Some(days) = retention_days else { return };
-    let cutoff = now_ms - (days as i64) * 86_400_000;
-    for sql in [
-        "DELETE FROM requests WHERE time_ms < ?1",
-        "DELETE FROM rollup_minute WHERE start_ms < ?1",
-        "DELETE FROM rollup_hour WHERE start_ms < ?1",
-    ] {
-        if let Err(e) = conn.execute(sql, [cutoff]) {
+/// One small prune step at `now_ms`: deletes at most [`PRUNE_STEP`] rows of
+/// each kind (records past the age or count limit, rollups past the age
+/// limit). Returns whether more is left.
+fn prune_step(conn: &Connection, r: &Retention, now_ms: i64) -> bool {
+    let run = |sql: &str, p: [i64; 2]| match conn.execute(sql, p) {
+        Ok(n) => n as i64,
+        Err(e) => {
             eprintln!("portcullis-collector: retention prune failed: {e}");
+            0
+        }
+    };
+    let mut more = false;
+    if let Some(days) = r.days {
+        let cutoff = now_ms.saturating_sub((days as i64).saturating_mul(86_400_000));
+        let records = "DELETE FROM requests WHERE rowid IN
+                         (SELECT rowid FROM requests WHERE time_ms < ?1 LIMIT ?2)";
+        more |= run(records, [cutoff, PRUNE_STEP]) == PRUNE_STEP;
+        for table in ["rollup_minute", "rollup_hour"] {
+            // WITHOUT ROWID tables: deleted by their key's first column.
+            let sql = format!(
+                "DELETE FROM {table} WHERE start_ms IN
+                   (SELECT DISTINCT start_ms FROM {table} WHERE start_ms < ?1 LIMIT ?2)"
+            );
+            more |= run(&sql, [cutoff, PRUNE_STEP / 100]) == PRUNE_STEP / 100;
         }
     }
+    if let Some(max) = r.max_records {
+        let over = count(conn).unwrap_or(0).saturating_sub(max as i64);
+        if over > 0 {
+            let oldest = "DELETE FROM requests WHERE rowid IN
+                            (SELECT rowid FROM requests ORDER BY time_ms LIMIT ?1 OFFSET ?2)";
+            run(oldest, [over.min(PRUNE_STEP), 0]);
+            more |= over > PRUNE_STEP;
+        }
+    }
+    more
 }
 
 /// How many records there are (tests, health).
@@ -395,9 +461,13 @@ mod tests {
             vec![(0, 2)],
             "re-sent ids are skipped"
         );
-        prune_at(&conn, None, 10 * 86_400_000);
+        prune_step(&conn, &Retention::default(), 10 * 86_400_000);
         assert_eq!(count(&conn).unwrap(), 2, "no retention keeps everything");
-        prune_at(&conn, Some(7), 10 * 86_400_000);
+        let week = Retention {
+            days: Some(7),
+            max_records: None,
+        };
+        prune_step(&conn, &week, 10 * 86_400_000);
         assert!(!exists(&conn, "old").unwrap());
         assert!(exists(&conn, "new").unwrap());
     }
@@ -591,5 +661,31 @@ mod tests {
             (1, 1, 3, 4)
         );
         assert_eq!((s.cache_hit_rate, s.avg_latency_ms), (1.0, 25.0));
+    }
+
+    /// A cap on stored records prunes the oldest in steps of at most
+    /// PRUNE_STEP rows, so the writer commits batches between steps; the
+    /// rollups keep the history.
+    #[test]
+    fn a_record_cap_prunes_the_oldest_in_small_steps() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let recs: Vec<_> = (0..25_000u64)
+            .map(|i| record(&format!("c{i}"), 1_000 + i))
+            .collect();
+        write(&mut conn, &[job(recs)], &mut Known::default()).unwrap();
+        let cap = Retention {
+            days: None,
+            max_records: Some(1_000),
+        };
+        let mut steps = 0;
+        while prune_step(&conn, &cap, 0) {
+            steps += 1;
+            assert!(count(&conn).unwrap() >= 1_000);
+        }
+        assert_eq!((steps, count(&conn).unwrap()), (2, 1_000));
+        assert!(!exists(&conn, "c23999").unwrap());
+        assert!(exists(&conn, "c24000").unwrap());
+        assert_eq!(crate::summary::summary(&conn, 0).unwrap().total, 25_000);
     }
 }

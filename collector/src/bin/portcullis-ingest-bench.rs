@@ -8,7 +8,7 @@ use portcullis_collector::grpc::Ingest;
 use portcullis_collector::proto::collector_client::CollectorClient;
 use portcullis_collector::proto::collector_server::CollectorServer;
 use portcullis_collector::proto::{Attempt, RecordBatch, RequestRecord};
-use portcullis_collector::store::{count, migrate, open, Writer};
+use portcullis_collector::store::{count, migrate, open, Retention, Writer};
 use portcullis_collector::summary::summary;
 use std::time::Instant;
 
@@ -67,7 +67,7 @@ fn summary_at_scale(
     let db = dir.join(format!("summary-{n}.db"));
     let mut conn = open(&db)?;
     migrate(&mut conn)?;
-    let writer = Writer::start(conn, 64, None);
+    let writer = Writer::start(conn, 64, Retention::default());
     let span = 30 * DAY_MS;
     let started = Instant::now();
     let mut i = 0;
@@ -127,7 +127,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let db = dir.join(format!("b{batch}-c{clients}.db"));
         let mut conn = open(&db)?;
         migrate(&mut conn)?;
-        let writer = Writer::start(conn, 256, None);
+        let writer = Writer::start(conn, 256, Retention::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(
