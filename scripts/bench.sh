@@ -9,6 +9,10 @@
 # Many short rounds alternate bare/route/hit and we report the median of the
 # per-round ratios: the machines are shared and noisy, and drift hits all
 # sides of a round alike. Prints a markdown table (also .run/bench-latest.md).
+# The mechanism's floor runs in the same rounds (BENCH_FLOOR=0 skips it):
+# bench/floor, a minimal filter that only pauses, reads the body and sets the
+# routing headers (floor) or answers locally (floorhit); we report
+# route/floor and hit/floorhit beside the ratios to bare Envoy.
 # BENCH_BASELINE_WASM=path adds route0/hit0: the same two gateways with an
 # earlier build, in the same rounds, so a change is measured against its
 # predecessor in one run (route/route0, hit/hit0).
@@ -38,11 +42,17 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo)
 BASE_WASM="${BENCH_BASELINE_WASM:-}"
 VARIANTS=(bare route hit)
 FILTERS=(route hit)
 if [[ -n $BASE_WASM ]]; then VARIANTS+=(route0 hit0); FILTERS+=(route0 hit0); fi
+FLOOR="${BENCH_FLOOR:-1}"
+FLOOR_WASM="$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm"
+if [[ $FLOOR == 1 ]]; then
+  (cd bench/floor && cargo build --release -q --target wasm32-wasip1)
+  VARIANTS+=(floor floorhit); FILTERS+=(floor floorhit)
+fi
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/bare.yaml"
 for v in "${FILTERS[@]}"; do
   sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
@@ -52,6 +62,11 @@ grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench: cannot tu
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
 envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route/portcullis.yaml" "$WASM"
 envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit/portcullis.yaml" "$WASM"
+if [[ $FLOOR == 1 ]]; then
+  echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
+  envoy/render-ecds.sh "$dir/plugin-floor.yaml" "$dir/ecds-floor/portcullis.yaml" "$FLOOR_WASM"
+  envoy/render-ecds.sh "$dir/plugin-floorhit.yaml" "$dir/ecds-floorhit/portcullis.yaml" "$FLOOR_WASM"
+fi
 if [[ -n $BASE_WASM ]]; then
   envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route0/portcullis.yaml" "$BASE_WASM"
   envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit0/portcullis.yaml" "$BASE_WASM"
@@ -102,7 +117,7 @@ for v in "${VARIANTS[@]}"; do run_wrk $v >/dev/null; done
 
 table="| round | bare rps | bare p50 / p99 | route rps | route p50 / p99 | hit rps | hit p50 / p99 | route/bare | hit/bare |
 |---|---|---|---|---|---|---|---|---|"
-rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=()
+rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=(); fr=(); fh=(); fb=(); fhb=()
 vs="| round | route0 rps | hit0 rps | route/route0 | hit/hit0 |
 |---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
@@ -114,6 +129,14 @@ for r in $(seq 1 "$ROUNDS"); do
   rr+=("$ratio_r"); hr+=("$ratio_h")
   rc+=("$(awk -v a="$r_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
   hc+=("$(awk -v a="$h_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
+  if [[ $FLOOR == 1 ]]; then
+    read -r f_rps _ _ _ < <(run_wrk floor)
+    read -r fh_rps _ _ _ < <(run_wrk floorhit)
+    fr+=("$(awk -v a="$r_rps" -v b="$f_rps" 'BEGIN {printf "%.2f", a/b}')")
+    fh+=("$(awk -v a="$h_rps" -v b="$fh_rps" 'BEGIN {printf "%.2f", a/b}')")
+    fb+=("$(awk -v a="$f_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+    fhb+=("$(awk -v a="$fh_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+  fi
   if [[ -n $BASE_WASM ]]; then
     read -r r0_rps _ _ _ < <(run_wrk route0)
     read -r h0_rps _ _ _ < <(run_wrk hit0)
@@ -135,6 +158,10 @@ mkdir -p .run
   echo
   echo "Median route/bare: $(median_of "${rr[@]}")x (CPU per request: $(median_of "${rc[@]}")x)"
   echo "Median hit/bare:   $(median_of "${hr[@]}")x (CPU per request: $(median_of "${hc[@]}")x)"
+  if [[ $FLOOR == 1 ]]; then
+    echo "Floors (bench/floor, same rounds): routed floor/bare $(median_of "${fb[@]}")x, local-answer floor/bare $(median_of "${fhb[@]}")x"
+    echo "Median route/floor: $(median_of "${fr[@]}")x, hit/floorhit: $(median_of "${fh[@]}")x"
+  fi
   if [[ -n $BASE_WASM ]]; then
     echo
     echo "Against the baseline build ($BASE_WASM), same rounds:"
