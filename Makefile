@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run test bench bench-collector bench-core lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run test bench bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -53,6 +53,10 @@ bench-core:
 
 bench-collector:
 	cargo run --release -q -p portcullis-collector --bin portcullis-ingest-bench
+
+# Envoy's memory over a million requests of mixed traffic (flat or not).
+bench-memory: tools wasm
+	ENVOY="$(ENVOY)" scripts/bench-memory.sh
 
 tools: envoy
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
