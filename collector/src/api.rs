@@ -119,16 +119,19 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, String> {
         .map_err(|e| format!("bad query string: {}", e.body_text()))
 }
 
+/// The window a query asks for: (`since` in epoch ms, now).
+fn window(q: Result<Query<SinceQuery>, QueryRejection>) -> Result<(i64, i64), String> {
+    let q = query(q)?;
+    let now = now_ms();
+    Ok((parse_since(q.since.as_deref(), now)?, now))
+}
+
 async fn summary_handler(
     State(api): State<Api>,
     q: Result<Query<SinceQuery>, QueryRejection>,
 ) -> Response {
-    let q = match query(q) {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    let since = match parse_since(q.since.as_deref(), now_ms()) {
-        Ok(s) => s,
+    let since = match window(q) {
+        Ok((since, _)) => since,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match with_reader(&api, move |c| summary::summary(c, since)).await {
@@ -141,13 +144,8 @@ async fn timeseries_handler(
     State(api): State<Api>,
     q: Result<Query<SinceQuery>, QueryRejection>,
 ) -> Response {
-    let q = match query(q) {
-        Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    let now = now_ms();
-    let since = match parse_since(q.since.as_deref(), now) {
-        Ok(s) => s,
+    let (since, now) = match window(q) {
+        Ok(w) => w,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match with_reader(&api, move |c| summary::timeseries(c, since, now)).await {

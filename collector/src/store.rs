@@ -470,6 +470,8 @@ mod tests {
         prune_step(&conn, &week, 10 * 86_400_000);
         assert!(!exists(&conn, "old").unwrap());
         assert!(exists(&conn, "new").unwrap());
+        // The old record's rollups went with it; the new one's stay.
+        assert_eq!(crate::summary::summary(&conn, 0).unwrap().total, 1);
     }
 
     #[test]

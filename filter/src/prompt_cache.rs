@@ -79,13 +79,16 @@ impl<H: Host> RequestContext<H> {
 
     /// Store a complete, successful answer under the request's key.
     pub(crate) fn cache_store(&mut self, body: &[u8]) {
-        let Some(cfg) = self.loaded.as_ref().and_then(|l| l.gw.cache.clone()) else {
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(cfg) = loaded.gw.cache.as_ref() else {
             return;
         };
         let Some(key) = self.flight.as_mut().and_then(|f| f.cache_fill.take()) else {
             return;
         };
-        match cache::insert(&self.host, &cfg, &key, body, self.host.now_ms()) {
+        match cache::insert(&self.host, cfg, &key, body, self.host.now_ms()) {
             Ok(StoreOutcome::Stored(st)) => {
                 self.host.count(metrics::CACHE_STORES, 1);
                 if st.evicted {

@@ -118,7 +118,12 @@ impl<H: Host> RequestContext<H> {
                 client_body.as_deref().unwrap_or_default()
             }
         };
-        let token = self.host.dispatch(up.cluster, &hdrs, body, up.timeout_ms)?;
+        let sent = self.host.dispatch(up.cluster, &hdrs, body, up.timeout_ms);
+        drop(hdrs);
+        if let Some(f) = self.flight.as_mut() {
+            f.forwarded = Some(forwarded);
+        }
+        let token = sent?;
         Ok(Call {
             token,
             started_ms: self.host.now_ms(),
@@ -127,12 +132,12 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// The client's headers a fallback sends: read once, at the first
-    /// fallback (requests that never fall back pay nothing). Values that are
-    /// not UTF-8 cannot go through a callout and are left out (the log says
-    /// so).
+    /// fallback (requests that never fall back pay nothing), and kept in the
+    /// flight for the next. Values that are not UTF-8 cannot go through a
+    /// callout and are left out (the log says so).
     fn forwarded_headers(&mut self) -> Vec<(String, String)> {
-        if let Some(f) = self.flight.as_ref().and_then(|f| f.forwarded.clone()) {
-            return f;
+        if let Some(kept) = self.flight.as_mut().and_then(|f| f.forwarded.take()) {
+            return kept;
         }
         let all = self.host.headers(Part::Request).unwrap_or_default();
         let mut out = Vec::new();
@@ -147,9 +152,6 @@ impl<H: Host> RequestContext<H> {
                     &format!("header `{k}` is not UTF-8: not sent with the fallback"),
                 ),
             }
-        }
-        if let Some(f) = self.flight.as_mut() {
-            f.forwarded = Some(out.clone());
         }
         out
     }
