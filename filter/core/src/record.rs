@@ -39,32 +39,7 @@ pub struct Record {
     pub completion: String,
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
-    varint(out, (u64::from(field) << 3) | u64::from(wire));
-}
-
-fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
-    if v != 0 {
-        key(out, field, 0);
-        varint(out, v);
-    }
-}
-
-fn bytes(out: &mut Vec<u8>, field: u32, v: &[u8]) {
-    if !v.is_empty() {
-        key(out, field, 2);
-        varint(out, v.len() as u64);
-        out.extend_from_slice(v);
-    }
-}
+use crate::pb::{bytes, key, uint, varint};
 
 impl Attempt {
     fn encode(&self) -> Vec<u8> {

@@ -24,6 +24,7 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
         problems.push("routing.max_attempts must be at least 1".into());
     }
     let prices = clients::prices(&raw, &names, &models, &clients, problems);
+    let global_limits = clients::global_limits(&raw, &clients, problems);
     Some(Gateway {
         cache: sections::cache(&raw.cache, problems),
         experiments: sections::experiments(&raw, &names, problems),
@@ -36,5 +37,6 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
         max_body_bytes: raw.limits.max_body_bytes,
         max_attempts,
         prices,
+        global_limits,
     })
 }

@@ -2,7 +2,8 @@
 //! `limits` defaults under its own), and the price table budgets need.
 
 use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
-use super::{parse_sha256_hex, Client, Limits, Model};
+use super::{parse_sha256_hex, Client, GlobalLimits, Limits, Model};
+use crate::rls;
 use crate::ratelimit::Price;
 use hashbrown::HashMap;
 
@@ -123,4 +124,70 @@ pub(super) fn prices(
         }
     }
     prices
+}
+
+/// `limits.global`, checked against the clients whose limits use it.
+pub(super) fn global_limits(
+    raw: &RawConfig,
+    clients: &HashMap<[u8; 32], Client>,
+    problems: &mut Vec<String>,
+) -> Option<GlobalLimits> {
+    let mut users: Vec<&str> = Vec::new();
+    for c in clients.values() {
+        let (l, s) = (&c.limits, c.limits.scope);
+        let counted = [
+            (s.requests_per_minute.global(), l.requests_per_minute),
+            (s.tokens_per_minute.global(), l.tokens_per_minute),
+            (
+                s.budget_usd_per_day.global(),
+                l.budget_micros.map(rls::budget_units),
+            ),
+        ];
+        for (global, value) in counted {
+            let Some(v) = value.filter(|_| global) else {
+                continue;
+            };
+            if !users.contains(&c.name.as_str()) {
+                users.push(&c.name);
+            }
+            if u32::try_from(v).is_err() {
+                problems.push(format!(
+                    "clients ({}): a global limit counts at most {} per period (tokens, requests, or budget units of $0.0001); {v} is too large",
+                    c.name,
+                    u32::MAX
+                ));
+            }
+        }
+    }
+    users.sort_unstable();
+    let Some(g) = raw.limits.global.as_ref() else {
+        if !users.is_empty() {
+            problems.push(format!(
+                "limits.global is required: clients {} have limits scoped `global` or `both`, counted by the rate limit service it names (cluster, timeout_ms, failure_mode)",
+                users.join(", ")
+            ));
+        }
+        return None;
+    };
+    if g.cluster.trim().is_empty() {
+        problems.push("limits.global.cluster: the Envoy cluster of the rate limit service is required".into());
+    }
+    if g.timeout_ms == 0 || g.timeout_ms > 60_000 {
+        problems.push("limits.global.timeout_ms must be between 1 and 60000".into());
+    }
+    let deny_on_failure = match g.failure_mode.as_str() {
+        "allow" => false,
+        "deny" => true,
+        other => {
+            problems.push(format!(
+                "limits.global.failure_mode: `{other}` is not a failure mode (expected allow or deny)"
+            ));
+            false
+        }
+    };
+    Some(GlobalLimits {
+        cluster: g.cluster.clone(),
+        timeout_ms: g.timeout_ms,
+        deny_on_failure,
+    })
 }

@@ -4,7 +4,7 @@
 //! in `raw` are the only list: a new field is a known key at once.
 
 use super::raw::{
-    RawArm, RawBreaker, RawCache, RawClient, RawClientLimits, RawConfig, RawExperiment, RawLog,
+    RawArm, RawBreaker, RawCache, RawClient, RawClientLimits, RawConfig, RawExperiment, RawGlobal, RawLog,
     RawModel, RawPrice, RawProvider, RawRouting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
@@ -48,7 +48,7 @@ fn fields<T: DeserializeOwned>() -> Vec<&'static str> {
 
 /// `limits` flattens the per-client limits next to its own key.
 fn limits_keys() -> Vec<&'static str> {
-    let mut keys = vec!["max_body_bytes"];
+    let mut keys = vec!["max_body_bytes", "global"];
     keys.extend(fields::<RawClientLimits>());
     keys
 }
@@ -71,6 +71,7 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["cache"], fields::<RawCache>),
     (&["log"], fields::<RawLog>),
     (&["limits"], limits_keys),
+    (&["limits", "global"], fields::<RawGlobal>),
 ];
 
 pub(super) fn check(v: &mut Value, problems: &mut Vec<String>) {

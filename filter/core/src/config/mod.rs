@@ -80,6 +80,56 @@ pub struct Limits {
     pub budget_micros: Option<Micros>,
     /// Completion tokens reserved when a request names no max.
     pub default_max_tokens: u64,
+    pub scope: Scopes,
+}
+
+/// Where a limit is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// In this Envoy's shared data (exact across its workers).
+    #[default]
+    Local,
+    /// By the rate limit service of `limits.global` (across the fleet).
+    Global,
+    /// Both: the local count first (cheap), then the global one.
+    Both,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "local" => Some(Scope::Local),
+            "global" => Some(Scope::Global),
+            "both" => Some(Scope::Both),
+            _ => None,
+        }
+    }
+    pub fn local(self) -> bool {
+        self != Scope::Global
+    }
+    pub fn global(self) -> bool {
+        self != Scope::Local
+    }
+}
+
+/// The scope of each limit that can be global.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Scopes {
+    pub requests_per_minute: Scope,
+    pub tokens_per_minute: Scope,
+    pub budget_usd_per_day: Scope,
+}
+
+/// `limits.global`: the rate limit service (Envoy's protocol) that counts
+/// the limits scoped `global` for every Envoy of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalLimits {
+    /// Envoy cluster (HTTP/2) of the service.
+    pub cluster: String,
+    pub timeout_ms: u64,
+    /// When the service does not answer in time: refuse (503) instead of
+    /// admitting.
+    pub deny_on_failure: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +195,8 @@ pub struct Gateway {
     pub experiments: Vec<Experiment>,
     /// The request log, when a collector is configured.
     pub log: Option<LogConfig>,
+    /// The rate limit service for `global` limits, when configured.
+    pub global_limits: Option<GlobalLimits>,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).

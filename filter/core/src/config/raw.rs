@@ -2,7 +2,7 @@
 //! checks of one section's values. Their fields are the only list of the
 //! keys each section accepts (see `known_keys`).
 
-use super::Limits;
+use super::{Limits, Scope, Scopes};
 use crate::breaker::BreakerConfig;
 use crate::ratelimit::Micros;
 use serde::Deserialize;
@@ -106,6 +106,35 @@ pub(super) struct RawClientLimits {
     pub(super) max_concurrent: Option<u32>,
     pub(super) budget_usd_per_day: Option<f64>,
     pub(super) default_max_tokens: Option<u64>,
+    /// Where each limit is counted: `local`, `global` or `both`, for all
+    /// of them or per limit.
+    pub(super) scope: Option<RawScope>,
+}
+
+/// `scope: global`, or `scope: {requests_per_minute: global, ...}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawScope {
+    All(String),
+    Each(std::collections::BTreeMap<String, String>),
+}
+
+/// `limits.global`: the rate limit service that counts `global` limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGlobal {
+    pub(super) cluster: String,
+    #[serde(default = "default_global_timeout")]
+    pub(super) timeout_ms: u64,
+    #[serde(default = "default_failure_mode")]
+    pub(super) failure_mode: String,
+}
+
+fn default_global_timeout() -> u64 {
+    20
+}
+fn default_failure_mode() -> String {
+    "allow".into()
 }
 
 #[derive(Debug, Deserialize)]
@@ -260,6 +289,8 @@ pub(super) struct RawClient {
 pub(super) struct RawLimits {
     #[serde(default = "default_max_body")]
     pub(super) max_body_bytes: usize,
+    #[serde(default)]
+    pub(super) global: Option<RawGlobal>,
     #[serde(flatten)]
     pub(super) defaults: RawClientLimits,
 }
@@ -268,6 +299,7 @@ impl Default for RawLimits {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            global: None,
             defaults: RawClientLimits::default(),
         }
     }
@@ -286,9 +318,61 @@ impl RawClientLimits {
                 .map(|usd| (usd * 1e6).round() as Micros)
                 .or(base.budget_micros),
             default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
+            scope: self.scope.as_ref().map_or(base.scope, |s| s.over(base.scope)),
         }
     }
 }
+
+impl RawScope {
+    fn over(&self, base: Scopes) -> Scopes {
+        match self {
+            RawScope::All(s) => {
+                let s = Scope::parse(s).unwrap_or_default();
+                Scopes {
+                    requests_per_minute: s,
+                    tokens_per_minute: s,
+                    budget_usd_per_day: s,
+                }
+            }
+            RawScope::Each(m) => {
+                let get = |k: &str, b: Scope| m.get(k).and_then(|s| Scope::parse(s)).unwrap_or(b);
+                Scopes {
+                    requests_per_minute: get("requests_per_minute", base.requests_per_minute),
+                    tokens_per_minute: get("tokens_per_minute", base.tokens_per_minute),
+                    budget_usd_per_day: get("budget_usd_per_day", base.budget_usd_per_day),
+                }
+            }
+        }
+    }
+
+    fn check(&self, at: &str, problems: &mut Vec<String>) {
+        let bad = |v: &str| Scope::parse(v).is_none();
+        match self {
+            RawScope::All(v) if bad(v) => problems.push(format!(
+                "{at}.scope: `{v}` is not a scope (expected local, global or both)"
+            )),
+            RawScope::All(_) => {}
+            RawScope::Each(m) => {
+                for (k, v) in m {
+                    if !SCOPED.contains(&k.as_str()) {
+                        problems.push(format!(
+                            "{at}.scope: `{k}` cannot be scoped (expected one of: {})",
+                            SCOPED.join(", ")
+                        ));
+                    } else if bad(v) {
+                        problems.push(format!(
+                            "{at}.scope.{k}: `{v}` is not a scope (expected local, global or both)"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The limits a rate limit service can count (`max_concurrent` needs a
+/// release the protocol does not have: it stays local).
+const SCOPED: [&str; 3] = ["requests_per_minute", "tokens_per_minute", "budget_usd_per_day"];
 
 pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<String>) {
     if l.requests_per_minute == Some(0)
@@ -308,6 +392,9 @@ pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<Str
     }
     if l.default_max_tokens == Some(0) {
         problems.push(format!("{at}: `default_max_tokens` must be at least 1"));
+    }
+    if let Some(s) = &l.scope {
+        s.check(at, problems);
     }
 }
 

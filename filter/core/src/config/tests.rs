@@ -280,3 +280,52 @@ fn client_allow_list_resolves_aliases() {
     assert!(limited.may_use(g.names["gpt-4o-mini"]));
     assert!(!limited.may_use(g.names["gpt-4o"]));
 }
+
+#[test]
+fn global_scopes_and_the_service_section() {
+    let text = format!(
+        "{GOOD}limits:\n  requests_per_minute: 100\n  scope: global\n  global: {{cluster: rls}}\n"
+    );
+    let g = compile(text.as_bytes()).unwrap();
+    let gl = g.global_limits.clone().unwrap();
+    assert_eq!((gl.cluster.as_str(), gl.timeout_ms, gl.deny_on_failure), ("rls", 20, false));
+    let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
+    assert_eq!(demo.limits.scope.requests_per_minute, Scope::Global);
+    assert_eq!(demo.limits.scope.budget_usd_per_day, Scope::Global);
+    // Per limit, under a client, over the defaults.
+    let text = GOOD.replace(
+        "    models: [mini]\n",
+        "    models: [mini]\n    limits: {tokens_per_minute: 1000, scope: {tokens_per_minute: both}}\n",
+    ) + "limits:\n  global: {cluster: rls, timeout_ms: 50, failure_mode: deny}\n";
+    let g = compile(text.as_bytes()).unwrap();
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    assert_eq!(limited.limits.scope.tokens_per_minute, Scope::Both);
+    assert_eq!(limited.limits.scope.requests_per_minute, Scope::Local);
+    assert!(g.global_limits.unwrap().deny_on_failure);
+}
+
+#[test]
+fn global_limit_problems_are_reported_together() {
+    let text = GOOD.replace(
+        "    models: [mini]\n",
+        "    models: [mini]\n    limits: {tokens_per_minute: 5000000000, scope: {tokens_per_minute: global, max_concurrent: global, budget_usd_per_day: fleet}}\n",
+    );
+    let e = compile(text.as_bytes()).unwrap_err();
+    assert!(e.contains("limits.global is required: clients limited"), "{e}");
+    assert!(e.contains("`max_concurrent` cannot be scoped"), "{e}");
+    assert!(e.contains("scope.budget_usd_per_day: `fleet` is not a scope"), "{e}");
+    assert!(e.contains("5000000000 is too large"), "{e}");
+    let text = format!(
+        "{GOOD}limits:\n  scope: everywhere\n  global: {{cluster: '', timeout_ms: 0, failure_mode: maybe, retries: 2}}\n"
+    );
+    let e = compile(text.as_bytes()).unwrap_err();
+    for want in [
+        "`everywhere` is not a scope",
+        "limits.global.cluster",
+        "timeout_ms must be between",
+        "`maybe` is not a failure mode",
+        "limits.global: unknown key `retries`",
+    ] {
+        assert!(e.contains(want), "{want} missing from: {e}");
+    }
+}

@@ -1,0 +1,124 @@
+use super::*;
+use crate::pb;
+
+#[test]
+fn dates_of_day_numbers() {
+    assert_eq!(iso_date(0), "1970-01-01");
+    assert_eq!(iso_date(20_787), "2026-11-30");
+    assert_eq!(iso_date(11_016), "2000-02-29");
+    assert_eq!(iso_date(47_541), "2100-03-01");
+    // Far beyond any clock: saturates, never panics.
+    assert!(iso_date(u64::MAX).len() >= 10);
+}
+
+#[test]
+fn budget_units_round_up() {
+    assert_eq!(budget_units(0), 0);
+    assert_eq!(budget_units(1), 1);
+    assert_eq!(budget_units(100), 1);
+    assert_eq!(budget_units(101), 2);
+    assert_eq!(budget_units(-5), 0);
+}
+
+#[test]
+fn request_bytes_are_the_protocol() {
+    let d = Limit::RequestsPerMinute.descriptor("alice", 600);
+    let m = encode_request(&[d], 1);
+    let mut want = Vec::new();
+    pb::bytes(&mut want, 1, b"portcullis");
+    let mut dm = Vec::new();
+    for (k, v) in [("client", "alice"), ("limit", "requests_per_minute")] {
+        let mut e = Vec::new();
+        pb::bytes(&mut e, 1, k.as_bytes());
+        pb::bytes(&mut e, 2, v.as_bytes());
+        pb::message(&mut dm, 1, &e);
+    }
+    pb::message(&mut dm, 2, &[0x08, 0xd8, 0x04, 0x10, 0x02]);
+    pb::message(&mut want, 2, &dm);
+    want.extend_from_slice(&[0x18, 0x01]);
+    assert_eq!(m, want);
+    let b = Limit::BudgetPerDay(20_787).descriptor("alice", 5);
+    assert_eq!(b.entries.last(), Some(&("day", "2026-11-30".to_string())));
+    assert_eq!(b.unit, Unit::Day);
+}
+
+fn answer(overall: u64, statuses: &[(u64, u32, u32, u64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    pb::uint(&mut out, 1, overall);
+    for &(code, limit, remaining, reset_s) in statuses {
+        let mut s = Vec::new();
+        pb::uint(&mut s, 1, code);
+        let mut l = Vec::new();
+        pb::uint(&mut l, 1, u64::from(limit));
+        pb::uint(&mut l, 2, 2);
+        pb::message(&mut s, 2, &l);
+        pb::uint(&mut s, 3, u64::from(remaining));
+        let mut d = Vec::new();
+        pb::uint(&mut d, 1, reset_s);
+        pb::uint(&mut d, 2, 500_000_000);
+        pb::message(&mut s, 4, &d);
+        pb::message(&mut out, 2, &s);
+    }
+    out
+}
+
+#[test]
+fn answers_become_verdicts() {
+    let ok = answer(1, &[(1, 10, 7, 3)]);
+    assert_eq!(
+        verdict(&ok, 1),
+        Verdict::Ok(Some(Status {
+            code: Code::Ok,
+            limit: Some(10),
+            remaining: 7,
+            reset_ms: 3500
+        }))
+    );
+    let over = answer(2, &[(1, 10, 3, 1), (2, 100, 0, 12)]);
+    match verdict(&over, 2) {
+        Verdict::OverLimit(Some(s)) => assert_eq!((s.limit, s.reset_ms), (Some(100), 12_500)),
+        v => panic!("{v:?}"),
+    }
+    // The statuses may be left out.
+    assert_eq!(verdict(&answer(1, &[]), 3), Verdict::Ok(None));
+    assert_eq!(verdict(&answer(2, &[]), 3), Verdict::OverLimit(None));
+}
+
+#[test]
+fn answers_the_gateway_cannot_use() {
+    // An empty message: overall UNKNOWN.
+    assert!(matches!(verdict(&[], 1), Verdict::Unusable(_)));
+    assert!(matches!(verdict(&answer(7, &[]), 1), Verdict::Unusable(_)));
+    // Statuses that do not match the descriptors.
+    assert!(matches!(
+        verdict(&answer(1, &[(1, 1, 1, 1)]), 2),
+        Verdict::Unusable(_)
+    ));
+    // Garbage, truncation, wrong wire types, numbers out of range.
+    assert!(matches!(verdict(b"<html>", 1), Verdict::Unusable(_)));
+    let ok = answer(1, &[(1, 10, 7, 3)]);
+    for cut in 1..ok.len() {
+        let v = verdict(ok.get(..cut).unwrap_or_default(), 1);
+        assert!(
+            matches!(v, Verdict::Unusable(_) | Verdict::Ok(_)),
+            "cut at {cut}: {v:?}"
+        );
+    }
+    assert!(matches!(verdict(&[0x0a, 0x00], 1), Verdict::Unusable(_)));
+    let mut big = Vec::new();
+    let mut s = Vec::new();
+    pb::uint(&mut s, 3, u64::from(u32::MAX) + 1);
+    pb::uint(&mut big, 1, 1);
+    pb::message(&mut big, 2, &s);
+    assert!(matches!(verdict(&big, 1), Verdict::Unusable(_)));
+    // A negative duration reads as 0, not as centuries.
+    let mut neg = Vec::new();
+    let mut s = Vec::new();
+    pb::uint(&mut s, 1, 1);
+    let mut d = Vec::new();
+    pb::uint(&mut d, 1, (-5i64) as u64);
+    pb::message(&mut s, 4, &d);
+    pb::uint(&mut neg, 1, 1);
+    pb::message(&mut neg, 2, &s);
+    assert!(matches!(verdict(&neg, 1), Verdict::Ok(Some(Status { reset_ms: 0, .. }))));
+}
