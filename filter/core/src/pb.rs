@@ -141,7 +141,9 @@ mod tests {
         assert_eq!(r.field(), Err(WireError::Truncated));
         let mut r = Reader::new(&[0x08; 12]);
         assert!(r.field().is_ok());
-        let mut r = Reader::new(&[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+        let mut r = Reader::new(&[
+            0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+        ]);
         assert_eq!(r.field(), Err(WireError::BadVarint));
         let mut r = Reader::new(&[0x0b]);
         assert_eq!(r.field(), Err(WireError::BadWireType(3)));

@@ -54,7 +54,10 @@ impl Limit {
     }
 
     pub fn descriptor(self, client: &str, limit: u32) -> Descriptor {
-        let mut entries = vec![("client", client.to_string()), ("limit", self.name().into())];
+        let mut entries = vec![
+            ("client", client.to_string()),
+            ("limit", self.name().into()),
+        ];
         let unit = match self {
             Limit::BudgetPerDay(day) => {
                 entries.push(("day", iso_date(day)));
@@ -98,7 +101,11 @@ pub fn iso_date(day: u64) -> String {
     let d = doy
         .saturating_sub(mp.saturating_mul(153).saturating_add(2) / 5)
         .saturating_add(1);
-    let m = if mp < 10 { mp.saturating_add(3) } else { mp.saturating_sub(9) };
+    let m = if mp < 10 {
+        mp.saturating_add(3)
+    } else {
+        mp.saturating_sub(9)
+    };
     let y = yoe
         .saturating_add(era.saturating_mul(400))
         .saturating_add(u64::from(m <= 2));

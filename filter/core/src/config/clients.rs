@@ -3,8 +3,8 @@
 
 use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
 use super::{parse_sha256_hex, Client, GlobalLimits, Limits, Model};
-use crate::rls;
 use crate::ratelimit::Price;
+use crate::rls;
 use hashbrown::HashMap;
 
 pub(super) fn clients(
@@ -170,7 +170,9 @@ pub(super) fn global_limits(
         return None;
     };
     if g.cluster.trim().is_empty() {
-        problems.push("limits.global.cluster: the Envoy cluster of the rate limit service is required".into());
+        problems.push(
+            "limits.global.cluster: the Envoy cluster of the rate limit service is required".into(),
+        );
     }
     if g.timeout_ms == 0 || g.timeout_ms > 60_000 {
         problems.push("limits.global.timeout_ms must be between 1 and 60000".into());

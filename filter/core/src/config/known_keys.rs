@@ -4,8 +4,8 @@
 //! in `raw` are the only list: a new field is a known key at once.
 
 use super::raw::{
-    RawArm, RawBreaker, RawCache, RawClient, RawClientLimits, RawConfig, RawExperiment, RawGlobal, RawLog,
-    RawModel, RawPrice, RawProvider, RawRouting,
+    RawArm, RawBreaker, RawCache, RawClient, RawClientLimits, RawConfig, RawExperiment, RawGlobal,
+    RawLog, RawModel, RawPrice, RawProvider, RawRouting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;

@@ -318,7 +318,10 @@ impl RawClientLimits {
                 .map(|usd| (usd * 1e6).round() as Micros)
                 .or(base.budget_micros),
             default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
-            scope: self.scope.as_ref().map_or(base.scope, |s| s.over(base.scope)),
+            scope: self
+                .scope
+                .as_ref()
+                .map_or(base.scope, |s| s.over(base.scope)),
         }
     }
 }
@@ -372,7 +375,11 @@ impl RawScope {
 
 /// The limits a rate limit service can count (`max_concurrent` needs a
 /// release the protocol does not have: it stays local).
-const SCOPED: [&str; 3] = ["requests_per_minute", "tokens_per_minute", "budget_usd_per_day"];
+const SCOPED: [&str; 3] = [
+    "requests_per_minute",
+    "tokens_per_minute",
+    "budget_usd_per_day",
+];
 
 pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<String>) {
     if l.requests_per_minute == Some(0)

@@ -288,7 +288,10 @@ fn global_scopes_and_the_service_section() {
     );
     let g = compile(text.as_bytes()).unwrap();
     let gl = g.global_limits.clone().unwrap();
-    assert_eq!((gl.cluster.as_str(), gl.timeout_ms, gl.deny_on_failure), ("rls", 20, false));
+    assert_eq!(
+        (gl.cluster.as_str(), gl.timeout_ms, gl.deny_on_failure),
+        ("rls", 20, false)
+    );
     let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
     assert_eq!(demo.limits.scope.requests_per_minute, Scope::Global);
     assert_eq!(demo.limits.scope.budget_usd_per_day, Scope::Global);
@@ -311,9 +314,15 @@ fn global_limit_problems_are_reported_together() {
         "    models: [mini]\n    limits: {tokens_per_minute: 5000000000, scope: {tokens_per_minute: global, max_concurrent: global, budget_usd_per_day: fleet}}\n",
     );
     let e = compile(text.as_bytes()).unwrap_err();
-    assert!(e.contains("limits.global is required: clients limited"), "{e}");
+    assert!(
+        e.contains("limits.global is required: clients limited"),
+        "{e}"
+    );
     assert!(e.contains("`max_concurrent` cannot be scoped"), "{e}");
-    assert!(e.contains("scope.budget_usd_per_day: `fleet` is not a scope"), "{e}");
+    assert!(
+        e.contains("scope.budget_usd_per_day: `fleet` is not a scope"),
+        "{e}"
+    );
     assert!(e.contains("5000000000 is too large"), "{e}");
     let text = format!(
         "{GOOD}limits:\n  scope: everywhere\n  global: {{cluster: '', timeout_ms: 0, failure_mode: maybe, retries: 2}}\n"

@@ -120,5 +120,8 @@ fn answers_the_gateway_cannot_use() {
     pb::message(&mut s, 4, &d);
     pb::uint(&mut neg, 1, 1);
     pb::message(&mut neg, 2, &s);
-    assert!(matches!(verdict(&neg, 1), Verdict::Ok(Some(Status { reset_ms: 0, .. }))));
+    assert!(matches!(
+        verdict(&neg, 1),
+        Verdict::Ok(Some(Status { reset_ms: 0, .. }))
+    ));
 }

@@ -1,0 +1,95 @@
+//! `portcullis-limiter`: Envoy's rate limit service over Redis.
+//!
+//! ```text
+//! portcullis-limiter [--listen 127.0.0.1:8081] [--redis redis://127.0.0.1:6379]
+//!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500]
+//! ```
+
+use portcullis_limiter::proto::rate_limit_service_server::RateLimitServiceServer;
+use portcullis_limiter::service::Limiter;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+struct Args {
+    listen: SocketAddr,
+    redis: String,
+    prefix: String,
+    timeout_ms: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+        redis: "redis://127.0.0.1:6379".into(),
+        prefix: "portcullis:rl:".into(),
+        timeout_ms: 500,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--listen" => {
+                let v = value()?;
+                a.listen = v.parse().map_err(|e| format!("--listen {v}: {e}"))?;
+            }
+            "--redis" => a.redis = value()?,
+            "--prefix" => a.prefix = value()?,
+            "--redis-timeout-ms" => {
+                let v = value()?;
+                a.timeout_ms = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("--redis-timeout-ms {v}: a number of milliseconds above 0")
+                })?;
+            }
+            "-h" | "--help" => {
+                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N]");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument `{other}` (see --help)")),
+        }
+    }
+    Ok(a)
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("portcullis-limiter: {e}");
+            std::process::exit(2);
+        }
+    };
+    let limiter = match Limiter::new(
+        &args.redis,
+        &args.prefix,
+        Duration::from_millis(args.timeout_ms),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("portcullis-limiter: --redis {}: {e}", args.redis);
+            std::process::exit(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("portcullis-limiter: cannot listen on {}: {e}", args.listen);
+            std::process::exit(1);
+        }
+    };
+    println!(
+        "portcullis-limiter listening on {} (gRPC envoy.service.ratelimit.v3), counters in {}",
+        args.listen, args.redis
+    );
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let served = tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(limiter))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await;
+    if let Err(e) = served {
+        eprintln!("portcullis-limiter: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,147 @@
+//! `ShouldRateLimit` over the counters in Redis.
+
+use crate::counters::{self, SCRIPT};
+use crate::proto::rate_limit_service_server::RateLimitService;
+use crate::proto::{CurrentLimit, DescriptorStatus, Duration, RateLimitRequest, RateLimitResponse};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::time::Duration as StdDuration;
+use tokio::sync::Mutex;
+use tonic::{Request, Response, Status};
+
+const OK: u32 = 1;
+const OVER_LIMIT: u32 = 2;
+
+/// The Redis connection, made on first use and remade after a failure to
+/// connect; once made, the manager reconnects by itself when Redis
+/// restarts. The service starts whether or not Redis is up.
+pub struct Limiter {
+    client: redis::Client,
+    conn: Mutex<Option<ConnectionManager>>,
+    script: redis::Script,
+    prefix: String,
+    timeout: StdDuration,
+}
+
+impl Limiter {
+    pub fn new(redis_url: &str, prefix: &str, timeout: StdDuration) -> redis::RedisResult<Self> {
+        Ok(Self {
+            client: redis::Client::open(redis_url)?,
+            conn: Mutex::new(None),
+            script: redis::Script::new(SCRIPT),
+            prefix: prefix.to_string(),
+            timeout,
+        })
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, Status> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(self.timeout)
+            .set_response_timeout(self.timeout)
+            .set_number_of_retries(1);
+        let c = tokio::time::timeout(
+            self.timeout,
+            ConnectionManager::new_with_config(self.client.clone(), cfg),
+        )
+        .await
+        .map_err(|_| Status::unavailable("redis: no connection within the timeout"))?
+        .map_err(|e| Status::unavailable(format!("redis: {e}")))?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Decide one request: every descriptor with a limit is checked and
+    /// counted together; descriptors without a limit are not counted here.
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let hits = req.hits_addend.max(1);
+        let mut invocation = self.script.prepare_invoke();
+        invocation.arg(hits);
+        let mut counted = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            let Some(limit) = d.limit.as_ref() else {
+                continue;
+            };
+            let Some(period) = counters::period_ms(limit.unit) else {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {i}: unknown rate limit unit {}",
+                    limit.unit
+                )));
+            };
+            if limit.requests_per_unit == 0 {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {i}: a limit of 0 per unit"
+                )));
+            }
+            invocation
+                .key(counters::key(&self.prefix, &req.domain, d, limit.unit))
+                .arg(limit.requests_per_unit)
+                .arg(period);
+            counted.push((i, limit.requests_per_unit, limit.unit));
+        }
+        let mut statuses: Vec<DescriptorStatus> = req
+            .descriptors
+            .iter()
+            .map(|_| DescriptorStatus {
+                code: OK,
+                ..DescriptorStatus::default()
+            })
+            .collect();
+        if counted.is_empty() {
+            return Ok(RateLimitResponse {
+                overall_code: OK,
+                statuses,
+                response_headers_to_add: Vec::new(),
+            });
+        }
+        let mut conn = self.connection().await?;
+        let out: Vec<i64> = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
+            .await
+            .map_err(|_| Status::unavailable("redis: no answer within the timeout"))?
+            .map_err(|e| Status::unavailable(format!("redis: {e}")))?;
+        let (admitted, per) = out
+            .split_first()
+            .ok_or_else(|| Status::internal("redis: empty script answer"))?;
+        if per.len() != counted.len().saturating_mul(3) {
+            return Err(Status::internal("redis: script answer of the wrong length"));
+        }
+        for ((i, per_unit, unit), v) in counted.iter().zip(per.chunks_exact(3)) {
+            let [code, remaining, reset_ms] = v else {
+                continue;
+            };
+            if let Some(s) = statuses.get_mut(*i) {
+                let reset_ms = u64::try_from(*reset_ms).unwrap_or(0);
+                *s = DescriptorStatus {
+                    code: u32::try_from(*code).unwrap_or(OVER_LIMIT),
+                    current_limit: Some(CurrentLimit {
+                        requests_per_unit: *per_unit,
+                        unit: *unit,
+                        name: String::new(),
+                    }),
+                    limit_remaining: u32::try_from(*remaining).unwrap_or(u32::MAX),
+                    duration_until_reset: Some(Duration {
+                        seconds: i64::try_from(reset_ms / 1000).unwrap_or(i64::MAX),
+                        nanos: i32::try_from((reset_ms % 1000) * 1_000_000).unwrap_or(0),
+                    }),
+                };
+            }
+        }
+        Ok(RateLimitResponse {
+            overall_code: if *admitted == 1 { OK } else { OVER_LIMIT },
+            statuses,
+            response_headers_to_add: Vec::new(),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Limiter {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.decide(request.get_ref()).await.map(Response::new)
+    }
+}

@@ -1,0 +1,240 @@
+//! The limiter against a real `redis-server` (Debian's, started here on a
+//! free port): the script's decisions, atomic under concurrency, and what
+//! happens when Redis goes away and comes back.
+
+use portcullis_limiter::proto::{Entry, RateLimitDescriptor, RateLimitOverride, RateLimitRequest};
+use portcullis_limiter::service::Limiter;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start_on(port: u16) -> Redis {
+        let child = Command::new(std::env::var("REDIS_SERVER").unwrap_or("redis-server".into()))
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--bind",
+                "127.0.0.1",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (make test installs Debian's redis-server)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Redis { child, port }
+    }
+    fn start() -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Redis::start_on(port)
+    }
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn descriptor(client: &str, limit: &str, per_unit: u32, unit: u32) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: vec![
+            Entry {
+                key: "client".into(),
+                value: client.into(),
+            },
+            Entry {
+                key: "limit".into(),
+                value: limit.into(),
+            },
+        ],
+        limit: Some(RateLimitOverride {
+            requests_per_unit: per_unit,
+            unit,
+        }),
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "portcullis".into(),
+        descriptors,
+        hits_addend: hits,
+    }
+}
+
+fn limiter(r: &Redis) -> Limiter {
+    Limiter::new(
+        &format!("redis://127.0.0.1:{}", r.port),
+        "t:",
+        Duration::from_millis(300),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_admit_exactly_the_limit() {
+    let redis = Redis::start();
+    let l = Arc::new(limiter(&redis));
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let l = l.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = l
+                .decide(&request(vec![descriptor("a", "rpm", 40, 2)], 1))
+                .await
+                .unwrap();
+            r.overall_code == 1
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    // A burst well under a second: refill adds at most 40/60 per second.
+    assert!(
+        (40..=41).contains(&admitted),
+        "admitted {admitted} of 200 for a limit of 40"
+    );
+}
+
+#[tokio::test]
+async fn weighted_hits_windows_and_all_or_nothing() {
+    let redis = Redis::start();
+    let l = limiter(&redis);
+    // Tokens: 1000 per minute, reservations of 400.
+    let tpm = || descriptor("b", "tpm", 1000, 2);
+    let r1 = l.decide(&request(vec![tpm()], 400)).await.unwrap();
+    assert_eq!(r1.overall_code, 1);
+    assert!((599..=600).contains(&r1.statuses[0].limit_remaining));
+    assert_eq!(
+        l.decide(&request(vec![tpm()], 400))
+            .await
+            .unwrap()
+            .overall_code,
+        1
+    );
+    let refused = l.decide(&request(vec![tpm()], 400)).await.unwrap();
+    assert_eq!(refused.overall_code, 2);
+    let wait = refused.statuses[0].duration_until_reset.clone().unwrap();
+    assert!(wait.seconds >= 10 && wait.seconds <= 13, "{wait:?}");
+    // A day's budget: a fixed window that does not refill.
+    let day = || {
+        let mut d = descriptor("b", "budget", 10, 4);
+        d.entries.push(Entry {
+            key: "day".into(),
+            value: "2026-11-30".into(),
+        });
+        d
+    };
+    assert_eq!(
+        l.decide(&request(vec![day()], 10))
+            .await
+            .unwrap()
+            .overall_code,
+        1
+    );
+    assert_eq!(
+        l.decide(&request(vec![day()], 1))
+            .await
+            .unwrap()
+            .overall_code,
+        2
+    );
+    // All or nothing: the refused budget leaves the request count untouched.
+    let rpm = || descriptor("c", "rpm", 1, 2);
+    let mut both = request(vec![rpm(), day()], 1);
+    both.hits_addend = 1;
+    assert_eq!(l.decide(&both).await.unwrap().overall_code, 2);
+    assert_eq!(
+        l.decide(&request(vec![rpm()], 1))
+            .await
+            .unwrap()
+            .overall_code,
+        1
+    );
+    // No limit on a descriptor: not counted here.
+    let mut free = descriptor("d", "x", 1, 2);
+    free.limit = None;
+    let r = l
+        .decide(&request(vec![free.clone(), free], 1))
+        .await
+        .unwrap();
+    assert_eq!((r.overall_code, r.statuses.len()), (1, 2));
+    // Nonsense limits are refused as arguments, not counted.
+    assert!(l
+        .decide(&request(vec![descriptor("e", "x", 1, 42)], 1))
+        .await
+        .is_err());
+    assert!(l
+        .decide(&request(vec![descriptor("e", "x", 0, 2)], 1))
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn redis_away_is_unavailable_and_its_return_is_noticed() {
+    let mut redis = Redis::start();
+    let port = redis.port;
+    let l = limiter(&redis);
+    let d = || request(vec![descriptor("f", "rpm", 100, 2)], 1);
+    assert_eq!(l.decide(&d()).await.unwrap().overall_code, 1);
+    redis.stop();
+    let e = l.decide(&d()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    let _back = Redis::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match l.decide(&d()).await {
+            Ok(r) => {
+                assert_eq!(r.overall_code, 1);
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "no recovery: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_limiter_starts_before_redis() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let l = Limiter::new(
+        &format!("redis://127.0.0.1:{port}"),
+        "t:",
+        Duration::from_millis(200),
+    )
+    .unwrap();
+    let d = request(vec![descriptor("g", "rpm", 5, 2)], 1);
+    assert_eq!(
+        l.decide(&d).await.unwrap_err().code(),
+        tonic::Code::Unavailable
+    );
+    let _redis = Redis::start_on(port);
+    assert_eq!(l.decide(&d).await.unwrap().overall_code, 1);
+}
