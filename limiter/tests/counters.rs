@@ -1,3 +1,9 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 //! The limiter against a real `redis-server` (Debian's, started here on a
 //! free port): the script's decisions, atomic under concurrency, and what
 //! happens when Redis goes away and comes back.
