@@ -143,7 +143,7 @@ async fn weighted_hits_windows_and_all_or_nothing() {
     );
     let refused = l.decide(&request(vec![tpm()], 400)).await.unwrap();
     assert_eq!(refused.overall_code, 2);
-    let wait = refused.statuses[0].duration_until_reset.clone().unwrap();
+    let wait = refused.statuses[0].duration_until_reset.unwrap();
     assert!(wait.seconds >= 10 && wait.seconds <= 13, "{wait:?}");
     // A day's budget: a fixed window that does not refill.
     let day = || {
