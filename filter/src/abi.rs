@@ -22,6 +22,7 @@ extern "C" {
     fn proxy_log(level: u32, data: *const u8, size: usize) -> u32;
     fn proxy_get_current_time_nanoseconds(out: *mut u64) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_continue_stream(stream: u32) -> u32;
     fn proxy_get_buffer_bytes(
         buffer: u32,
         start: usize,
@@ -148,6 +149,12 @@ pub fn now_ms() -> Result<u64, Status> {
 pub fn set_tick_period_ms(ms: u32) -> Result<(), Status> {
     // SAFETY: no pointers.
     status(unsafe { proxy_set_tick_period_milliseconds(ms) })
+}
+
+/// Let a paused request go on (`StreamType::HttpRequest` is 0).
+pub fn resume_request() -> Result<(), Status> {
+    // SAFETY: no pointers.
+    status(unsafe { proxy_continue_stream(0) })
 }
 
 pub fn get_buffer(buffer: BufferType, start: usize, max: usize) -> Result<Option<Vec<u8>>, Status> {

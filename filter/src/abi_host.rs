@@ -105,6 +105,38 @@ impl Host for AbiHost {
         )
     }
 
+    fn dispatch_grpc(
+        &self,
+        cluster: &str,
+        service: &str,
+        method: &str,
+        message: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u32, Status> {
+        hostcalls::dispatch_grpc_call(
+            cluster,
+            service,
+            method,
+            vec![],
+            Some(message),
+            Duration::from_millis(timeout_ms),
+        )
+    }
+
+    fn grpc_answer(&self, size: usize) -> Result<Vec<u8>, Status> {
+        abi::get_buffer(BufferType::GrpcReceiveBuffer, 0, size).map(Option::unwrap_or_default)
+    }
+
+    fn resume_request(&self) -> Result<(), Status> {
+        abi::resume_request()
+    }
+
+    fn send_later(&self, message: Vec<u8>) {
+        if !crate::global_limits::later::push(message) {
+            registry::count(crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
+        }
+    }
+
     fn count(&self, name: &str, by: i64) {
         registry::count(name, by);
     }

@@ -12,10 +12,11 @@
 
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::config::{Client, Gateway};
+use portcullis_core::config::{Client, Gateway, Scope, Scopes};
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys::{self, Limit};
 use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
+use portcullis_core::rls::{self, Limit as GlobalLimit};
 use portcullis_core::store::{update, StoreError};
 use portcullis_core::usage::Usage;
 use proxy_wasm::types::LogLevel;
@@ -53,13 +54,13 @@ pub fn prepare(host: &impl Host, gw: &Gateway, day: u64) {
     };
     for c in gw.clients.values() {
         let l = &c.limits;
-        if l.requests_per_minute.is_some() {
+        if local(c, l.requests_per_minute, |s| s.requests_per_minute).is_some() {
             create(
                 keys::limit(&c.name, Limit::RequestsPerMinute),
                 &Bucket::default().encode(),
             );
         }
-        if l.tokens_per_minute.is_some() {
+        if local(c, l.tokens_per_minute, |s| s.tokens_per_minute).is_some() {
             create(
                 keys::limit(&c.name, Limit::TokensPerMinute),
                 &Bucket::default().encode(),
@@ -71,12 +72,17 @@ pub fn prepare(host: &impl Host, gw: &Gateway, day: u64) {
                 &0u32.to_le_bytes(),
             );
         }
-        if l.budget_micros.is_some() {
+        if local(c, l.budget_micros, |s| s.budget_usd_per_day).is_some() {
             for d in [day, day.saturating_add(1)] {
                 create(keys::budget(&c.name, d), &0i64.to_le_bytes());
             }
         }
     }
+}
+
+/// A limit's value when this Envoy counts it (scope `local` or `both`).
+fn local<T>(client: &Client, value: Option<T>, scope: impl Fn(Scopes) -> Scope) -> Option<T> {
+    value.filter(|_| scope(client.limits.scope).local())
 }
 
 /// Take one request from the client's requests-per-minute bucket. A refusal
@@ -86,7 +92,9 @@ pub fn take_request(
     client: &Client,
     now_ms: u64,
 ) -> Result<Option<Take>, (GatewayError, Take)> {
-    let Some(rpm) = client.limits.requests_per_minute else {
+    let Some(rpm) = local(client, client.limits.requests_per_minute, |s| {
+        s.requests_per_minute
+    }) else {
         return Ok(None);
     };
     let r = update(
@@ -122,7 +130,9 @@ pub fn take_request(
 
 /// The client's token bucket as it stands (for headers on cache hits).
 pub fn peek_tokens(host: &impl Host, client: &Client, now_ms: u64) -> Option<Take> {
-    let tpm = client.limits.tokens_per_minute?;
+    let tpm = local(client, client.limits.tokens_per_minute, |s| {
+        s.tokens_per_minute
+    })?;
     let key = keys::limit(&client.name, Limit::TokensPerMinute);
     let (cur, _) = host.get(&key).ok()?;
     Some(ratelimit::level(
@@ -141,6 +151,11 @@ pub struct Held {
     tokens: Option<(u64, u64)>,
     /// (budget key, micro-USD reserved, price)
     budget: Option<(String, Micros, Price)>,
+    /// Reserved by the rate limit service: (tokens per minute, tokens).
+    pub global_tokens: Option<(u32, u64)>,
+    /// Reserved by the rate limit service: (cap, units of $0.0001, price,
+    /// UTC day).
+    pub global_budget: Option<(u32, u64, Price, u64)>,
     done: bool,
 }
 
@@ -216,7 +231,9 @@ fn take_tokens(
     now_ms: u64,
     held: &mut Held,
 ) -> Result<Option<Take>, GatewayError> {
-    let Some(tpm) = client.limits.tokens_per_minute else {
+    let Some(tpm) = local(client, client.limits.tokens_per_minute, |s| {
+        s.tokens_per_minute
+    }) else {
         return Ok(None);
     };
     let want = prompt_est.saturating_add(max_completion);
@@ -273,7 +290,10 @@ fn take_budget(
     now_ms: u64,
     held: &mut Held,
 ) -> Result<(), GatewayError> {
-    let (Some(cap), Some(price)) = (client.limits.budget_micros, price) else {
+    let cap = local(client, client.limits.budget_micros, |s| {
+        s.budget_usd_per_day
+    });
+    let (Some(cap), Some(price)) = (cap, price) else {
         return Ok(());
     };
     let cost = price.cost(prompt_est, max_completion, 0);
@@ -303,6 +323,44 @@ fn take_budget(
 }
 
 impl Held {
+    pub fn new(client: &str) -> Held {
+        Held {
+            client: client.to_string(),
+            ..Held::default()
+        }
+    }
+
+    /// Usage above a global reservation is counted after the answer (the
+    /// protocol only adds: an over-estimate stays counted).
+    fn settle_global(&self, host: &impl Host, u: &Usage) {
+        let send = |limit: GlobalLimit, value: u32, extra: u64| {
+            if extra == 0 {
+                return;
+            }
+            let hits = u32::try_from(extra).unwrap_or(u32::MAX);
+            host.count(metrics::GLOBAL_SETTLED, 1);
+            host.send_later(rls::encode_request(
+                &[limit.descriptor(&self.client, value)],
+                hits,
+            ));
+        };
+        if let Some((tpm, reserved)) = self.global_tokens {
+            send(
+                GlobalLimit::TokensPerMinute,
+                tpm,
+                u.total().saturating_sub(reserved),
+            );
+        }
+        if let Some((cap, reserved, price, day)) = self.global_budget {
+            let used = rls::budget_units(price.cost(u.prompt, u.completion, u.cached));
+            send(
+                GlobalLimit::BudgetPerDay(day),
+                cap,
+                used.saturating_sub(reserved),
+            );
+        }
+    }
+
     /// End the hold, once: settle or release the reservations, free the
     /// concurrency slot. Later calls do nothing.
     pub fn finish(&mut self, host: &impl Host, how: Finish, now_ms: u64) {
@@ -310,6 +368,9 @@ impl Held {
             return;
         }
         self.done = true;
+        if let Finish::Settle(Some(u)) = &how {
+            self.settle_global(host, u);
+        }
         // Token and budget deltas to give back (positive) or take (negative).
         let (tokens_back, micros_back) = match how {
             Finish::Release => (
@@ -349,7 +410,11 @@ impl Held {
 
     /// Whether the answer's usage matters (a reservation to settle).
     pub fn wants_usage(&self) -> bool {
-        !self.done && (self.tokens.is_some() || self.budget.is_some())
+        !self.done
+            && (self.tokens.is_some()
+                || self.budget.is_some()
+                || self.global_tokens.is_some()
+                || self.global_budget.is_some())
     }
 }
 

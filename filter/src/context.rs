@@ -28,6 +28,8 @@ pub enum Phase {
     Headers,
     /// A chat request: waiting for the whole body.
     ChatBody,
+    /// Waiting for the rate limit service (global limits).
+    Limiting,
     /// The first attempt went through Envoy's router.
     Proxied,
     /// A fallback callout is in flight; the upstream's answer is held.
@@ -46,6 +48,8 @@ pub struct LogFacts {
     pub request_id: String,
     pub status: u16,
     pub error: &'static str,
+    /// Which scope refused the request: "", "local" or "global".
+    pub limited_by: &'static str,
     pub ttfb_ms: u64,
     pub usage: Option<Usage>,
     pub prompt: String,
@@ -78,6 +82,8 @@ pub struct RequestContext<H: Host> {
     pub rate_headers: Vec<(&'static str, String)>,
     /// What the request holds of its client's limits until it finishes.
     pub held: Option<Held>,
+    /// Calls to the rate limit service in flight.
+    pub global: Option<crate::global_limits::Pending>,
     pub log: LogFacts,
 }
 
@@ -93,6 +99,7 @@ impl<H: Host> RequestContext<H> {
             req_take: None,
             rate_headers: Vec::new(),
             held: None,
+            global: None,
             log: LogFacts::default(),
         }
     }
@@ -198,7 +205,9 @@ impl<H: Host> RequestContext<H> {
         self.emit_record();
         let how = match self.phase {
             // Cancelled before any answer: it used nothing.
-            Phase::Proxied | Phase::FallbackPending | Phase::ChatBody => Finish::Release,
+            Phase::Proxied | Phase::FallbackPending | Phase::ChatBody | Phase::Limiting => {
+                Finish::Release
+            }
             // An answer without usage (or cut short): the reservation stands.
             _ => Finish::Settle(None),
         };
@@ -216,6 +225,10 @@ impl Context for RequestContext<AbiHost> {
         _trailers: usize,
     ) {
         self.on_call_response(token, body_size);
+    }
+
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        self.on_global_answer(token, status_code, response_size);
     }
 }
 

@@ -45,6 +45,12 @@ pub struct State {
     pub histograms: Vec<(String, u64)>,
     pub records: Vec<Record>,
     pub logs: Vec<String>,
+    /// The answer `grpc_answer` reads.
+    pub grpc_answer: Vec<u8>,
+    /// How many times the request was resumed.
+    pub resumed: u32,
+    /// Messages queued for the root context.
+    pub later: Vec<Vec<u8>>,
 }
 
 #[derive(Clone, Default)]
@@ -206,6 +212,31 @@ impl Host for FakeHost {
             timeout_ms,
         });
         Ok(u32::try_from(st.callouts.len()).unwrap_or(u32::MAX))
+    }
+
+    fn dispatch_grpc(
+        &self,
+        cluster: &str,
+        service: &str,
+        method: &str,
+        message: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u32, Status> {
+        let headers = [("grpc-service", service), ("grpc-method", method)];
+        self.dispatch(cluster, &headers, message, timeout_ms)
+    }
+
+    fn grpc_answer(&self, _size: usize) -> Result<Vec<u8>, Status> {
+        Ok(self.state.borrow().grpc_answer.clone())
+    }
+
+    fn resume_request(&self) -> Result<(), Status> {
+        self.state.borrow_mut().resumed += 1;
+        Ok(())
+    }
+
+    fn send_later(&self, message: Vec<u8>) {
+        self.state.borrow_mut().later.push(message);
     }
 
     fn count(&self, name: &str, by: i64) {

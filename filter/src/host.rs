@@ -52,6 +52,24 @@ pub trait Host: Store {
         timeout_ms: u64,
     ) -> Result<u32, Status>;
 
+    /// A gRPC call to an Envoy cluster; the answer arrives at the context's
+    /// `on_grpc_call_response` with the returned token.
+    fn dispatch_grpc(
+        &self,
+        cluster: &str,
+        service: &str,
+        method: &str,
+        message: &[u8],
+        timeout_ms: u64,
+    ) -> Result<u32, Status>;
+    /// The message of a gRPC answer (`size` bytes).
+    fn grpc_answer(&self, size: usize) -> Result<Vec<u8>, Status>;
+    /// Let a request paused at its body go on.
+    fn resume_request(&self) -> Result<(), Status>;
+    /// Queue a rate-limit message the root context sends on its next tick
+    /// (a request's context may be gone before an answer would come).
+    fn send_later(&self, message: Vec<u8>);
+
     /// Add to a counter (summed in the VM, handed to Envoy at each tick).
     fn count(&self, name: &str, by: i64);
     /// Set a gauge.

@@ -14,6 +14,7 @@
 //! | `request_headers`, `request_body` | the two request phases |
 //! | `prompt_cache` | lookup (a hit answers) and store |
 //! | `admission` | the client's limits across the request's life |
+//! | `global`, `global_limits` | limits counted by the rate limit service |
 //! | `flight`, `attempts`, `breakers` | candidates, breakers, fallback callouts |
 //! | `upstream` | the one request builder for every attempt |
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
@@ -22,7 +23,8 @@
 //!
 //! Imports run one way: the steps (`request_*`, `prompt_cache`, `attempts`,
 //! `upstream`, `answer`, `telemetry`) and `root` use `context`; `context`
-//! uses only the state types (`flight`, `reading`, `admission`, `loaded`)
+//! uses only the state types (`flight`, `reading`, `admission`,
+//! `global_limits`, `loaded`)
 //! and the host.
 
 mod abi;
@@ -33,6 +35,8 @@ mod attempts;
 mod breakers;
 mod context;
 mod flight;
+mod global;
+mod global_limits;
 mod host;
 mod loaded;
 mod metrics;

@@ -410,3 +410,175 @@ fn limit_keys_exist_before_traffic_so_a_racing_reservation_is_never_lost() {
     let spent = i64::from_le_bytes(v.unwrap().try_into().unwrap());
     assert!(spent > 500, "both reservations stand: {spent}");
 }
+
+/// A `RateLimitResponse`: overall code, one status (code, limit,
+/// remaining, seconds to reset).
+fn rls_answer(overall: u64, status: (u64, u64, u64, u64)) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn field(out: &mut Vec<u8>, n: u64, v: u64) {
+        varint(out, n << 3);
+        varint(out, v);
+    }
+    fn msg(out: &mut Vec<u8>, n: u64, m: &[u8]) {
+        varint(out, (n << 3) | 2);
+        varint(out, m.len() as u64);
+        out.extend_from_slice(m);
+    }
+    let (code, limit, remaining, reset) = status;
+    let mut lim = Vec::new();
+    field(&mut lim, 1, limit);
+    let mut dur = Vec::new();
+    field(&mut dur, 1, reset);
+    let mut s = Vec::new();
+    field(&mut s, 1, code);
+    msg(&mut s, 2, &lim);
+    field(&mut s, 3, remaining);
+    msg(&mut s, 4, &dur);
+    let mut out = Vec::new();
+    field(&mut out, 1, overall);
+    msg(&mut out, 2, &s);
+    out
+}
+
+const GLOBAL: &str = "limits:\n  global: {cluster: rls, timeout_ms: 25}\n";
+
+/// Answer every call in flight with `answer` (or a gRPC error status).
+fn service_answers(ctx: &mut RequestContext<FakeHost>, grpc_status: u32, answer: &[u8]) {
+    ctx.host.state.borrow_mut().grpc_answer = answer.to_vec();
+    let calls: Vec<u32> = (1..=ctx.host.callouts().len() as u32).collect();
+    for token in calls {
+        ctx.on_global_answer(token, grpc_status, answer.len());
+    }
+}
+
+#[test]
+fn a_global_request_limit_waits_for_the_service_then_routes_with_its_headers() {
+    let g = Gateway::new(&config("{requests_per_minute: 10, scope: global}", GLOBAL));
+    let (mut ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Pause);
+    let calls = ctx.host.callouts();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].cluster, "rls");
+    assert_eq!(
+        calls[0].header("grpc-service"),
+        Some("envoy.service.ratelimit.v3.RateLimitService")
+    );
+    assert_eq!(calls[0].timeout_ms, 25);
+    // The local bucket is not touched: the scope is global only.
+    let (local, _) = g
+        .host
+        .store
+        .get(&keys::limit("demo", Limit::RequestsPerMinute))
+        .unwrap();
+    assert!(local.is_none());
+    service_answers(&mut ctx, 0, &rls_answer(1, (1, 10, 9, 6)));
+    assert_eq!(ctx.host.state.borrow().resumed, 1);
+    assert_eq!(
+        ctx.host
+            .header(Part::Request, "x-portcullis-cluster")
+            .as_deref(),
+        Some("primary")
+    );
+    assert_eq!(router_answers(&mut ctx, "200", ANSWER), Action::Continue);
+    let rate = ctx.rate_headers.clone();
+    assert!(
+        rate.contains(&("x-ratelimit-remaining-requests", "9".into())),
+        "{rate:?}"
+    );
+}
+
+#[test]
+fn a_global_refusal_is_the_local_429_and_the_record_says_global() {
+    let g = Gateway::new(&config(
+        "{requests_per_minute: 10, tokens_per_minute: 5000, scope: {requests_per_minute: global, tokens_per_minute: both}}",
+        GLOBAL,
+    ));
+    let (mut ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Pause);
+    // Both limits go to the service; the local tokens were taken first.
+    assert_eq!(ctx.host.callouts().len(), 2);
+    assert!(g.tokens_level() < 5000);
+    service_answers(&mut ctx, 0, &rls_answer(2, (2, 10, 0, 7)));
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("rate_limit_exceeded"))
+    );
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("across the fleet"));
+    assert_eq!(sent_header(&ctx, "retry-after").as_deref(), Some("7"));
+    assert_eq!(ctx.log.limited_by, "global");
+    assert_eq!(ctx.host.state.borrow().resumed, 0);
+    // The local reservation was given back.
+    assert_eq!(g.tokens_level(), 5000);
+}
+
+#[test]
+fn failure_modes_allow_and_deny() {
+    for (mode, want) in [("allow", None), ("deny", Some(503))] {
+        let extra = format!("limits:\n  global: {{cluster: rls, failure_mode: {mode}}}\n");
+        let g = Gateway::new(&config("{requests_per_minute: 10, scope: global}", &extra));
+        // A timeout, an error status, and an answer that is not one.
+        for (grpc, answer) in [
+            (4, vec![]),
+            (14, vec![]),
+            (0, b"<html>".to_vec()),
+            (0, rls_answer(9, (1, 1, 1, 1))),
+        ] {
+            let (mut ctx, _) = g.chat(&[], &body("hello"));
+            service_answers(&mut ctx, grpc, &answer);
+            let errors = format!("portcullis.global.errors.{mode}");
+            assert_eq!(ctx.host.state.borrow().counters.get(&errors), Some(&1));
+            match want {
+                None => assert_eq!(ctx.host.state.borrow().resumed, 1, "{mode} {grpc}"),
+                Some(code) => {
+                    let (status, v) = sent_json(&ctx);
+                    assert_eq!(status, code);
+                    assert_eq!(v["error"]["code"], "rate_limit_unavailable");
+                    assert_eq!(sent_header(&ctx, "retry-after").as_deref(), Some("1"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hit_asks_only_for_the_request_rate_and_usage_above_the_reservation_is_settled() {
+    let cache = "cache: {enabled: true}\nlimits:\n  global: {cluster: rls}\n";
+    let g = Gateway::new(&config(
+        "{requests_per_minute: 10, tokens_per_minute: 100000, budget_usd_per_day: 5, scope: global}",
+        cache,
+    ));
+    let (mut ctx, _) = g.chat(&[], &body("hello"));
+    // A miss: requests, tokens and budget, each its own call.
+    assert_eq!(ctx.host.callouts().len(), 3);
+    service_answers(&mut ctx, 0, &rls_answer(1, (1, 10, 9, 6)));
+    // The answer used more tokens than the 100 + prompt estimate reserved.
+    let big = ANSWER.replace(
+        r#""completion_tokens":5,"total_tokens":15"#,
+        r#""completion_tokens":500,"total_tokens":510"#,
+    );
+    router_answers(&mut ctx, "200", &big);
+    ctx.on_log();
+    let later = ctx.host.state.borrow().later.clone();
+    assert_eq!(later.len(), 2, "tokens and budget settled");
+    // The same request again: a hit, one call for the request rate.
+    let (mut hit, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Pause);
+    assert_eq!(hit.host.callouts().len(), 1);
+    service_answers(&mut hit, 0, &rls_answer(1, (1, 10, 8, 6)));
+    let (status, _, _) = hit.host.sent().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        sent_header(&hit, "x-portcullis-cache").as_deref(),
+        Some("hit")
+    );
+}

@@ -106,6 +106,21 @@ pub fn latency(provider: &str) -> String {
     format!("portcullis.latency.provider.{}.ms", label(provider))
 }
 
+/// Calls to the rate limit service for `global` limits, and their outcomes.
+pub const GLOBAL_CHECKS: &str = "portcullis.global.checks";
+pub const GLOBAL_OVER_LIMIT: &str = "portcullis.global.over_limit";
+/// Failed calls (no answer, an error status, an answer that makes no
+/// sense), by the failure mode that then decided.
+pub fn global_errors(failure_mode: &str) -> String {
+    format!("portcullis.global.errors.{failure_mode}")
+}
+/// The subset of errors that were the call's timeout.
+pub const GLOBAL_TIMEOUTS: &str = "portcullis.global.timeouts";
+/// Settlements (usage above a reservation) sent after the answer.
+pub const GLOBAL_SETTLED: &str = "portcullis.global.settled";
+/// Settlements dropped: the queue was full or the call failed.
+pub const GLOBAL_SETTLE_DROPPED: &str = "portcullis.global.settle_dropped";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,15 +11,15 @@ use portcullis_core::sse;
 use proxy_wasm::types::{Action, LogLevel};
 
 impl<H: Host> RequestContext<H> {
-    /// Look the request up; on a hit answer it (the action). The key is the
+    /// Look the request up; a hit is the answer to send. The key is the
     /// model and the first provider of its chain (the resolved route),
     /// whichever provider would answer: a hit needs no breaker read.
-    pub(crate) fn answer_from_cache(
+    pub(crate) fn cache_lookup(
         &mut self,
         gw: &Gateway,
         client: &Client,
         now: u64,
-    ) -> Result<Option<Action>, GatewayError> {
+    ) -> Result<Option<(&'static str, Vec<u8>)>, GatewayError> {
         let Some(cfg) = gw.cache.as_ref() else {
             return Ok(None);
         };
@@ -58,7 +58,7 @@ impl<H: Host> RequestContext<H> {
                 self.host.count(metrics::CACHE_HITS, 1);
                 // A hit costs no tokens or budget, but it was a request.
                 self.rate_headers_with_tokens(client, now);
-                return Ok(Some(self.answer_hit(content_type, &body)));
+                return Ok(Some((content_type, body)));
             }
             Ok(None) => self.host.count(metrics::CACHE_MISSES, 1),
             Err(e) => self
@@ -70,7 +70,7 @@ impl<H: Host> RequestContext<H> {
 
     /// Answer a hit: the stored answer with the gateway's headers. It spends
     /// no provider tokens: its record and metrics say 0.
-    fn answer_hit(&mut self, content_type: &str, body: &[u8]) -> Action {
+    pub(crate) fn answer_hit(&mut self, content_type: &str, body: &[u8]) -> Action {
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", content_type.as_bytes())];
         hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));

@@ -2,9 +2,10 @@
 //! from the cache when it can, take the client's limits, and send the first
 //! attempt through Envoy's router.
 
-use crate::admission;
+use crate::admission::{self, Held};
 use crate::context::{Phase, RequestContext};
 use crate::flight::Flight;
+use crate::global_limits::{self, Ask, Then};
 use crate::host::{Host, Part};
 use crate::metrics;
 use portcullis_core::attempt::exhausted;
@@ -45,11 +46,53 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.flight = Some(self.flight_for(gw, chat, route));
-        if let Some(answer) = self.answer_from_cache(gw, client, now)? {
-            return Ok(answer);
+        let hit = self.cache_lookup(gw, client, now)?;
+        if hit.is_none() {
+            self.admit_limits(client, now)?;
+            self.prepare_upstream(gw)?;
         }
-        self.admit_limits(client, now)?;
-        let wants_usage = self.wants_usage(gw);
+        let asks = self.global_asks(gw, client, hit.is_none(), now)?;
+        let then = match hit {
+            Some((content_type, body)) => Then::Hit { content_type, body },
+            None => Then::Route { body_size },
+        };
+        match (gw.global_limits.as_ref(), asks.is_empty()) {
+            (Some(service), false) => self.check_global(service, client, asks, then),
+            _ => match then {
+                Then::Hit { content_type, body } => Ok(self.answer_hit(content_type, &body)),
+                Then::Route { body_size } => self.first_attempt(body_size),
+            },
+        }
+    }
+
+    /// The global limits this request asks the rate limit service for (the
+    /// reservations go on the request's hold).
+    fn global_asks(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        to_provider: bool,
+        now: u64,
+    ) -> Result<Vec<Ask>, GatewayError> {
+        if gw.global_limits.is_none() {
+            return Ok(Vec::new());
+        }
+        let reserve = self.flight.as_ref().filter(|_| to_provider).map(|f| {
+            let r = ratelimit::reservation(
+                f.chat.body_len(),
+                f.chat.max_tokens,
+                client.limits.default_max_tokens,
+            );
+            (r, f.price)
+        });
+        let held = self.held.get_or_insert_with(|| Held::new(&client.name));
+        global_limits::asks(client, reserve, now, held)
+    }
+
+    /// What the answer will need: the usage chunk of a stream, the prompt
+    /// text for the log.
+    fn prepare_upstream(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+        let wants_usage = self.wants_usage(gw) || global_reservations(gw, self.client(gw));
         let Some(flight) = self.flight.as_mut() else {
             return Err(GatewayError::internal("no request in flight"));
         };
@@ -58,7 +101,7 @@ impl<H: Host> RequestContext<H> {
         if gw.log.as_ref().is_some_and(|l| l.include_content) {
             self.log.prompt = flight.chat.messages_text()?;
         }
-        self.first_attempt(body_size)
+        Ok(())
     }
 
     /// The rate-limit headers with the token bucket as it stands (answers
@@ -94,8 +137,10 @@ impl<H: Host> RequestContext<H> {
 
     /// Limits on what reaches a provider: concurrency, tokens, budget.
     fn admit_limits(&mut self, client: &Client, now: u64) -> Result<(), GatewayError> {
-        let l = &client.limits;
-        if l.max_concurrent.is_none() && l.tokens_per_minute.is_none() && l.budget_micros.is_none()
+        let (l, s) = (&client.limits, client.limits.scope);
+        if l.max_concurrent.is_none()
+            && (l.tokens_per_minute.is_none() || !s.tokens_per_minute.local())
+            && (l.budget_micros.is_none() || !s.budget_usd_per_day.local())
         {
             self.rate_headers = admission::headers(client, self.req_take, None);
             return Ok(());
@@ -115,6 +160,7 @@ impl<H: Host> RequestContext<H> {
                 Ok(())
             }
             Err(e) => {
+                self.log.limited_by = "local";
                 self.rate_headers_with_tokens(client, now);
                 Err(e)
             }
@@ -129,7 +175,7 @@ impl<H: Host> RequestContext<H> {
 
     /// The first candidate whose breaker admits it goes through Envoy's
     /// router: the client's request, rewritten for that provider.
-    fn first_attempt(&mut self, body_size: usize) -> Result<Action, GatewayError> {
+    pub(crate) fn first_attempt(&mut self, body_size: usize) -> Result<Action, GatewayError> {
         let loaded = self.loaded()?;
         let Some(flight) = self.flight.as_mut() else {
             return Err(GatewayError::internal("no request in flight"));
@@ -146,4 +192,15 @@ impl<H: Host> RequestContext<H> {
         self.phase = Phase::Proxied;
         Ok(Action::Continue)
     }
+}
+
+/// Whether a client's limits reserve at the rate limit service (the answer's
+/// usage settles them).
+fn global_reservations(gw: &Gateway, client: Option<&Client>) -> bool {
+    let Some(c) = client.filter(|_| gw.global_limits.is_some()) else {
+        return false;
+    };
+    let (l, s) = (&c.limits, c.limits.scope);
+    (l.tokens_per_minute.is_some() && s.tokens_per_minute.global())
+        || (l.budget_micros.is_some() && s.budget_usd_per_day.global())
 }

@@ -102,6 +102,7 @@ impl<H: Host> RequestContext<H> {
         match admission::take_request(&self.host, client, now) {
             Ok(t) => self.req_take = t,
             Err((e, t)) => {
+                self.log.limited_by = "local";
                 self.rate_headers = admission::headers(client, Some(t), None);
                 return Err(e);
             }

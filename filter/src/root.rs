@@ -7,18 +7,24 @@ use crate::abi_host::AbiHost;
 use crate::admission;
 use crate::breakers;
 use crate::context::RequestContext;
+use crate::global_limits;
 use crate::host::Host;
 use crate::loaded::Loaded;
 use crate::metrics;
+use crate::registry;
 use crate::shipper::{self, Shipper};
 use portcullis_core::config::{compile, Gateway};
 use portcullis_core::keys;
 use portcullis_core::ratelimit;
+use portcullis_core::rls;
 use portcullis_core::store::update;
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use std::cell::Cell;
+use std::collections::HashSet;
 use std::rc::Rc;
+use std::time::Duration;
 
 #[derive(Default)]
 pub struct Root {
@@ -27,6 +33,8 @@ pub struct Root {
     prepared_day: u64,
     rng: Cell<u64>,
     shipper: Shipper,
+    /// Settlement calls in flight to the rate limit service.
+    settling: HashSet<u32>,
 }
 
 /// A config generation shared by the workers: it rises once per distinct
@@ -66,6 +74,41 @@ impl Root {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
+    /// Usage above global reservations, queued by requests since the last
+    /// tick, to the rate limit service (its answers only count failures).
+    fn send_settlements(&mut self) {
+        let queued = global_limits::later::drain();
+        if queued.is_empty() {
+            return;
+        }
+        let service = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.gw.global_limits.clone());
+        let Some(service) = service else {
+            registry::count(
+                metrics::GLOBAL_SETTLE_DROPPED,
+                i64::try_from(queued.len()).unwrap_or(i64::MAX),
+            );
+            return;
+        };
+        for message in queued {
+            match hostcalls::dispatch_grpc_call(
+                &service.cluster,
+                rls::SERVICE,
+                rls::METHOD,
+                vec![],
+                Some(&message),
+                Duration::from_millis(service.timeout_ms.saturating_mul(10).max(1000)),
+            ) {
+                Ok(token) => {
+                    self.settling.insert(token);
+                }
+                Err(_) => registry::count(metrics::GLOBAL_SETTLE_DROPPED, 1),
+            }
+        }
+    }
+
     /// Everything a compiled config changes on this VM.
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
         let host = AbiHost;
@@ -97,6 +140,12 @@ impl Root {
 
 impl Context for Root {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, _response_size: usize) {
+        if self.settling.remove(&token_id) {
+            if status_code != 0 {
+                registry::count(metrics::GLOBAL_SETTLE_DROPPED, 1);
+            }
+            return;
+        }
         self.shipper.on_response(token_id, status_code);
     }
 }
@@ -149,6 +198,7 @@ impl RootContext for Root {
             admission::prepare(&AbiHost, &l.gw, day);
             self.prepared_day = day;
         }
+        self.send_settlements();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(cfg.as_ref());
     }

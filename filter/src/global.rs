@@ -1,0 +1,170 @@
+//! The global-limits step: send a request's calls to the rate limit
+//! service, gather the answers, then refuse, fail by the failure mode, or
+//! go on (the state and its rules are in [`crate::global_limits`]).
+
+#![deny(clippy::arithmetic_side_effects)]
+
+use crate::context::{Phase, RequestContext};
+use crate::global_limits::{rate_headers, refusal, Ask, Pending, Then};
+use crate::host::Host;
+use crate::metrics;
+use portcullis_core::config::{Client, Gateway, GlobalLimits};
+use portcullis_core::error::GatewayError;
+use portcullis_core::rls::{self, Limit, Verdict};
+use proxy_wasm::types::{Action, LogLevel};
+
+/// gRPC status of a call that ran out of time.
+const DEADLINE_EXCEEDED: u32 = 4;
+
+impl<H: Host> RequestContext<H> {
+    /// Send the calls; the request waits in `Phase::Limiting`.
+    pub(crate) fn check_global(
+        &mut self,
+        service: &GlobalLimits,
+        client: &Client,
+        asks: Vec<Ask>,
+        then: Then,
+    ) -> Result<Action, GatewayError> {
+        let mut calls = Vec::with_capacity(asks.len());
+        let mut failed = None;
+        for ask in asks {
+            let message =
+                rls::encode_request(&[ask.limit.descriptor(&client.name, ask.value)], ask.hits);
+            self.host.count(metrics::GLOBAL_CHECKS, 1);
+            match self.host.dispatch_grpc(
+                &service.cluster,
+                rls::SERVICE,
+                rls::METHOD,
+                &message,
+                service.timeout_ms,
+            ) {
+                Ok(token) => calls.push((token, ask)),
+                Err(s) => {
+                    self.forget_reservation(ask);
+                    failed = Some(format!("cannot call cluster `{}`: {s:?}", service.cluster));
+                }
+            }
+        }
+        let pending = Pending {
+            calls,
+            refused: None,
+            failed,
+            then,
+        };
+        if pending.calls.is_empty() {
+            return self.decide_global(pending);
+        }
+        self.global = Some(pending);
+        self.phase = Phase::Limiting;
+        Ok(Action::Pause)
+    }
+
+    /// A reservation the service never counted is not settled either.
+    fn forget_reservation(&mut self, ask: Ask) {
+        if let Some(h) = self.held.as_mut() {
+            match ask.limit {
+                Limit::TokensPerMinute => h.global_tokens = None,
+                Limit::BudgetPerDay(_) => h.global_budget = None,
+                Limit::RequestsPerMinute => {}
+            }
+        }
+    }
+
+    /// One answer of the service (`on_grpc_call_response`).
+    pub fn on_global_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
+        if self.phase != Phase::Limiting {
+            return;
+        }
+        let Some(mut pending) = self.global.take() else {
+            return;
+        };
+        let Some(i) = pending.calls.iter().position(|(t, _)| *t == token) else {
+            self.global = Some(pending);
+            return;
+        };
+        let (_, ask) = pending.calls.swap_remove(i);
+        let verdict = if grpc_status == 0 {
+            match self.host.grpc_answer(size) {
+                Ok(b) => rls::verdict(&b, 1),
+                Err(_) => Verdict::Unusable("the answer could not be read"),
+            }
+        } else {
+            if grpc_status == DEADLINE_EXCEEDED {
+                self.host.count(metrics::GLOBAL_TIMEOUTS, 1);
+            }
+            Verdict::Unusable(if grpc_status == DEADLINE_EXCEEDED {
+                "no answer within limits.global.timeout_ms"
+            } else {
+                "the call failed"
+            })
+        };
+        match verdict {
+            Verdict::Ok(status) => {
+                if let Some(s) = status {
+                    rate_headers(&mut self.rate_headers, ask, s);
+                }
+            }
+            Verdict::OverLimit(status) => {
+                self.forget_reservation(ask);
+                pending.refused = Some((ask, status));
+            }
+            Verdict::Unusable(why) => {
+                self.forget_reservation(ask);
+                pending.failed = Some(format!("{why} (gRPC status {grpc_status})"));
+            }
+        }
+        if !pending.calls.is_empty() {
+            self.global = Some(pending);
+            return;
+        }
+        let step = self.decide_global(pending);
+        let action = match step {
+            Ok(a) => a,
+            Err(e) => self.fail(&e),
+        };
+        if action == Action::Continue {
+            if let Err(s) = self.host.resume_request() {
+                self.host.log(
+                    LogLevel::Error,
+                    &format!("cannot resume the request: {s:?}"),
+                );
+            }
+        }
+    }
+
+    /// Every answer is in: refuse, fail by the failure mode, or go on.
+    fn decide_global(&mut self, pending: Pending) -> Result<Action, GatewayError> {
+        let loaded = self.loaded()?;
+        let gw: &Gateway = &loaded.gw;
+        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
+        if let Some((ask, status)) = pending.refused {
+            self.host.count(metrics::GLOBAL_OVER_LIMIT, 1);
+            self.host.count(metrics::RATE_LIMITED, 1);
+            self.log.limited_by = "global";
+            return Err(refusal(client, ask, status));
+        }
+        if let Some(why) = pending.failed {
+            let deny = gw.global_limits.as_ref().is_some_and(|g| g.deny_on_failure);
+            let mode = if deny { "deny" } else { "allow" };
+            self.host.count(&metrics::global_errors(mode), 1);
+            self.host.log(
+                LogLevel::Warn,
+                &format!("rate limit service: {why}; failure mode `{mode}`"),
+            );
+            if deny {
+                self.log.limited_by = "global";
+                return Err(GatewayError::new(
+                    503,
+                    "server_error",
+                    "rate_limit_unavailable",
+                    "The rate limit service did not answer, and this gateway refuses requests it cannot count. Retry shortly.".to_string(),
+                )
+                .with_retry_after(1));
+            }
+        }
+        match pending.then {
+            Then::Hit { content_type, body } => Ok(self.answer_hit(content_type, &body)),
+            Then::Route { body_size } => self.first_attempt(body_size),
+        }
+    }
+}
