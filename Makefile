@@ -8,11 +8,12 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run test bench bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run redis test bench bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
-run: tools wasm
+run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
 	cargo build --release -p portcullis-collector --bin portcullis-collector
+	cargo build --release -p portcullis-limiter --bin portcullis-limiter
 	ENVOY="$(ENVOY)" scripts/run.sh
 
 reload:
@@ -24,8 +25,9 @@ test: tools wasm lint unit wasm-unit fuzz-smoke integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools wasm chromium sdk
-	cargo build -p portcullis-collector
+integration: tools redis wasm chromium sdk
+	cargo build -p portcullis-collector -p portcullis-limiter
+	cargo test -p portcullis-limiter --tests
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
 
 wasm-unit: $(WBG_RUNNER)
@@ -70,6 +72,11 @@ sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet openai==$(OPENAI_SDK_VERSION)
+
+# Redis for limits scoped `global` (Debian's package).
+redis:
+	@command -v redis-server >/dev/null || \
+	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null))
 
 # Headless Chromium for the dashboard test (Debian's package).
 chromium:

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
 MOCK=target/release/portcullis-mock
 COLLECTOR=target/release/portcullis-collector
+LIMITER=target/release/portcullis-limiter
+REDIS_SERVER="${REDIS_SERVER:-redis-server}"
 mkdir -p .run/ecds .run/logs
 pids=()
 cleanup() {
@@ -35,6 +37,12 @@ wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 scripts/keep-running.sh collector \
   "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
+
+# Limits scoped `global` (see README): Redis holds the counters, the
+# limiter speaks Envoy's rate limit protocol over them.
+"$REDIS_SERVER" --port 6379 --bind 127.0.0.1 --save '' --appendonly no >.run/logs/redis.log 2>&1 & pids+=($!)
+scripts/keep-running.sh limiter \
+  "$LIMITER" --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 >>.run/logs/limiter.log 2>&1 & pids+=($!)
 
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup \

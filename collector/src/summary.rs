@@ -183,7 +183,7 @@ pub fn recent(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json:
     let mut stmt = conn.prepare(
         "SELECT request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
                 status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
-                reasoning_tokens, cost_micros
+                reasoning_tokens, cost_micros, limited_by
          FROM requests ORDER BY time_ms DESC, request_id LIMIT ?1",
     )?;
     let rows = stmt.query_map([limit], |r| {
@@ -209,6 +209,7 @@ pub fn recent(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json:
             "cached_tokens": r.get::<_, i64>(17)?,
             "reasoning_tokens": r.get::<_, i64>(18)?,
             "cost_usd": r.get::<_, i64>(19)? as f64 / 1e6,
+            "limited_by": r.get::<_, String>(20)?,
         }))
     })?;
     rows.collect()

@@ -23,6 +23,7 @@ impl<H: Host> RequestContext<H> {
             client: self.client(gw).map(|c| c.name.clone()).unwrap_or_default(),
             status: u32::from(self.log.status),
             error: self.log.error.to_string(),
+            limited_by: self.log.limited_by.to_string(),
             latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
             ttfb_ms: self.log.ttfb_ms,
             prompt: std::mem::take(&mut self.log.prompt),

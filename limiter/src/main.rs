@@ -77,9 +77,10 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    let bound = listener.local_addr().map_or(args.listen, |a| a);
     println!(
-        "portcullis-limiter listening on {} (gRPC envoy.service.ratelimit.v3), counters in {}",
-        args.listen, args.redis
+        "portcullis-limiter listening on {bound} (gRPC envoy.service.ratelimit.v3), counters in {}",
+        args.redis
     );
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     let served = tonic::transport::Server::builder()

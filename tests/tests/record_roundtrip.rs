@@ -39,6 +39,7 @@ fn full() -> Record {
         cost_micros: -7,
         prompt: "héllo".into(),
         completion: "wörld".into(),
+        limited_by: "global".into(),
     }
 }
 
@@ -87,6 +88,7 @@ fn every_field_round_trips_through_prost() {
         cost_micros: r.cost_micros,
         prompt: r.prompt.clone(),
         completion: r.completion.clone(),
+        limited_by: r.limited_by.clone(),
     };
     assert_eq!(d, &expected);
     // And prost's own encoding is byte-identical to ours.

@@ -37,6 +37,7 @@ pub struct Record {
     pub cost_micros: i64,
     pub prompt: String,
     pub completion: String,
+    pub limited_by: String,
 }
 
 use crate::pb::{bytes, key, uint, varint};
@@ -82,6 +83,7 @@ impl Record {
         uint(&mut o, 20, self.cost_micros as u64);
         bytes(&mut o, 21, self.prompt.as_bytes());
         bytes(&mut o, 22, self.completion.as_bytes());
+        bytes(&mut o, 23, self.limited_by.as_bytes());
         o
     }
 }
