@@ -50,6 +50,8 @@ impl<H: Host> RequestContext<H> {
             refused: None,
             failed,
             then,
+            sent_ms: self.host.now_ms(),
+            timeout_ms: service.timeout_ms,
         };
         if pending.calls.is_empty() {
             return self.decide_global(pending);
@@ -89,10 +91,13 @@ impl<H: Host> RequestContext<H> {
                 Err(_) => Verdict::Unusable("the answer could not be read"),
             }
         } else {
-            if grpc_status == DEADLINE_EXCEEDED {
+            let took = self.host.now_ms().saturating_sub(pending.sent_ms);
+            let timed_out =
+                grpc_status == DEADLINE_EXCEEDED || took.saturating_add(1) >= pending.timeout_ms;
+            if timed_out {
                 self.host.count(metrics::GLOBAL_TIMEOUTS, 1);
             }
-            Verdict::Unusable(if grpc_status == DEADLINE_EXCEEDED {
+            Verdict::Unusable(if timed_out {
                 "no answer within limits.global.timeout_ms"
             } else {
                 "the call failed"

@@ -47,6 +47,11 @@ pub struct Pending {
     pub refused: Option<(Ask, Option<Status>)>,
     pub failed: Option<String>,
     pub then: Then,
+    /// When the calls went out, and their timeout: Envoy reports a call
+    /// that ran out of time as UNAVAILABLE (its 504 mapped to gRPC), so a
+    /// failure that took the whole timeout counts as a timeout.
+    pub sent_ms: u64,
+    pub timeout_ms: u64,
 }
 
 /// The global limits of a request: the request rate always, tokens and

@@ -4,7 +4,7 @@
 //! kernel (port 0) and read back, so tests run in parallel.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -340,6 +340,118 @@ impl Collector {
     }
 }
 
+// ---------------------------------------------------------------- redis + limiter
+
+/// Debian's `redis-server` on a loopback port, nothing persisted.
+pub struct Redis {
+    proc: Option<Proc>,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Self::start_on(dead_port())
+    }
+
+    pub fn start_on(port: u16) -> Redis {
+        let child =
+            Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()))
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start redis-server (`make test` installs Debian's redis-server)");
+        let r = Redis {
+            proc: Some(Proc(child)),
+            port,
+        };
+        poll_until(Duration::from_secs(10), "redis-server", || {
+            (r.command(&["PING"]).as_deref() == Some("+PONG")).then_some(())
+        });
+        r
+    }
+
+    /// One command over RESP; the first line of the answer.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(req.as_bytes()).ok()?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).ok()?;
+        Some(line.trim_end().to_string())
+    }
+
+    pub fn stop(&mut self) {
+        self.proc = None;
+    }
+}
+
+pub fn limiter_bin() -> PathBuf {
+    let p = repo_root().join("target/debug/portcullis-limiter");
+    assert!(
+        p.exists(),
+        "no limiter at {}: run `make test` (it builds it) or `cargo build -p portcullis-limiter`",
+        p.display()
+    );
+    p
+}
+
+/// `portcullis-limiter` serving Envoy's rate limit protocol over `redis`.
+pub struct Limiter {
+    proc: Option<Proc>,
+    pub port: u16,
+}
+
+impl Limiter {
+    /// On `port` (0: the kernel chooses).
+    pub fn start(redis_port: u16, port: u16) -> Limiter {
+        let mut child = Command::new(limiter_bin())
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--redis",
+                &format!("redis://127.0.0.1:{redis_port}"),
+                "--redis-timeout-ms",
+                "300",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start limiter");
+        let stdout = child.stdout.take().expect("limiter stdout");
+        let proc = Proc(child);
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("limiter ready line");
+        let port = line
+            .split_whitespace()
+            .find_map(|w| w.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+            .unwrap_or_else(|| panic!("limiter did not print its address: {line:?}"));
+        Limiter {
+            proc: Some(proc),
+            port,
+        }
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        self.proc = None;
+    }
+}
+
 // ---------------------------------------------------------------- envoy
 
 pub struct EnvoyOpts<'a> {
@@ -348,6 +460,8 @@ pub struct EnvoyOpts<'a> {
     pub backup_port: u16,
     /// The collector's gRPC port; a dead port when there is none.
     pub collector_port: u16,
+    /// The rate limit service's port; a dead port when there is none.
+    pub ratelimit_port: u16,
     pub workers: u32,
     pub env: Vec<(&'a str, &'a str)>,
 }
@@ -391,6 +505,11 @@ impl Envoy {
             &bootstrap,
             "port_value: 50051",
             &format!("port_value: {}", opts.collector_port),
+        );
+        let bootstrap = replace_once(
+            &bootstrap,
+            "port_value: 8081",
+            &format!("port_value: {}", opts.ratelimit_port),
         );
         let bootstrap = replace_once(&bootstrap, ".run/ecds", &ecds_dir.display().to_string());
         let bootstrap_path = dir.0.join("envoy.yaml");
@@ -505,6 +624,20 @@ impl Envoy {
             std::thread::park_timeout(Duration::from_millis(50));
         }
         panic!("{name}: wanted {want}, last saw {last:?}");
+    }
+
+    /// Wait for a counter to reach at least `want`.
+    pub fn wait_stat_at_least(&self, name: &str, want: u64) {
+        let mut last = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            last = self.stat(name);
+            if last.is_some_and(|v| v >= want) {
+                return;
+            }
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+        panic!("{name}: wanted at least {want}, last saw {last:?}");
     }
 
     pub fn log(&self) -> String {

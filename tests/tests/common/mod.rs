@@ -40,6 +40,7 @@ impl Stack {
         let envoy = Envoy::start(EnvoyOpts {
             plugin_yaml,
             collector_port,
+            ratelimit_port: dead_port(),
             primary_port: if primary_dead {
                 dead_port()
             } else {
