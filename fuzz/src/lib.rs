@@ -172,3 +172,23 @@ pub fn since(data: &[u8]) {
         }
     }
 }
+
+/// The rate limit service's answer: whatever comes back is a verdict (an
+/// admission only when the service said OK), and a request encodes for any
+/// client name and numbers.
+pub fn rls(data: &[u8]) {
+    use portcullis_core::rls::{self, Limit, Verdict};
+    let descriptors = usize::from(data.first().copied().unwrap_or(0) % 4);
+    let answer = data.get(1..).unwrap_or_default();
+    let v = rls::verdict(answer, descriptors);
+    if let Verdict::Ok(_) = v {
+        let r = rls::decode_response(answer).expect("an admission was a readable answer");
+        assert_eq!(r.overall, rls::Code::Ok, "admitted without an OK");
+    }
+    let name = String::from_utf8_lossy(answer);
+    let n = u32::from_le_bytes([0, 1, 2, 3].map(|i| data.get(i).copied().unwrap_or(0)));
+    for limit in [Limit::RequestsPerMinute, Limit::TokensPerMinute, Limit::BudgetPerDay(u64::from(n))] {
+        let m = rls::encode_request(&[limit.descriptor(&name, n)], n);
+        assert!(m.len() > name.len());
+    }
+}
