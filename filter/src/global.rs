@@ -110,6 +110,9 @@ impl<H: Host> RequestContext<H> {
                 }
             }
             Verdict::OverLimit(status) => {
+                if let Some(s) = status {
+                    rate_headers(&mut self.rate_headers, ask, s);
+                }
                 self.forget_reservation(ask);
                 pending.refused = Some((ask, status));
             }
