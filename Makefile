@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run redis test bench bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run redis test bench bench-global bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -41,8 +41,14 @@ lint:
 wasm:
 	cargo build --release --target wasm32-wasip1 -p portcullis-filter
 
-bench: tools wasm bench-collector bench-core
+bench: tools redis wasm bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
+	ENVOY="$(ENVOY)" scripts/bench-global.sh
+
+# Limits scoped `global` against local ones on the routed path, and the
+# limiter's decisions per second against Redis.
+bench-global: tools redis wasm
+	ENVOY="$(ENVOY)" scripts/bench-global.sh
 
 # The pure core's per-request steps (which step costs what): natively, then
 # compiled to wasm32-wasip1 and run in V8 under Node's WASI.

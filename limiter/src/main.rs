@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! portcullis-limiter [--listen 127.0.0.1:8081] [--redis redis://127.0.0.1:6379]
-//!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500]
+//!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500] [--threads 0]
 //! ```
 
 use portcullis_limiter::proto::rate_limit_service_server::RateLimitServiceServer;
@@ -15,6 +15,7 @@ struct Args {
     redis: String,
     prefix: String,
     timeout_ms: u64,
+    threads: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -23,6 +24,7 @@ fn parse_args() -> Result<Args, String> {
         redis: "redis://127.0.0.1:6379".into(),
         prefix: "portcullis:rl:".into(),
         timeout_ms: 500,
+        threads: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -40,8 +42,14 @@ fn parse_args() -> Result<Args, String> {
                     format!("--redis-timeout-ms {v}: a number of milliseconds above 0")
                 })?;
             }
+            "--threads" => {
+                let v = value()?;
+                a.threads = v
+                    .parse()
+                    .map_err(|_| format!("--threads {v}: a number (0: one per core)"))?;
+            }
             "-h" | "--help" => {
-                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N]");
+                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument `{other}` (see --help)")),
@@ -50,8 +58,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -59,6 +66,20 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if args.threads > 0 {
+        rt.worker_threads(args.threads);
+    }
+    match rt.enable_all().build() {
+        Ok(rt) => rt.block_on(serve(args)),
+        Err(e) => {
+            eprintln!("portcullis-limiter: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn serve(args: Args) {
     let limiter = match Limiter::new(
         &args.redis,
         &args.prefix,
