@@ -103,7 +103,8 @@ async fn serve(args: Args) {
         "portcullis-limiter listening on {bound} (gRPC envoy.service.ratelimit.v3), counters in {}",
         args.redis
     );
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    // No Nagle delay: answers are small and latency is the point.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let served = tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(limiter))
         .serve_with_incoming_shutdown(incoming, async {
