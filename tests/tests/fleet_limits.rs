@@ -182,6 +182,15 @@ fn global_limits_hold_across_two_envoys() {
         ok >= fits && ok * reserve <= tpm + refill(tpm, took) as u64,
         "admitted {ok} reservations of {reserve} tokens for a fleet limit of {tpm} (burst took {took:?})"
     );
+    // What the admitted requests really used: never more than the limit;
+    // the rest of the reservations is how early the limit refused.
+    let used: u64 = rs
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| r.json()["usage"]["total_tokens"].as_u64().unwrap())
+        .sum();
+    assert!(used <= tpm);
+    eprintln!("tokens: {ok} admitted, reserving {} of {tpm}, using {used}", ok * reserve);
 
     // A day's budget: a window that does not refill, in units of $0.0001.
     let body = serde_json::json!({"model": "gpt-4o-mini", "max_tokens": 1000,
