@@ -95,7 +95,13 @@ impl<H: Host> RequestContext<H> {
             let timed_out =
                 grpc_status == DEADLINE_EXCEEDED || took.saturating_add(1) >= pending.timeout_ms;
             if timed_out {
-                self.host.count(metrics::GLOBAL_TIMEOUTS, 1);
+                let deny = self
+                    .loaded
+                    .as_ref()
+                    .and_then(|l| l.gw.global_limits.as_ref())
+                    .is_some_and(|g| g.deny_on_failure);
+                let mode = if deny { "deny" } else { "allow" };
+                self.host.count(&metrics::global_timeouts(mode), 1);
             }
             Verdict::Unusable(if timed_out {
                 "no answer within limits.global.timeout_ms"

@@ -515,8 +515,14 @@ fn a_global_refusal_is_the_local_429_and_the_record_says_global() {
         .unwrap()
         .contains("across the fleet"));
     assert_eq!(sent_header(&ctx, "retry-after").as_deref(), Some("7"));
-    assert_eq!(sent_header(&ctx, "x-ratelimit-remaining-requests").as_deref(), Some("0"));
-    assert_eq!(sent_header(&ctx, "x-ratelimit-reset-requests").as_deref(), Some("7s"));
+    assert_eq!(
+        sent_header(&ctx, "x-ratelimit-remaining-requests").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sent_header(&ctx, "x-ratelimit-reset-requests").as_deref(),
+        Some("7s")
+    );
     assert_eq!(ctx.log.limited_by, "global");
     assert_eq!(ctx.host.state.borrow().resumed, 0);
     // The local reservation was given back.

@@ -114,8 +114,10 @@ pub const GLOBAL_OVER_LIMIT: &str = "portcullis.global.over_limit";
 pub fn global_errors(failure_mode: &str) -> String {
     format!("portcullis.global.errors.{failure_mode}")
 }
-/// The subset of errors that were the call's timeout.
-pub const GLOBAL_TIMEOUTS: &str = "portcullis.global.timeouts";
+/// The subset of errors that were the call's timeout, by failure mode.
+pub fn global_timeouts(failure_mode: &str) -> String {
+    format!("portcullis.global.timeouts.{failure_mode}")
+}
 /// Settlements (usage above a reservation) sent after the answer.
 pub const GLOBAL_SETTLED: &str = "portcullis.global.settled";
 /// Settlements dropped: the queue was full or the call failed.

@@ -190,7 +190,10 @@ fn global_limits_hold_across_two_envoys() {
         .map(|r| r.json()["usage"]["total_tokens"].as_u64().unwrap())
         .sum();
     assert!(used <= tpm);
-    eprintln!("tokens: {ok} admitted, reserving {} of {tpm}, using {used}", ok * reserve);
+    eprintln!(
+        "tokens: {ok} admitted, reserving {} of {tpm}, using {used}",
+        ok * reserve
+    );
 
     // A day's budget: a window that does not refill, in units of $0.0001.
     let body = serde_json::json!({"model": "gpt-4o-mini", "max_tokens": 1000,
@@ -294,7 +297,8 @@ fn redis_or_the_limiter_away_follows_the_failure_mode_and_recovers() {
         Some("+OK")
     );
     check_failing("limiter slower than the timeout");
-    deny.wait_stat_at_least("wasmcustom.portcullis.global.timeouts", 4);
+    deny.wait_stat_at_least("wasmcustom.portcullis.global.timeouts.deny", 4);
+    allow.wait_stat_at_least("wasmcustom.portcullis.global.timeouts.allow", 4);
     both_serve();
     for e in [&allow, &deny] {
         assert!(!e.log().contains("panic"), "{}", e.log());

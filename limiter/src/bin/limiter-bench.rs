@@ -16,10 +16,19 @@ fn request(i: u64) -> RateLimitRequest {
         domain: "portcullis".into(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![
-                Entry { key: "client".into(), value: format!("bench-{}", i % 1000) },
-                Entry { key: "limit".into(), value: "requests_per_minute".into() },
+                Entry {
+                    key: "client".into(),
+                    value: format!("bench-{}", i % 1000),
+                },
+                Entry {
+                    key: "limit".into(),
+                    value: "requests_per_minute".into(),
+                },
             ],
-            limit: Some(RateLimitOverride { requests_per_unit: u32::MAX, unit: 2 }),
+            limit: Some(RateLimitOverride {
+                requests_per_unit: u32::MAX,
+                unit: 2,
+            }),
         }],
         hits_addend: 1,
     }
@@ -28,7 +37,9 @@ fn request(i: u64) -> RateLimitRequest {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let addr = args.get(1).ok_or("usage: portcullis-limiter-bench ADDR [SECONDS] [IN_FLIGHT]")?;
+    let addr = args
+        .get(1)
+        .ok_or("usage: portcullis-limiter-bench ADDR [SECONDS] [IN_FLIGHT]")?;
     let seconds: u64 = args.get(2).map_or(Ok(5), |s| s.parse())?;
     let in_flight: u64 = args.get(3).map_or(Ok(64), |s| s.parse())?;
     let mut clients = Vec::new();
@@ -45,7 +56,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for t in 0..in_flight {
         let idx = usize::try_from(t % 4)?;
         let mut c = clients.get(idx).ok_or("no client")?.clone();
-        let (done, errors, over, stop, lat) = (done.clone(), errors.clone(), over.clone(), stop.clone(), lat.clone());
+        let (done, errors, over, stop, lat) = (
+            done.clone(),
+            errors.clone(),
+            over.clone(),
+            stop.clone(),
+            lat.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut i = t;
             let mut mine = Vec::new();
@@ -78,7 +95,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = done.load(Ordering::Relaxed);
     let mut l = lat.lock().map_err(|_| "poisoned")?.clone();
     l.sort_unstable();
-    let q = |p: f64| l.get(((l.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+    let q = |p: f64| {
+        l.get(((l.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
     println!(
         "decisions {n} in {took:.1}s: {:.0}/s, {in_flight} in flight, p50 {} us, p99 {} us, over-limit {}, errors {}",
         n as f64 / took,
