@@ -76,7 +76,7 @@ fn the_documented_tls_provider_cluster_passes_envoy_validate() {
     text.push_str(&snippet);
     let stderr = validate("envoy.yaml", &text);
     assert!(
-        stderr.contains("loading 4 cluster(s)"),
+        stderr.contains("loading 5 cluster(s)"),
         "the snippet's cluster was not loaded"
     );
 }
