@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run redis test bench bench-global bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run redis images images-if-docker test bench bench-global bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -25,7 +25,7 @@ test: tools wasm lint unit wasm-unit fuzz-smoke integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools redis wasm chromium sdk
+integration: tools redis wasm chromium sdk images-if-docker
 	cargo build -p portcullis-collector -p portcullis-limiter
 	cargo test -p portcullis-limiter --tests
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
@@ -78,6 +78,19 @@ sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet openai==$(OPENAI_SDK_VERSION)
+
+# The fleet's images (docker-compose.yml). `make images`: stand-in bases made
+# here without a registry (debootstrap); `make images BASES=public`: from
+# debian:bookworm-slim and envoyproxy/envoy (needs registry access).
+BASES ?= standin
+images: tools wasm
+	scripts/container-images.sh $(BASES)
+
+# The compose test needs the images when a Docker engine answers (CI
+# requires one: .ci/run).
+images-if-docker:
+	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \
+	 else echo "no Docker engine answers: skipping the images (the compose test will skip)"; fi
 
 # Redis for limits scoped `global` (Debian's package).
 redis:

@@ -16,8 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-standin}"
 ENVOY_PY_BIN="${ENVOY_PY_BIN:-.venv/lib/python3.11/site-packages/envoy/_bin/envoy}"
-ctx=.run/docker-context
-rm -rf "$ctx"; mkdir -p "$ctx/ecds"
+mkdir -p .run
+ctx=$(mktemp -d .run/docker-context.XXXX)   # one per run: runs may overlap
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/ecds"
 
 cargo build --release -q --target wasm32-wasip1 -p portcullis-filter
 cargo build --release -q -p portcullis-tests --bin portcullis-mock

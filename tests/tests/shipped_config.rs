@@ -98,3 +98,87 @@ fn plugin_config_in_the_istio_manifest_compiles() {
         true
     );
 }
+
+/// The Wasm filter config the Istio manifest carries is valid Envoy config:
+/// a bootstrap built from the patch (the EXTENSION_CONFIG's filter placed
+/// where the HTTP_FILTER patch puts it, before the router; the clusters the
+/// manifest names) passes `envoy --mode validate`.
+#[test]
+fn the_istio_manifests_wasm_filter_passes_envoy_validate() {
+    let text = std::fs::read_to_string(repo_root().join("envoy/istio/portcullis-envoyfilter.yaml"))
+        .unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let patches = doc["spec"]["configPatches"].as_sequence().unwrap();
+    let ext = &patches[0];
+    assert_eq!(ext["applyTo"], "EXTENSION_CONFIG");
+    let insert = &patches[1];
+    assert_eq!(insert["applyTo"], "HTTP_FILTER");
+    assert_eq!(insert["patch"]["operation"], "INSERT_BEFORE");
+    assert_eq!(
+        insert["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"],
+        "envoy.filters.http.router"
+    );
+    let name = ext["patch"]["value"]["name"].as_str().unwrap();
+    assert_eq!(
+        insert["patch"]["value"]["name"], name,
+        "the reference names the extension"
+    );
+    let wasm = serde_json::to_string(&ext["patch"]["value"]["typed_config"]).unwrap();
+    let wasm_cluster = ext["patch"]["value"]["typed_config"]["config"]["vm_config"]["code"]
+        ["remote"]["http_uri"]["cluster"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cluster = |n: &str| {
+        format!(
+            "  - name: \"{n}\"\n    type: STATIC\n    load_assignment:\n      cluster_name: \"{n}\"\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 443}}}}}}}}]}}]\n"
+        )
+    };
+    let bootstrap = format!(
+        "static_resources:
+  listeners:
+  - name: gateway
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 10000}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: gateway
+          route_config: {{name: r, virtual_hosts: [{{name: v, domains: [\"*\"], routes: [{{match: {{prefix: /}}, route: {{cluster_header: x-portcullis-cluster}}}}]}}]}}
+          http_filters:
+          - name: {name}
+            typed_config: {wasm}
+          - name: envoy.filters.http.router
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+{}{}",
+        cluster(&wasm_cluster),
+        cluster("outbound|443||api.openai.com"),
+    );
+    let log = validate("istio-bootstrap.yaml", &bootstrap);
+    assert!(log.contains("loading 2 cluster(s)"), "{log}");
+}
+
+/// The container configs: the front Envoy's, and the replica's as
+/// docker/render-replica.sh makes it from envoy/envoy.yaml.
+#[test]
+fn the_container_envoy_configs_pass_envoy_validate() {
+    let front = std::fs::read_to_string(repo_root().join("docker/envoy-front.yaml")).unwrap();
+    validate("front.yaml", &front);
+    let scratch = TempDir::new("replica");
+    let out = scratch.0.join("replica.yaml");
+    let status = Command::new("bash")
+        .arg(repo_root().join("docker/render-replica.sh"))
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // The ECDS file is mounted in the container; here it is the scratch one.
+    let replica = std::fs::read_to_string(&out)
+        .unwrap()
+        .replace("/etc/portcullis/ecds", ".run/ecds");
+    let log = validate("replica.yaml", &replica);
+    assert!(log.contains("loading 4 cluster(s)"), "{log}");
+}
