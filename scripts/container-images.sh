@@ -15,7 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-standin}"
-ENVOY_PY_BIN="${ENVOY_PY_BIN:-.venv/lib/python3.11/site-packages/envoy/_bin/envoy}"
+# The Envoy binary for the stand-in base: ENVOY_BIN, or the one pip put
+# under .venv (.venv/bin/envoy is only a Python launcher).
+ENVOY_PY_BIN="${ENVOY_BIN:-$(find .venv/lib -path '*/envoy/_bin/envoy' -type f 2>/dev/null | head -1)}"
 mkdir -p .run
 ctx=$(mktemp -d .run/docker-context.XXXX)   # one per run: runs may overlap
 trap 'rm -rf "$ctx"' EXIT
@@ -52,7 +54,7 @@ if [[ $mode == standin ]]; then
     tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - portcullis/base:local >/dev/null
   fi
   if ! docker image inspect portcullis/envoy-base:local >/dev/null 2>&1; then
-    [[ -x $ENVOY_PY_BIN ]] || { echo "container-images: no Envoy binary at $ENVOY_PY_BIN (make envoy)" >&2; exit 1; }
+    [[ -n $ENVOY_PY_BIN && -x $ENVOY_PY_BIN ]] || { echo "container-images: no Envoy binary (make envoy, or ENVOY_BIN)" >&2; exit 1; }
     base_ctx=.run/envoy-base-context; rm -rf "$base_ctx"; mkdir -p "$base_ctx"
     cp "$ENVOY_PY_BIN" "$base_ctx/envoy"
     printf 'FROM portcullis/base:local\nCOPY envoy /usr/local/bin/envoy\n' >"$base_ctx/Dockerfile"
