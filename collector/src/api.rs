@@ -1,5 +1,6 @@
 //! HTTP: health, Prometheus metrics, the query API and the dashboard.
 
+use crate::db::Db;
 use crate::since::parse_since;
 use crate::store::Stats;
 use crate::summary;
@@ -9,14 +10,13 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use rusqlite::Connection;
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone)]
 pub struct Api {
-    pub reader: Arc<Mutex<Connection>>,
+    pub reader: Arc<Mutex<Db>>,
     pub stats: Arc<Stats>,
 }
 
@@ -51,14 +51,14 @@ fn error(status: StatusCode, msg: String) -> Response {
 
 async fn with_reader<T: Send + 'static>(
     api: &Api,
-    f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    f: impl FnOnce(&mut Db) -> crate::db::Result<T> + Send + 'static,
 ) -> Result<T, Response> {
     let reader = api.reader.clone();
     tokio::task::spawn_blocking(move || {
-        let conn = reader
+        let mut db = reader
             .lock()
             .map_err(|_| "reader lock poisoned".to_string())?;
-        f(&conn).map_err(|e| e.to_string())
+        f(&mut db).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -66,11 +66,7 @@ async fn with_reader<T: Send + 'static>(
 }
 
 async fn health(State(api): State<Api>) -> Response {
-    match with_reader(&api, |c| {
-        c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
-    })
-    .await
-    {
+    match with_reader(&api, |db| db.ping()).await {
         Ok(_) => (StatusCode::OK, "ok\n").into_response(),
         Err(r) => r,
     }

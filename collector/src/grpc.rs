@@ -66,7 +66,11 @@ mod tests {
         let path = dir.join("log.db");
         let mut conn = store::open(&path).unwrap();
         store::migrate(&mut conn).unwrap();
-        let writer = Writer::start(conn, 1, crate::store::Retention::default());
+        let writer = Writer::start(
+            crate::db::Db::Sqlite(conn),
+            1,
+            crate::store::Retention::default(),
+        );
         let stats = writer.stats.clone();
         let ingest = Ingest {
             writer: writer.clone(),

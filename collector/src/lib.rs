@@ -2,7 +2,9 @@
 //! API, Prometheus metrics and a dashboard.
 
 pub mod api;
+pub mod db;
 pub mod grpc;
+pub mod pg;
 pub mod rollup;
 pub mod since;
 pub mod store;

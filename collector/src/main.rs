@@ -1,11 +1,12 @@
-//! portcullis-collector: `--grpc ADDR --http ADDR --db PATH [--retention-days N]
+//! portcullis-collector: `--grpc ADDR --http ADDR --db PATH|postgres://... [--retention-days N]
 //! [--retention-records N] [--queue N]`.
 //! Prints `portcullis-collector grpc=<addr> http=<addr>` once both listen.
 
 use portcullis_collector::api::{router, Api};
+use portcullis_collector::db::{connect, migrate};
 use portcullis_collector::grpc::Ingest;
 use portcullis_collector::proto::collector_server::CollectorServer;
-use portcullis_collector::store::{migrate, open, Retention, Writer};
+use portcullis_collector::store::{Retention, Writer};
 use std::sync::{Arc, Mutex};
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
@@ -41,10 +42,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(256);
 
-    let mut conn = open(db.as_ref())?;
+    let mut conn = connect(&db)?;
     migrate(&mut conn)?;
     let writer = Writer::start(conn, queue, retention);
-    let reader = Arc::new(Mutex::new(open(db.as_ref())?));
+    let reader = Arc::new(Mutex::new(connect(&db)?));
     let api = Api {
         reader,
         stats: writer.stats.clone(),

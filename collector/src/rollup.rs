@@ -253,6 +253,21 @@ impl Known {
 }
 
 impl Pending {
+    /// The rows to merge: (table, bucket start, dimensions, counts).
+    pub fn into_rows(self) -> Vec<(crate::db::Table, i64, Dims, Counts)> {
+        self.0
+            .into_iter()
+            .map(|((table, start, dims), c)| {
+                let t = if table == "rollup_hour" {
+                    crate::db::Table::Hour
+                } else {
+                    crate::db::Table::Minute
+                };
+                (t, start, dims, c)
+            })
+            .collect()
+    }
+
     pub fn add(&mut self, r: &RequestRecord) {
         let t = i64::try_from(r.time_ms).unwrap_or(i64::MAX);
         let dims = Dims::of(r);

@@ -2,6 +2,7 @@
 //! transactions; callers hand it work through a bounded queue and get their
 //! answer once the batch is committed.
 
+use crate::db::{Db, DbError};
 use crate::proto::RequestRecord;
 use crate::rollup::{self, Known, Pending};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -107,14 +108,14 @@ pub enum SubmitError {
 }
 
 impl Writer {
-    /// Start the writer thread over `conn`, with a queue of `capacity` batches.
-    pub fn start(conn: Connection, capacity: usize, retention: Retention) -> Writer {
+    /// Start the writer thread over `db`, with a queue of `capacity` batches.
+    pub fn start(db: Db, capacity: usize, retention: Retention) -> Writer {
         let (tx, rx) = sync_channel(capacity);
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run(conn, rx, s, retention))
+            .spawn(move || run(db, rx, s, retention))
             .map(|_| ())
             .unwrap_or_else(|e| {
                 eprintln!("portcullis-collector: cannot start the writer thread: {e}")
@@ -146,7 +147,7 @@ impl Writer {
 /// time, latency, client, requested model, status and tokens. FNV-1a 64 over
 /// those fields, fixed across versions (a re-send after an upgrade still
 /// matches).
-fn fingerprint(r: &RequestRecord) -> u64 {
+pub(crate) fn fingerprint(r: &RequestRecord) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {
@@ -186,9 +187,9 @@ const PRUNE_STEP: i64 = 10_000;
 /// How often the writer looks for something to prune when nothing is left.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
-fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention: Retention) {
+fn run(mut db: Db, rx: Receiver<Job>, stats: Arc<Stats>, retention: Retention) {
     let mut known = Known::default();
-    let mut more = prune_step(&conn, &retention, now_ms());
+    let mut more = prune(&mut db, &retention, now_ms());
     let mut last_prune = Instant::now();
     loop {
         // While pruning has more to do, it goes on between batches.
@@ -206,10 +207,10 @@ fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention: Re
             }
         };
         if let Some(first) = next {
-            commit_group(&mut conn, &rx, first, &stats, &mut known);
+            commit_group(&mut db, &rx, first, &stats, &mut known);
         }
         if more || last_prune.elapsed() >= PRUNE_EVERY {
-            more = prune_step(&conn, &retention, now_ms());
+            more = prune(&mut db, &retention, now_ms());
             last_prune = Instant::now();
         }
     }
@@ -217,13 +218,7 @@ fn run(mut conn: Connection, rx: Receiver<Job>, stats: Arc<Stats>, retention: Re
 
 /// Commit `first` and whatever else waits (up to [`GROUP`] batches) in one
 /// transaction, then answer each batch.
-fn commit_group(
-    conn: &mut Connection,
-    rx: &Receiver<Job>,
-    first: Job,
-    stats: &Stats,
-    known: &mut Known,
-) {
+fn commit_group(db: &mut Db, rx: &Receiver<Job>, first: Job, stats: &Stats, known: &mut Known) {
     let mut jobs = vec![first];
     while jobs.len() < GROUP {
         match rx.try_recv() {
@@ -235,7 +230,14 @@ fn commit_group(
         .queue_depth
         .fetch_sub(jobs.len() as u64, Ordering::Relaxed);
     let started = Instant::now();
-    let result = write(conn, &jobs, known);
+    let result = match db {
+        Db::Sqlite(conn) => write(conn, &jobs, known).map_err(DbError::from),
+        Db::Postgres(c) => {
+            let batches: Vec<&[RequestRecord]> =
+                jobs.iter().map(|j| j.records.as_slice()).collect();
+            crate::pg::write(c, &batches)
+        }
+    };
     match &result {
         Ok(counts) => {
             stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -375,6 +377,23 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// One prune step on either database.
+fn prune(db: &mut Db, r: &Retention, now_ms: i64) -> bool {
+    match db {
+        Db::Sqlite(conn) => prune_step(conn, r, now_ms),
+        Db::Postgres(c) => {
+            let cutoff = r
+                .days
+                .map(|d| now_ms.saturating_sub((d as i64).saturating_mul(86_400_000)));
+            let max = r.max_records.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+            crate::pg::prune_step(c, cutoff, max, PRUNE_STEP).unwrap_or_else(|e| {
+                eprintln!("portcullis-collector: retention prune failed: {e}");
+                false
+            })
+        }
+    }
+}
+
 /// One small prune step at `now_ms`: deletes at most [`PRUNE_STEP`] rows of
 /// each kind (records past the age or count limit, rollups past the age
 /// limit). Returns whether more is left.
@@ -432,6 +451,17 @@ pub fn exists(conn: &Connection, request_id: &str) -> rusqlite::Result<bool> {
 mod tests {
     use super::*;
 
+    /// Run `f` on the connection as a [`Db`], then give it back.
+    fn with_db<T>(conn: &mut Connection, f: impl FnOnce(&mut Db) -> T) -> T {
+        let c = std::mem::replace(conn, Connection::open_in_memory().unwrap());
+        let mut db = Db::Sqlite(c);
+        let out = f(&mut db);
+        if let Db::Sqlite(c) = db {
+            *conn = c;
+        }
+        out
+    }
+
     fn record(id: &str, time_ms: u64) -> RequestRecord {
         RequestRecord {
             request_id: id.into(),
@@ -473,7 +503,10 @@ mod tests {
         assert!(!exists(&conn, "old").unwrap());
         assert!(exists(&conn, "new").unwrap());
         // The old record's rollups went with it; the new one's stay.
-        assert_eq!(crate::summary::summary(&conn, 0).unwrap().total, 1);
+        assert_eq!(
+            with_db(&mut conn, |d| crate::summary::summary(d, 0).unwrap()).total,
+            1
+        );
     }
 
     #[test]
@@ -612,7 +645,7 @@ mod tests {
             let got = write(&mut conn, std::slice::from_ref(batch), &mut known).unwrap();
             assert_eq!(got, vec![want]);
         }
-        let s = crate::summary::summary(&conn, 0).unwrap();
+        let s = with_db(&mut conn, |d| crate::summary::summary(d, 0).unwrap());
         assert_eq!((s.total, s.prompt_tokens, s.cost_usd), (60, 600, 420e-6));
         assert_eq!(s.success_rate, 54.0 / 60.0);
         assert_eq!(s.avg_latency_ms, (10..70).sum::<u64>() as f64 / 60.0);
@@ -621,7 +654,10 @@ mod tests {
         assert_eq!(s.by_provider[0].key, "primary");
         // Per minute over the last 3 hours: a point a minute, errors apart.
         let now = (t0 + 1_800_000) as i64;
-        let series = crate::summary::timeseries(&conn, now - 3 * 3_600_000, now).unwrap();
+        let series = with_db(&mut conn, |d| {
+            crate::summary::timeseries(d, now - 3 * 3_600_000, now)
+        })
+        .unwrap();
         assert_eq!((series.step_ms, series.points.len()), (60_000, 60));
         assert_eq!(
             series.points.iter().map(|p| p.server_errors).sum::<i64>(),
@@ -629,7 +665,10 @@ mod tests {
         );
         assert_eq!(series.points[0].p50_latency_ms, 10);
         // Longer windows per hour: the half hour before t0 and the one after.
-        let series = crate::summary::timeseries(&conn, now - 86_400_000, now).unwrap();
+        let series = with_db(&mut conn, |d| {
+            crate::summary::timeseries(d, now - 86_400_000, now)
+        })
+        .unwrap();
         let per_hour: Vec<i64> = series.points.iter().map(|p| p.requests).collect();
         assert_eq!((series.step_ms, per_hour), (3_600_000, vec![30, 30]));
         assert_eq!(
@@ -638,10 +677,16 @@ mod tests {
             "records without a client are not a group"
         );
         // From 10 minutes before the hour: 40 records (minute rows, then the hour).
-        let s = crate::summary::summary(&conn, (t0 - 600_000) as i64).unwrap();
+        let s = with_db(&mut conn, |d| {
+            crate::summary::summary(d, (t0 - 600_000) as i64)
+        })
+        .unwrap();
         assert_eq!(s.total, 40);
         // Mid-minute starts round down to the minute.
-        let s = crate::summary::summary(&conn, (t0 - 600_000 + 59_999) as i64).unwrap();
+        let s = with_db(&mut conn, |d| {
+            crate::summary::summary(d, (t0 - 600_000 + 59_999) as i64)
+        })
+        .unwrap();
         assert_eq!((s.total, s.since_ms), (40, (t0 - 600_000) as i64));
     }
 
@@ -659,7 +704,7 @@ mod tests {
         )
         .unwrap();
         migrate(&mut conn).unwrap();
-        let s = crate::summary::summary(&conn, 0).unwrap();
+        let s = with_db(&mut conn, |d| crate::summary::summary(d, 0).unwrap());
         assert_eq!(
             (s.total, s.fallbacks, s.prompt_tokens, s.completion_tokens),
             (1, 1, 3, 4)
@@ -690,6 +735,9 @@ mod tests {
         assert_eq!((steps, count(&conn).unwrap()), (2, 1_000));
         assert!(!exists(&conn, "c23999").unwrap());
         assert!(exists(&conn, "c24000").unwrap());
-        assert_eq!(crate::summary::summary(&conn, 0).unwrap().total, 25_000);
+        assert_eq!(
+            with_db(&mut conn, |d| crate::summary::summary(d, 0).unwrap()).total,
+            25_000
+        );
     }
 }

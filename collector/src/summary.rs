@@ -2,8 +2,8 @@
 //! ([`crate::rollup`]), so a summary costs the same at any number of
 //! records; recent requests from the records.
 
+use crate::db::{Db, Recent, Result, Table};
 use crate::rollup::{Counts, Dims, HOUR_MS, MINUTE_MS};
-use rusqlite::{params, Connection};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -56,16 +56,12 @@ fn ratio(a: i64, b: i64) -> f64 {
 pub const EXACT_QUANTILES_UP_TO: i64 = 10_000;
 
 /// Latency at quantile `q` by nearest rank, from the records.
-fn exact_quantile(conn: &Connection, since: i64, n: i64, q: f64) -> rusqlite::Result<i64> {
+fn exact_quantile(db: &mut Db, since: i64, n: i64, q: f64) -> Result<i64> {
     if n == 0 {
         return Ok(0);
     }
     let rank = ((q * n as f64).ceil() as i64).clamp(1, n) - 1;
-    conn.query_row(
-        "SELECT latency_ms FROM requests WHERE time_ms >= ?1 ORDER BY latency_ms LIMIT 1 OFFSET ?2",
-        params![since, rank],
-        |r| r.get(0),
-    )
+    db.latency_at(since, rank)
 }
 
 fn group(key: String, c: &Counts) -> Group {
@@ -93,31 +89,21 @@ fn ranked(by: HashMap<String, Counts>) -> Vec<Group> {
 
 /// The rollup rows of a window: whole hours from the hourly table, the
 /// minutes before the first whole hour from the per-minute one.
-fn window_rows(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<(Dims, Counts)>> {
+fn window_rows(db: &mut Db, since_ms: i64) -> Result<Vec<(Dims, Counts)>> {
     let first_hour = since_ms
         .div_euclid(HOUR_MS)
         .saturating_add(i64::from(since_ms.rem_euclid(HOUR_MS) != 0))
         * HOUR_MS;
     let mut out = Vec::new();
-    for (sql, lo, hi) in [
-        ("SELECT provider, model, client, experiment, arm, cells FROM rollup_minute WHERE start_ms >= ?1 AND start_ms < ?2", since_ms, first_hour),
-        ("SELECT provider, model, client, experiment, arm, cells FROM rollup_hour WHERE start_ms >= ?1 AND start_ms < ?2", first_hour, i64::MAX),
+    for (table, lo, hi) in [
+        (Table::Minute, since_ms, first_hour),
+        (Table::Hour, first_hour, i64::MAX),
     ] {
-        let mut stmt = conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(params![lo, hi], |r| {
-            let dims = Dims {
-                provider: r.get(0)?,
-                model: r.get(1)?,
-                client: r.get(2)?,
-                experiment: r.get(3)?,
-                arm: r.get(4)?,
-            };
-            let cells: Vec<u8> = r.get(5)?;
-            Ok((dims, Counts::decode(&cells).unwrap_or_default()))
-        })?;
-        for row in rows {
-            out.push(row?);
-        }
+        out.extend(
+            db.rollup_rows(table, lo, hi)?
+                .into_iter()
+                .map(|(_, d, c)| (d, c)),
+        );
     }
     Ok(out)
 }
@@ -125,11 +111,11 @@ fn window_rows(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<(Dims, 
 /// The summary of the records since `since_ms` (rounded down to the
 /// minute, the rollups' grain), read from the rollups: its cost follows the
 /// window's length, not the number of records.
-pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
+pub fn summary(db: &mut Db, since_ms: i64) -> Result<Summary> {
     let since_ms = since_ms.max(0) - since_ms.max(0).rem_euclid(MINUTE_MS);
     // Rows merged by their dimensions first (few), then grouped.
     let mut by_dims: HashMap<Dims, Counts> = HashMap::new();
-    for (d, c) in window_rows(conn, since_ms)? {
+    for (d, c) in window_rows(db, since_ms)? {
         by_dims.entry(d).or_default().merge(&c);
     }
     let mut total = Counts::default();
@@ -151,9 +137,9 @@ pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
         }
     }
     let exact = total.requests <= EXACT_QUANTILES_UP_TO;
-    let quantile = |q: f64| -> rusqlite::Result<i64> {
+    let mut quantile = |q: f64| -> Result<i64> {
         if exact {
-            exact_quantile(conn, since_ms, total.requests, q)
+            exact_quantile(db, since_ms, total.requests, q)
         } else {
             Ok(total.latency_quantile(q).round() as i64)
         }
@@ -179,40 +165,8 @@ pub fn summary(conn: &Connection, since_ms: i64) -> rusqlite::Result<Summary> {
     })
 }
 
-pub fn recent(conn: &Connection, limit: i64) -> rusqlite::Result<Vec<serde_json::Value>> {
-    let mut stmt = conn.prepare(
-        "SELECT request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
-                status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
-                reasoning_tokens, cost_micros, limited_by
-         FROM requests ORDER BY time_ms DESC, request_id LIMIT ?1",
-    )?;
-    let rows = stmt.query_map([limit], |r| {
-        let attempts: String = r.get(9)?;
-        Ok(serde_json::json!({
-            "request_id": r.get::<_, String>(0)?,
-            "time_ms": r.get::<_, i64>(1)?,
-            "client": r.get::<_, String>(2)?,
-            "requested_model": r.get::<_, String>(3)?,
-            "model": r.get::<_, String>(4)?,
-            "provider": r.get::<_, String>(5)?,
-            "experiment": r.get::<_, String>(6)?,
-            "arm": r.get::<_, String>(7)?,
-            "cache": r.get::<_, String>(8)?,
-            "attempts": serde_json::from_str::<serde_json::Value>(&attempts).unwrap_or_default(),
-            "status": r.get::<_, i64>(10)?,
-            "error": r.get::<_, String>(11)?,
-            "latency_ms": r.get::<_, i64>(12)?,
-            "ttfb_ms": r.get::<_, i64>(13)?,
-            "stream": r.get::<_, bool>(14)?,
-            "prompt_tokens": r.get::<_, i64>(15)?,
-            "completion_tokens": r.get::<_, i64>(16)?,
-            "cached_tokens": r.get::<_, i64>(17)?,
-            "reasoning_tokens": r.get::<_, i64>(18)?,
-            "cost_usd": r.get::<_, i64>(19)? as f64 / 1e6,
-            "limited_by": r.get::<_, String>(20)?,
-        }))
-    })?;
-    rows.collect()
+pub fn recent(db: &mut Db, limit: i64) -> Result<Vec<serde_json::Value>> {
+    Ok(db.recent(limit)?.iter().map(Recent::json).collect())
 }
 
 /// One point of a time series: a whole minute or hour.
@@ -244,25 +198,15 @@ pub const MINUTE_STEPS_UP_TO_MS: i64 = 3 * HOUR_MS;
 /// The window since `since_ms` as a series of whole minutes (windows up to
 /// three hours) or whole hours, from the rollups; percentiles from each
 /// point's histogram (within 10%). Buckets without requests are left out.
-pub fn timeseries(conn: &Connection, since_ms: i64, now_ms: i64) -> rusqlite::Result<Series> {
+pub fn timeseries(db: &mut Db, since_ms: i64, now_ms: i64) -> Result<Series> {
     let (table, step) = if now_ms.saturating_sub(since_ms) <= MINUTE_STEPS_UP_TO_MS {
-        ("rollup_minute", MINUTE_MS)
+        (Table::Minute, MINUTE_MS)
     } else {
-        ("rollup_hour", HOUR_MS)
+        (Table::Hour, HOUR_MS)
     };
     let since_ms = since_ms.max(0) - since_ms.max(0).rem_euclid(step);
-    let sql = format!("SELECT start_ms, cells FROM {table} WHERE start_ms >= ?1 ORDER BY start_ms");
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map([since_ms], |r| {
-        let cells: Vec<u8> = r.get(1)?;
-        Ok((
-            r.get::<_, i64>(0)?,
-            Counts::decode(&cells).unwrap_or_default(),
-        ))
-    })?;
     let mut by_start: std::collections::BTreeMap<i64, Counts> = Default::default();
-    for row in rows {
-        let (start, c) = row?;
+    for (start, _, c) in db.rollup_rows(table, since_ms, i64::MAX)? {
         by_start.entry(start).or_default().merge(&c);
     }
     let points = by_start

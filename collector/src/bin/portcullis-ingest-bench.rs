@@ -4,11 +4,12 @@
 //! days over stores of 1 million and 10 million records spread over 30
 //! days (`BENCH_SUMMARY_RECORDS`, comma-separated). Prints markdown tables.
 
+use portcullis_collector::db;
 use portcullis_collector::grpc::Ingest;
 use portcullis_collector::proto::collector_client::CollectorClient;
 use portcullis_collector::proto::collector_server::CollectorServer;
 use portcullis_collector::proto::{Attempt, RecordBatch, RequestRecord};
-use portcullis_collector::store::{count, migrate, open, Retention, Writer};
+use portcullis_collector::store::{Retention, Writer};
 use portcullis_collector::summary::summary;
 use std::time::Instant;
 
@@ -64,9 +65,9 @@ fn summary_at_scale(
     n: u64,
     now: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let db = dir.join(format!("summary-{n}.db"));
-    let mut conn = open(&db)?;
-    migrate(&mut conn)?;
+    let db = dir.join(format!("summary-{n}.db")).display().to_string();
+    let mut conn = db::connect(&db)?;
+    db::migrate(&mut conn)?;
     let writer = Writer::start(conn, 64, Retention::default());
     let span = 30 * DAY_MS;
     let started = Instant::now();
@@ -89,7 +90,7 @@ fn summary_at_scale(
         }
     }
     let fill = started.elapsed().as_secs_f64();
-    let reader = open(&db)?;
+    let mut reader = db::connect(&db)?;
     let windows = [
         ("5m", 5 * 60_000),
         ("1h", 3_600_000),
@@ -102,7 +103,7 @@ fn summary_at_scale(
         let best = (0..5)
             .map(|_| {
                 let t = Instant::now();
-                let s = summary(&reader, (now - w) as i64);
+                let s = summary(&mut reader, (now - w) as i64);
                 (t.elapsed().as_secs_f64() * 1000.0, s.map(|s| s.total))
             })
             .fold((f64::INFINITY, Ok(0)), |a, b| if b.0 < a.0 { b } else { a });
@@ -124,9 +125,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("| batch size | clients | records | seconds | records/s |");
     println!("|---|---|---|---|---|");
     for (batch, clients) in [(500u64, 4u64), (100, 4), (1000, 2)] {
-        let db = dir.join(format!("b{batch}-c{clients}.db"));
-        let mut conn = open(&db)?;
-        migrate(&mut conn)?;
+        let db = dir
+            .join(format!("b{batch}-c{clients}.db"))
+            .display()
+            .to_string();
+        let mut conn = db::connect(&db)?;
+        db::migrate(&mut conn)?;
         let writer = Writer::start(conn, 256, Retention::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -174,7 +178,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let secs = started.elapsed().as_secs_f64();
         server.abort();
-        let stored = count(&open(&db)?)?;
+        let stored = db::connect(&db)?.count()?;
         if stored as u64 != sent {
             return Err(format!("stored {stored} of {sent}").into());
         }

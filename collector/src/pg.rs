@@ -1,0 +1,403 @@
+//! PostgreSQL: the same schema, rollups and guarantees as SQLite, for
+//! several collectors writing into one database.
+//!
+//! A batch is one transaction, acknowledged after its commit. Records go in
+//! with one multi-row `INSERT ... ON CONFLICT DO NOTHING RETURNING`, so a
+//! re-send (to this collector or another one) stores nothing twice; only
+//! the records it stored add to the rollups. Rollup rows are merged under
+//! row locks (`SELECT ... FOR UPDATE`), taken in one order by every writer,
+//! so concurrent collectors never lose an update nor deadlock; no writer
+//! keeps rows in memory (another may have changed them).
+
+use crate::db::{DbError, Recent, Result, Table};
+use crate::proto::RequestRecord;
+use crate::rollup::{Counts, Dims, Pending};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Transaction};
+use std::collections::HashSet;
+
+/// Schema versions, applied in order (`portcullis_schema` says how many
+/// ran); the tables are SQLite's, in PostgreSQL's types.
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE requests (
+        request_id TEXT PRIMARY KEY,
+        time_ms BIGINT NOT NULL,
+        client TEXT NOT NULL,
+        requested_model TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        experiment TEXT NOT NULL,
+        arm TEXT NOT NULL,
+        cache TEXT NOT NULL,
+        attempts TEXT NOT NULL,
+        attempt_count BIGINT NOT NULL,
+        status BIGINT NOT NULL,
+        error TEXT NOT NULL,
+        latency_ms BIGINT NOT NULL,
+        ttfb_ms BIGINT NOT NULL,
+        stream BOOLEAN NOT NULL,
+        prompt_tokens BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL,
+        cached_tokens BIGINT NOT NULL,
+        reasoning_tokens BIGINT NOT NULL,
+        cost_micros BIGINT NOT NULL,
+        prompt TEXT,
+        completion TEXT
+    );
+    CREATE INDEX requests_time ON requests(time_ms);",
+    "CREATE TABLE rollup_minute (
+        start_ms BIGINT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+        client TEXT NOT NULL, experiment TEXT NOT NULL, arm TEXT NOT NULL,
+        cells BYTEA NOT NULL,
+        PRIMARY KEY (start_ms, provider, model, client, experiment, arm)
+    );
+    CREATE TABLE rollup_hour (
+        start_ms BIGINT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+        client TEXT NOT NULL, experiment TEXT NOT NULL, arm TEXT NOT NULL,
+        cells BYTEA NOT NULL,
+        PRIMARY KEY (start_ms, provider, model, client, experiment, arm)
+    );",
+    "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
+];
+
+/// Any number fixed for this schema: collectors starting at once migrate in
+/// turn under this advisory lock.
+const MIGRATION_LOCK: i64 = 0x706f_7274_6375;
+
+pub fn connect(url: &str) -> Result<Client> {
+    Ok(Client::connect(url, NoTls)?)
+}
+
+pub fn migrate(c: &mut Client) -> Result<usize> {
+    let mut tx = c.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS portcullis_schema (version BIGINT NOT NULL)")?;
+    let current: Option<i64> = tx
+        .query_opt("SELECT version FROM portcullis_schema", &[])?
+        .map(|r| r.try_get(0))
+        .transpose()?;
+    if current.is_none() {
+        tx.execute("INSERT INTO portcullis_schema (version) VALUES (0)", &[])?;
+    }
+    let current = usize::try_from(current.unwrap_or(0)).unwrap_or(0);
+    for (i, m) in MIGRATIONS.iter().enumerate().skip(current) {
+        tx.batch_execute(m)?;
+        let v = i64::try_from(i + 1).unwrap_or(i64::MAX);
+        tx.execute("UPDATE portcullis_schema SET version = $1", &[&v])?;
+    }
+    tx.commit()?;
+    Ok(MIGRATIONS.len())
+}
+
+fn i(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The columns a record is stored in, in order.
+const COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache,
+    attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens,
+    cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by";
+const NCOLS: usize = 24;
+
+/// A record's values, owned, in [`COLUMNS`] order.
+fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
+    let attempts: Vec<serde_json::Value> = r
+        .attempts
+        .iter()
+        .map(|a| serde_json::json!({"provider": a.provider, "status": a.status, "cause": a.cause}))
+        .collect();
+    vec![
+        Box::new(id),
+        Box::new(i(r.time_ms)),
+        Box::new(r.client.clone()),
+        Box::new(r.requested_model.clone()),
+        Box::new(r.model.clone()),
+        Box::new(r.provider.clone()),
+        Box::new(r.experiment.clone()),
+        Box::new(r.arm.clone()),
+        Box::new(r.cache.clone()),
+        Box::new(serde_json::Value::Array(attempts).to_string()),
+        Box::new(i(r.attempts.len() as u64)),
+        Box::new(i64::from(r.status)),
+        Box::new(r.error.clone()),
+        Box::new(i(r.latency_ms)),
+        Box::new(i(r.ttfb_ms)),
+        Box::new(r.stream),
+        Box::new(i(r.prompt_tokens)),
+        Box::new(i(r.completion_tokens)),
+        Box::new(i(r.cached_tokens)),
+        Box::new(i(r.reasoning_tokens)),
+        Box::new(r.cost_micros),
+        Box::new((!r.prompt.is_empty()).then(|| r.prompt.clone())),
+        Box::new((!r.completion.is_empty()).then(|| r.completion.clone())),
+        Box::new(r.limited_by.clone()),
+    ]
+}
+
+/// Insert `rows` (id, record) in one statement; the ids that went in.
+fn insert(tx: &mut Transaction<'_>, rows: &[(String, &RequestRecord)]) -> Result<HashSet<String>> {
+    let mut out = HashSet::new();
+    // PostgreSQL allows 65,535 parameters per statement.
+    for chunk in rows.chunks(1000) {
+        let mut sql = format!("INSERT INTO requests ({COLUMNS}) VALUES ");
+        let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(chunk.len() * NCOLS);
+        for (n, (id, r)) in chunk.iter().enumerate() {
+            if n > 0 {
+                sql.push(',');
+            }
+            sql.push('(');
+            for c in 0..NCOLS {
+                if c > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!("${}", n * NCOLS + c + 1));
+            }
+            sql.push(')');
+            params.extend(values(id.clone(), r));
+        }
+        sql.push_str(" ON CONFLICT (request_id) DO NOTHING RETURNING request_id");
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+        for row in tx.query(sql.as_str(), &refs)? {
+            out.insert(row.try_get::<_, String>(0)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the stored record under `r.request_id` is this same request.
+fn same(tx: &mut Transaction<'_>, r: &RequestRecord) -> Result<bool> {
+    let row = tx.query_opt(
+        "SELECT time_ms = $2 AND latency_ms = $3 AND client = $4 AND requested_model = $5
+            AND status = $6 AND prompt_tokens = $7 AND completion_tokens = $8
+         FROM requests WHERE request_id = $1",
+        &[
+            &r.request_id,
+            &i(r.time_ms),
+            &i(r.latency_ms),
+            &r.client,
+            &r.requested_model,
+            &i64::from(r.status),
+            &i(r.prompt_tokens),
+            &i(r.completion_tokens),
+        ],
+    )?;
+    Ok(row
+        .map(|r| r.try_get::<_, bool>(0))
+        .transpose()?
+        .unwrap_or(false))
+}
+
+/// Store the batches of one group in one transaction; (stored, duplicates)
+/// per batch, as SQLite's writer answers.
+pub fn write(c: &mut Client, batches: &[&[RequestRecord]]) -> Result<Vec<(u32, u32)>> {
+    let mut tx = c.transaction()?;
+    // First occurrences go in together; a request id repeated within the
+    // group is decided after them, one by one.
+    let mut seen = HashSet::new();
+    let mut bulk = Vec::new();
+    for r in batches.iter().flat_map(|b| b.iter()) {
+        if seen.insert(r.request_id.clone()) {
+            bulk.push((r.request_id.clone(), r));
+        }
+    }
+    bulk.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut inserted = insert(&mut tx, &bulk)?;
+    let mut rollups = Pending::default();
+    let mut counts = Vec::with_capacity(batches.len());
+    for b in batches {
+        let (mut stored, mut dup) = (0u32, 0u32);
+        for r in b.iter() {
+            // Taken once: a later record with this id is not new by it.
+            let new = if inserted.remove(&r.request_id) {
+                true
+            } else if same(&mut tx, r)? {
+                false
+            } else {
+                let id = format!("{}~{:016x}", r.request_id, crate::store::fingerprint(r));
+                insert(&mut tx, &[(id, r)])?.len() == 1
+            };
+            if new {
+                rollups.add(r);
+                stored += 1;
+            } else {
+                dup += 1;
+            }
+        }
+        counts.push((stored, dup));
+    }
+    merge_rollups(&mut tx, rollups)?;
+    tx.commit()?;
+    Ok(counts)
+}
+
+/// Merge a group's rollups into the stored rows, in key order.
+fn merge_rollups(tx: &mut Transaction<'_>, rollups: Pending) -> Result<()> {
+    let mut rows = rollups.into_rows();
+    rows.sort_by(|a, b| {
+        (
+            a.0,
+            a.1,
+            &a.2.provider,
+            &a.2.model,
+            &a.2.client,
+            &a.2.experiment,
+            &a.2.arm,
+        )
+            .cmp(&(
+                b.0,
+                b.1,
+                &b.2.provider,
+                &b.2.model,
+                &b.2.client,
+                &b.2.experiment,
+                &b.2.arm,
+            ))
+    });
+    for (table, start, d, counts) in rows {
+        let t = table.name();
+        let key: [&(dyn ToSql + Sync); 6] = [
+            &start,
+            &d.provider,
+            &d.model,
+            &d.client,
+            &d.experiment,
+            &d.arm,
+        ];
+        let cells = counts.encode();
+        let mut p: Vec<&(dyn ToSql + Sync)> = key.to_vec();
+        p.push(&cells);
+        let created = tx.execute(
+            format!(
+                "INSERT INTO {t} (start_ms, provider, model, client, experiment, arm, cells)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING"
+            )
+            .as_str(),
+            &p,
+        )?;
+        if created == 1 {
+            continue;
+        }
+        let row = tx.query_one(
+            format!(
+                "SELECT cells FROM {t} WHERE start_ms = $1 AND provider = $2 AND model = $3
+                   AND client = $4 AND experiment = $5 AND arm = $6 FOR UPDATE"
+            )
+            .as_str(),
+            &key,
+        )?;
+        let stored: Vec<u8> = row.try_get(0)?;
+        let mut merged = Counts::decode(&stored)
+            .ok_or_else(|| DbError(format!("{t}: a row that does not decode")))?;
+        merged.merge(&counts);
+        let cells = merged.encode();
+        let mut p: Vec<&(dyn ToSql + Sync)> = key.to_vec();
+        p.push(&cells);
+        tx.execute(
+            format!(
+                "UPDATE {t} SET cells = $7 WHERE start_ms = $1 AND provider = $2 AND model = $3
+                   AND client = $4 AND experiment = $5 AND arm = $6"
+            )
+            .as_str(),
+            &p,
+        )?;
+    }
+    Ok(())
+}
+
+/// One prune step (see the SQLite writer's): rows past the age limit, and
+/// the oldest records past the count limit, at most `step` of each.
+pub fn prune_step(
+    c: &mut Client,
+    cutoff: Option<i64>,
+    max_records: Option<i64>,
+    step: i64,
+) -> Result<bool> {
+    let mut more = false;
+    if let Some(cutoff) = cutoff {
+        let n = c.execute(
+            "DELETE FROM requests WHERE ctid IN (SELECT ctid FROM requests WHERE time_ms < $1 LIMIT $2)",
+            &[&cutoff, &step],
+        )?;
+        more |= i(n) == step;
+        for t in [Table::Minute, Table::Hour] {
+            let sql = format!(
+                "DELETE FROM {0} WHERE ctid IN (SELECT ctid FROM {0} WHERE start_ms < $1 LIMIT $2)",
+                t.name()
+            );
+            more |= i(c.execute(sql.as_str(), &[&cutoff, &step])?) == step;
+        }
+    }
+    if let Some(max) = max_records {
+        let total: i64 = c
+            .query_one("SELECT COUNT(*) FROM requests", &[])?
+            .try_get(0)?;
+        let over = total.saturating_sub(max);
+        if over > 0 {
+            c.execute(
+                "DELETE FROM requests WHERE ctid IN (SELECT ctid FROM requests ORDER BY time_ms LIMIT $1)",
+                &[&over.min(step)],
+            )?;
+            more |= over > step;
+        }
+    }
+    Ok(more)
+}
+
+pub fn rollup_rows(
+    c: &mut Client,
+    table: Table,
+    lo: i64,
+    hi: i64,
+) -> Result<Vec<(i64, Dims, Counts)>> {
+    let sql = format!(
+        "SELECT start_ms, provider, model, client, experiment, arm, cells FROM {}
+         WHERE start_ms >= $1 AND start_ms < $2 ORDER BY start_ms",
+        table.name()
+    );
+    let mut out = Vec::new();
+    for r in c.query(sql.as_str(), &[&lo, &hi])? {
+        let cells: Vec<u8> = r.try_get(6)?;
+        out.push((
+            r.try_get(0)?,
+            Dims {
+                provider: r.try_get(1)?,
+                model: r.try_get(2)?,
+                client: r.try_get(3)?,
+                experiment: r.try_get(4)?,
+                arm: r.try_get(5)?,
+            },
+            Counts::decode(&cells).unwrap_or_default(),
+        ));
+    }
+    Ok(out)
+}
+
+pub fn recent(c: &mut Client, sql: &str, limit: i64) -> Result<Vec<Recent>> {
+    let mut out = Vec::new();
+    for r in c.query(sql, &[&limit])? {
+        out.push(Recent {
+            request_id: r.try_get(0)?,
+            time_ms: r.try_get(1)?,
+            client: r.try_get(2)?,
+            requested_model: r.try_get(3)?,
+            model: r.try_get(4)?,
+            provider: r.try_get(5)?,
+            experiment: r.try_get(6)?,
+            arm: r.try_get(7)?,
+            cache: r.try_get(8)?,
+            attempts: r.try_get(9)?,
+            status: r.try_get(10)?,
+            error: r.try_get(11)?,
+            latency_ms: r.try_get(12)?,
+            ttfb_ms: r.try_get(13)?,
+            stream: r.try_get(14)?,
+            prompt_tokens: r.try_get(15)?,
+            completion_tokens: r.try_get(16)?,
+            cached_tokens: r.try_get(17)?,
+            reasoning_tokens: r.try_get(18)?,
+            cost_micros: r.try_get(19)?,
+            limited_by: r.try_get(20)?,
+        });
+    }
+    Ok(out)
+}
