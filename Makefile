@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run redis images images-if-docker test bench bench-global bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run redis postgres images images-if-docker test bench bench-global bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -25,7 +25,7 @@ test: tools wasm lint unit wasm-unit fuzz-smoke integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools redis wasm chromium sdk images-if-docker
+integration: tools redis postgres wasm chromium sdk images-if-docker
 	cargo build -p portcullis-collector -p portcullis-limiter
 	cargo test -p portcullis-limiter --tests
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
@@ -59,8 +59,8 @@ bench-core:
 	cargo build --release -q --target wasm32-wasip1 -p portcullis-core --example core_bench
 	node --no-warnings scripts/wasi-run.mjs target/wasm32-wasip1/release/examples/core_bench.wasm
 
-bench-collector:
-	cargo run --release -q -p portcullis-collector --bin portcullis-ingest-bench
+bench-collector: postgres
+	scripts/bench-collector.sh
 
 # Envoy's memory over a million requests of mixed traffic (flat or not).
 bench-memory: tools wasm
@@ -96,6 +96,12 @@ images-if-docker:
 redis:
 	@command -v redis-server >/dev/null || \
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null))
+
+# PostgreSQL for the collector's fleet mode (Debian's package; the tests
+# start their own servers from its binaries).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || \
+	  (apt-get install -y -qq postgresql >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null))
 
 # Headless Chromium for the dashboard test (Debian's package).
 chromium:

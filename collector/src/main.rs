@@ -16,15 +16,16 @@ fn arg(args: &[String], flag: &str) -> Option<String> {
         .cloned()
 }
 
-#[tokio::main]
-async fn main() {
-    if let Err(e) = run().await {
+fn main() {
+    if let Err(e) = run() {
         eprintln!("portcullis-collector: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// The database is opened before the async runtime starts: PostgreSQL's
+/// sync client runs its own, which may not be started inside another.
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let grpc_addr = arg(&args, "--grpc").unwrap_or_else(|| "127.0.0.1:50051".into());
     let http_addr = arg(&args, "--http").unwrap_or_else(|| "127.0.0.1:9090".into());
@@ -50,7 +51,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         reader,
         stats: writer.stats.clone(),
     };
+    tokio::runtime::Runtime::new()?.block_on(serve(grpc_addr, http_addr, writer, api))
+}
 
+async fn serve(
+    grpc_addr: String,
+    http_addr: String,
+    writer: Writer,
+    api: Api,
+) -> Result<(), Box<dyn std::error::Error>> {
     let grpc_listener = tokio::net::TcpListener::bind(&grpc_addr).await?;
     let http_listener = tokio::net::TcpListener::bind(&http_addr).await?;
     println!(

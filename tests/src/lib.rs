@@ -278,6 +278,11 @@ pub struct Collector {
 impl Collector {
     /// Start the collector on `db`; `grpc_port` 0 lets the kernel choose.
     pub fn start(db: &Path, grpc_port: u16) -> Collector {
+        Self::start_db(db.as_os_str(), grpc_port)
+    }
+
+    /// On `--db` as given: a SQLite path or a `postgres://` URL.
+    pub fn start_db(db: &std::ffi::OsStr, grpc_port: u16) -> Collector {
         let mut child = Command::new(collector_bin())
             .args([
                 "--grpc",
@@ -308,7 +313,7 @@ impl Collector {
             grpc_port: port_of("grpc="),
             http_port: port_of("http="),
             proc,
-            db: db.to_path_buf(),
+            db: PathBuf::from(db),
         };
         poll_until(Duration::from_secs(10), "collector health", || {
             try_get(&c.url("/healthz"))
@@ -395,6 +400,148 @@ impl Redis {
 
     pub fn stop(&mut self) {
         self.proc = None;
+    }
+}
+
+/// A PostgreSQL server from Debian's packages (`make test` installs
+/// `postgresql`) in a scratch directory on a loopback port, trust auth,
+/// stopped on drop. Run as the `postgres` user when the tests run as root
+/// (initdb refuses root).
+pub struct Postgres {
+    proc: Option<Child>,
+    pub port: u16,
+    _dir: TempDir,
+}
+
+fn pg_bin(name: &str) -> PathBuf {
+    if let Some(d) = std::env::var_os("PG_BIN") {
+        return PathBuf::from(d).join(name);
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    versions.sort();
+    versions
+        .pop()
+        .map(|v| v.join("bin").join(name))
+        .unwrap_or_else(|| panic!("no PostgreSQL under /usr/lib/postgresql (`make test` installs Debian's postgresql)"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `cmd` as the postgres user when we are root.
+fn as_postgres(bin: PathBuf) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        let dir = TempDir::new("postgres");
+        let data = dir.0.join("data");
+        if is_root() {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir.0)
+                .status();
+            assert!(
+                ok.is_ok_and(|s| s.success()),
+                "chown the scratch dir to postgres"
+            );
+        }
+        let out = as_postgres(pg_bin("initdb"))
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "-D",
+            ])
+            .arg(&data)
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = dead_port();
+        let child = as_postgres(pg_bin("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-p",
+                &port.to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-k",
+            ])
+            .arg(&dir.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start postgres");
+        let pg = Postgres {
+            proc: Some(child),
+            port,
+            _dir: dir,
+        };
+        poll_until(
+            Duration::from_secs(30),
+            "postgres accepting connections",
+            || {
+                Command::new(pg_bin("pg_isready"))
+                    .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                    .stdout(Stdio::null())
+                    .status()
+                    .ok()
+                    .filter(|s| s.success())
+            },
+        );
+        pg
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.proc.take() {
+            // A fast shutdown (SIGINT): the postmaster stops its backends.
+            let _ = Command::new("kill")
+                .args(["-INT", &c.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::park_timeout(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Collector benchmark (`make bench-collector`): records/s into SQLite
+//! Collector benchmark (`make bench-collector`): records/s into SQLite (and
+//! PostgreSQL with `BENCH_PG_URL`)
 //! through the real gRPC service and writer thread (rollups included), on
 //! loopback; then the summary's latency for windows from 5 minutes to 30
 //! days over stores of 1 million and 10 million records spread over 30
@@ -122,15 +123,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(400_000);
     let dir = std::env::temp_dir().join(format!("portcullis-ingest-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    println!("| batch size | clients | records | seconds | records/s |");
-    println!("|---|---|---|---|---|");
-    for (batch, clients) in [(500u64, 4u64), (100, 4), (1000, 2)] {
-        let db = dir
-            .join(format!("b{batch}-c{clients}.db"))
-            .display()
-            .to_string();
-        let mut conn = db::connect(&db)?;
-        db::migrate(&mut conn)?;
+    println!("| database | batch size | clients | records | seconds | records/s |");
+    println!("|---|---|---|---|---|---|");
+    // BENCH_PG_URL: also into PostgreSQL (scripts/bench-collector.sh
+    // starts one); its tables are emptied first.
+    let pg = std::env::var("BENCH_PG_URL").ok();
+    let mut runs: Vec<(String, u64, u64)> = [(500u64, 4u64), (100, 4), (1000, 2)]
+        .iter()
+        .map(|&(b, c)| {
+            (
+                dir.join(format!("b{b}-c{c}.db")).display().to_string(),
+                b,
+                c,
+            )
+        })
+        .collect();
+    if let Some(url) = &pg {
+        runs.push((url.clone(), 500, 4));
+        runs.push((url.clone(), 1000, 2));
+    }
+    for (db, batch, clients) in runs {
+        let kind = if db::is_postgres(&db) {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        };
+        let conn = tokio::task::block_in_place(|| -> Result<db::Db, db::DbError> {
+            let mut conn = db::connect(&db)?;
+            db::migrate(&mut conn)?;
+            if let db::Db::Postgres(c) = &mut conn {
+                c.batch_execute("TRUNCATE requests, rollup_minute, rollup_hour")?;
+            }
+            Ok(conn)
+        })?;
         let writer = Writer::start(conn, 256, Retention::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -178,12 +203,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let secs = started.elapsed().as_secs_f64();
         server.abort();
-        let stored = db::connect(&db)?.count()?;
+        let stored = tokio::task::block_in_place(|| db::connect(&db)?.count())?;
         if stored as u64 != sent {
             return Err(format!("stored {stored} of {sent}").into());
         }
         println!(
-            "| {batch} | {clients} | {sent} | {secs:.2} | {:.0} |",
+            "| {kind} | {batch} | {clients} | {sent} | {secs:.2} | {:.0} |",
             sent as f64 / secs
         );
     }
