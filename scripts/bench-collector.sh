@@ -12,7 +12,9 @@ as_pg() { if [[ $(id -u) == 0 ]]; then setpriv --reuid=postgres --regid=postgres
 [[ $(id -u) == 0 ]] && chown postgres:postgres "$dir"
 port=18432
 as_pg "$pgbin/initdb" -A trust -U postgres -E UTF8 --no-sync -D "$dir/data" >/dev/null
-as_pg "$pgbin/postgres" -D "$dir/data" -p $port -c listen_addresses=127.0.0.1 -k "$dir" >"$dir/log" 2>&1 &
+# exec: $! is the postmaster itself, so the cleanup's SIGINT reaches it.
+(exec_pg() { if [[ $(id -u) == 0 ]]; then exec setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"; else exec "$@"; fi; }
+ exec_pg "$pgbin/postgres" -D "$dir/data" -p $port -c listen_addresses=127.0.0.1 -k "$dir") >"$dir/log" 2>&1 &
 pg=$!
 cleanup() { kill -INT $pg 2>/dev/null || true; wait $pg 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT INT TERM

@@ -283,6 +283,11 @@ impl Collector {
 
     /// On `--db` as given: a SQLite path or a `postgres://` URL.
     pub fn start_db(db: &std::ffi::OsStr, grpc_port: u16) -> Collector {
+        Self::start_args(db, grpc_port, &[])
+    }
+
+    /// With more arguments (`--retention-records N`, ...).
+    pub fn start_args(db: &std::ffi::OsStr, grpc_port: u16, extra: &[&str]) -> Collector {
         let mut child = Command::new(collector_bin())
             .args([
                 "--grpc",
@@ -292,6 +297,7 @@ impl Collector {
                 "--db",
             ])
             .arg(db)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -160,4 +160,13 @@ fn two_collectors_share_one_postgres_exactly() {
     assert!(recent
         .iter()
         .any(|r| r["request_id"].as_str().unwrap().starts_with("a-1~") && r["status"] == 500));
+
+    // Retention by size on PostgreSQL: a collector that keeps at most 600
+    // records prunes the oldest (in small steps) down to that.
+    let _pruner = Collector::start_args(url.as_ref(), 0, &["--retention-records", "600"]);
+    poll_until(
+        std::time::Duration::from_secs(20),
+        "pruned to 600 records",
+        || (a.recent(1000).len() == 600).then_some(()),
+    );
 }
