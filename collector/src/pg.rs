@@ -230,77 +230,164 @@ pub fn write(c: &mut Client, batches: &[&[RequestRecord]]) -> Result<Vec<(u32, u
     Ok(counts)
 }
 
-/// Merge a group's rollups into the stored rows, in key order.
+/// Merge a group's rollups into the stored rows: per table, three
+/// statements however many rows — create the missing rows empty, lock and
+/// read them all (in key order, as every writer does), write them merged.
 fn merge_rollups(tx: &mut Transaction<'_>, rollups: Pending) -> Result<()> {
     let mut rows = rollups.into_rows();
-    rows.sort_by(|a, b| {
-        (
-            a.0,
-            a.1,
-            &a.2.provider,
-            &a.2.model,
-            &a.2.client,
-            &a.2.experiment,
-            &a.2.arm,
-        )
-            .cmp(&(
-                b.0,
-                b.1,
-                &b.2.provider,
-                &b.2.model,
-                &b.2.client,
-                &b.2.experiment,
-                &b.2.arm,
-            ))
-    });
-    for (table, start, d, counts) in rows {
-        let t = table.name();
-        let key: [&(dyn ToSql + Sync); 6] = [
-            &start,
+    rows.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
+    for table in [Table::Minute, Table::Hour] {
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.0 == table).collect();
+        // 7 parameters a row; PostgreSQL allows 65,535 a statement.
+        for chunk in mine.chunks(1000) {
+            merge_chunk(tx, table, chunk)?;
+        }
+    }
+    Ok(())
+}
+
+type Row = (Table, i64, Dims, Counts);
+
+fn key_of(r: &Row) -> (Table, i64, &str, &str, &str, &str, &str) {
+    let d = &r.2;
+    (
+        r.0,
+        r.1,
+        &d.provider,
+        &d.model,
+        &d.client,
+        &d.experiment,
+        &d.arm,
+    )
+}
+
+/// `($1::BIGINT, $2::TEXT, ...)` tuples for `rows` rows of `types`.
+fn tuples(rows: usize, types: &[&str]) -> String {
+    let mut out = String::new();
+    for r in 0..rows {
+        if r > 0 {
+            out.push(',');
+        }
+        out.push('(');
+        for (c, t) in types.iter().enumerate() {
+            if c > 0 {
+                out.push(',');
+            }
+            out.push_str(&format!("${}::{t}", r * types.len() + c + 1));
+        }
+        out.push(')');
+    }
+    out
+}
+
+const KEY_TYPES: [&str; 6] = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"];
+const ROW_TYPES: [&str; 7] = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BYTEA"];
+const KEY_COLUMNS: &str = "start_ms, provider, model, client, experiment, arm";
+
+fn key_params<'a>(rows: &'a [&'a Row], out: &mut Vec<&'a (dyn ToSql + Sync)>) {
+    for r in rows {
+        let d = &r.2;
+        out.extend([
+            &r.1 as &(dyn ToSql + Sync),
             &d.provider,
             &d.model,
             &d.client,
             &d.experiment,
             &d.arm,
-        ];
-        let cells = counts.encode();
-        let mut p: Vec<&(dyn ToSql + Sync)> = key.to_vec();
-        p.push(&cells);
-        let created = tx.execute(
-            format!(
-                "INSERT INTO {t} (start_ms, provider, model, client, experiment, arm, cells)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING"
-            )
-            .as_str(),
-            &p,
-        )?;
-        if created == 1 {
-            continue;
-        }
-        let row = tx.query_one(
-            format!(
-                "SELECT cells FROM {t} WHERE start_ms = $1 AND provider = $2 AND model = $3
-                   AND client = $4 AND experiment = $5 AND arm = $6 FOR UPDATE"
-            )
-            .as_str(),
-            &key,
-        )?;
-        let stored: Vec<u8> = row.try_get(0)?;
-        let mut merged = Counts::decode(&stored)
-            .ok_or_else(|| DbError(format!("{t}: a row that does not decode")))?;
-        merged.merge(&counts);
-        let cells = merged.encode();
-        let mut p: Vec<&(dyn ToSql + Sync)> = key.to_vec();
-        p.push(&cells);
-        tx.execute(
-            format!(
-                "UPDATE {t} SET cells = $7 WHERE start_ms = $1 AND provider = $2 AND model = $3
-                   AND client = $4 AND experiment = $5 AND arm = $6"
-            )
-            .as_str(),
-            &p,
-        )?;
+        ]);
     }
+}
+
+fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<()> {
+    let t = table.name();
+    let empty = Counts::default().encode();
+    let mut p: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(rows.len() * 7);
+    for r in rows {
+        let d = &r.2;
+        p.extend([
+            &r.1 as &(dyn ToSql + Sync),
+            &d.provider,
+            &d.model,
+            &d.client,
+            &d.experiment,
+            &d.arm,
+            &empty,
+        ]);
+    }
+    tx.execute(
+        format!(
+            "INSERT INTO {t} ({KEY_COLUMNS}, cells) VALUES {} ON CONFLICT DO NOTHING",
+            tuples(rows.len(), &ROW_TYPES)
+        )
+        .as_str(),
+        &p,
+    )?;
+    let mut k: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(rows.len() * 6);
+    key_params(rows, &mut k);
+    let stored = tx.query(
+        format!(
+            "SELECT {KEY_COLUMNS}, cells FROM {t} WHERE ({KEY_COLUMNS}) IN ({})
+             ORDER BY {KEY_COLUMNS} FOR UPDATE",
+            tuples(rows.len(), &KEY_TYPES)
+        )
+        .as_str(),
+        &k,
+    )?;
+    let mut current = std::collections::HashMap::with_capacity(stored.len());
+    for s in &stored {
+        let key = (
+            s.try_get::<_, i64>(0)?,
+            s.try_get::<_, String>(1)?,
+            s.try_get::<_, String>(2)?,
+            s.try_get::<_, String>(3)?,
+            s.try_get::<_, String>(4)?,
+            s.try_get::<_, String>(5)?,
+        );
+        let cells: Vec<u8> = s.try_get(6)?;
+        let counts = Counts::decode(&cells)
+            .ok_or_else(|| DbError(format!("{t}: a row that does not decode")))?;
+        current.insert(key, counts);
+    }
+    let mut merged: Vec<Vec<u8>> = Vec::with_capacity(rows.len());
+    for r in rows {
+        let d = &r.2;
+        let key = (
+            r.1,
+            d.provider.clone(),
+            d.model.clone(),
+            d.client.clone(),
+            d.experiment.clone(),
+            d.arm.clone(),
+        );
+        let mut c = current
+            .remove(&key)
+            .ok_or_else(|| DbError(format!("{t}: a row that was just made is missing")))?;
+        c.merge(&r.3);
+        merged.push(c.encode());
+    }
+    let mut p: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(rows.len() * 7);
+    for (r, cells) in rows.iter().zip(&merged) {
+        let d = &r.2;
+        p.extend([
+            &r.1 as &(dyn ToSql + Sync),
+            &d.provider,
+            &d.model,
+            &d.client,
+            &d.experiment,
+            &d.arm,
+            cells,
+        ]);
+    }
+    tx.execute(
+        format!(
+            "UPDATE {t} SET cells = v.cells FROM (VALUES {}) AS v({KEY_COLUMNS}, cells)
+             WHERE {t}.start_ms = v.start_ms AND {t}.provider = v.provider AND {t}.model = v.model
+               AND {t}.client = v.client AND {t}.experiment = v.experiment AND {t}.arm = v.arm",
+            tuples(rows.len(), &ROW_TYPES)
+        )
+        .as_str(),
+        &p,
+    )?;
     Ok(())
 }
 
