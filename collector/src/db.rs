@@ -76,6 +76,14 @@ impl Table {
             Table::Hour => "rollup_hour",
         }
     }
+
+    /// The failed attempts at this table's grain.
+    pub fn failures(self) -> &'static str {
+        match self {
+            Table::Minute => "failures_minute",
+            Table::Hour => "failures_hour",
+        }
+    }
 }
 
 /// One request as the recent-requests API shows it.
@@ -164,6 +172,34 @@ impl Db {
                     let cells: Vec<u8> = r.get(6)?;
                     Ok((r.get(0)?, dims, Counts::decode(&cells).unwrap_or_default()))
                 })?;
+                Ok(rows.collect::<rusqlite::Result<_>>()?)
+            }
+        }
+    }
+
+    /// Failed attempts (provider, cause, count) of `table`'s grain with
+    /// `lo <= start_ms < hi`, summed over the buckets.
+    pub fn failure_rows(
+        &mut self,
+        table: Table,
+        lo: i64,
+        hi: i64,
+    ) -> Result<Vec<(String, String, i64)>> {
+        let sql = format!(
+            "SELECT provider, cause, SUM(count) FROM {} WHERE start_ms >= $1 AND start_ms < $2
+             GROUP BY provider, cause",
+            table.failures()
+        );
+        match self {
+            Db::Postgres(c) => {
+                // SUM over BIGINT is NUMERIC in PostgreSQL: read it back as BIGINT.
+                let sql = sql.replace("SUM(count)", "SUM(count)::BIGINT");
+                pg::failure_rows(c, &sql, lo, hi)
+            }
+            Db::Sqlite(conn) => {
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let rows =
+                    stmt.query_map(params![lo, hi], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)
             }
         }

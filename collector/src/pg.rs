@@ -11,7 +11,7 @@
 
 use crate::db::{DbError, Recent, Result, Table};
 use crate::proto::RequestRecord;
-use crate::rollup::{Counts, Dims, Pending};
+use crate::rollup::{failure_upsert, Counts, Dims, Pending};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Transaction};
 use std::collections::HashSet;
@@ -58,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (start_ms, provider, model, client, experiment, arm)
     );",
     "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
+    crate::rollup::FAILURES_SCHEMA,
 ];
 
 /// Any number fixed for this schema: collectors starting at once migrate in
@@ -224,6 +225,12 @@ pub fn write(c: &mut Client, batches: &[&[RequestRecord]]) -> Result<Vec<(u32, u
             }
         }
         counts.push((stored, dup));
+    }
+    for ((table, start, provider, cause), n) in rollups.take_failures() {
+        tx.execute(
+            failure_upsert(table).as_str(),
+            &[&start, &provider, &cause, &n],
+        )?;
     }
     merge_rollups(&mut tx, rollups)?;
     tx.commit()?;
@@ -406,10 +413,14 @@ pub fn prune_step(
             &[&cutoff, &step],
         )?;
         more |= i(n) == step;
-        for t in [Table::Minute, Table::Hour] {
+        for t in [
+            "rollup_minute",
+            "rollup_hour",
+            "failures_minute",
+            "failures_hour",
+        ] {
             let sql = format!(
-                "DELETE FROM {0} WHERE ctid IN (SELECT ctid FROM {0} WHERE start_ms < $1 LIMIT $2)",
-                t.name()
+                "DELETE FROM {t} WHERE ctid IN (SELECT ctid FROM {t} WHERE start_ms < $1 LIMIT $2)"
             );
             more |= i(c.execute(sql.as_str(), &[&cutoff, &step])?) == step;
         }
@@ -455,6 +466,19 @@ pub fn rollup_rows(
             },
             Counts::decode(&cells).unwrap_or_default(),
         ));
+    }
+    Ok(out)
+}
+
+pub fn failure_rows(
+    c: &mut Client,
+    sql: &str,
+    lo: i64,
+    hi: i64,
+) -> Result<Vec<(String, String, i64)>> {
+    let mut out = Vec::new();
+    for r in c.query(sql, &[&lo, &hi])? {
+        out.push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
     }
     Ok(out)
 }

@@ -234,9 +234,46 @@ impl Dims {
 type RowKey = (&'static str, i64, Dims);
 
 /// Counts for one batch, by (table, bucket start, dimensions), before they
-/// are merged into the stored rows.
+/// are merged into the stored rows; and the failed attempts by (table,
+/// bucket start, provider, cause).
 #[derive(Default)]
-pub struct Pending(HashMap<RowKey, Counts>);
+pub struct Pending {
+    rows: HashMap<RowKey, Counts>,
+    failures: HashMap<FailKey, i64>,
+}
+
+type FailKey = (&'static str, i64, String, String);
+
+/// Failed attempts (the providers a request fell back from, and why), per
+/// minute and per hour: `count` attempts of `provider` ended with `cause`.
+/// Both databases add to a row with one upsert, atomically.
+pub const FAILURES_SCHEMA: &str = "
+    CREATE TABLE failures_minute (
+        start_ms BIGINT NOT NULL, provider TEXT NOT NULL, cause TEXT NOT NULL,
+        count BIGINT NOT NULL, PRIMARY KEY (start_ms, provider, cause));
+    CREATE TABLE failures_hour (
+        start_ms BIGINT NOT NULL, provider TEXT NOT NULL, cause TEXT NOT NULL,
+        count BIGINT NOT NULL, PRIMARY KEY (start_ms, provider, cause));";
+
+/// SQLite: the failures of the records already stored (their attempts are
+/// JSON text).
+pub const FAILURES_BACKFILL: &str = "
+    INSERT INTO failures_minute
+      SELECT time_ms - time_ms % 60000, json_extract(a.value, '$.provider'), json_extract(a.value, '$.cause'), COUNT(*)
+      FROM requests, json_each(requests.attempts) AS a
+      WHERE json_extract(a.value, '$.cause') != '' GROUP BY 1, 2, 3;
+    INSERT INTO failures_hour
+      SELECT time_ms - time_ms % 3600000, json_extract(a.value, '$.provider'), json_extract(a.value, '$.cause'), COUNT(*)
+      FROM requests, json_each(requests.attempts) AS a
+      WHERE json_extract(a.value, '$.cause') != '' GROUP BY 1, 2, 3;";
+
+/// Add `count` failures to a row (either database).
+pub fn failure_upsert(table: &str) -> String {
+    format!(
+        "INSERT INTO {table} (start_ms, provider, cause, count) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (start_ms, provider, cause) DO UPDATE SET count = {table}.count + excluded.count"
+    )
+}
 
 /// The rows the writer wrote last, as stored: the writer owns the only
 /// connection that writes, so a row it knows needs no read before its next
@@ -255,7 +292,7 @@ impl Known {
 impl Pending {
     /// The rows to merge: (table, bucket start, dimensions, counts).
     pub fn into_rows(self) -> Vec<(crate::db::Table, i64, Dims, Counts)> {
-        self.0
+        self.rows
             .into_iter()
             .map(|((table, start, dims), c)| {
                 let t = if table == "rollup_hour" {
@@ -273,19 +310,47 @@ impl Pending {
         let dims = Dims::of(r);
         for (table, step) in [("rollup_minute", MINUTE_MS), ("rollup_hour", HOUR_MS)] {
             let start = t - t.rem_euclid(step);
-            self.0
+            self.rows
                 .entry((table, start, dims.clone()))
                 .or_default()
                 .add_record(r);
         }
+        for a in r.attempts.iter().filter(|a| !a.cause.is_empty()) {
+            for (table, step) in [("failures_minute", MINUTE_MS), ("failures_hour", HOUR_MS)] {
+                let start = t - t.rem_euclid(step);
+                let n = self
+                    .failures
+                    .entry((table, start, a.provider.clone(), a.cause.clone()))
+                    .or_default();
+                *n = n.saturating_add(1);
+            }
+        }
     }
 
     /// Merge into the stored rows (in the caller's transaction).
-    pub fn write(self, conn: &Connection, known: &mut Known) -> rusqlite::Result<()> {
+    /// The failures to add, in key order (the order every writer locks in).
+    pub fn sorted_failures(f: HashMap<FailKey, i64>) -> Vec<(FailKey, i64)> {
+        let mut v: Vec<(FailKey, i64)> = f.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    /// Take the failures out (PostgreSQL writes them itself).
+    pub fn take_failures(&mut self) -> Vec<(FailKey, i64)> {
+        Self::sorted_failures(std::mem::take(&mut self.failures))
+    }
+
+    pub fn write(mut self, conn: &Connection, known: &mut Known) -> rusqlite::Result<()> {
         if known.0.len() > Known::MAX_ROWS {
             known.forget();
         }
-        for (key, counts) in self.0 {
+        for ((table, start, provider, cause), n) in
+            Self::sorted_failures(std::mem::take(&mut self.failures))
+        {
+            conn.prepare_cached(&failure_upsert(table))?
+                .execute(params![start, provider, cause, n])?;
+        }
+        for (key, counts) in self.rows {
             let mut merged = match known.0.remove(&key) {
                 Some(c) => c,
                 None => stored(conn, &key)?.unwrap_or_default(),

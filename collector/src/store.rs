@@ -45,7 +45,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX requests_time ON requests(time_ms);",
     rollup::SCHEMA,
     "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
+    rollup::FAILURES_SCHEMA,
 ];
+
+/// Which migration makes the failed-attempt rollups (and fills them from
+/// the records already stored).
+const FAILURES_MIGRATION: usize = 3;
 
 /// Which migration builds the rollups of records stored before them.
 const ROLLUPS_MIGRATION: usize = 1;
@@ -66,6 +71,9 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<usize> {
         tx.execute_batch(m)?;
         if i == ROLLUPS_MIGRATION {
             rollup::backfill(&tx)?;
+        }
+        if i == FAILURES_MIGRATION {
+            tx.execute_batch(rollup::FAILURES_BACKFILL)?;
         }
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
@@ -411,7 +419,12 @@ fn prune_step(conn: &Connection, r: &Retention, now_ms: i64) -> bool {
         let records = "DELETE FROM requests WHERE rowid IN
                          (SELECT rowid FROM requests WHERE time_ms < ?1 LIMIT ?2)";
         more |= run(records, [cutoff, PRUNE_STEP]) == PRUNE_STEP;
-        for table in ["rollup_minute", "rollup_hour"] {
+        for table in [
+            "rollup_minute",
+            "rollup_hour",
+            "failures_minute",
+            "failures_hour",
+        ] {
             // WITHOUT ROWID tables: deleted by their key's first column.
             let sql = format!(
                 "DELETE FROM {table} WHERE start_ms IN
@@ -628,12 +641,28 @@ mod tests {
                                        // 60 records a minute apart from 30 minutes before t0 on.
         let recs: Vec<_> = (0..60u64)
             .map(|i| {
-                served(
+                let mut r = served(
                     &format!("r{i}"),
                     t0 - 1_800_000 + i * 60_000,
                     10 + i,
                     if i % 10 == 9 { 502 } else { 200 },
-                )
+                );
+                // Every third request fell back from a failed primary.
+                if i % 3 == 0 {
+                    r.attempts = vec![
+                        crate::proto::Attempt {
+                            provider: "primary".into(),
+                            status: 503,
+                            cause: "http_5xx".into(),
+                        },
+                        crate::proto::Attempt {
+                            provider: "backup".into(),
+                            status: 200,
+                            cause: String::new(),
+                        },
+                    ];
+                }
+                r
             })
             .collect();
         let (early, late) = recs.split_at(30);
@@ -652,6 +681,14 @@ mod tests {
         assert_eq!(s.latency_quantiles, "exact");
         assert_eq!((s.p50_latency_ms, s.p95_latency_ms), (39, 66));
         assert_eq!(s.by_provider[0].key, "primary");
+        // The failed attempts, counted once (the re-send added none).
+        let f: Vec<(&str, &str, i64)> = s
+            .failed_attempts
+            .iter()
+            .map(|f| (f.provider.as_str(), f.cause.as_str(), f.count))
+            .collect();
+        assert_eq!(f, [("primary", "http_5xx", 20)]);
+        assert_eq!(s.fallbacks, 20);
         // Per minute over the last 3 hours: a point a minute, errors apart.
         let now = (t0 + 1_800_000) as i64;
         let series = with_db(&mut conn, |d| {
@@ -682,6 +719,8 @@ mod tests {
         })
         .unwrap();
         assert_eq!(s.total, 40);
+        // r21, r24, ..., r57 (minute rows, then the hour): 13 failures.
+        assert_eq!(s.failed_attempts[0].count, 13);
         // Mid-minute starts round down to the minute.
         let s = with_db(&mut conn, |d| {
             crate::summary::summary(d, (t0 - 600_000 + 59_999) as i64)
@@ -699,7 +738,9 @@ mod tests {
         tx.pragma_update(None, "user_version", 1).unwrap();
         tx.commit().unwrap();
         conn.execute(
-            "INSERT INTO requests VALUES ('old', 1000, 'demo', 'm', 'm', 'p', '', '', 'hit', '[]', 2, 200, '', 25, 0, 0, 3, 4, 0, 0, 9, NULL, NULL)",
+            r#"INSERT INTO requests VALUES ('old', 1000, 'demo', 'm', 'm', 'p', '', '', 'hit',
+                '[{"provider":"q","status":0,"cause":"connect"},{"provider":"p","status":200,"cause":""}]',
+                2, 200, '', 25, 0, 0, 3, 4, 0, 0, 9, NULL, NULL)"#,
             [],
         )
         .unwrap();
@@ -710,6 +751,17 @@ mod tests {
             (1, 1, 3, 4)
         );
         assert_eq!((s.cache_hit_rate, s.avg_latency_ms), (1.0, 25.0));
+        // The failed attempt of the stored record, from its JSON.
+        let f = &s.failed_attempts;
+        assert_eq!(
+            (
+                f.len(),
+                f[0].provider.as_str(),
+                f[0].cause.as_str(),
+                f[0].count
+            ),
+            (1, "q", "connect", 1)
+        );
     }
 
     /// A cap on stored records prunes the oldest in steps of at most

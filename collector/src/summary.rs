@@ -41,6 +41,16 @@ pub struct Summary {
     pub by_experiment: Vec<Group>,
     /// Requests and spend per client.
     pub by_client: Vec<Group>,
+    /// Attempts that failed (and were fallen back from, or ended the
+    /// request), by provider and cause, most first.
+    pub failed_attempts: Vec<Failure>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Failure {
+    pub provider: String,
+    pub cause: String,
+    pub count: i64,
 }
 
 fn ratio(a: i64, b: i64) -> f64 {
@@ -89,16 +99,46 @@ fn ranked(by: HashMap<String, Counts>) -> Vec<Group> {
 
 /// The rollup rows of a window: whole hours from the hourly table, the
 /// minutes before the first whole hour from the per-minute one.
-fn window_rows(db: &mut Db, since_ms: i64) -> Result<Vec<(Dims, Counts)>> {
+/// A window's parts: minutes before its first whole hour, then hours.
+fn grains(since_ms: i64) -> [(Table, i64, i64); 2] {
     let first_hour = since_ms
         .div_euclid(HOUR_MS)
         .saturating_add(i64::from(since_ms.rem_euclid(HOUR_MS) != 0))
         * HOUR_MS;
-    let mut out = Vec::new();
-    for (table, lo, hi) in [
+    [
         (Table::Minute, since_ms, first_hour),
         (Table::Hour, first_hour, i64::MAX),
-    ] {
+    ]
+}
+
+/// A window's failed attempts, most first.
+fn failures(db: &mut Db, since_ms: i64) -> Result<Vec<Failure>> {
+    let mut by: HashMap<(String, String), i64> = HashMap::new();
+    for (table, lo, hi) in grains(since_ms) {
+        for (provider, cause, n) in db.failure_rows(table, lo, hi)? {
+            let e = by.entry((provider, cause)).or_default();
+            *e = e.saturating_add(n);
+        }
+    }
+    let mut out: Vec<Failure> = by
+        .into_iter()
+        .map(|((provider, cause), count)| Failure {
+            provider,
+            cause,
+            count,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| (&a.provider, &a.cause).cmp(&(&b.provider, &b.cause)))
+    });
+    Ok(out)
+}
+
+fn window_rows(db: &mut Db, since_ms: i64) -> Result<Vec<(Dims, Counts)>> {
+    let mut out = Vec::new();
+    for (table, lo, hi) in grains(since_ms) {
         out.extend(
             db.rollup_rows(table, lo, hi)?
                 .into_iter()
@@ -144,16 +184,19 @@ pub fn summary(db: &mut Db, since_ms: i64) -> Result<Summary> {
             Ok(total.latency_quantile(q).round() as i64)
         }
     };
+    let (p50, p95, p99) = (quantile(0.5)?, quantile(0.95)?, quantile(0.99)?);
+    let failed_attempts = failures(db, since_ms)?;
     Ok(Summary {
+        failed_attempts,
         since_ms,
         total: total.requests,
         success_rate: ratio(total.ok, total.requests),
         cache_hit_rate: ratio(total.cache_hits, total.requests),
         fallbacks: total.fallbacks,
         avg_latency_ms: ratio(total.latency_sum_ms, total.requests),
-        p50_latency_ms: quantile(0.5)?,
-        p95_latency_ms: quantile(0.95)?,
-        p99_latency_ms: quantile(0.99)?,
+        p50_latency_ms: p50,
+        p95_latency_ms: p95,
+        p99_latency_ms: p99,
         latency_quantiles: if exact { "exact" } else { "histogram" },
         prompt_tokens: total.prompt_tokens,
         completion_tokens: total.completion_tokens,

@@ -9,6 +9,14 @@ use portcullis_collector::proto::{
 use portcullis_tests::*;
 
 fn record(id: &str, client: &str, latency_ms: u64, now: u64) -> RequestRecord {
+    // gamma's requests fell back from a primary that timed out.
+    let failed = (client == "gamma")
+        .then(|| Attempt {
+            provider: "primary".into(),
+            status: 0,
+            cause: "timeout".into(),
+        })
+        .into_iter();
     RequestRecord {
         request_id: id.into(),
         time_ms: now,
@@ -17,11 +25,13 @@ fn record(id: &str, client: &str, latency_ms: u64, now: u64) -> RequestRecord {
         model: "gpt-4o-mini".into(),
         provider: "primary".into(),
         cache: "miss".into(),
-        attempts: vec![Attempt {
-            provider: "primary".into(),
-            status: 200,
-            cause: String::new(),
-        }],
+        attempts: failed
+            .chain([Attempt {
+                provider: "primary".into(),
+                status: 200,
+                cause: String::new(),
+            }])
+            .collect(),
         status: 200,
         latency_ms,
         prompt_tokens: 10,
@@ -131,6 +141,11 @@ fn two_collectors_share_one_postgres_exactly() {
             .map(|p| p["requests"].as_i64().unwrap())
             .sum();
         assert_eq!(points, 1000);
+        assert_eq!(s["fallbacks"], 200);
+        assert_eq!(
+            s["failed_attempts"],
+            serde_json::json!([{"provider": "primary", "cause": "timeout", "count": 200}])
+        );
         assert_eq!(c.recent(5).len(), 5);
     }
 

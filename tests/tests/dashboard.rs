@@ -1,5 +1,7 @@
 //! The dashboard loads in headless Chromium with data rendered.
-use portcullis_collector::proto::{collector_client::CollectorClient, RecordBatch, RequestRecord};
+use portcullis_collector::proto::{
+    collector_client::CollectorClient, Attempt, RecordBatch, RequestRecord,
+};
 use portcullis_tests::*;
 use std::process::Command;
 
@@ -72,6 +74,23 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
                 "backup".into()
             },
             cache: if i == 0 { "hit".into() } else { "miss".into() },
+            // The last two fell back from primary's timeouts.
+            attempts: if i >= 5 {
+                vec![
+                    Attempt {
+                        provider: "primary".into(),
+                        status: 0,
+                        cause: "timeout".into(),
+                    },
+                    Attempt {
+                        provider: "backup".into(),
+                        status: 200,
+                        cause: String::new(),
+                    },
+                ]
+            } else {
+                Vec::new()
+            },
             status: 200,
             latency_ms: 40 + i,
             prompt_tokens: 10,
@@ -104,6 +123,10 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
         "{html}"
     );
     assert!(html.contains("14.3%"), "cache hit rate 1/7: {html}");
+    assert!(
+        html.contains(r#"<td>primary</td><td><span class="err">timeout</span></td><td>2</td>"#),
+        "the failed attempts: {html}"
+    );
     assert!(
         html.contains("llama-3.1-8b") && html.contains("backup"),
         "{html}"
