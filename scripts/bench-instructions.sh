@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# make bench-instructions (also in make bench): the stable measure beside
+# requests per second. Envoy's instructions per request, counted by
+# valgrind's callgrind: the same build, config and request give the same
+# count whatever the neighbours do (perf counters are not available on
+# these VMs). For each variant (bare Envoy, our routed path, our cache hit,
+# and the mechanism's two floors), Envoy (one worker) starts under
+# callgrind with instrumentation off, takes WARM requests, then counts the
+# instructions of exactly N requests (portcullis-load, 4 keep-alive
+# connections); each variant runs twice, to show how repeatable it is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N="${BENCH_INSTR_N:-2000}"
+WARM="${BENCH_INSTR_WARM:-300}"
+RUNS="${BENCH_INSTR_RUNS:-2}"
+WASM="${BENCH_WASM:-$PWD/target/wasm32-wasip1/release/portcullis_filter.wasm}"
+ENVOY_REAL="${ENVOY_BIN:-$(find .venv/lib -path '*/envoy/_bin/envoy' -type f 2>/dev/null | head -1)}"
+[[ -x $ENVOY_REAL ]] || { echo "bench-instructions: no Envoy binary (make envoy)" >&2; exit 1; }
+command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
+cargo build --release -q -p portcullis-tests --bin portcullis-mock --bin portcullis-load
+cargo build --release -q -p portcullis-collector --bin portcullis-collector
+(cd bench/floor && cargo build --release -q --target wasm32-wasip1)
+FLOOR_WASM="$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm"
+dir=$(mktemp -d /tmp/portcullis-instr.XXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT INT TERM
+wait_for() { local d=$((SECONDS + 300)); until curl -fsS -o /dev/null "$@" 2>/dev/null; do ((SECONDS < d)) || { echo "bench-instructions: $* not ready" >&2; exit 1; }; sleep 0.2; done; }
+
+MOCK=18401; COLLECTOR=18451; PORT=10401; ADMIN=9941
+target/release/portcullis-mock --port $MOCK --name bench --api-key sk-bench >"$dir/mock.log" 2>&1 & pids+=($!)
+target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR --http 127.0.0.1:18452 --db "$dir/log.db" >"$dir/collector.log" 2>&1 & pids+=($!)
+wait_for http://127.0.0.1:$MOCK/__mock/hits
+wait_for http://127.0.0.1:18452/healthz
+
+sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
+sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
+sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
+cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
+echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
+
+measure() { # variant -> instructions per request
+  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out
+  case $v in
+    bare) cfg=bare.yaml; key=sk-bench ;;
+    route|hit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
+  esac
+  out="$dir/$v.callgrind"
+  rm -f "$out"*
+  OPENAI_API_KEY=sk-bench valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+    --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
+    >"$dir/$v.log" 2>&1 &
+  local pid=$!
+  wait_for "http://127.0.0.1:$ADMIN/ready"
+  target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$WARM" 4 "$key" >/dev/null
+  callgrind_control -i on $pid >/dev/null
+  read -r n bad < <(target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$N" 4 "$key")
+  callgrind_control -i off $pid >/dev/null
+  callgrind_control -d $pid >/dev/null
+  kill $pid; wait $pid 2>/dev/null || true
+  [[ $bad == 0 ]] || { echo "bench-instructions: $v: $bad of $n requests failed" >&2; exit 1; }
+  # The dump holds the instrumented part only.
+  local ir
+  ir=$(awk '/^totals:/ {t += $2} /^summary:/ {s += $2} END {print (t > 0 ? t : s)}' "$out"*)
+  awk -v ir="$ir" -v n="$n" 'BEGIN {printf "%.0f", ir / n}'
+}
+
+declare -A IPR
+table="| variant | instructions per request, run 1 | run 2 | spread |
+|---|---|---|---|"
+for v in bare route hit floor floorhit; do
+  runs=()
+  for r in $(seq 1 "$RUNS"); do runs+=("$(measure $v)"); done
+  IPR[$v]=${runs[0]}
+  spread=$(printf '%s\n' "${runs[@]}" | awk 'NR==1 {lo=$1; hi=$1} {if ($1<lo) lo=$1; if ($1>hi) hi=$1} END {printf "%.2f%%", (hi-lo)*100/lo}')
+  table+=$'\n'"| $v | ${runs[0]} | ${runs[1]:-} | $spread |"
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+mkdir -p .run
+{
+  echo "instructions per request of the Envoy process (callgrind; $N requests after $WARM, 4 connections, one worker; $(date -u +%F))"
+  echo
+  echo "$table"
+  echo
+  echo "Ratios by instructions (bare / variant: >1 is cheaper than bare): route $(ratio "${IPR[bare]}" "${IPR[route]}")x, hit $(ratio "${IPR[bare]}" "${IPR[hit]}")x, routed floor $(ratio "${IPR[bare]}" "${IPR[floor]}")x, local-answer floor $(ratio "${IPR[bare]}" "${IPR[floorhit]}")x"
+  echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
+} | tee .run/bench-instructions-latest.md

@@ -1,0 +1,47 @@
+//! `portcullis-load URL N CONNECTIONS [KEY]`: exactly N chat requests,
+//! spread over CONNECTIONS keep-alive connections, as fast as they are
+//! answered (for the instruction counts of `make bench`, which need a fixed
+//! number of requests; wrk runs for a time). Prints `<N> <non-2xx>`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(url), Some(n), Some(c)) = (args.get(1), args.get(2), args.get(3)) else {
+        eprintln!("usage: portcullis-load URL N CONNECTIONS [KEY]");
+        std::process::exit(2);
+    };
+    let n: u64 = n.parse().unwrap_or(1000);
+    let c: u64 = c.parse().unwrap_or(4).max(1);
+    let auth = format!("Bearer {}", args.get(4).map_or("sk-portcullis-demo", |s| s.as_str()));
+    let next = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..c)
+        .map(|_| {
+            let (url, auth, next, bad) = (url.clone(), auth.clone(), next.clone(), bad.clone());
+            std::thread::spawn(move || {
+                let agent = ureq::AgentBuilder::new().build();
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    let ok = agent
+                        .post(&url)
+                        .set("content-type", "application/json")
+                        .set("authorization", &auth)
+                        .send_string(BODY)
+                        .ok()
+                        .and_then(|r| r.into_string().ok())
+                        .is_some();
+                    if !ok {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    println!("{n} {}", bad.load(Ordering::Relaxed));
+}
