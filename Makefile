@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run redis postgres images images-if-docker test bench bench-global bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run redis postgres images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -44,6 +44,8 @@ wasm:
 bench: tools redis wasm bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
 	ENVOY="$(ENVOY)" scripts/bench-global.sh
+	scripts/bench-instructions.sh
+	ENVOY="$(ENVOY)" scripts/bench-memory.sh
 
 # Limits scoped `global` against local ones on the routed path, and the
 # limiter's decisions per second against Redis.
@@ -61,6 +63,10 @@ bench-core:
 
 bench-collector: postgres
 	scripts/bench-collector.sh
+
+# The stable measure: Envoy's instructions per request under callgrind.
+bench-instructions: tools wasm
+	scripts/bench-instructions.sh
 
 # Envoy's memory over a million requests of mixed traffic (flat or not).
 bench-memory: tools wasm

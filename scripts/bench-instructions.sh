@@ -59,6 +59,7 @@ measure() { # variant -> instructions per request
   callgrind_control -i off $pid >/dev/null
   callgrind_control -d $pid >/dev/null
   kill $pid; wait $pid 2>/dev/null || true
+  [[ -z ${BENCH_INSTR_KEEP:-} ]] || cp "$out"* "$BENCH_INSTR_KEEP/"
   [[ $bad == 0 ]] || { echo "bench-instructions: $v: $bad of $n requests failed" >&2; exit 1; }
   # The dump holds the instrumented part only.
   local ir
@@ -69,7 +70,7 @@ measure() { # variant -> instructions per request
 declare -A IPR
 table="| variant | instructions per request, run 1 | run 2 | spread |
 |---|---|---|---|"
-for v in bare route hit floor floorhit; do
+for v in ${BENCH_INSTR_VARIANTS:-bare route hit floor floorhit}; do
   runs=()
   for r in $(seq 1 "$RUNS"); do runs+=("$(measure $v)"); done
   IPR[$v]=${runs[0]}

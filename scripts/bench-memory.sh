@@ -50,13 +50,14 @@ LUA
 rss() { awk '/VmRSS/ {print $2}' "/proc/$epid/status"; }
 heap() { curl -s "http://127.0.0.1:$ADMIN/memory" | sed -n 's/.*"allocated": *"\{0,1\}\([0-9]*\).*/\1/p' | head -1; }
 stat() { curl -s "http://127.0.0.1:$ADMIN/stats?filter=^http.gateway.downstream_rq_$1$" | awk '{print $2}'; }
+vm() { curl -s "http://127.0.0.1:$ADMIN/stats?filter=^wasmcustom.portcullis.vm_memory_bytes$" | awk '{print $2}'; }
 total() { echo "$(stat total) ($(stat 2xx) 2xx, $(stat 4xx) 4xx, $(stat 5xx) 5xx)"; }
 run() { taskset -c 1 wrk -t1 -c32 -d"$1s" -s "$dir/mix.lua" "http://127.0.0.1:$PORT/" >/dev/null; }
-echo "| after | requests | Envoy RSS (KiB) | Envoy heap allocated (bytes) |"
-echo "|---|---|---|---|"
+echo "| after | requests | Envoy RSS (KiB) | Envoy heap allocated (bytes) | Wasm VM linear memory (bytes) |"
+echo "|---|---|---|---|---|"
 run 10
-echo "| warm-up | $(total) | $(rss) | $(heap) |"
+echo "| warm-up | $(total) | $(rss) | $(heap) | $(vm) |"
 for s in ${BENCH_MEMORY_SECONDS:-15 150}; do
   run "$s"
-  echo "| +${s}s | $(total) | $(rss) | $(heap) |"
+  echo "| +${s}s | $(total) | $(rss) | $(heap) | $(vm) |"
 done

@@ -106,6 +106,10 @@ pub fn latency(provider: &str) -> String {
     format!("portcullis.latency.provider.{}.ms", label(provider))
 }
 
+/// Gauge: the Wasm linear memory of the filter's VMs, in bytes (each
+/// worker's VM adds its own; it only grows, so flat means no leak).
+pub const VM_MEMORY_BYTES: &str = "portcullis.vm_memory_bytes";
+
 /// Calls to the rate limit service for `global` limits, and their outcomes.
 pub const GLOBAL_CHECKS: &str = "portcullis.global.checks";
 pub const GLOBAL_OVER_LIMIT: &str = "portcullis.global.over_limit";

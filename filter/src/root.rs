@@ -35,6 +35,20 @@ pub struct Root {
     shipper: Shipper,
     /// Settlement calls in flight to the rate limit service.
     settling: HashSet<u32>,
+    /// The linear memory this VM last reported (see `report_memory`).
+    reported_memory: u64,
+}
+
+/// This VM's linear memory in bytes (64 KiB pages).
+fn vm_memory_bytes() -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        (core::arch::wasm32::memory_size(0) as u64).saturating_mul(65_536)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        0
+    }
 }
 
 /// A config generation shared by the workers: it rises once per distinct
@@ -72,6 +86,17 @@ impl Root {
         x ^= x >> 27;
         self.rng.set(x);
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Add this VM's growth of linear memory to the shared gauge.
+    fn report_memory(&mut self) {
+        let now = vm_memory_bytes();
+        if now != self.reported_memory {
+            let delta = i64::try_from(now).unwrap_or(i64::MAX)
+                .saturating_sub(i64::try_from(self.reported_memory).unwrap_or(i64::MAX));
+            AbiHost.add_to_gauge(metrics::VM_MEMORY_BYTES, delta);
+            self.reported_memory = now;
+        }
     }
 
     /// Usage above global reservations, queued by requests since the last
@@ -199,6 +224,7 @@ impl RootContext for Root {
             self.prepared_day = day;
         }
         self.send_settlements();
+        self.report_memory();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(cfg.as_ref());
     }
