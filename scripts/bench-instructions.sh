@@ -38,12 +38,16 @@ sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $
 sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
 echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
+# Without the request log (what the log costs), on request.
+for v in route hit; do
+  awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
+done
 
 measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
   esac
   out="$dir/$v.callgrind"
