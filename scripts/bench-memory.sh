@@ -24,7 +24,14 @@ target/release/portcullis-mock --port $MOCK --name mem --threads 1 --api-key sk-
 wait_for http://127.0.0.1:$MOCK/__mock/hits
 wait_for http://127.0.0.1:18252/healthz
 sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 50051/port_value: $COLL/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/envoy.yaml"
-envoy/render-ecds.sh envoy/plugin.yaml "$dir/ecds/portcullis.yaml" "$WASM"
+# BENCH_MEMORY_NOLOG=1: without the request log (its buffer's high-water
+# mark then does not enter the Wasm VM's memory).
+if [[ -n ${BENCH_MEMORY_NOLOG:-} ]]; then
+  awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' envoy/plugin.yaml >"$dir/plugin.yaml"
+else
+  cp envoy/plugin.yaml "$dir/plugin.yaml"
+fi
+envoy/render-ecds.sh "$dir/plugin.yaml" "$dir/ecds/portcullis.yaml" "$WASM"
 OPENAI_API_KEY=sk-mem "$ENVOY" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/envoy.log" 2>&1 & epid=$!; pids+=($epid)
 wait_for http://127.0.0.1:$ADMIN/ready
 cat >"$dir/mix.lua" <<'LUA'
