@@ -62,8 +62,16 @@ pub fn migrate(db: &mut Db) -> Result<usize> {
     }
 }
 
+/// Every table of rollups (what an age limit prunes beside the records).
+pub const ROLLUP_TABLES: [&str; 4] = [
+    "rollup_minute",
+    "rollup_hour",
+    "failures_minute",
+    "failures_hour",
+];
+
 /// The rollup tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Table {
     Minute,
     Hour,

@@ -16,50 +16,14 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Transaction};
 use std::collections::HashSet;
 
-/// Schema versions, applied in order (`portcullis_schema` says how many
-/// ran); the tables are SQLite's, in PostgreSQL's types.
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE requests (
-        request_id TEXT PRIMARY KEY,
-        time_ms BIGINT NOT NULL,
-        client TEXT NOT NULL,
-        requested_model TEXT NOT NULL,
-        model TEXT NOT NULL,
-        provider TEXT NOT NULL,
-        experiment TEXT NOT NULL,
-        arm TEXT NOT NULL,
-        cache TEXT NOT NULL,
-        attempts TEXT NOT NULL,
-        attempt_count BIGINT NOT NULL,
-        status BIGINT NOT NULL,
-        error TEXT NOT NULL,
-        latency_ms BIGINT NOT NULL,
-        ttfb_ms BIGINT NOT NULL,
-        stream BOOLEAN NOT NULL,
-        prompt_tokens BIGINT NOT NULL,
-        completion_tokens BIGINT NOT NULL,
-        cached_tokens BIGINT NOT NULL,
-        reasoning_tokens BIGINT NOT NULL,
-        cost_micros BIGINT NOT NULL,
-        prompt TEXT,
-        completion TEXT
-    );
-    CREATE INDEX requests_time ON requests(time_ms);",
-    "CREATE TABLE rollup_minute (
-        start_ms BIGINT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
-        client TEXT NOT NULL, experiment TEXT NOT NULL, arm TEXT NOT NULL,
-        cells BYTEA NOT NULL,
-        PRIMARY KEY (start_ms, provider, model, client, experiment, arm)
-    );
-    CREATE TABLE rollup_hour (
-        start_ms BIGINT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
-        client TEXT NOT NULL, experiment TEXT NOT NULL, arm TEXT NOT NULL,
-        cells BYTEA NOT NULL,
-        PRIMARY KEY (start_ms, provider, model, client, experiment, arm)
-    );",
-    "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
-    crate::rollup::FAILURES_SCHEMA,
-];
+/// SQLite's schema (`store::MIGRATIONS`, the one list of versions) in
+/// PostgreSQL's types; `portcullis_schema` says how many ran.
+fn dialect(sqlite: &str) -> String {
+    sqlite
+        .replace("INTEGER", "BIGINT")
+        .replace("BLOB", "BYTEA")
+        .replace(") WITHOUT ROWID", ")")
+}
 
 /// Any number fixed for this schema: collectors starting at once migrate in
 /// turn under this advisory lock.
@@ -81,13 +45,14 @@ pub fn migrate(c: &mut Client) -> Result<usize> {
         tx.execute("INSERT INTO portcullis_schema (version) VALUES (0)", &[])?;
     }
     let current = usize::try_from(current.unwrap_or(0)).unwrap_or(0);
-    for (i, m) in MIGRATIONS.iter().enumerate().skip(current) {
-        tx.batch_execute(m)?;
+    let migrations = crate::store::MIGRATIONS;
+    for (i, m) in migrations.iter().enumerate().skip(current) {
+        tx.batch_execute(&dialect(m))?;
         let v = i64::try_from(i + 1).unwrap_or(i64::MAX);
         tx.execute("UPDATE portcullis_schema SET version = $1", &[&v])?;
     }
     tx.commit()?;
-    Ok(MIGRATIONS.len())
+    Ok(migrations.len())
 }
 
 fn i(n: u64) -> i64 {
@@ -123,7 +88,7 @@ fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
         Box::new(r.error.clone()),
         Box::new(i(r.latency_ms)),
         Box::new(i(r.ttfb_ms)),
-        Box::new(r.stream),
+        Box::new(i64::from(r.stream)),
         Box::new(i(r.prompt_tokens)),
         Box::new(i(r.completion_tokens)),
         Box::new(i(r.cached_tokens)),
@@ -291,25 +256,14 @@ const KEY_TYPES: [&str; 6] = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"];
 const ROW_TYPES: [&str; 7] = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "BYTEA"];
 const KEY_COLUMNS: &str = "start_ms, provider, model, client, experiment, arm";
 
-fn key_params<'a>(rows: &'a [&'a Row], out: &mut Vec<&'a (dyn ToSql + Sync)>) {
-    for r in rows {
-        let d = &r.2;
-        out.extend([
-            &r.1 as &(dyn ToSql + Sync),
-            &d.provider,
-            &d.model,
-            &d.client,
-            &d.experiment,
-            &d.arm,
-        ]);
-    }
-}
-
-fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<()> {
-    let t = table.name();
-    let empty = Counts::default().encode();
+/// The parameters of `rows`: each row's key, then (with `cells`) the
+/// cells to write for it.
+fn row_params<'a>(
+    rows: &'a [&'a Row],
+    cells: Option<&'a [Vec<u8>]>,
+) -> Vec<&'a (dyn ToSql + Sync)> {
     let mut p: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(rows.len() * 7);
-    for r in rows {
+    for (n, r) in rows.iter().enumerate() {
         let d = &r.2;
         p.extend([
             &r.1 as &(dyn ToSql + Sync),
@@ -318,19 +272,25 @@ fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<
             &d.client,
             &d.experiment,
             &d.arm,
-            &empty,
         ]);
+        if let Some(c) = cells.and_then(|c| c.get(n)) {
+            p.push(c);
+        }
     }
+    p
+}
+
+fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<()> {
+    let t = table.name();
+    let empty = vec![Counts::default().encode(); rows.len()];
     tx.execute(
         format!(
             "INSERT INTO {t} ({KEY_COLUMNS}, cells) VALUES {} ON CONFLICT DO NOTHING",
             tuples(rows.len(), &ROW_TYPES)
         )
         .as_str(),
-        &p,
+        &row_params(rows, Some(&empty)),
     )?;
-    let mut k: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(rows.len() * 6);
-    key_params(rows, &mut k);
     let stored = tx.query(
         format!(
             "SELECT {KEY_COLUMNS}, cells FROM {t} WHERE ({KEY_COLUMNS}) IN ({})
@@ -338,7 +298,7 @@ fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<
             tuples(rows.len(), &KEY_TYPES)
         )
         .as_str(),
-        &k,
+        &row_params(rows, None),
     )?;
     let mut current = std::collections::HashMap::with_capacity(stored.len());
     for s in &stored {
@@ -372,19 +332,6 @@ fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<
         c.merge(&r.3);
         merged.push(c.encode());
     }
-    let mut p: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(rows.len() * 7);
-    for (r, cells) in rows.iter().zip(&merged) {
-        let d = &r.2;
-        p.extend([
-            &r.1 as &(dyn ToSql + Sync),
-            &d.provider,
-            &d.model,
-            &d.client,
-            &d.experiment,
-            &d.arm,
-            cells,
-        ]);
-    }
     tx.execute(
         format!(
             "UPDATE {t} SET cells = v.cells FROM (VALUES {}) AS v({KEY_COLUMNS}, cells)
@@ -393,7 +340,7 @@ fn merge_chunk(tx: &mut Transaction<'_>, table: Table, rows: &[&Row]) -> Result<
             tuples(rows.len(), &ROW_TYPES)
         )
         .as_str(),
-        &p,
+        &row_params(rows, Some(&merged)),
     )?;
     Ok(())
 }
@@ -413,12 +360,7 @@ pub fn prune_step(
             &[&cutoff, &step],
         )?;
         more |= i(n) == step;
-        for t in [
-            "rollup_minute",
-            "rollup_hour",
-            "failures_minute",
-            "failures_hour",
-        ] {
+        for t in crate::db::ROLLUP_TABLES {
             let sql = format!(
                 "DELETE FROM {t} WHERE ctid IN (SELECT ctid FROM {t} WHERE start_ms < $1 LIMIT $2)"
             );
@@ -501,7 +443,7 @@ pub fn recent(c: &mut Client, sql: &str, limit: i64) -> Result<Vec<Recent>> {
             error: r.try_get(11)?,
             latency_ms: r.try_get(12)?,
             ttfb_ms: r.try_get(13)?,
-            stream: r.try_get(14)?,
+            stream: r.try_get::<_, i64>(14)? != 0,
             prompt_tokens: r.try_get(15)?,
             completion_tokens: r.try_get(16)?,
             cached_tokens: r.try_get(17)?,

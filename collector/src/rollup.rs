@@ -7,6 +7,7 @@
 //! one). The writer updates them in the transaction that stores the
 //! records, counting only records it stored (a re-send adds nothing).
 
+use crate::db::Table;
 use crate::proto::RequestRecord;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
@@ -231,7 +232,7 @@ impl Dims {
     }
 }
 
-type RowKey = (&'static str, i64, Dims);
+type RowKey = (Table, i64, Dims);
 
 /// Counts for one batch, by (table, bucket start, dimensions), before they
 /// are merged into the stored rows; and the failed attempts by (table,
@@ -242,7 +243,7 @@ pub struct Pending {
     failures: HashMap<FailKey, i64>,
 }
 
-type FailKey = (&'static str, i64, String, String);
+type FailKey = (Table, i64, String, String);
 
 /// Failed attempts (the providers a request fell back from, and why), per
 /// minute and per hour: `count` attempts of `provider` ended with `cause`.
@@ -268,7 +269,8 @@ pub const FAILURES_BACKFILL: &str = "
       WHERE json_extract(a.value, '$.cause') != '' GROUP BY 1, 2, 3;";
 
 /// Add `count` failures to a row (either database).
-pub fn failure_upsert(table: &str) -> String {
+pub fn failure_upsert(grain: Table) -> String {
+    let table = grain.failures();
     format!(
         "INSERT INTO {table} (start_ms, provider, cause, count) VALUES ($1, $2, $3, $4)
          ON CONFLICT (start_ms, provider, cause) DO UPDATE SET count = {table}.count + excluded.count"
@@ -291,24 +293,17 @@ impl Known {
 
 impl Pending {
     /// The rows to merge: (table, bucket start, dimensions, counts).
-    pub fn into_rows(self) -> Vec<(crate::db::Table, i64, Dims, Counts)> {
+    pub fn into_rows(self) -> Vec<(Table, i64, Dims, Counts)> {
         self.rows
             .into_iter()
-            .map(|((table, start, dims), c)| {
-                let t = if table == "rollup_hour" {
-                    crate::db::Table::Hour
-                } else {
-                    crate::db::Table::Minute
-                };
-                (t, start, dims, c)
-            })
+            .map(|((t, start, dims), c)| (t, start, dims, c))
             .collect()
     }
 
     pub fn add(&mut self, r: &RequestRecord) {
         let t = i64::try_from(r.time_ms).unwrap_or(i64::MAX);
         let dims = Dims::of(r);
-        for (table, step) in [("rollup_minute", MINUTE_MS), ("rollup_hour", HOUR_MS)] {
+        for (table, step) in [(Table::Minute, MINUTE_MS), (Table::Hour, HOUR_MS)] {
             let start = t - t.rem_euclid(step);
             self.rows
                 .entry((table, start, dims.clone()))
@@ -316,7 +311,7 @@ impl Pending {
                 .add_record(r);
         }
         for a in r.attempts.iter().filter(|a| !a.cause.is_empty()) {
-            for (table, step) in [("failures_minute", MINUTE_MS), ("failures_hour", HOUR_MS)] {
+            for (table, step) in [(Table::Minute, MINUTE_MS), (Table::Hour, HOUR_MS)] {
                 let start = t - t.rem_euclid(step);
                 let n = self
                     .failures
@@ -357,6 +352,7 @@ impl Pending {
             };
             merged.merge(&counts);
             let (table, start, d) = &key;
+            let table = table.name();
             let upsert = format!(
                 "INSERT OR REPLACE INTO {table} (start_ms, provider, model, client, experiment, arm, cells)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
@@ -378,6 +374,7 @@ impl Pending {
 
 /// A row as stored, if there is one.
 fn stored(conn: &Connection, (table, start, d): &RowKey) -> rusqlite::Result<Option<Counts>> {
+    let table = table.name();
     let select = format!(
         "SELECT cells FROM {table} WHERE start_ms = ?1 AND provider = ?2 AND model = ?3
                  AND client = ?4 AND experiment = ?5 AND arm = ?6"

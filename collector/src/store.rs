@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` says how many ran.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     "CREATE TABLE requests (
         request_id TEXT PRIMARY KEY,
         time_ms INTEGER NOT NULL,
@@ -419,12 +419,7 @@ fn prune_step(conn: &Connection, r: &Retention, now_ms: i64) -> bool {
         let records = "DELETE FROM requests WHERE rowid IN
                          (SELECT rowid FROM requests WHERE time_ms < ?1 LIMIT ?2)";
         more |= run(records, [cutoff, PRUNE_STEP]) == PRUNE_STEP;
-        for table in [
-            "rollup_minute",
-            "rollup_hour",
-            "failures_minute",
-            "failures_hour",
-        ] {
+        for table in crate::db::ROLLUP_TABLES {
             // WITHOUT ROWID tables: deleted by their key's first column.
             let sql = format!(
                 "DELETE FROM {table} WHERE start_ms IN

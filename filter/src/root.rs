@@ -92,7 +92,8 @@ impl Root {
     fn report_memory(&mut self) {
         let now = vm_memory_bytes();
         if now != self.reported_memory {
-            let delta = i64::try_from(now).unwrap_or(i64::MAX)
+            let delta = i64::try_from(now)
+                .unwrap_or(i64::MAX)
                 .saturating_sub(i64::try_from(self.reported_memory).unwrap_or(i64::MAX));
             AbiHost.add_to_gauge(metrics::VM_MEMORY_BYTES, delta);
             self.reported_memory = now;

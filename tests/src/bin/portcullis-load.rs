@@ -16,7 +16,10 @@ fn main() {
     };
     let n: u64 = n.parse().unwrap_or(1000);
     let c: u64 = c.parse().unwrap_or(4).max(1);
-    let auth = format!("Bearer {}", args.get(4).map_or("sk-portcullis-demo", |s| s.as_str()));
+    let auth = format!(
+        "Bearer {}",
+        args.get(4).map_or("sk-portcullis-demo", |s| s.as_str())
+    );
     let next = Arc::new(AtomicU64::new(0));
     let bad = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..c)
