@@ -52,6 +52,7 @@ impl<H: Host> RequestContext<H> {
             then,
             sent_ms: self.host.now_ms(),
             timeout_ms: service.timeout_ms,
+            deny: service.deny_on_failure,
         };
         if pending.calls.is_empty() {
             return self.decide_global(pending);
@@ -95,13 +96,8 @@ impl<H: Host> RequestContext<H> {
             let timed_out =
                 grpc_status == DEADLINE_EXCEEDED || took.saturating_add(1) >= pending.timeout_ms;
             if timed_out {
-                let deny = self
-                    .loaded
-                    .as_ref()
-                    .and_then(|l| l.gw.global_limits.as_ref())
-                    .is_some_and(|g| g.deny_on_failure);
-                let mode = if deny { "deny" } else { "allow" };
-                self.host.count(&metrics::global_timeouts(mode), 1);
+                self.host
+                    .count(&metrics::global_timeouts(pending.mode()), 1);
             }
             Verdict::Unusable(if timed_out {
                 "no answer within limits.global.timeout_ms"
@@ -157,9 +153,9 @@ impl<H: Host> RequestContext<H> {
             self.log.limited_by = "global";
             return Err(refusal(client, ask, status));
         }
+        let mode = pending.mode();
         if let Some(why) = pending.failed {
-            let deny = gw.global_limits.as_ref().is_some_and(|g| g.deny_on_failure);
-            let mode = if deny { "deny" } else { "allow" };
+            let deny = pending.deny;
             self.host.count(&metrics::global_errors(mode), 1);
             self.host.log(
                 LogLevel::Warn,

@@ -52,6 +52,19 @@ pub struct Pending {
     /// failure that took the whole timeout counts as a timeout.
     pub sent_ms: u64,
     pub timeout_ms: u64,
+    /// The service's failure mode: refuse (`deny`) or admit (`allow`).
+    pub deny: bool,
+}
+
+impl Pending {
+    /// The failure mode's name, for metrics and the log.
+    pub fn mode(&self) -> &'static str {
+        if self.deny {
+            "deny"
+        } else {
+            "allow"
+        }
+    }
 }
 
 /// The global limits of a request: the request rate always, tokens and

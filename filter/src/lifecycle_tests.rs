@@ -340,6 +340,14 @@ fn limits_are_released_or_settled_on_every_exit_path() {
     let (mut busy, _) = g.chat(&[], &body("busy"));
     let (refused, _) = g.chat(&[], &body("second"));
     assert_eq!(sent_json(&refused).0, 429);
+    assert_eq!(
+        refused.log.limited_by, "local",
+        "the record says which scope refused"
+    );
+    assert_eq!(
+        busy.log.limited_by, "",
+        "an admitted request was refused by no scope"
+    );
     assert_eq!(g.concurrency(), 1);
     busy.on_log();
     assert_eq!(g.concurrency(), 0);

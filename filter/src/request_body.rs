@@ -49,9 +49,13 @@ impl<H: Host> RequestContext<H> {
         let hit = self.cache_lookup(gw, client, now)?;
         if hit.is_none() {
             self.admit_limits(client, now)?;
+        }
+        // Global reservations go on the hold first: the answer's usage is
+        // then wanted for them too.
+        let asks = self.global_asks(gw, client, hit.is_none(), now)?;
+        if hit.is_none() {
             self.prepare_upstream(gw)?;
         }
-        let asks = self.global_asks(gw, client, hit.is_none(), now)?;
         let then = match hit {
             Some((content_type, body)) => Then::Hit { content_type, body },
             None => Then::Route { body_size },
@@ -92,7 +96,7 @@ impl<H: Host> RequestContext<H> {
     /// What the answer will need: the usage chunk of a stream, the prompt
     /// text for the log.
     fn prepare_upstream(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
-        let wants_usage = self.wants_usage(gw) || global_reservations(gw, self.client(gw));
+        let wants_usage = self.wants_usage(gw);
         let Some(flight) = self.flight.as_mut() else {
             return Err(GatewayError::internal("no request in flight"));
         };
@@ -192,15 +196,4 @@ impl<H: Host> RequestContext<H> {
         self.phase = Phase::Proxied;
         Ok(Action::Continue)
     }
-}
-
-/// Whether a client's limits reserve at the rate limit service (the answer's
-/// usage settles them).
-fn global_reservations(gw: &Gateway, client: Option<&Client>) -> bool {
-    let Some(c) = client.filter(|_| gw.global_limits.is_some()) else {
-        return false;
-    };
-    let (l, s) = (&c.limits, c.limits.scope);
-    (l.tokens_per_minute.is_some() && s.tokens_per_minute.global())
-        || (l.budget_micros.is_some() && s.budget_usd_per_day.global())
 }

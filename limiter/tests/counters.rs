@@ -10,58 +10,10 @@
 
 use portcullis_limiter::proto::{Entry, RateLimitDescriptor, RateLimitOverride, RateLimitRequest};
 use portcullis_limiter::service::Limiter;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+// The suite's Redis (tests/src/lib.rs): Debian's redis-server on a free port.
+use portcullis_tests::Redis;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start_on(port: u16) -> Redis {
-        let child = Command::new(std::env::var("REDIS_SERVER").unwrap_or("redis-server".into()))
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--bind",
-                "127.0.0.1",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (make test installs Debian's redis-server)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Redis { child, port }
-    }
-    fn start() -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Redis::start_on(port)
-    }
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn descriptor(client: &str, limit: &str, per_unit: u32, unit: u32) -> RateLimitDescriptor {
     RateLimitDescriptor {
@@ -225,11 +177,7 @@ async fn redis_away_is_unavailable_and_its_return_is_noticed() {
 
 #[tokio::test]
 async fn a_limiter_starts_before_redis() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = portcullis_tests::dead_port();
     let l = Limiter::new(
         &format!("redis://127.0.0.1:{port}"),
         "t:",
