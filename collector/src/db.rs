@@ -117,6 +117,7 @@ pub struct Recent {
     pub reasoning_tokens: i64,
     pub cost_micros: i64,
     pub limited_by: String,
+    pub guardrails: String,
 }
 
 impl Recent {
@@ -143,6 +144,7 @@ impl Recent {
             "reasoning_tokens": self.reasoning_tokens,
             "cost_usd": self.cost_micros as f64 / 1e6,
             "limited_by": self.limited_by,
+            "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
         })
     }
 }
@@ -150,7 +152,7 @@ impl Recent {
 /// The columns of [`Recent`], in its order (both databases).
 pub const RECENT_COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
      status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
-     reasoning_tokens, cost_micros, limited_by";
+     reasoning_tokens, cost_micros, limited_by, guardrails";
 
 impl Db {
     /// Rollup rows of `table` with `lo <= start_ms < hi`.
@@ -254,6 +256,7 @@ impl Db {
                         reasoning_tokens: r.get(18)?,
                         cost_micros: r.get(19)?,
                         limited_by: r.get(20)?,
+                        guardrails: r.get(21)?,
                     })
                 })?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -62,8 +62,8 @@ fn i(n: u64) -> i64 {
 /// The columns a record is stored in, in order.
 const COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache,
     attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens,
-    cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by";
-const NCOLS: usize = 24;
+    cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails";
+const NCOLS: usize = 25;
 
 /// A record's values, owned, in [`COLUMNS`] order.
 fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
@@ -97,6 +97,7 @@ fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
         Box::new((!r.prompt.is_empty()).then(|| r.prompt.clone())),
         Box::new((!r.completion.is_empty()).then(|| r.completion.clone())),
         Box::new(r.limited_by.clone()),
+        Box::new(r.guardrails.clone()),
     ]
 }
 
@@ -450,6 +451,7 @@ pub fn recent(c: &mut Client, sql: &str, limit: i64) -> Result<Vec<Recent>> {
             reasoning_tokens: r.try_get(18)?,
             cost_micros: r.try_get(19)?,
             limited_by: r.try_get(20)?,
+            guardrails: r.try_get(21)?,
         });
     }
     Ok(out)

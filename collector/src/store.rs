@@ -46,6 +46,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     rollup::SCHEMA,
     "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
     rollup::FAILURES_SCHEMA,
+    "ALTER TABLE requests ADD COLUMN guardrails TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Which migration makes the failed-attempt rollups (and fills them from
@@ -291,8 +292,8 @@ fn write(
         let mut stmt = tx.prepare_cached(
             "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
                 experiment, arm, cache, attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream,
-                prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+                prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
         )?;
         let mut same = tx.prepare_cached(
             "SELECT time_ms = ?2 AND latency_ms = ?3 AND client = ?4 AND requested_model = ?5
@@ -334,6 +335,7 @@ fn write(
                         (!r.prompt.is_empty()).then_some(&r.prompt),
                         (!r.completion.is_empty()).then_some(&r.completion),
                         r.limited_by,
+                        r.guardrails,
                     ])
                 };
                 // A request id already stored is a re-sent record (the same

@@ -60,6 +60,10 @@ impl<H: Host> RequestContext<H> {
             f.cache_fill = None;
             return;
         }
+        let stream = f.chat.stream;
+        if let Some(out) = f.output.as_mut() {
+            out.hold = !stream;
+        }
         // How much of a whole answer to keep whole: what the cache may store,
         // or the record's completion text; past that only the tail (usage).
         let store = f.cache_fill.is_some();
@@ -71,12 +75,29 @@ impl<H: Host> RequestContext<H> {
         };
         let keep = if store { cache_max } else { 0 }.max(content_max);
         f.reader = Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep);
+        if stream {
+            self.start_stream_guard();
+        }
     }
 
     /// Bytes of the answer as they pass; `Some` when what the client gets
     /// differs (a stream without the usage chunk only the gateway asked for).
     fn answer_chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
-        self.flight.as_mut()?.reader.as_mut()?.chunk(bytes, end)
+        let f = self.flight.as_mut()?;
+        let relayed = f.reader.as_mut().and_then(|r| r.chunk(bytes, end));
+        if f.output.as_ref().is_some_and(|o| o.stream.is_some()) {
+            let input = relayed.as_deref().unwrap_or(bytes).to_vec();
+            return self.guard_stream(&input, end);
+        }
+        relayed
+    }
+
+    /// Whether the answer is held whole for the output checks.
+    fn holds_answer(&self) -> bool {
+        self.flight
+            .as_ref()
+            .and_then(|f| f.output.as_ref())
+            .is_some_and(|o| o.hold)
     }
 
     /// The whole answer has passed: settle the limits with its usage, keep
@@ -92,6 +113,10 @@ impl<H: Host> RequestContext<H> {
         if whole.is_none() && f.cache_fill.take().is_some() {
             self.host.count(metrics::CACHE_TOO_LARGE, 1);
         }
+        if f.output.as_ref().is_some_and(|o| o.touched) {
+            // Denied or redacted for this client: not an answer for others.
+            f.cache_fill = None;
+        }
         self.log.usage = usage;
         self.finish_limits(Finish::Settle(usage));
         if let Some(c) = whole {
@@ -104,7 +129,7 @@ impl<H: Host> RequestContext<H> {
 
     /// The router's answer: a retryable failure falls back (its headers held);
     /// anything else is the client's answer, with the gateway's headers.
-    pub(crate) fn router_answer_headers(&mut self) -> Action {
+    pub(crate) fn router_answer_headers(&mut self, end_of_stream: bool) -> Action {
         let resp = self.host.headers(Part::Response).unwrap_or_default();
         let status = status_of(&resp).unwrap_or(0);
         // Why Envoy failed, for its own local replies (read on failures only).
@@ -125,13 +150,32 @@ impl<H: Host> RequestContext<H> {
         for (k, v) in self.gateway_headers() {
             let _ = self.host.add_header(Part::Response, k, &v);
         }
+        if self.holds_answer() {
+            if end_of_stream {
+                // No body to check.
+                if let Some(o) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
+                    o.hold = false;
+                }
+            } else {
+                // Held with its body until the checks have read it all; a
+                // redaction changes its length.
+                let _ = self.host.set_header(Part::Response, "content-length", None);
+                return Action::Pause;
+            }
+        }
         Action::Continue
     }
 
     /// The router's answer passes chunk by chunk (never held: Envoy's buffer
     /// limits never apply and the client gets bytes at once).
     pub(crate) fn router_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.flight.as_ref().is_some_and(|f| f.reader.is_some()) {
+        if self.holds_answer() {
+            return self.held_answer_body(body_size, end_of_stream);
+        }
+        let reads = self.flight.as_ref().is_some_and(|f| {
+            f.reader.is_some() || f.output.as_ref().is_some_and(|o| o.stream.is_some())
+        });
+        if reads {
             let chunk = self
                 .host
                 .body(Part::Response, body_size)
@@ -144,6 +188,32 @@ impl<H: Host> RequestContext<H> {
             self.answer_end();
         }
         Action::Continue
+    }
+
+    /// A whole answer held for the output checks: buffered until its end,
+    /// then checked; a deny replaces it with the error (its headers were
+    /// held), a redaction rewrites it.
+    fn held_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let mut body = self
+            .host
+            .body(Part::Response, body_size)
+            .unwrap_or_default();
+        let checked = self.check_whole_answer(&body);
+        if let Ok(Some(new)) = &checked {
+            let _ = self.host.set_body(Part::Response, body_size, new);
+            body.clone_from(new);
+        }
+        if let Some(out) = self.answer_chunk(&body, true) {
+            let _ = self.host.set_body(Part::Response, body_size, &out);
+        }
+        self.answer_end();
+        match checked {
+            Err(e) => self.fail(&e),
+            Ok(_) => Action::Continue,
+        }
     }
 
     /// A fallback's answer, whole: the same steps, then sent to the client
@@ -172,10 +242,22 @@ impl<H: Host> RequestContext<H> {
             .body(Part::CallResponse, body_size)
             .unwrap_or_default();
         self.answer_begin(status, &resp);
+        let checked = if self.holds_answer() {
+            self.check_whole_answer(&body)
+        } else {
+            Ok(None)
+        };
+        if let Ok(Some(new)) = &checked {
+            body.clone_from(new);
+        }
         if let Some(out) = self.answer_chunk(&body, true) {
             body = out;
         }
         self.answer_end();
+        if let Err(e) = checked {
+            self.fail(&e);
+            return;
+        }
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &[u8])> = resp
             .iter()

@@ -28,6 +28,8 @@ pub enum Phase {
     Headers,
     /// A chat request: waiting for the whole body.
     ChatBody,
+    /// Waiting for external guards (input guardrails).
+    Guarding,
     /// Waiting for the rate limit service (global limits).
     Limiting,
     /// The first attempt went through Envoy's router.
@@ -54,6 +56,8 @@ pub struct LogFacts {
     pub usage: Option<Usage>,
     pub prompt: String,
     pub completion: String,
+    /// What the guardrails did.
+    pub guardrails: Vec<portcullis_core::guard::Verdict>,
 }
 
 /// The client's request as read at its headers.
@@ -84,6 +88,8 @@ pub struct RequestContext<H: Host> {
     pub held: Option<Held>,
     /// Calls to the rate limit service in flight.
     pub global: Option<crate::global_limits::Pending>,
+    /// Calls to external guards in flight.
+    pub guarding: Option<crate::guard_state::GuardCalls>,
     pub log: LogFacts,
 }
 
@@ -100,6 +106,7 @@ impl<H: Host> RequestContext<H> {
             rate_headers: Vec::new(),
             held: None,
             global: None,
+            guarding: None,
             log: LogFacts::default(),
         }
     }
@@ -176,9 +183,9 @@ impl<H: Host> RequestContext<H> {
         self.or_fail(step)
     }
 
-    pub fn on_response_headers(&mut self) -> Action {
+    pub fn on_response_headers(&mut self, end_of_stream: bool) -> Action {
         match self.phase {
-            Phase::Proxied => self.router_answer_headers(),
+            Phase::Proxied => self.router_answer_headers(end_of_stream),
             // Held until the fallback's answer replaces it.
             Phase::FallbackPending => Action::Pause,
             _ => Action::Continue,
@@ -196,8 +203,10 @@ impl<H: Host> RequestContext<H> {
     }
 
     pub fn on_call_response(&mut self, token: u32, body_size: usize) {
-        if self.phase == Phase::FallbackPending {
-            self.fallback_answer(token, body_size);
+        match self.phase {
+            Phase::FallbackPending => self.fallback_answer(token, body_size),
+            Phase::Guarding => self.on_guard_answer(token, body_size),
+            _ => {}
         }
     }
 
@@ -205,9 +214,11 @@ impl<H: Host> RequestContext<H> {
         self.emit_record();
         let how = match self.phase {
             // Cancelled before any answer: it used nothing.
-            Phase::Proxied | Phase::FallbackPending | Phase::ChatBody | Phase::Limiting => {
-                Finish::Release
-            }
+            Phase::Proxied
+            | Phase::FallbackPending
+            | Phase::ChatBody
+            | Phase::Guarding
+            | Phase::Limiting => Finish::Release,
             // An answer without usage (or cut short): the reservation stands.
             _ => Finish::Settle(None),
         };
@@ -241,8 +252,8 @@ impl HttpContext for RequestContext<AbiHost> {
         self.on_request_body(body_size, end_of_stream)
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        self.on_response_headers()
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        self.on_response_headers(end_of_stream)
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {

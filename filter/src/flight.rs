@@ -3,6 +3,7 @@
 //! and what its answer is for (the cache, the usage chunk).
 
 use crate::breakers;
+use crate::guard_state::OutputGuard;
 use crate::host::Host;
 use crate::metrics;
 use crate::reading::Reader;
@@ -33,6 +34,11 @@ pub struct Call {
 
 pub struct Flight {
     pub chat: ChatRequest,
+    /// The resolved model's index.
+    pub model: usize,
+    /// Input checks rewrote the prompt: every provider gets the new body.
+    pub rewritten: bool,
+    pub output: Option<OutputGuard>,
     /// The model's public name.
     pub model_name: String,
     /// (provider index, provider's model id), in the order they are tried.
@@ -64,6 +70,7 @@ pub struct Flight {
 impl Flight {
     pub fn new(
         chat: ChatRequest,
+        model: usize,
         model_name: String,
         candidates: Vec<(usize, String)>,
         experiment: Option<(String, String)>,
@@ -71,6 +78,9 @@ impl Flight {
     ) -> Self {
         Self {
             chat,
+            model,
+            rewritten: false,
+            output: None,
             model_name,
             candidates,
             next_candidate: 0,

@@ -12,6 +12,7 @@
 //! | `root`, `loaded` | the root context: configure (compile, then swap), tick |
 //! | `context` | one HTTP stream: its state and the callbacks |
 //! | `request_headers`, `request_body` | the two request phases |
+//! | `guardrails` | input checks (external guards by callout), output checks |
 //! | `prompt_cache` | lookup (a hit answers) and store |
 //! | `admission` | the client's limits across the request's life |
 //! | `global`, `global_limits` | limits counted by the rate limit service |
@@ -24,7 +25,7 @@
 //! Imports run one way: the steps (`request_*`, `prompt_cache`, `attempts`,
 //! `upstream`, `answer`, `telemetry`) and `root` use `context`; `context`
 //! uses only the state types (`flight`, `reading`, `admission`,
-//! `global_limits`, `loaded`)
+//! `global_limits`, `guard_state`, `loaded`)
 //! and the host.
 
 mod abi;
@@ -37,6 +38,8 @@ mod context;
 mod flight;
 mod global;
 mod global_limits;
+mod guard_state;
+mod guardrails;
 mod host;
 mod loaded;
 mod metrics;

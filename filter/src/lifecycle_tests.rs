@@ -129,7 +129,7 @@ fn router_answers(ctx: &mut RequestContext<FakeHost>, status: &str, body: &str) 
         Part::Response,
         &[(":status", status), ("content-type", "application/json")],
     );
-    let a = ctx.on_response_headers();
+    let a = ctx.on_response_headers(false);
     if a == Action::Continue {
         ctx.host.set_body_bytes(Part::Response, body.as_bytes());
         ctx.on_response_body(body.len(), true);
@@ -597,4 +597,159 @@ fn a_hit_asks_only_for_the_request_rate_and_usage_above_the_reservation_is_settl
         sent_header(&hit, "x-portcullis-cache").as_deref(),
         Some("hit")
     );
+}
+
+const GUARDS: &str = "guardrails:
+  input:
+    - {name: no-email, pii: [email], action: redact}
+    - {name: no-secret, regex: '(?i)password', action: deny}
+MODERATION
+  output:
+    - {name: no-card, pii: [card], action: redact}
+    - {name: forbidden, regex: 'forbidden', action: deny}
+";
+
+/// The guardrails, with or without an external guard.
+fn guarded(external: bool) -> Gateway {
+    let moderation = if external {
+        "    - {name: moderation, external: {cluster: guard, timeout_ms: 50, failure_mode: deny}}"
+    } else {
+        ""
+    };
+    Gateway::new(&config("{}", &GUARDS.replace("MODERATION", moderation)))
+}
+
+#[test]
+fn an_input_deny_answers_before_any_provider_and_a_redaction_reaches_the_provider() {
+    let g = guarded(false);
+    let (ctx, _) = g.chat(&[], &body("my password is x"));
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("guardrail_denied"))
+    );
+    assert!(!v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("password is"));
+    assert!(ctx
+        .host
+        .header(Part::Request, "x-portcullis-cluster")
+        .is_none());
+    assert_eq!(
+        ctx.host
+            .counter("portcullis.guardrail.input.no-secret.deny"),
+        1
+    );
+
+    let (ctx, a) = g.chat(&[], &body("mail me at a@b.io"));
+    assert_eq!(a, Action::Continue);
+    let sent: Value = serde_json::from_slice(&ctx.host.body_of(Part::Request)).unwrap();
+    assert_eq!(
+        sent["messages"][0]["content"],
+        "mail me at [REDACTED:email]"
+    );
+    assert_eq!(
+        ctx.host.header(Part::Request, "content-length"),
+        Some(ctx.host.body_of(Part::Request).len().to_string())
+    );
+    assert_eq!(ctx.log.guardrails.len(), 1);
+}
+
+#[test]
+fn a_whole_answer_is_held_then_redacted_or_replaced_by_the_denial() {
+    let g = guarded(false);
+    let answer =
+        |content: &str| ANSWER.replace(r#""content":"hi""#, &format!(r#""content":"{content}""#));
+    for (content, denied) in [
+        ("card 4111 1111 1111 1111", false),
+        ("a forbidden answer", true),
+    ] {
+        let (mut ctx, _) = g.chat(&[], &body("hello"));
+        ctx.host.set_headers(
+            Part::Response,
+            &[
+                (":status", "200"),
+                ("content-type", "application/json"),
+                ("content-length", "10"),
+            ],
+        );
+        assert_eq!(ctx.on_response_headers(false), Action::Pause, "held");
+        assert!(ctx.host.header(Part::Response, "content-length").is_none());
+        let body = answer(content);
+        ctx.host
+            .set_body_bytes(Part::Response, &body.as_bytes()[..20]);
+        assert_eq!(ctx.on_response_body(20, false), Action::Pause);
+        ctx.host.set_body_bytes(Part::Response, body.as_bytes());
+        let a = ctx.on_response_body(body.len(), true);
+        if denied {
+            let (status, v) = sent_json(&ctx);
+            assert_eq!(
+                (status, v["error"]["code"].as_str()),
+                (400, Some("guardrail_denied"))
+            );
+        } else {
+            assert_eq!(a, Action::Continue);
+            let v: Value = serde_json::from_slice(&ctx.host.body_of(Part::Response)).unwrap();
+            assert_eq!(
+                v["choices"][0]["message"]["content"],
+                "card [REDACTED:card]"
+            );
+        }
+        assert_eq!(ctx.log.guardrails.len(), 1);
+    }
+}
+
+#[test]
+fn an_external_guard_is_asked_and_its_verdict_or_failure_mode_decides() {
+    let g = guarded(true);
+    // Deny by the guard.
+    let (mut ctx, a) = g.chat(&[], &body("hello there"));
+    assert_eq!(a, Action::Pause);
+    let call = ctx.host.callouts().pop().unwrap();
+    assert_eq!(call.cluster, "guard");
+    let sent: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(
+        (sent["stage"].as_str(), sent["text"].as_str()),
+        (Some("input"), Some("hello there"))
+    );
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    let verdict = br#"{"verdict":"deny","reason":"rude"}"#;
+    ctx.host.set_body_bytes(Part::CallResponse, verdict);
+    ctx.on_call_response(1, verdict.len());
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(status, 400);
+    assert!(v["error"]["message"].as_str().unwrap().contains("rude"));
+    assert_eq!(ctx.host.state.borrow().resumed, 0);
+
+    // Redact by the guard: the request goes on, rewritten.
+    let (mut ctx, _) = g.chat(&[], &body("hello there"));
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    let verdict = br#"{"verdict":"redact","redact":["there"]}"#;
+    ctx.host.set_body_bytes(Part::CallResponse, verdict);
+    ctx.on_call_response(1, verdict.len());
+    assert_eq!(ctx.host.state.borrow().resumed, 1);
+    let sent: Value = serde_json::from_slice(&ctx.host.body_of(Part::Request)).unwrap();
+    assert_eq!(
+        sent["messages"][0]["content"],
+        "hello [REDACTED:moderation]"
+    );
+
+    // No answer (a timeout): failure mode deny is a 503.
+    let (mut ctx, _) = g.chat(&[], &body("hello"));
+    ctx.host.state.borrow_mut().now_ms += 60;
+    ctx.host.set_headers(Part::CallResponse, &[]);
+    ctx.host.set_body_bytes(Part::CallResponse, b"");
+    ctx.on_call_response(1, 0);
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("guardrail_unavailable"))
+    );
+    assert_eq!(ctx.host.counter(crate::metrics::GUARD_ERRORS), 1);
+    assert!(ctx.log.guardrails[0]
+        .reason
+        .contains("no answer within 50 ms"));
 }

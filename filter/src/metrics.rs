@@ -6,6 +6,7 @@
 
 use portcullis_core::attempt::Cause;
 use portcullis_core::breaker::State;
+use portcullis_core::guard::{Act, Stage};
 
 /// A label value inside a metric name: dots and whitespace would split it.
 pub fn label(v: &str) -> String {
@@ -37,8 +38,30 @@ pub const RATE_LIMITED: &str = "portcullis.rate_limited";
 pub const LOG_DROPPED: &str = "portcullis.log.dropped";
 pub const LOG_FLUSH_FAILURES: &str = "portcullis.log.flush_failures";
 pub const LOG_RECORDS_SENT: &str = "portcullis.log.records_sent";
+/// Output checks started on an answer (plain, streamed or a cache hit).
+pub const GUARD_OUTPUT_CHECKS: &str = "portcullis.guardrail.output_checked";
+/// Calls to external guards, their failures (errors, bad answers,
+/// timeouts) and their latency (histogram, ms).
+pub const GUARD_CALLS: &str = "portcullis.guardrail.guard_calls";
+pub const GUARD_ERRORS: &str = "portcullis.guardrail.guard_errors";
+pub const GUARD_LATENCY_MS: &str = "portcullis.guardrail.guard_latency_ms";
 /// Gauge: rises once per distinct applied config.
 pub const CONFIG_GENERATION: &str = "portcullis.config_generation";
+
+/// A check's verdicts: `portcullis.guardrail.<stage>.<check>.<action>`
+/// (action: deny, redact or log).
+pub fn guardrail(stage: Stage, check: &str, act: Act) -> String {
+    let stage = match stage {
+        Stage::Input => "input",
+        Stage::Output => "output",
+    };
+    let act = match act {
+        Act::Deny => "deny",
+        Act::Redact => "redact",
+        Act::Log => "log",
+    };
+    format!("portcullis.guardrail.{stage}.{}.{act}", label(check))
+}
 
 fn provider(name: &str, what: &str) -> String {
     format!("portcullis.provider.{}.{what}", label(name))

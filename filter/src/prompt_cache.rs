@@ -50,22 +50,40 @@ impl<H: Host> RequestContext<H> {
         }
         flight.cache_status = CacheStatus::Miss;
         let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
-        let answer = |stored: Vec<u8>| hit_body(stored, stream, include_usage);
-        match cache::lookup(&self.host, cfg, &key, now).map(|s| s.and_then(answer)) {
-            Ok(Some((content_type, body))) => {
-                flight.cache_status = CacheStatus::Hit;
-                flight.cache_fill = None;
-                self.host.count(metrics::CACHE_HITS, 1);
-                // A hit costs no tokens or budget, but it was a request.
-                self.rate_headers_with_tokens(client, now);
-                return Ok(Some((content_type, body)));
+        let stored = match cache::lookup(&self.host, cfg, &key, now) {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                self.host.count(metrics::CACHE_MISSES, 1);
+                return Ok(None);
             }
-            Ok(None) => self.host.count(metrics::CACHE_MISSES, 1),
-            Err(e) => self
-                .host
-                .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}")),
+            Err(e) => {
+                self.host
+                    .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}"));
+                return Ok(None);
+            }
+        };
+        // The entry may come from a client with other output checks: this
+        // client's run on it before it is replayed.
+        let (answer, denied) = match self.check_whole_answer(&stored) {
+            Ok(Some(redacted)) => (hit_body(redacted, stream, include_usage), None),
+            Ok(None) => (hit_body(stored, stream, include_usage), None),
+            Err(e) => (None, Some(e)),
+        };
+        if answer.is_none() && denied.is_none() {
+            self.host.count(metrics::CACHE_MISSES, 1);
+            return Ok(None);
         }
-        Ok(None)
+        if let Some(f) = self.flight.as_mut() {
+            f.cache_status = CacheStatus::Hit;
+            f.cache_fill = None;
+        }
+        self.host.count(metrics::CACHE_HITS, 1);
+        // A hit costs no tokens or budget, but it was a request.
+        self.rate_headers_with_tokens(client, now);
+        match denied {
+            Some(e) => Err(e),
+            None => Ok(answer),
+        }
     }
 
     /// Answer a hit: the stored answer with the gateway's headers. It spends

@@ -6,6 +6,7 @@ use crate::admission::{self, Held};
 use crate::context::{Phase, RequestContext};
 use crate::flight::Flight;
 use crate::global_limits::{self, Ask, Then};
+use crate::guardrails::Guarded;
 use crate::host::{Host, Part};
 use crate::metrics;
 use portcullis_core::attempt::exhausted;
@@ -46,6 +47,20 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.flight = Some(self.flight_for(gw, chat, route));
+        if self.input_guardrails(gw, client, body_size)? == Guarded::Wait {
+            return Ok(Action::Pause);
+        }
+        self.after_input(gw, client, now, body_size)
+    }
+
+    /// After the input checks: the cache, the limits, then the provider.
+    pub(crate) fn after_input(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        now: u64,
+        body_size: usize,
+    ) -> Result<Action, GatewayError> {
         let hit = self.cache_lookup(gw, client, now)?;
         if hit.is_none() {
             self.admit_limits(client, now)?;
@@ -132,6 +147,7 @@ impl<H: Host> RequestContext<H> {
         let price = gw.prices.get(route.model).copied().flatten();
         Flight::new(
             chat,
+            route.model,
             model_name,
             order_candidates(route.candidates),
             experiment,

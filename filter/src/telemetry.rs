@@ -24,6 +24,7 @@ impl<H: Host> RequestContext<H> {
             status: u32::from(self.log.status),
             error: self.log.error.to_string(),
             limited_by: self.log.limited_by.to_string(),
+            guardrails: portcullis_core::guard::record_json(&self.log.guardrails),
             latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
             ttfb_ms: self.log.ttfb_ms,
             prompt: std::mem::take(&mut self.log.prompt),

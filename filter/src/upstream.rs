@@ -52,7 +52,11 @@ impl<H: Host> RequestContext<H> {
                 .get(provider)
                 .and_then(Option::as_ref)
                 .map(|(name, value)| (*name, value.as_str())),
-            body: t.request_body(&flight.chat, model_id, flight.usage_chunk)?,
+            body: match t.request_body(&flight.chat, model_id, flight.usage_chunk)? {
+                // The client's bytes are not what the checks left.
+                None if flight.rewritten => Some(flight.chat.body().to_vec()),
+                body => body,
+            },
         })
     }
 

@@ -38,6 +38,7 @@ fn record(id: &str, client: &str, latency_ms: u64, now: u64) -> RequestRecord {
         completion_tokens: 5,
         cost_micros: 7,
         limited_by: String::new(),
+        guardrails: String::new(),
         ..Default::default()
     }
 }

@@ -40,6 +40,7 @@ fn full() -> Record {
         prompt: "héllo".into(),
         completion: "wörld".into(),
         limited_by: "global".into(),
+        guardrails: r#"[{"stage":"input","check":"pii","action":"redact","hits":1}]"#.into(),
     }
 }
 
@@ -89,6 +90,7 @@ fn every_field_round_trips_through_prost() {
         prompt: r.prompt.clone(),
         completion: r.completion.clone(),
         limited_by: r.limited_by.clone(),
+        guardrails: r.guardrails.clone(),
     };
     assert_eq!(d, &expected);
     // And prost's own encoding is byte-identical to ours.

@@ -10,6 +10,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod experiment;
+pub mod guard;
 pub mod headers;
 pub mod keys;
 pub mod le;

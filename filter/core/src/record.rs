@@ -38,6 +38,7 @@ pub struct Record {
     pub prompt: String,
     pub completion: String,
     pub limited_by: String,
+    pub guardrails: String,
 }
 
 use crate::pb::{bytes, key, uint, varint};
@@ -84,6 +85,7 @@ impl Record {
         bytes(&mut o, 21, self.prompt.as_bytes());
         bytes(&mut o, 22, self.completion.as_bytes());
         bytes(&mut o, 23, self.limited_by.as_bytes());
+        bytes(&mut o, 24, self.guardrails.as_bytes());
         o
     }
 }

@@ -156,6 +156,13 @@ impl ChatRequest {
         })
     }
 
+    /// A request rebuilt from a document (the prompt as guardrails left it).
+    pub fn from_document(doc: &Document) -> Result<Self, GatewayError> {
+        let body = serde_json::to_vec(doc)
+            .map_err(|e| GatewayError::internal(format!("request rewrite: {e}")))?;
+        Self::parse(&body)
+    }
+
     /// The body to send to a provider: the client's bytes with the provider's
     /// model id spliced in.
     pub fn body_for(&self, provider_model_id: &str) -> Vec<u8> {

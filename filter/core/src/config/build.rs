@@ -3,7 +3,7 @@
 //! goes on, so one report lists them all.
 
 use super::raw::{check_breaker, RawConfig, DEFAULT_MAX_ATTEMPTS};
-use super::{clients, models, sections, Gateway};
+use super::{clients, guardrails, models, sections, Gateway};
 use crate::breaker::BreakerConfig;
 
 pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
@@ -25,7 +25,9 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
     }
     let prices = clients::prices(&raw, &names, &models, &clients, problems);
     let global_limits = clients::global_limits(&raw, &clients, problems);
+    let guardrails = guardrails::guardrails(&raw, &names, problems);
     Some(Gateway {
+        guardrails,
         cache: sections::cache(&raw.cache, problems),
         experiments: sections::experiments(&raw, &names, problems),
         log: sections::log(&raw, problems),

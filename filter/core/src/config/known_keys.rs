@@ -4,8 +4,8 @@
 //! in `raw` are the only list: a new field is a known key at once.
 
 use super::raw::{
-    RawArm, RawBreaker, RawCache, RawClient, RawClientLimits, RawConfig, RawExperiment, RawGlobal,
-    RawLog, RawModel, RawPrice, RawProvider, RawRouting,
+    RawArm, RawBreaker, RawCache, RawCheck, RawClient, RawClientLimits, RawConfig, RawExperiment,
+    RawExternal, RawGlobal, RawGuardrails, RawLog, RawModel, RawPrice, RawProvider, RawRouting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -72,6 +72,17 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["log"], fields::<RawLog>),
     (&["limits"], limits_keys),
     (&["limits", "global"], fields::<RawGlobal>),
+    (&["guardrails"], fields::<RawGuardrails>),
+    (&["guardrails", "input[]"], fields::<RawCheck>),
+    (&["guardrails", "output[]"], fields::<RawCheck>),
+    (
+        &["guardrails", "input[]", "external"],
+        fields::<RawExternal>,
+    ),
+    (
+        &["guardrails", "output[]", "external"],
+        fields::<RawExternal>,
+    ),
 ];
 
 pub(super) fn check(v: &mut Value, problems: &mut Vec<String>) {

@@ -10,6 +10,7 @@
 
 mod build;
 mod clients;
+mod guardrails;
 mod known_keys;
 mod models;
 mod raw;
@@ -197,6 +198,8 @@ pub struct Gateway {
     pub log: Option<LogConfig>,
     /// The rate limit service for `global` limits, when configured.
     pub global_limits: Option<GlobalLimits>,
+    /// Checks on prompts and answers, when configured.
+    pub guardrails: Option<crate::guard::Guardrails>,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).

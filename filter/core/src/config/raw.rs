@@ -31,6 +31,79 @@ pub(super) struct RawConfig {
     pub(super) experiments: Vec<RawExperiment>,
     #[serde(default)]
     pub(super) log: Option<RawLog>,
+    #[serde(default)]
+    pub(super) guardrails: Option<RawGuardrails>,
+}
+
+/// `guardrails`: checks on prompts (`input`) and answers (`output`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGuardrails {
+    #[serde(default)]
+    pub(super) deny_status: Option<u16>,
+    #[serde(default)]
+    pub(super) lookbehind_bytes: Option<usize>,
+    #[serde(default)]
+    pub(super) include_content: bool,
+    #[serde(default)]
+    pub(super) input: Vec<RawCheck>,
+    #[serde(default)]
+    pub(super) output: Vec<RawCheck>,
+}
+
+/// One check: a name, exactly one kind (`regex`, `pii`, the word/token
+/// bounds, `allow_models`/`deny_models`, `json_schema`, `external`), an
+/// action, and where it applies.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheck {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) action: Option<String>,
+    #[serde(default)]
+    pub(super) clients: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) models: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) regex: Option<String>,
+    #[serde(default)]
+    pub(super) pii: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) min_words: Option<u64>,
+    #[serde(default)]
+    pub(super) max_words: Option<u64>,
+    #[serde(default)]
+    pub(super) max_tokens: Option<u64>,
+    #[serde(default)]
+    pub(super) allow_models: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) deny_models: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) json_schema: Option<serde_yaml::Value>,
+    #[serde(default)]
+    pub(super) external: Option<RawExternal>,
+}
+
+/// An external guard service (see `guard::external` for its contract).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExternal {
+    pub(super) cluster: String,
+    #[serde(default = "default_guard_path")]
+    pub(super) path: String,
+    #[serde(default)]
+    pub(super) authority: Option<String>,
+    #[serde(default = "default_guard_timeout")]
+    pub(super) timeout_ms: u64,
+    #[serde(default = "default_failure_mode")]
+    pub(super) failure_mode: String,
+}
+
+fn default_guard_path() -> String {
+    "/v1/guard".into()
+}
+fn default_guard_timeout() -> u64 {
+    200
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,383 @@
+use super::stream::StreamGuard;
+use super::*;
+use crate::config::compile;
+use serde_json::json;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+const KEY_A: &str = "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3";
+const KEY_B: &str = "b3a8e0e1f9ab1bfe3a36f231f676f78bb30a519d2b21e6c530c0eee8ebb4a5d0";
+
+fn gateway(guardrails: &str) -> crate::config::Gateway {
+    let yaml = format!(
+        r#"
+providers:
+  - name: p
+    cluster: c
+    host: h
+    models: [{{name: m}}, {{name: big}}]
+clients:
+  - {{name: alice, key_sha256: "{KEY_A}"}}
+  - {{name: bob, key_sha256: "{KEY_B}"}}
+guardrails:
+{guardrails}
+"#
+    );
+    compile(yaml.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn doc(v: Value) -> Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+#[test]
+fn an_email_is_denied_for_one_client_and_redacted_for_another() {
+    let gw = gateway(
+        r#"
+  input:
+    - {name: no-email, pii: [email], action: deny, clients: [alice]}
+    - {name: scrub-email, pii: [email], action: redact, clients: [bob]}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": "write to jane@example.com"},
+        {"role": "user", "content": [{"type": "text", "text": "or bob@ex.io"}, {"type": "image_url", "image_url": {"url": "x@y.io"}}]}]});
+    let mut d = doc(body.clone());
+    let out = check_input(g, &g.active(Stage::Input, "alice", 0), 0, &mut d);
+    let err = out.denied.unwrap();
+    assert_eq!((err.status, err.code), (400, "guardrail_denied"));
+    assert!(err.message.contains("no-email") && !err.message.contains("jane"));
+    assert_eq!(out.verdicts[0].hits, 2);
+    assert!(
+        out.verdicts[0].matched.is_empty(),
+        "no content unless asked"
+    );
+
+    let mut d = doc(body);
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &mut d);
+    assert!(out.denied.is_none() && out.changed);
+    assert_eq!(d["messages"][0]["content"], "write to [REDACTED:email]");
+    assert_eq!(
+        d["messages"][1]["content"][0]["text"],
+        "or [REDACTED:email]"
+    );
+    assert_eq!(d["messages"][1]["content"][1]["image_url"]["url"], "x@y.io");
+    assert_eq!(
+        record_json(&out.verdicts),
+        r#"[{"stage":"input","check":"scrub-email","action":"redact","hits":2}]"#
+    );
+}
+
+#[test]
+fn bounds_models_and_scopes() {
+    let gw = gateway(
+        r#"
+  input:
+    - {name: short, max_words: 3}
+    - {name: no-big, deny_models: [big], action: log}
+    - {name: only-m, allow_models: [m], models: [big]}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let mut d = doc(json!({"messages": [{"role": "user", "content": "one two three four"}]}));
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &mut d);
+    assert!(out
+        .denied
+        .unwrap()
+        .message
+        .contains("4 words, above the limit of 3"));
+    let mut d = doc(json!({"messages": [{"role": "user", "content": "hi"}]}));
+    let big = gw.names["big"];
+    let out = check_input(g, &g.active(Stage::Input, "bob", big), big, &mut d);
+    assert_eq!(out.verdicts.len(), 2, "{:?}", out.verdicts);
+    assert_eq!(out.verdicts[0].action, Act::Log);
+    assert!(out.denied.unwrap().message.contains("only-m"));
+    assert_eq!(
+        g.active(Stage::Input, "bob", 0),
+        [0, 1],
+        "only-m applies to big only"
+    );
+}
+
+#[test]
+fn answers_are_redacted_or_denied_and_schemas_apply_to_json_requests() {
+    let gw = gateway(
+        r#"
+  output:
+    - {name: keys, pii: [api_key], action: redact}
+    - {name: secret, regex: "(?i)top secret", action: deny, clients: [alice]}
+    - {name: shape, json_schema: {type: object, required: [ok]}}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let answer = |content: &str| {
+        serde_json::to_vec(&json!({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})).unwrap()
+    };
+    let (out, body) = check_answer(
+        g,
+        &g.active(Stage::Output, "bob", 0),
+        false,
+        &answer("use sk-abcdefghijklmnopqrstuv now, Top Secret"),
+    );
+    assert!(out.denied.is_none());
+    let v: Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "use [REDACTED:api_key] now, Top Secret"
+    );
+    let (out, body) = check_answer(
+        g,
+        &g.active(Stage::Output, "alice", 0),
+        false,
+        &answer("TOP SECRET"),
+    );
+    assert!(out.denied.unwrap().message.contains("secret") && body.is_none());
+    let bob = g.active(Stage::Output, "bob", 0);
+    assert!(check_answer(g, &bob, true, &answer(r#"{"ok":1}"#))
+        .0
+        .denied
+        .is_none());
+    let denied = check_answer(g, &bob, true, &answer(r#"{"no":1}"#))
+        .0
+        .denied
+        .unwrap();
+    assert!(
+        denied.message.contains("missing required `ok`"),
+        "{}",
+        denied.message
+    );
+    assert!(
+        check_answer(g, &bob, false, &answer("not json"))
+            .0
+            .denied
+            .is_none(),
+        "no JSON asked"
+    );
+    assert!(check_answer(g, &bob, true, b"not a json answer")
+        .0
+        .verdicts
+        .is_empty());
+}
+
+#[test]
+fn bad_checks_are_all_reported() {
+    let yaml = format!(
+        r#"
+providers: [{{name: p, cluster: c, host: h, models: [{{name: m}}]}}]
+clients: [{{name: alice, key_sha256: "{KEY_A}"}}]
+guardrails:
+  deny_status: 200
+  input:
+    - {{name: bad, regex: "([a-z]"}}
+    - {{name: two, regex: "x", pii: [email]}}
+    - {{name: who, pii: [email, ssn], clients: [carol], models: [nope], action: redact}}
+    - {{name: words, max_words: 2, action: redact}}
+    - {{name: ext, external: {{cluster: "", failure_mode: maybe}}}}
+    - {{name: schema, json_schema: {{type: object}}}}
+  output:
+    - {{name: bad, regex: "x", action: block}}
+    - {{name: ext2, external: {{cluster: g}}}}
+"#
+    );
+    let err = compile(yaml.as_bytes()).unwrap_err();
+    for want in [
+        "deny_status must be an error status",
+        "input[0] (bad).regex: not a valid regular expression",
+        "exactly one of regex, pii",
+        "`ssn` is not a built-in pattern",
+        "`carol` is not a client",
+        "models: `nope` is not a model",
+        "`redact` needs text to replace",
+        "external.cluster is empty",
+        "`maybe` is not allow or deny",
+        "json_schema checks run on output only",
+        "duplicate check name",
+        "`block` is not an action",
+        "external checks run on input only",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+}
+
+fn chunk_event(content: &str) -> String {
+    format!(
+        "data: {}\n\n",
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+    )
+}
+
+fn stream_of(words: &[&str]) -> String {
+    let mut s: String = words.iter().map(|w| chunk_event(w)).collect();
+    s.push_str(&format!(
+        "data: {}\n\n",
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ));
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+/// What a client would read: the contents joined, and whether an error
+/// event came.
+fn client_view(out: &[u8]) -> (String, Option<Value>) {
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    let mut content = String::new();
+    let mut error = None;
+    for ev in text.split("\n\n").filter(|e| !e.is_empty()) {
+        let data = ev.strip_prefix("data: ").unwrap();
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v.get("error").is_some() {
+            error = Some(v);
+            continue;
+        }
+        if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+            content.push_str(c);
+        }
+    }
+    (content, error)
+}
+
+fn run_stream(
+    g: &Guardrails,
+    client: &str,
+    stream: &str,
+    split: &[usize],
+) -> (Vec<u8>, StreamGuard) {
+    let mut guard = StreamGuard::new(g, g.active(Stage::Output, client, 0), false);
+    let bytes = stream.as_bytes();
+    let mut out = Vec::new();
+    let mut last = 0;
+    for &at in split.iter().chain(std::iter::once(&bytes.len())) {
+        out.extend(guard.chunk(g, &bytes[last..at]));
+        last = at;
+    }
+    out.extend(guard.finish(g));
+    (out, guard)
+}
+
+#[test]
+fn a_streamed_match_split_across_chunks_is_redacted_before_it_is_sent() {
+    let gw = gateway(
+        r#"
+  lookbehind_bytes: 16
+  output:
+    - {name: code, regex: "open sesame", action: redact}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let stream = stream_of(&[
+        "The words are ",
+        "open ",
+        "ses",
+        "ame and then ",
+        "more text follows here.",
+    ]);
+    for split in 0..stream.len() {
+        let (out, guard) = run_stream(g, "bob", &stream, &[split]);
+        let (content, error) = client_view(&out);
+        assert_eq!(
+            content, "The words are [REDACTED:code] and then more text follows here.",
+            "split at {split}"
+        );
+        assert!(error.is_none());
+        assert!(guard.changed);
+        assert_eq!(guard.verdicts[0].hits, 1);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .ends_with("data: [DONE]\n\n"));
+    }
+}
+
+#[test]
+fn a_streamed_deny_ends_with_an_error_event() {
+    let gw = gateway(
+        r#"
+  output:
+    - {name: secret, regex: "top secret"}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let stream = stream_of(&["This is ", "top ", "secret", " stuff"]);
+    let (out, guard) = run_stream(g, "bob", &stream, &[40]);
+    let (content, error) = client_view(&out);
+    assert!(!content.contains("secret"), "{content}");
+    assert_eq!(error.unwrap()["error"]["code"], "guardrail_denied");
+    assert!(guard.denied.is_some());
+    assert!(!String::from_utf8(out).unwrap().contains("[DONE]"));
+}
+
+#[test]
+fn a_streamed_json_answer_is_checked_at_its_end() {
+    let gw = gateway(
+        r#"
+  output:
+    - {name: shape, json_schema: {type: object, required: [ok]}}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let mut guard = StreamGuard::new(g, g.active(Stage::Output, "bob", 0), true);
+    let out = guard.chunk(g, stream_of(&["{\"no\"", ":1}"]).as_bytes());
+    let (content, error) = client_view(&out);
+    assert_eq!(content, "{\"no\":1}");
+    assert!(error.unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("missing required `ok`"));
+}
+
+#[test]
+fn external_contract_reads_every_verdict_and_refuses_the_rest() {
+    use super::external::{answer, apply_redactions, Answer};
+    assert_eq!(
+        answer(Some(200), br#"{"verdict":"allow"}"#),
+        Ok(Answer::Allow)
+    );
+    assert_eq!(
+        answer(Some(200), br#"{"verdict":"deny","reason":"toxic"}"#),
+        Ok(Answer::Deny("toxic".into()))
+    );
+    assert_eq!(
+        answer(Some(200), br#"{"verdict":"redact","redact":["x",""]}"#),
+        Ok(Answer::Redact(vec!["x".into()]))
+    );
+    assert!(answer(Some(503), b"").is_err());
+    assert!(answer(None, b"").is_err());
+    assert!(answer(Some(200), b"{").is_err());
+    assert!(answer(Some(200), br#"{"verdict":"maybe"}"#).is_err());
+    let mut d = doc(json!({"messages": [{"role": "user", "content": "a secret and a secret"}]}));
+    assert_eq!(apply_redactions(&mut d, "guard", &["secret".into()]), 2);
+    assert_eq!(
+        d["messages"][0]["content"],
+        "a [REDACTED:guard] and a [REDACTED:guard]"
+    );
+}
+
+#[test]
+fn redaction_merges_overlapping_spans() {
+    let mut spans = vec![
+        Span {
+            start: 2,
+            end: 6,
+            label: "a",
+        },
+        Span {
+            start: 0,
+            end: 3,
+            label: "b",
+        },
+        Span {
+            start: 8,
+            end: 9,
+            label: "c",
+        },
+    ];
+    assert_eq!(
+        redact("0123456789", &mut spans),
+        "[REDACTED:b]45[REDACTED:c]9".replace("45", "67")
+    );
+}
