@@ -17,6 +17,11 @@
 //! - `GET /__mock/hits` — `{"hits":N}` chat requests seen.
 //! - `GET /__mock/requests` — the last requests: headers and body.
 //! - `POST /__mock/reset` — clear script, counters and log.
+//! - `POST /__mock/guard` — an external guard (the contract of
+//!   `portcullis_core::guard::external`): a `text` containing `guard:deny`
+//!   is denied, `guard:redact` redacted (that word), `guard:slow` answered
+//!   after 2 s, `guard:garbage` answered with a body that is not JSON; any
+//!   other text is allowed. Each call is logged with the requests.
 //!
 //! Usage: `portcullis-mock [--port N] [--name NAME] [--api-key KEY]`; prints
 //! `portcullis-mock <name> listening on 127.0.0.1:<port>` once ready.
@@ -359,6 +364,7 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
                 .unwrap_or_default();
             json_response(200, &Value::Array(log))
         }
+        ("POST", "/__mock/guard") => guard(&state, &body).await,
         ("POST", "/__mock/reset") => {
             if let Ok(mut s) = state.script.lock() {
                 s.clear();
@@ -374,6 +380,36 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
             &json!({"error": {"message": format!("mock: no route {method} {path}"), "type": "invalid_request_error", "code": null}}),
         ),
     })
+}
+
+/// The mock external guard's verdict on a text.
+async fn guard(state: &State, body: &[u8]) -> Response<Body> {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    if let Ok(mut log) = state.log.lock() {
+        if log.len() >= LOG_KEEP {
+            log.pop_front();
+        }
+        log.push_back(json!({"path": "/__mock/guard", "headers": {}, "body": parsed.clone()}));
+    }
+    let text = parsed.get("text").and_then(Value::as_str).unwrap_or("");
+    if text.contains("guard:slow") {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    if text.contains("guard:garbage") {
+        let mut r = json_response(200, &Value::Null);
+        *r.body_mut() = Full::new(Bytes::from_static(b"not json"))
+            .map_err(|never| match never {})
+            .boxed();
+        return r;
+    }
+    let verdict = if text.contains("guard:deny") {
+        json!({"verdict": "deny", "reason": "mock guard: denied"})
+    } else if text.contains("guard:redact") {
+        json!({"verdict": "redact", "redact": ["guard:redact"]})
+    } else {
+        json!({"verdict": "allow"})
+    };
+    json_response(200, &verdict)
 }
 
 async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {

@@ -1,0 +1,231 @@
+//! Guardrails in real Envoy: input checks that deny for one client and
+//! redact for another, output checks on plain and streamed answers (a match
+//! split across chunks included), the external guard (the mock's
+//! `/__mock/guard`, reached through the `backup` cluster) allowing, denying,
+//! redacting and failing under both failure modes, a bad pattern rejected
+//! while the previous config serves, and the official SDK's exceptions.
+mod common;
+use common::*;
+use portcullis_tests::*;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::Duration;
+
+fn plugin(failure_mode: &str, secret_pattern: &str) -> String {
+    format!(
+        "{}
+guardrails:
+  lookbehind_bytes: 24
+  input:
+    - {{name: no-email, pii: [email], action: deny, clients: [demo]}}
+    - {{name: scrub-email, pii: [email], action: redact, clients: [mini-only]}}
+    - {{name: guard, clients: [demo], external: {{cluster: backup, authority: backup.mock, path: /__mock/guard, timeout_ms: 300, failure_mode: {failure_mode}}}}}
+  output:
+    - {{name: secret, regex: '{secret_pattern}', action: deny}}
+    - {{name: cards, pii: [card], action: redact}}
+",
+        test_plugin()
+    )
+}
+
+fn stack(failure_mode: &str) -> Stack {
+    Stack::start(&plugin(failure_mode, "top secret"), 2)
+}
+
+fn last_prompt(m: &Mock) -> Value {
+    let reqs = m.requests();
+    let chat = reqs
+        .iter()
+        .rev()
+        .find(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/chat/completions"))
+        })
+        .expect("a chat request reached the provider");
+    chat["body"]["messages"][0]["content"].clone()
+}
+
+fn stream_body(text: &str) -> String {
+    json!({"model": "mini", "stream": true, "messages": [{"role": "user", "content": text}]})
+        .to_string()
+}
+
+/// The contents a client reads from a stream, and its error event.
+fn read_stream(body: &str) -> (String, Option<Value>) {
+    let mut text = String::new();
+    let mut error = None;
+    for data in body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v.get("error").is_some() {
+            error = Some(v);
+        } else if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(c);
+        }
+    }
+    (text, error)
+}
+
+#[test]
+fn an_email_is_denied_for_one_client_and_redacted_for_another() {
+    let s = stack("allow");
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "mail jane@example.com please"));
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert!(
+        !r.body.contains("jane"),
+        "the match is never echoed: {}",
+        r.body
+    );
+    assert_eq!(s.primary.hits(), 0, "nothing reached a provider");
+    assert!(
+        s.backup.requests().is_empty(),
+        "a local deny comes before the external guard"
+    );
+
+    let r = s.chat(MINI_KEY, &chat_body("mini", "mail jane@example.com please"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(last_prompt(&s.primary), "mail [REDACTED:email] please");
+    s.envoy
+        .wait_stat("wasmcustom.portcullis.guardrail.input.no-email.deny", 1);
+    s.envoy.wait_stat(
+        "wasmcustom.portcullis.guardrail.input.scrub-email.redact",
+        1,
+    );
+}
+
+#[test]
+fn an_output_check_denies_plain_and_streamed_answers_and_redacts_across_chunks() {
+    let s = stack("allow");
+    let secret = "as I said before this is top secret stuff";
+    s.primary
+        .default_step(json!({"content": secret, "chunk_delay_ms": 20}));
+    let r = s.chat(MINI_KEY, &chat_body("mini", "hi"));
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert!(r.body.contains("`secret`"), "{}", r.body);
+
+    // "top " and "secret " arrive in separate chunks 20 ms apart.
+    let r = s.chat(MINI_KEY, &stream_body("hi"));
+    assert_eq!(r.status, 200);
+    let (text, error) = read_stream(&r.body);
+    assert_eq!(error.unwrap()["error"]["code"], "guardrail_denied");
+    // What came before the match, up to the look-behind, was sent; nothing
+    // of the match was.
+    assert!(secret.starts_with(&text) && !text.is_empty(), "{text:?}");
+    assert!(!text.contains("top"), "{text:?}");
+    assert!(!r.body.contains("[DONE]"));
+
+    // A card number whose groups arrive in four chunks is redacted whole.
+    s.primary.default_step(
+        json!({"content": "card 4111 1111 1111 1111 is on file", "chunk_delay_ms": 10}),
+    );
+    let r = s.chat(MINI_KEY, &stream_body("hi"));
+    let (text, error) = read_stream(&r.body);
+    assert!(error.is_none(), "{}", r.body);
+    assert_eq!(text, "card [REDACTED:card] is on file");
+    assert!(r.body.ends_with("data: [DONE]\n\n"));
+    let r = s.chat(MINI_KEY, &chat_body("mini", "hi"));
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "card [REDACTED:card] is on file"
+    );
+}
+
+#[test]
+fn the_external_guard_allows_denies_redacts_and_fails_by_its_mode() {
+    let s = stack("allow");
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "hello guard:deny"));
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert!(r.body.contains("mock guard: denied"), "{}", r.body);
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "hello"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let guard_call = s
+        .backup
+        .requests()
+        .into_iter()
+        .find(|r| r["path"] == "/__mock/guard")
+        .expect("the guard was asked");
+    assert_eq!(guard_call["body"]["client"], "demo");
+    assert_eq!(guard_call["body"]["stage"], "input");
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "hello guard:redact"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(last_prompt(&s.primary), "hello [REDACTED:guard]");
+    // Late (2 s against 300 ms) or unreadable: allowed, counted.
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "guard:slow"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "guard:garbage"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    s.envoy
+        .wait_stat("wasmcustom.portcullis.guardrail.guard_errors", 2);
+
+    // The same guard with failure_mode deny.
+    s.envoy.reload(&plugin("deny", "top secret"));
+    let r = poll_until(
+        Duration::from_secs(30),
+        "failure_mode deny to apply",
+        || {
+            let r = s.chat(DEMO_KEY, &chat_body("mini", "guard:slow"));
+            (r.status != 200).then_some(r)
+        },
+    );
+    assert_openai_error(&r, 503, "guardrail_unavailable");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "guard:garbage"));
+    assert_openai_error(&r, 503, "guardrail_unavailable");
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "fine"));
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[test]
+fn a_bad_pattern_is_rejected_and_the_previous_config_keeps_serving() {
+    let s = stack("allow");
+    let failed = "extension_config_discovery.http_filter.portcullis.config_fail";
+    let before = s.envoy.stat(failed).unwrap_or(0);
+    s.envoy.reload(&plugin("allow", "([a-z]"));
+    s.envoy.wait_stat(failed, before + 1);
+    assert!(
+        s.envoy.log().contains("not a valid regular expression"),
+        "the log says why"
+    );
+    s.primary.default_step(json!({"content": "top secret"}));
+    let r = s.chat(MINI_KEY, &chat_body("mini", "hi"));
+    assert_openai_error(&r, 400, "guardrail_denied");
+}
+
+#[test]
+fn the_openai_sdk_raises_for_denied_prompts_answers_and_streams() {
+    let python = std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
+    let s = stack("allow");
+    let secret = "as I said before this is top secret stuff";
+    s.primary.script(json!([
+        {"content": secret},
+        {"content": secret, "chunk_delay_ms": 10},
+        {"content": "card 4111 1111 1111 1111 is on file", "chunk_delay_ms": 10}
+    ]));
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/sdk/guardrails_sdk_check.py"))
+        .arg(s.envoy.url("/v1"))
+        .arg(DEMO_KEY)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "SDK script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["prompt_denied"]["class"], "BadRequestError");
+    assert_eq!(v["prompt_denied"]["code"], "guardrail_denied");
+    assert_eq!(v["answer_denied"]["class"], "BadRequestError");
+    assert_eq!(v["stream_denied"]["raised"], "APIError");
+    assert_eq!(v["stream_denied"]["code"], "guardrail_denied");
+    let received = v["stream_denied"]["received"].as_str().unwrap();
+    assert!(
+        secret.starts_with(received) && !received.contains("top"),
+        "{received:?}"
+    );
+    assert_eq!(v["stream_redacted"], "card [REDACTED:card] is on file");
+}
