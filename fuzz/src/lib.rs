@@ -192,3 +192,54 @@ pub fn rls(data: &[u8]) {
         assert!(m.len() > name.len());
     }
 }
+
+/// Guardrails on a request and on a stream: no panic on any prompt or
+/// stream; a redacted prompt is still a request the gateway accepts; a
+/// stream reads the same through the checks whole or split anywhere.
+pub fn guard(data: &[u8]) {
+    use portcullis_core::guard::{self, stream::StreamGuard, Stage};
+    static GW: std::sync::OnceLock<config::Gateway> = std::sync::OnceLock::new();
+    let gw = GW.get_or_init(|| {
+        config::compile(GUARD_CONFIG.as_bytes()).expect("the fuzz guard config compiles")
+    });
+    let g = gw.guardrails.as_ref().expect("guardrails configured");
+    let (a, b) = two(data);
+    if let Ok(r) = ChatRequest::parse(a) {
+        let mut doc = r.document().expect("accepted: a tree").clone();
+        let active = g.active(Stage::Input, "c", 0);
+        let out = guard::check_input(g, &active, 0, &mut doc);
+        if out.changed && out.denied.is_none() {
+            ChatRequest::from_document(&doc).expect("a redacted request is still accepted");
+        }
+    }
+    let stream = b.unwrap_or(a);
+    let active = g.active(Stage::Output, "c", 0);
+    let run = |split: usize| {
+        let mut sg = StreamGuard::new(g, active.clone(), true);
+        let (x, y) = stream.split_at(split.min(stream.len()));
+        let mut out = sg.chunk(g, x);
+        out.extend(sg.chunk(g, y));
+        out.extend(sg.finish(g));
+        out
+    };
+    let whole = run(stream.len());
+    let split = usize::from(stream.first().copied().unwrap_or(0));
+    assert_eq!(whole, run(split), "the checks read a split stream differently");
+    let _ = guard::check_answer(g, &active, true, stream);
+}
+
+const GUARD_CONFIG: &str = r#"
+providers: [{name: p, cluster: c, host: h, models: [{name: m}]}]
+clients: [{name: c, key_sha256: "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3"}]
+guardrails:
+  lookbehind_bytes: 8
+  input:
+    - {name: pii, pii: [all], action: redact}
+    - {name: words, max_words: 50, action: log}
+    - {name: secret, regex: "(?i)top\\s+secret", action: redact}
+  output:
+    - {name: pii, pii: [all], action: redact}
+    - {name: stop, regex: "forbidden", action: deny}
+    - {name: size, max_words: 40, action: log}
+    - {name: shape, json_schema: {type: object, required: [a]}, action: log}
+"#;

@@ -37,8 +37,9 @@ pub(super) fn guardrails(
         names,
         clients: &clients,
     };
-    let mut seen = HashSet::new();
-    let mut compile_all = |stage: Stage, list: &[RawCheck], problems: &mut Vec<String>| {
+    let compile_all = |stage: Stage, list: &[RawCheck], problems: &mut Vec<String>| {
+        // Names are unique within a stage (the record and metrics say which).
+        let mut seen = HashSet::new();
         let mut out = Vec::new();
         for (i, c) in list.iter().enumerate() {
             let stage_name = match stage {

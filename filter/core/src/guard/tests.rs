@@ -177,6 +177,7 @@ guardrails:
     - {{name: schema, json_schema: {{type: object}}}}
   output:
     - {{name: bad, regex: "x", action: block}}
+    - {{name: bad, regex: "y"}}
     - {{name: ext2, external: {{cluster: g}}}}
 "#
     );
