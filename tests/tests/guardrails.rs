@@ -229,3 +229,39 @@ fn the_openai_sdk_raises_for_denied_prompts_answers_and_streams() {
     );
     assert_eq!(v["stream_redacted"], "card [REDACTED:card] is on file");
 }
+
+#[test]
+fn the_cache_never_serves_one_clients_redaction_or_the_raw_answer_to_a_client_that_redacts() {
+    // The shipped plugin has the cache on (shared by clients); only
+    // `mini-only` redacts card numbers in answers.
+    let plugin = format!(
+        "{}
+guardrails:
+  output:
+    - {{name: cards, pii: [card], action: redact, clients: [mini-only]}}
+",
+        shipped_plugin()
+    );
+    let s = Stack::start(&plugin, 1);
+    s.primary
+        .default_step(json!({"content": "card 4111 1111 1111 1111 is on file"}));
+    let ask = |key: &str| s.chat(key, &chat_body("mini", "which card?"));
+    let content = |r: &Resp| r.json()["choices"][0]["message"]["content"].clone();
+
+    let r = ask(MINI_KEY);
+    assert_eq!(content(&r), "card [REDACTED:card] is on file");
+    assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
+    // The redacted answer was not stored: the next client reaches the
+    // provider and gets the answer as it came, which is stored.
+    let r = ask(DEMO_KEY);
+    assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
+    assert_eq!(content(&r), "card 4111 1111 1111 1111 is on file");
+    assert_eq!(s.primary.hits(), 2);
+    let r = ask(DEMO_KEY);
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit"));
+    // A hit for the redacting client is redacted on the way out.
+    let r = ask(MINI_KEY);
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(content(&r), "card [REDACTED:card] is on file");
+    assert_eq!(s.primary.hits(), 2);
+}
