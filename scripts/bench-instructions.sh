@@ -38,6 +38,18 @@ sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $
 sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
 echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
+# The routed path with five input checks and one output check (#18).
+cat "$dir/plugin-route.yaml" - >"$dir/plugin-guard.yaml" <<'YAML'
+guardrails:
+  input:
+    - {name: email, pii: [email], action: redact}
+    - {name: cards, pii: [card, iban], action: deny}
+    - {name: keys, pii: [api_key], action: deny}
+    - {name: secret, regex: '(?i)top\s+secret', action: deny}
+    - {name: size, max_words: 4000}
+  output:
+    - {name: phone, pii: [phone], action: redact}
+YAML
 # Without the request log (what the log costs), on request.
 for v in route hit; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
@@ -47,7 +59,7 @@ measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|guard|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
   esac
   out="$dir/$v.callgrind"
@@ -74,7 +86,7 @@ measure() { # variant -> instructions per request
 declare -A IPR
 table="| variant | instructions per request, run 1 | run 2 | spread |
 |---|---|---|---|"
-for v in ${BENCH_INSTR_VARIANTS:-bare route hit floor floorhit}; do
+for v in ${BENCH_INSTR_VARIANTS:-bare route hit guard floor floorhit}; do
   runs=()
   for r in $(seq 1 "$RUNS"); do runs+=("$(measure $v)"); done
   IPR[$v]=${runs[0]}
@@ -89,5 +101,6 @@ mkdir -p .run
   echo "$table"
   echo
   echo "Ratios by instructions (bare / variant: >1 is cheaper than bare): route $(ratio "${IPR[bare]}" "${IPR[route]}")x, hit $(ratio "${IPR[bare]}" "${IPR[hit]}")x, routed floor $(ratio "${IPR[bare]}" "${IPR[floor]}")x, local-answer floor $(ratio "${IPR[bare]}" "${IPR[floorhit]}")x"
+  [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
 } | tee .run/bench-instructions-latest.md

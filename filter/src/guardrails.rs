@@ -43,14 +43,17 @@ impl<H: Host> RequestContext<H> {
         let active = g.active(Stage::Input, &client.name, model);
         let out_active = g.active(Stage::Output, &client.name, model);
         if !out_active.is_empty() {
-            let json_wanted = flight.chat.document().is_ok_and(guard::wants_json);
+            // The tree is built only when a schema check could use it.
+            let schema = out_active
+                .iter()
+                .any(|&i| matches!(g.output.get(i).map(|c| &c.kind), Some(Kind::Schema(_))));
+            let json_wanted = schema && flight.chat.document().is_ok_and(guard::wants_json);
             flight.output = Some(OutputGuard::new(out_active, json_wanted));
         }
         if active.is_empty() {
             return Ok(Guarded::Go);
         }
-        let mut doc = flight.chat.document()?.clone();
-        let outcome = guard::check_input(g, &active, model, &mut doc);
+        let outcome = guard::check_input(g, &active, model, flight.chat.body());
         self.note_verdicts(&outcome.verdicts);
         if let Some(err) = outcome.denied {
             return Err(err);
@@ -61,11 +64,20 @@ impl<H: Host> RequestContext<H> {
             .filter(|&i| matches!(g.input.get(i).map(|c| &c.kind), Some(Kind::External(_))))
             .collect();
         if externals.is_empty() {
-            if outcome.changed {
-                self.use_rewritten(&doc)?;
+            if let Some(doc) = &outcome.rewritten {
+                self.use_rewritten(doc)?;
             }
             return Ok(Guarded::Go);
         }
+        let doc = match outcome.rewritten {
+            Some(doc) => doc,
+            None => self
+                .flight
+                .as_ref()
+                .map(|f| f.chat.document().cloned())
+                .transpose()?
+                .unwrap_or_default(),
+        };
         let mut pending = GuardCalls {
             calls: Vec::new(),
             doc,

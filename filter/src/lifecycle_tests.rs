@@ -638,7 +638,7 @@ fn an_input_deny_answers_before_any_provider_and_a_redaction_reaches_the_provide
         .is_none());
     assert_eq!(
         ctx.host
-            .counter("portcullis.guardrail.input.no-secret.deny"),
+            .counter("portcullis.guardrail.stage.input.check.no-secret.deny"),
         1
     );
 

@@ -48,8 +48,8 @@ pub const GUARD_LATENCY_MS: &str = "portcullis.guardrail.guard_latency_ms";
 /// Gauge: rises once per distinct applied config.
 pub const CONFIG_GENERATION: &str = "portcullis.config_generation";
 
-/// A check's verdicts: `portcullis.guardrail.<stage>.<check>.<action>`
-/// (action: deny, redact or log).
+/// A check's verdicts: `portcullis.guardrail.stage.<stage>.check.<check>.<action>`
+/// (action: deny, redact or log; `stage` and `check` become labels).
 pub fn guardrail(stage: Stage, check: &str, act: Act) -> String {
     let stage = match stage {
         Stage::Input => "input",
@@ -60,7 +60,10 @@ pub fn guardrail(stage: Stage, check: &str, act: Act) -> String {
         Act::Redact => "redact",
         Act::Log => "log",
     };
-    format!("portcullis.guardrail.{stage}.{}.{act}", label(check))
+    format!(
+        "portcullis.guardrail.stage.{stage}.check.{}.{act}",
+        label(check)
+    )
 }
 
 fn provider(name: &str, what: &str) -> String {

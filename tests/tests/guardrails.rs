@@ -88,10 +88,12 @@ fn an_email_is_denied_for_one_client_and_redacted_for_another() {
     let r = s.chat(MINI_KEY, &chat_body("mini", "mail jane@example.com please"));
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(last_prompt(&s.primary), "mail [REDACTED:email] please");
-    s.envoy
-        .wait_stat("wasmcustom.portcullis.guardrail.input.no-email.deny", 1);
     s.envoy.wait_stat(
-        "wasmcustom.portcullis.guardrail.input.scrub-email.redact",
+        "wasmcustom.portcullis.guardrail.stage.input.check.no-email.deny",
+        1,
+    );
+    s.envoy.wait_stat(
+        "wasmcustom.portcullis.guardrail.stage.input.check.scrub-email.redact",
         1,
     );
 }

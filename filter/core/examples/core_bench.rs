@@ -2,6 +2,7 @@
 //! body of `make bench`, natively and as wasm32-wasip1 in V8 (Node's WASI). A
 //! benchmark, not a test: it shows which step of the request path costs what.
 
+use portcullis_core::guard::{self, pii::Pii, Stage};
 use portcullis_core::{cache, config, record, request, routing, sse, usage};
 use std::hint::black_box;
 use std::time::Instant;
@@ -66,6 +67,62 @@ fn main() -> Result<(), String> {
             ..Default::default()
         }
         .encode()
+    });
+    guard_checks()
+}
+
+/// A 2 KB prompt of ordinary prose with one e-mail address, through each
+/// built-in check alone and through five checks as `make bench` configures
+/// them.
+fn guard_checks() -> Result<(), String> {
+    let sentence = "The quarterly report covers revenue, churn and the roadmap for next year; please summarise it in plain words. ";
+    let mut text = String::new();
+    while text.len() < 2000 {
+        text.push_str(sentence);
+    }
+    text.push_str("Reply to jane.doe@example.com by Friday.");
+    let body = serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}).to_string();
+    let yaml = format!(
+        "{}\nguardrails:\n  input:\n    - {{name: email, pii: [email], action: redact}}\n    - {{name: cards, pii: [card, iban], action: deny}}\n    - {{name: keys, pii: [api_key], action: deny}}\n    - {{name: secret, regex: '(?i)top\\s+secret', action: deny}}\n    - {{name: size, max_words: 4000}}\n  output:\n    - {{name: phone, pii: [phone], action: redact}}\n",
+        std::fs::read_to_string("envoy/plugin.yaml").map_err(|e| e.to_string())?
+    );
+    let gw = config::compile(yaml.as_bytes())?;
+    let g = gw.guardrails.as_ref().ok_or("no guardrails")?;
+    let chat = request::ChatRequest::parse(body.as_bytes()).map_err(|e| e.message)?;
+    println!(
+        "\n| guardrail check on a {}-byte prompt | ns per request |\n|---|---|",
+        body.len()
+    );
+    let mut spans = Vec::new();
+    for p in Pii::ALL {
+        time(&format!("pii: {}", p.name()), || {
+            spans.clear();
+            p.find(&text, &mut spans);
+            spans.len()
+        });
+    }
+    let re = regex::Regex::new(r"(?i)top\s+secret").map_err(|e| e.to_string())?;
+    time("regex (?i)top\\s+secret", || re.find_iter(&text).count());
+    time(
+        "bounds alone: word count and token estimate (texts read from the body)",
+        || guard::check_input(g, &[4], 0, chat.body()).verdicts.len(),
+    );
+    let active = g.active(Stage::Input, "demo", 0);
+    time(
+        "five input checks, the e-mail redacted (texts read, then tree and rewrite)",
+        || guard::check_input(g, &active, 0, chat.body()).changed,
+    );
+    let clean_body = body.replace("jane.doe@example.com", "Jane");
+    let clean = request::ChatRequest::parse(clean_body.as_bytes()).map_err(|e| e.message)?;
+    time("five input checks, nothing found (no tree built)", || {
+        guard::check_input(g, &active, 0, clean.body()).changed
+    });
+    let out_active = g.active(Stage::Output, "demo", 0);
+    time("one output check on the answer (parse, check)", || {
+        guard::check_answer(g, &out_active, false, ANSWER)
+            .0
+            .verdicts
+            .len()
     });
     Ok(())
 }

@@ -12,6 +12,7 @@
 
 pub mod external;
 pub mod pii;
+mod read;
 pub mod schema;
 pub mod stream;
 #[cfg(test)]
@@ -129,10 +130,6 @@ impl Check {
             _ => {}
         }
     }
-
-    fn scans_text(&self) -> bool {
-        matches!(self.kind, Kind::Regex(_) | Kind::Pii(_))
-    }
 }
 
 /// A match: byte range and the label of its redaction.
@@ -222,19 +219,13 @@ pub struct Outcome {
     pub denied: Option<GatewayError>,
     /// Some text was rewritten.
     pub changed: bool,
+    /// The request document with the redactions (input, when changed).
+    pub rewritten: Option<Map<String, Value>>,
 }
 
 impl Outcome {
     /// Record what a check found; `true` when it denies (the stage stops).
-    fn found(
-        &mut self,
-        g: &Guardrails,
-        stage: Stage,
-        check: &Check,
-        hits: u32,
-        matched: Vec<String>,
-        reason: String,
-    ) -> bool {
+    fn found(&mut self, g: &Guardrails, stage: Stage, check: &Check, hit: Hit) -> bool {
         if check.act == Act::Redact {
             self.changed = true;
         }
@@ -244,34 +235,30 @@ impl Outcome {
                 Stage::Input => "prompt",
                 Stage::Output => "answer",
             };
-            let why = if reason.is_empty() {
-                format!("the {what} matched it {hits} time(s)")
+            let why = if hit.reason.is_empty() {
+                format!("the {what} matched it {} time(s)", hit.hits)
             } else {
-                reason.clone()
+                hit.reason.clone()
             };
             self.denied = Some(g.denial(&check.name, &why));
         }
-        self.push(stage, check, hits, matched, reason);
-        deny
-    }
-
-    fn push(
-        &mut self,
-        stage: Stage,
-        check: &Check,
-        hits: u32,
-        matched: Vec<String>,
-        reason: String,
-    ) {
         self.verdicts.push(Verdict {
             stage,
             check: check.name.clone(),
             action: check.act,
-            hits,
-            matched,
-            reason,
+            hits: hit.hits,
+            matched: hit.matched,
+            reason: hit.reason,
         });
+        deny
     }
+}
+
+/// What one check found.
+struct Hit {
+    hits: u32,
+    matched: Vec<String>,
+    reason: String,
 }
 
 /// Replace spans (sorted by start; overlaps merged into the first) by their
@@ -296,8 +283,8 @@ pub fn redact(text: &str, spans: &mut [Span<'_>]) -> String {
     out
 }
 
-/// Every text of a request the checks read: message contents, as strings or
-/// as `text` parts.
+/// Every text of a request the checks read, to rewrite: message contents,
+/// as strings or as `text` parts.
 pub fn request_texts(doc: &mut Map<String, Value>) -> Vec<&mut String> {
     let mut out = Vec::new();
     if let Some(Value::Array(msgs)) = doc.get_mut("messages") {
@@ -321,7 +308,8 @@ pub fn request_texts(doc: &mut Map<String, Value>) -> Vec<&mut String> {
     out
 }
 
-/// Every text of a chat completion the checks read: each choice's content.
+/// Every text of a chat completion the checks read, to rewrite: each
+/// choice's content.
 pub fn answer_texts(doc: &mut Value) -> Vec<&mut String> {
     let mut out = Vec::new();
     if let Some(Value::Array(choices)) = doc.get_mut("choices") {
@@ -334,19 +322,26 @@ pub fn answer_texts(doc: &mut Value) -> Vec<&mut String> {
     out
 }
 
-/// Words and the token estimate of some texts.
-fn measure(texts: &[&mut String]) -> (u64, u64) {
-    let words = texts
-        .iter()
-        .map(|t| t.split_whitespace().count() as u64)
-        .sum();
-    let chars: u64 = texts.iter().map(|t| t.chars().count() as u64).sum();
-    (words, chars.div_ceil(4))
+/// Words: runs of bytes between ASCII whitespace (a byte scan; Unicode
+/// spaces beyond ASCII are rare in prompts and only make it an estimate).
+fn word_count(t: &str) -> u64 {
+    let mut n: u64 = 0;
+    let mut in_word = false;
+    for &c in t.as_bytes() {
+        let space = c.is_ascii_whitespace();
+        if !space && !in_word {
+            n = n.saturating_add(1);
+        }
+        in_word = !space;
+    }
+    n
 }
 
 /// Why bounds are broken, if they are.
-fn broken_bounds(b: &Bounds, texts: &[&mut String], what: &str) -> Option<String> {
-    let (words, tokens) = measure(texts);
+fn broken_bounds(b: &Bounds, texts: &[&str], what: &str) -> Option<String> {
+    let words: u64 = texts.iter().map(|t| word_count(t)).sum();
+    let chars: u64 = texts.iter().map(|t| t.chars().count() as u64).sum();
+    let tokens = chars.div_ceil(4);
     if let Some(m) = b.max_words.filter(|&m| words > m) {
         return Some(format!(
             "the {what} has {words} words, above the limit of {m}"
@@ -365,18 +360,15 @@ fn broken_bounds(b: &Bounds, texts: &[&mut String], what: &str) -> Option<String
     None
 }
 
-/// Run one text-scanning check over texts: redact in place, or count.
-/// Returns (hits, matched texts when kept).
-fn scan(check: &Check, texts: &mut [&mut String], keep: bool) -> (u32, Vec<String>) {
+/// One text-scanning check over texts, read only: hits and (when kept)
+/// the matched texts.
+fn scan(check: &Check, texts: &[&str], keep: bool) -> (u32, Vec<String>) {
     let mut hits: u32 = 0;
     let mut matched = Vec::new();
     let mut spans = Vec::new();
-    for t in texts.iter_mut() {
+    for t in texts {
         spans.clear();
         check.spans(t, &mut spans);
-        if spans.is_empty() {
-            continue;
-        }
         hits = hits.saturating_add(u32::try_from(spans.len()).unwrap_or(u32::MAX));
         if keep {
             matched.extend(
@@ -386,54 +378,110 @@ fn scan(check: &Check, texts: &mut [&mut String], keep: bool) -> (u32, Vec<Strin
                     .map(String::from),
             );
         }
-        if check.act == Act::Redact {
-            **t = redact(t, &mut spans);
-        }
     }
     (hits, matched)
 }
 
-/// A request's local input checks (the `active` indexes, in order), over
-/// the request document; redactions rewrite it. External checks are left
-/// to the caller (see [`external`]).
-pub fn check_input(
-    g: &Guardrails,
-    active: &[usize],
+/// Rewrite texts with the redacting checks that found something.
+fn apply_redactions(checks: &[&Check], texts: &mut [&mut String]) {
+    let mut spans = Vec::new();
+    for t in texts.iter_mut() {
+        spans.clear();
+        for c in checks {
+            c.spans(t, &mut spans);
+        }
+        if !spans.is_empty() {
+            **t = redact(t, &mut spans);
+        }
+    }
+}
+
+/// What the checks of a stage know of a request.
+struct Facts {
     model: usize,
-    doc: &mut Map<String, Value>,
-) -> Outcome {
+    json_wanted: bool,
+}
+
+/// Run a stage's active checks in order over texts, read only: the
+/// verdicts, the first deny, and the redacting checks that found something
+/// (the caller rewrites with them).
+fn run<'g>(
+    g: &'g Guardrails,
+    stage: Stage,
+    active: &[usize],
+    facts: &Facts,
+    texts: &[&str],
+) -> (Outcome, Vec<&'g Check>) {
     let mut out = Outcome::default();
+    let mut redactors = Vec::new();
+    let what = match stage {
+        Stage::Input => "prompt",
+        Stage::Output => "answer",
+    };
     for &i in active {
-        let Some(check) = g.input.get(i) else {
+        let Some(check) = g.checks(stage).get(i) else {
             continue;
+        };
+        let plain = |reason: String| Hit {
+            hits: 1,
+            matched: Vec::new(),
+            reason,
         };
         let found = match &check.kind {
             Kind::Regex(_) | Kind::Pii(_) => {
-                let mut texts = request_texts(doc);
-                let (hits, matched) = scan(check, &mut texts, g.include_content);
-                (hits > 0).then(|| (hits, matched, String::new()))
+                let (hits, matched) = scan(check, texts, g.include_content);
+                (hits > 0).then_some(Hit {
+                    hits,
+                    matched,
+                    reason: String::new(),
+                })
             }
-            Kind::Bounds(b) => {
-                broken_bounds(b, &request_texts(doc), "prompt").map(|why| (1, Vec::new(), why))
-            }
+            Kind::Bounds(b) => broken_bounds(b, texts, what).map(plain),
             Kind::Models { allow, deny } => {
-                let refused =
-                    deny.contains(&model) || allow.as_ref().is_some_and(|a| !a.contains(&model));
-                refused.then(|| {
-                    (
-                        1,
-                        Vec::new(),
-                        "this model is not allowed for this client".to_string(),
-                    )
+                let m = facts.model;
+                let refused = deny.contains(&m) || allow.as_ref().is_some_and(|a| !a.contains(&m));
+                refused.then(|| plain("this model is not allowed for this client".into()))
+            }
+            Kind::Schema(s) if facts.json_wanted && stage == Stage::Output => {
+                texts.iter().find_map(|t| {
+                    let why = match serde_json::from_str::<Value>(t) {
+                        Ok(v) => s.violation(&v)?,
+                        Err(_) => "the answer is not valid JSON".to_string(),
+                    };
+                    Some(plain(format!(
+                        "the answer does not match the schema ({why})"
+                    )))
                 })
             }
             Kind::Schema(_) | Kind::External(_) => None,
         };
-        let Some((hits, matched, reason)) = found else {
-            continue;
-        };
-        if out.found(g, Stage::Input, check, hits, matched, reason) {
-            return out;
+        let Some(hit) = found else { continue };
+        if check.act == Act::Redact {
+            redactors.push(check);
+        }
+        if out.found(g, stage, check, hit) {
+            break;
+        }
+    }
+    (out, redactors)
+}
+
+/// A request's local input checks (the `active` indexes, in order), over
+/// the request body (already accepted by the parser). A redaction yields
+/// the rewritten document in `rewritten`. External checks are left to the
+/// caller (see [`external`]).
+pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) -> Outcome {
+    let facts = Facts {
+        model,
+        json_wanted: false,
+    };
+    let texts = read::prompt_texts(body);
+    let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+    let (mut out, redactors) = run(g, Stage::Input, active, &facts, &borrowed);
+    if out.changed && out.denied.is_none() {
+        if let Ok(mut doc) = serde_json::from_slice::<Map<String, Value>>(body) {
+            apply_redactions(&redactors, &mut request_texts(&mut doc));
+            out.rewritten = Some(doc);
         }
     }
     out
@@ -449,74 +497,42 @@ pub fn wants_json(doc: &Map<String, Value>) -> bool {
     )
 }
 
-/// Output checks over the texts of an answer (a chat completion's contents,
-/// or a stream's assembled text): redactions rewrite `texts`.
-pub fn check_texts(
-    g: &Guardrails,
-    active: &[usize],
-    json_wanted: bool,
-    texts: &mut [&mut String],
-) -> Outcome {
-    let mut out = Outcome::default();
-    for &i in active {
-        let Some(check) = g.output.get(i) else {
-            continue;
-        };
-        let found = match &check.kind {
-            Kind::Regex(_) | Kind::Pii(_) => {
-                let (hits, matched) = scan(check, texts, g.include_content);
-                (hits > 0).then(|| (hits, matched, String::new()))
-            }
-            Kind::Bounds(b) => broken_bounds(b, texts, "answer").map(|why| (1, Vec::new(), why)),
-            Kind::Schema(s) if json_wanted => texts.iter().find_map(|t| {
-                let why = match serde_json::from_str::<Value>(t) {
-                    Ok(v) => s.violation(&v)?,
-                    Err(_) => "the answer is not valid JSON".to_string(),
-                };
-                Some((
-                    1,
-                    Vec::new(),
-                    format!("the answer does not match the schema ({why})"),
-                ))
-            }),
-            _ => None,
-        };
-        let Some((hits, matched, reason)) = found else {
-            continue;
-        };
-        if out.found(g, Stage::Output, check, hits, matched, reason) {
-            return out;
-        }
-    }
-    out
+/// Output checks over texts already assembled (a stream's whole text at
+/// its end), read only.
+pub fn check_texts(g: &Guardrails, active: &[usize], json_wanted: bool, texts: &[&str]) -> Outcome {
+    let facts = Facts {
+        model: 0,
+        json_wanted,
+    };
+    run(g, Stage::Output, active, &facts, texts).0
 }
 
 /// Output checks on a whole chat completion: the verdicts, and the answer
-/// rewritten when a check redacted. An answer that is not a JSON object is
-/// passed as it is (nothing to read).
+/// rewritten when a check redacted. An answer that does not read as a chat
+/// completion is passed as it is (nothing to read).
 pub fn check_answer(
     g: &Guardrails,
     active: &[usize],
     json_wanted: bool,
     body: &[u8],
 ) -> (Outcome, Option<Vec<u8>>) {
-    let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
+    let Some(texts) = read::answer_texts(body) else {
         return (Outcome::default(), None);
     };
-    let mut texts = answer_texts(&mut doc);
-    let out = check_texts(g, active, json_wanted, &mut texts);
-    let rewritten = (out.changed && out.denied.is_none())
-        .then(|| serde_json::to_vec(&doc).ok())
-        .flatten();
+    let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+    let facts = Facts {
+        model: 0,
+        json_wanted,
+    };
+    let (out, redactors) = run(g, Stage::Output, active, &facts, &borrowed);
+    if !out.changed || out.denied.is_some() {
+        return (out, None);
+    }
+    let rewritten = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|mut doc| {
+            apply_redactions(&redactors, &mut answer_texts(&mut doc));
+            serde_json::to_vec(&doc).ok()
+        });
     (out, rewritten)
-}
-
-/// Whether any active check of a stage reads text (so the text must be
-/// read at all).
-pub fn any_text_check(g: &Guardrails, stage: Stage, active: &[usize]) -> bool {
-    let list = g.checks(stage);
-    active
-        .iter()
-        .filter_map(|&i| list.get(i))
-        .any(|c| c.scans_text() || matches!(c.kind, Kind::Bounds(_) | Kind::Schema(_)))
 }

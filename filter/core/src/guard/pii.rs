@@ -266,6 +266,11 @@ fn api_keys(b: &[u8], out: &mut Vec<(usize, usize)>) {
     let key_char = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
     let mut i = 0;
     while i < b.len() {
+        // Every prefix starts with one of these: most bytes stop here.
+        if !matches!(at(b, i), b's' | b'r' | b'A' | b'g' | b'x') || !word_start(b, i) {
+            i += 1;
+            continue;
+        }
         let rest = b.get(i..).unwrap_or_default();
         let prefix = KEY_PREFIXES.iter().find(|p| rest.starts_with(p));
         match prefix {

@@ -276,7 +276,7 @@ impl StreamGuard {
         if !self.keep_whole {
             return;
         }
-        let mut whole = self
+        let whole = self
             .choices
             .get_mut(idx)
             .map(|c| std::mem::take(&mut c.whole))
@@ -291,7 +291,7 @@ impl StreamGuard {
                     .is_some_and(|c| matches!(c.kind, Kind::Bounds(_) | Kind::Schema(_)))
             })
             .collect();
-        let outcome = check_texts(g, &end_only, self.json_wanted, &mut [&mut whole]);
+        let outcome = check_texts(g, &end_only, self.json_wanted, &[whole.as_str()]);
         self.verdicts.extend(outcome.verdicts);
         if let Some(err) = outcome.denied {
             let event = self.deny(err);

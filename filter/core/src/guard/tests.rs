@@ -30,6 +30,10 @@ fn doc(v: Value) -> Map<String, Value> {
     v.as_object().unwrap().clone()
 }
 
+fn bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
 #[test]
 fn an_email_is_denied_for_one_client_and_redacted_for_another() {
     let gw = gateway(
@@ -43,8 +47,7 @@ fn an_email_is_denied_for_one_client_and_redacted_for_another() {
     let body = json!({"model": "m", "messages": [
         {"role": "user", "content": "write to jane@example.com"},
         {"role": "user", "content": [{"type": "text", "text": "or bob@ex.io"}, {"type": "image_url", "image_url": {"url": "x@y.io"}}]}]});
-    let mut d = doc(body.clone());
-    let out = check_input(g, &g.active(Stage::Input, "alice", 0), 0, &mut d);
+    let out = check_input(g, &g.active(Stage::Input, "alice", 0), 0, &bytes(&body));
     let err = out.denied.unwrap();
     assert_eq!((err.status, err.code), (400, "guardrail_denied"));
     assert!(err.message.contains("no-email") && !err.message.contains("jane"));
@@ -54,9 +57,9 @@ fn an_email_is_denied_for_one_client_and_redacted_for_another() {
         "no content unless asked"
     );
 
-    let mut d = doc(body);
-    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &mut d);
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &bytes(&body));
     assert!(out.denied.is_none() && out.changed);
+    let d = out.rewritten.clone().unwrap();
     assert_eq!(d["messages"][0]["content"], "write to [REDACTED:email]");
     assert_eq!(
         d["messages"][1]["content"][0]["text"],
@@ -80,16 +83,16 @@ fn bounds_models_and_scopes() {
 "#,
     );
     let g = gw.guardrails.as_ref().unwrap();
-    let mut d = doc(json!({"messages": [{"role": "user", "content": "one two three four"}]}));
-    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &mut d);
+    let d = json!({"messages": [{"role": "user", "content": "one two three four"}]});
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &bytes(&d));
     assert!(out
         .denied
         .unwrap()
         .message
         .contains("4 words, above the limit of 3"));
-    let mut d = doc(json!({"messages": [{"role": "user", "content": "hi"}]}));
+    let d = json!({"messages": [{"role": "user", "content": "hi"}]});
     let big = gw.names["big"];
-    let out = check_input(g, &g.active(Stage::Input, "bob", big), big, &mut d);
+    let out = check_input(g, &g.active(Stage::Input, "bob", big), big, &bytes(&d));
     assert_eq!(out.verdicts.len(), 2, "{:?}", out.verdicts);
     assert_eq!(out.verdicts[0].action, Act::Log);
     assert!(out.denied.unwrap().message.contains("only-m"));
