@@ -267,3 +267,42 @@ guardrails:
     assert_eq!(content(&r), "card [REDACTED:card] is on file");
     assert_eq!(s.primary.hits(), 2);
 }
+
+#[test]
+fn verdicts_reach_the_collector_without_the_matched_text() {
+    let dir = TempDir::new("guard-records");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let plugin =
+        plugin("allow", "top secret").replace("flush_interval_ms: 250", "flush_interval_ms: 100");
+    let s = Stack::start_full(&plugin, 1, false, c.grpc_port);
+    let r = s.chat(
+        MINI_KEY,
+        &chat_body("mini", "mail jane@example.com and joe@example.org"),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.chat(DEMO_KEY, &chat_body("mini", "mail jane@example.com"));
+    assert_openai_error(&r, 400, "guardrail_denied");
+    let records = poll_until(Duration::from_secs(30), "two records", || {
+        let r = c.recent(10);
+        (r.len() >= 2).then_some(r)
+    });
+    let of = |client: &str| {
+        records
+            .iter()
+            .find(|r| r["client"] == client)
+            .unwrap_or_else(|| panic!("no record for {client}: {records:?}"))
+            .clone()
+    };
+    assert_eq!(
+        of("mini-only")["guardrails"],
+        json!([{"stage": "input", "check": "scrub-email", "action": "redact", "hits": 2}])
+    );
+    let denied = of("demo");
+    assert_eq!(denied["status"], 400);
+    assert_eq!(denied["error"], "guardrail_denied");
+    assert_eq!(denied["guardrails"][0]["action"], "deny");
+    assert!(
+        !records.iter().any(|r| r.to_string().contains("jane")),
+        "{records:?}"
+    );
+}
