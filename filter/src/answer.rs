@@ -9,12 +9,14 @@
 
 use crate::admission::Finish;
 use crate::context::{Phase, RequestContext};
+use crate::flight::Translation;
 use crate::host::{Headers, Host, Part};
 use crate::metrics;
 use crate::reading::Reader;
 use portcullis_core::attempt::{classify, classify_call};
 use portcullis_core::headers;
 use portcullis_core::sse;
+use portcullis_core::translate::{self, anthropic};
 use proxy_wasm::types::Action;
 
 /// Whether a response's headers say its body is content-encoded.
@@ -51,18 +53,38 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let wants_usage = self.wants_usage(&loaded.gw);
+        let now_s = self.host.now_ms() / 1000;
         let Some(f) = self.flight.as_mut() else {
             return;
         };
-        if status != 200 || is_encoded(resp) {
+        let stream = f.chat.stream;
+        let encoded = is_encoded(resp);
+        let translates = f
+            .current
+            .as_ref()
+            .and_then(|c| loaded.gw.providers.get(c.provider))
+            .is_some_and(translate::translates_answers);
+        f.hold = false;
+        f.translation = None;
+        if translates && !encoded {
+            if status == 200 && stream {
+                let emit_usage = f.chat.include_usage || f.usage_chunk;
+                f.translation = Some(Translation::Stream(anthropic::Stream::new(
+                    now_s, emit_usage,
+                )));
+            } else {
+                f.translation = Some(Translation::Whole { status });
+                f.hold = true;
+            }
+        }
+        if status != 200 || encoded {
             // Not read: an error, or compressed (passed on untouched, the
             // reservation stands).
             f.cache_fill = None;
             return;
         }
-        let stream = f.chat.stream;
-        if let Some(out) = f.output.as_mut() {
-            out.hold = !stream;
+        if f.output.is_some() && !stream {
+            f.hold = true;
         }
         // How much of a whole answer to keep whole: what the cache may store,
         // or the record's completion text; past that only the tail (usage).
@@ -84,20 +106,43 @@ impl<H: Host> RequestContext<H> {
     /// differs (a stream without the usage chunk only the gateway asked for).
     fn answer_chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
         let f = self.flight.as_mut()?;
-        let relayed = f.reader.as_mut().and_then(|r| r.chunk(bytes, end));
+        let translated = match f.translation.as_mut() {
+            Some(Translation::Stream(s)) => {
+                let mut out = s.push(bytes);
+                if end {
+                    out.extend(s.finish());
+                }
+                Some(out)
+            }
+            _ => None,
+        };
+        let input = translated.as_deref().unwrap_or(bytes);
+        let relayed = f.reader.as_mut().and_then(|r| r.chunk(input, end));
         if f.output.as_ref().is_some_and(|o| o.stream.is_some()) {
-            let input = relayed.as_deref().unwrap_or(bytes).to_vec();
+            let input = relayed.as_deref().unwrap_or(input).to_vec();
             return self.guard_stream(&input, end);
         }
-        relayed
+        relayed.or(translated)
     }
 
-    /// Whether the answer is held whole for the output checks.
+    /// Whether the router's answer is held whole (output checks, a
+    /// translation).
     fn holds_answer(&self) -> bool {
-        self.flight
-            .as_ref()
-            .and_then(|f| f.output.as_ref())
-            .is_some_and(|o| o.hold)
+        self.flight.as_ref().is_some_and(|f| f.hold)
+    }
+
+    /// A whole answer in OpenAI's shape: translated from the answering
+    /// provider's API when it has another.
+    fn whole_answer(&mut self, body: Vec<u8>) -> Vec<u8> {
+        let now_s = self.host.now_ms() / 1000;
+        match self.flight.as_ref().and_then(|f| f.translation.as_ref()) {
+            Some(Translation::Whole { status: 200 }) => anthropic::answer(&body, now_s)
+                .unwrap_or_else(|| {
+                    anthropic::error(br#"{"error":{"type":"api_error","message":"The provider's answer could not be read."}}"#, 502)
+                }),
+            Some(Translation::Whole { status }) => anthropic::error(&body, *status),
+            _ => body,
+        }
     }
 
     /// The whole answer has passed: settle the limits with its usage, keep
@@ -150,11 +195,19 @@ impl<H: Host> RequestContext<H> {
         for (k, v) in self.gateway_headers() {
             let _ = self.host.add_header(Part::Response, k, &v);
         }
+        if self
+            .flight
+            .as_ref()
+            .is_some_and(|f| f.translation.is_some())
+        {
+            // A translated answer has its own length.
+            let _ = self.host.set_header(Part::Response, "content-length", None);
+        }
         if self.holds_answer() {
             if end_of_stream {
                 // No body to check.
-                if let Some(o) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
-                    o.hold = false;
+                if let Some(f) = self.flight.as_mut() {
+                    f.hold = false;
                 }
             } else {
                 // Held with its body until the checks have read it all; a
@@ -173,7 +226,9 @@ impl<H: Host> RequestContext<H> {
             return self.held_answer_body(body_size, end_of_stream);
         }
         let reads = self.flight.as_ref().is_some_and(|f| {
-            f.reader.is_some() || f.output.as_ref().is_some_and(|o| o.stream.is_some())
+            f.reader.is_some()
+                || f.translation.is_some()
+                || f.output.as_ref().is_some_and(|o| o.stream.is_some())
         });
         if reads {
             let chunk = self
@@ -197,17 +252,31 @@ impl<H: Host> RequestContext<H> {
         if !end_of_stream {
             return Action::Pause;
         }
-        let mut body = self
+        let raw = self
             .host
             .body(Part::Response, body_size)
             .unwrap_or_default();
-        let checked = self.check_whole_answer(&body);
+        let translated = self
+            .flight
+            .as_ref()
+            .is_some_and(|f| f.translation.is_some());
+        let mut body = self.whole_answer(raw);
+        let checked = if self.log.status == 200 {
+            self.check_whole_answer(&body)
+        } else {
+            Ok(None)
+        };
+        let mut changed = translated;
         if let Ok(Some(new)) = &checked {
-            let _ = self.host.set_body(Part::Response, body_size, new);
             body.clone_from(new);
+            changed = true;
         }
         if let Some(out) = self.answer_chunk(&body, true) {
-            let _ = self.host.set_body(Part::Response, body_size, &out);
+            body = out;
+            changed = true;
+        }
+        if changed {
+            let _ = self.host.set_body(Part::Response, body_size, &body);
         }
         self.answer_end();
         match checked {
@@ -242,7 +311,8 @@ impl<H: Host> RequestContext<H> {
             .body(Part::CallResponse, body_size)
             .unwrap_or_default();
         self.answer_begin(status, &resp);
-        let checked = if self.holds_answer() {
+        body = self.whole_answer(body);
+        let checked = if status == 200 && self.flight.as_ref().is_some_and(|f| f.output.is_some()) {
             self.check_whole_answer(&body)
         } else {
             Ok(None)
@@ -284,6 +354,9 @@ impl<H: Host> RequestContext<H> {
                 out.push((headers::PROVIDER, p));
             }
             out.push((headers::ATTEMPTS, f.attempts.to_string()));
+            if !f.dropped.is_empty() {
+                out.push((headers::DROPPED, f.dropped.join(",")));
+            }
             out.push((headers::CACHE, f.cache_status.as_str().to_string()));
             if let Some((e, a)) = &f.experiment {
                 out.push((headers::EXPERIMENT, format!("{e}/{a}")));

@@ -13,6 +13,7 @@ use portcullis_core::cache::{CacheStatus, Hash};
 use portcullis_core::config::Gateway;
 use portcullis_core::ratelimit::Price;
 use portcullis_core::request::ChatRequest;
+use portcullis_core::translate::anthropic;
 
 /// The provider currently tried, and whether it is a half-open probe.
 #[derive(Debug, Clone)]
@@ -32,8 +33,22 @@ pub struct Call {
     pub timeout_ms: u64,
 }
 
+/// How the answering provider's answer becomes OpenAI's shape.
+pub enum Translation {
+    /// A whole answer (or error) of this status, translated at its end.
+    Whole { status: u16 },
+    /// A stream, translated event by event.
+    Stream(anthropic::Stream),
+}
+
 pub struct Flight {
     pub chat: ChatRequest,
+    /// The router's answer is held whole until its end (output checks, a
+    /// translation).
+    pub hold: bool,
+    pub translation: Option<Translation>,
+    /// Fields the answering provider could not honour and were dropped.
+    pub dropped: Vec<String>,
     /// The resolved model's index.
     pub model: usize,
     /// Input checks rewrote the prompt: every provider gets the new body.
@@ -78,6 +93,9 @@ impl Flight {
     ) -> Self {
         Self {
             chat,
+            hold: false,
+            translation: None,
+            dropped: Vec::new(),
             model,
             rewritten: false,
             output: None,

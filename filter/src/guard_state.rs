@@ -21,8 +21,6 @@ pub struct OutputGuard {
     pub json_wanted: bool,
     /// A streamed answer's window.
     pub stream: Option<StreamGuard>,
-    /// A whole answer is held until its end and checked whole.
-    pub hold: bool,
     /// A check denied or redacted: the answer is not stored in the cache.
     pub touched: bool,
     /// The stream's verdicts went to the record.
@@ -35,7 +33,6 @@ impl OutputGuard {
             active,
             json_wanted,
             stream: None,
-            hold: false,
             touched: false,
             noted: false,
         }

@@ -53,8 +53,17 @@ struct Gateway {
 impl Gateway {
     fn new(yaml: &str) -> Self {
         let gw = compile(yaml.as_bytes()).unwrap();
-        let bearer = |k: &str| Some(("authorization", format!("Bearer {k}")));
-        let credentials = vec![bearer("sk-primary"), bearer("sk-backup")];
+        // Each provider's key in its schema's header, as `Loaded` does.
+        let credentials = gw
+            .providers
+            .iter()
+            .map(|p| {
+                Some(portcullis_core::translate::credential(
+                    p,
+                    &format!("sk-{}", p.name),
+                ))
+            })
+            .collect();
         let host = FakeHost::default();
         host.state.borrow_mut().now_ms = 1_700_000_000_000;
         Self {
@@ -752,4 +761,56 @@ fn an_external_guard_is_asked_and_its_verdict_or_failure_mode_decides() {
     assert!(ctx.log.guardrails[0]
         .reason
         .contains("no answer within 50 ms"));
+}
+
+/// The backup speaks Anthropic's Messages API.
+fn anthropic_backup() -> Gateway {
+    let yaml = config("{}", "").replace(
+        "  - name: backup\n    cluster: backup\n    host: backup.mock\n    base_path: /v1\n",
+        "  - name: backup\n    cluster: backup\n    host: backup.mock\n    base_path: /v1\n    schema: anthropic\n",
+    );
+    assert!(yaml.contains("schema: anthropic"));
+    Gateway::new(&yaml.replace("clients:", "routing: {chain: [backup, primary]}\nclients:"))
+}
+
+#[test]
+fn an_anthropic_provider_gets_a_messages_request_and_its_answer_comes_back_as_openai() {
+    let g = anthropic_backup();
+    let (mut ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Continue);
+    assert_eq!(
+        ctx.host.header(Part::Request, ":path").as_deref(),
+        Some("/v1/messages")
+    );
+    assert_eq!(
+        ctx.host
+            .header(Part::Request, "anthropic-version")
+            .as_deref(),
+        Some("2023-06-01")
+    );
+    assert_eq!(
+        ctx.host.header(Part::Request, "x-api-key").as_deref(),
+        Some("sk-backup")
+    );
+    let sent: Value = serde_json::from_slice(&ctx.host.body_of(Part::Request)).unwrap();
+    assert_eq!(sent["model"], "openai/gpt-4o-mini");
+    assert_eq!(sent["max_tokens"], 100);
+    assert_eq!(sent["messages"][0]["content"][0]["text"], "hello");
+    ctx.host.set_headers(
+        Part::Response,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    assert_eq!(
+        ctx.on_response_headers(false),
+        Action::Pause,
+        "held for the translation"
+    );
+    let answer = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"hi there"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}}"#;
+    ctx.host.set_body_bytes(Part::Response, answer.as_bytes());
+    assert_eq!(ctx.on_response_body(answer.len(), true), Action::Continue);
+    let v: Value = serde_json::from_slice(&ctx.host.body_of(Part::Response)).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"], "hi there");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["total_tokens"], 5);
 }

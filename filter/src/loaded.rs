@@ -23,7 +23,7 @@ impl Loaded {
             .map(|p| {
                 let env = p.api_key_env.as_ref()?;
                 match std::env::var(env) {
-                    Ok(v) if !v.is_empty() => Some(translate::for_provider(p).credential(&v)),
+                    Ok(v) if !v.is_empty() => Some(translate::credential(p, &v)),
                     _ => {
                         host.log(
                             LogLevel::Warn,

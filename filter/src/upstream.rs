@@ -22,12 +22,14 @@ pub struct UpstreamRequest<'a> {
     pub credential: Option<(&'static str, &'a str)>,
     /// The body for this provider; `None`: the client's bytes as they are.
     pub body: Option<Vec<u8>>,
+    /// Headers the provider's API requires (e.g. `anthropic-version`).
+    pub extra: Vec<(&'static str, String)>,
 }
 
 impl<H: Host> RequestContext<H> {
     /// The request for one provider (by index) and its model id.
     pub(crate) fn upstream_for<'l>(
-        &self,
+        &mut self,
         loaded: &'l Loaded,
         provider: usize,
         model_id: &str,
@@ -39,12 +41,13 @@ impl<H: Host> RequestContext<H> {
             .ok_or_else(|| GatewayError::internal("routing chose a missing provider"))?;
         let flight = self
             .flight
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| GatewayError::internal("no request in flight"))?;
-        let t = translate::for_provider(p);
+        let prepared = translate::request_body(p, &flight.chat, model_id, flight.usage_chunk)?;
+        flight.dropped = prepared.dropped;
         Ok(UpstreamRequest {
             cluster: &p.cluster,
-            path: t.chat_path(p),
+            path: translate::chat_path(p, model_id),
             authority: &p.host,
             timeout_ms: p.timeout_ms,
             credential: loaded
@@ -52,11 +55,12 @@ impl<H: Host> RequestContext<H> {
                 .get(provider)
                 .and_then(Option::as_ref)
                 .map(|(name, value)| (*name, value.as_str())),
-            body: match t.request_body(&flight.chat, model_id, flight.usage_chunk)? {
+            body: match prepared.body {
                 // The client's bytes are not what the checks left.
                 None if flight.rewritten => Some(flight.chat.body().to_vec()),
                 body => body,
             },
+            extra: translate::extra_headers(p),
         })
     }
 
@@ -91,6 +95,9 @@ impl<H: Host> RequestContext<H> {
             "x-envoy-upstream-rq-timeout-ms",
             Some(&up.timeout_ms.to_string()),
         )?;
+        for (name, value) in &up.extra {
+            set(name, Some(value))?;
+        }
         // The client's key never reaches a provider.
         match &up.credential {
             Some((name, value)) if *name == "authorization" => set(name, Some(value)),
@@ -114,6 +121,7 @@ impl<H: Host> RequestContext<H> {
         if let Some((name, value)) = &up.credential {
             hdrs.push((name, value));
         }
+        hdrs.extend(up.extra.iter().map(|(k, v)| (*k, v.as_str())));
         let client_body;
         let body = match &up.body {
             Some(b) => b.as_slice(),

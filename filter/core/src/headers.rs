@@ -14,6 +14,9 @@ pub fn is_gateway_header(name: &str) -> bool {
             .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
 }
 pub const ATTEMPTS: &str = "x-portcullis-attempts";
+/// Request fields the answering provider could not honour, dropped
+/// because its config says so (`drop_unsupported`).
+pub const DROPPED: &str = "x-portcullis-dropped";
 pub const CACHE: &str = "x-portcullis-cache";
 pub const EXPERIMENT: &str = "x-portcullis-experiment";
 
@@ -33,7 +36,15 @@ pub const EXPERIMENT: &str = "x-portcullis-experiment";
 /// `tracestate`, `b3`, `x-b3-*`), the SDK's `x-stainless-*` and any other
 /// application header pass.
 pub fn forwarded_upstream(name: &str) -> bool {
-    const NOT_FOR_PROVIDERS: &[&str] = &["proxy-authorization", "cookie", "accept-encoding"];
+    // Client credentials in every provider's header (the Anthropic SDK
+    // sends its key as `x-api-key`, Azure's as `api-key`).
+    const NOT_FOR_PROVIDERS: &[&str] = &[
+        "proxy-authorization",
+        "cookie",
+        "accept-encoding",
+        "x-api-key",
+        "api-key",
+    ];
     !(name.starts_with(':')
         || one_of(SET_PER_ATTEMPT, name)
         || one_of(NOT_FOR_PROVIDERS, name)

@@ -1,110 +1,105 @@
 //! One seam per provider API (`schema`): what the request to a provider
-//! looks like (path, body, credential header). OpenAI's API is the identity:
-//! every OpenAI-compatible server takes the client's request as it is, with
-//! the provider's model id spliced in. A schema that differs (Anthropic's
-//! Messages, Azure's deployments) implements this trait, and its answer side
-//! (answer, stream, error) plugs into the answer path's begin/chunk/end.
+//! looks like (path, body, credential and version headers), and how its
+//! answer comes back to the client in OpenAI's shape. OpenAI's API is the
+//! identity: every OpenAI-compatible server takes the client's request as
+//! it is, with the provider's model id spliced in. Azure OpenAI differs in
+//! its path and credential header only; Anthropic's Messages API is
+//! translated both ways ([`anthropic`]).
 
-use crate::config::Provider;
+pub mod anthropic;
+
+use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
 
-pub trait Translator {
-    /// The provider's chat endpoint.
-    fn chat_path(&self, provider: &Provider) -> String;
-    /// The body for the provider, or `None` when the client's bytes go as
-    /// they are. `usage_chunk`: ask a streaming provider for its final usage
-    /// chunk (the gateway reads it; the client gets it only if it asked).
-    fn request_body(
-        &self,
-        chat: &ChatRequest,
-        model_id: &str,
-        usage_chunk: bool,
-    ) -> Result<Option<Vec<u8>>, GatewayError>;
-    /// The credential header for a provider key.
-    fn credential(&self, key: &str) -> (&'static str, String);
+/// A provider's request, ready to send.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// The body for the provider; `None`: the client's bytes as they are.
+    pub body: Option<Vec<u8>>,
+    /// Fields dropped because the provider cannot honour them (told to the
+    /// client in a response header).
+    pub dropped: Vec<String>,
 }
 
-/// OpenAI's chat-completions API and every server compatible with it.
-pub struct OpenAi;
-
-impl Translator for OpenAi {
-    fn chat_path(&self, provider: &Provider) -> String {
-        format!(
-            "{}/chat/completions",
-            provider.base_path.trim_end_matches('/')
-        )
+/// The provider's chat endpoint.
+pub fn chat_path(p: &Provider, model_id: &str) -> String {
+    let base = p.base_path.trim_end_matches('/');
+    match &p.schema {
+        Schema::OpenAi => format!("{base}/chat/completions"),
+        Schema::AzureOpenAi { api_version } => format!(
+            "{base}/openai/deployments/{}/chat/completions?api-version={}",
+            path_segment(model_id),
+            path_segment(api_version)
+        ),
+        Schema::Anthropic { .. } => format!("{base}/messages"),
     }
+}
 
-    fn request_body(
-        &self,
-        chat: &ChatRequest,
-        model_id: &str,
-        usage_chunk: bool,
-    ) -> Result<Option<Vec<u8>>, GatewayError> {
-        if model_id == chat.model && !(usage_chunk && chat.needs_usage_request()) {
-            return Ok(None);
+/// A model id or version inside a path: anything but unreserved
+/// characters percent-encoded.
+fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
         }
-        chat.body_for_with(model_id, usage_chunk).map(Some)
     }
+    out
+}
 
-    fn credential(&self, key: &str) -> (&'static str, String) {
-        ("authorization", format!("Bearer {key}"))
+/// The body for a provider. `usage_chunk`: ask a streaming OpenAI-shaped
+/// provider for its final usage chunk (the gateway reads it; the client gets
+/// it only if it asked).
+pub fn request_body(
+    p: &Provider,
+    chat: &ChatRequest,
+    model_id: &str,
+    usage_chunk: bool,
+) -> Result<Prepared, GatewayError> {
+    match &p.schema {
+        Schema::OpenAi | Schema::AzureOpenAi { .. } => {
+            if model_id == chat.model && !(usage_chunk && chat.needs_usage_request()) {
+                return Ok(Prepared::default());
+            }
+            Ok(Prepared {
+                body: Some(chat.body_for_with(model_id, usage_chunk)?),
+                dropped: Vec::new(),
+            })
+        }
+        Schema::Anthropic { options, .. } => {
+            let (body, dropped) = anthropic::request(chat.document()?, model_id, options)?;
+            Ok(Prepared {
+                body: Some(body),
+                dropped,
+            })
+        }
     }
 }
 
-/// The translator for a provider's schema.
-pub fn for_provider(_provider: &Provider) -> &'static dyn Translator {
-    &OpenAi
+/// The credential header for a provider key.
+pub fn credential(p: &Provider, key: &str) -> (&'static str, String) {
+    match &p.schema {
+        Schema::OpenAi => ("authorization", format!("Bearer {key}")),
+        Schema::AzureOpenAi { .. } => ("api-key", key.to_string()),
+        Schema::Anthropic { .. } => ("x-api-key", key.to_string()),
+    }
+}
+
+/// Headers the provider's API requires besides the credential.
+pub fn extra_headers(p: &Provider) -> Vec<(&'static str, String)> {
+    match &p.schema {
+        Schema::Anthropic { version, .. } => vec![("anthropic-version", version.clone())],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether the provider's answers are translated to OpenAI's shape.
+pub fn translates_answers(p: &Provider) -> bool {
+    matches!(p.schema, Schema::Anthropic { .. })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::breaker::BreakerConfig;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
-
-    fn provider(base_path: &str) -> Provider {
-        Provider {
-            name: "p".into(),
-            cluster: "c".into(),
-            host: "h".into(),
-            base_path: base_path.into(),
-            api_key_env: None,
-            timeout_ms: 1,
-            breaker: BreakerConfig::default(),
-        }
-    }
-
-    #[test]
-    fn openai_is_the_identity_but_for_the_model_id_and_the_usage_request() {
-        let t = for_provider(&provider("/v1/"));
-        assert_eq!(t.chat_path(&provider("/v1/")), "/v1/chat/completions");
-        let chat =
-            ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#)
-                .unwrap();
-        assert_eq!(
-            t.request_body(&chat, "m", true).unwrap(),
-            None,
-            "nothing to change"
-        );
-        let body = t.request_body(&chat, "m-2024", false).unwrap().unwrap();
-        assert_eq!(
-            body,
-            br#"{"model":"m-2024","messages":[{"role":"user","content":"x"}]}"#
-        );
-        let stream = ChatRequest::parse(
-            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}"#,
-        )
-        .unwrap();
-        let body = t.request_body(&stream, "m", true).unwrap().unwrap();
-        assert!(String::from_utf8(body)
-            .unwrap()
-            .contains(r#""include_usage":true"#));
-        assert_eq!(
-            t.credential("sk-1"),
-            ("authorization", "Bearer sk-1".to_string())
-        );
-    }
-}
+mod tests;

@@ -53,6 +53,23 @@ pub struct Provider {
     pub api_key_env: Option<String>,
     pub timeout_ms: u64,
     pub breaker: BreakerConfig,
+    /// The provider's API.
+    pub schema: Schema,
+}
+
+/// A provider's API (`schema` in the config).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Schema {
+    /// OpenAI's chat completions, and every server compatible with it.
+    #[default]
+    OpenAi,
+    /// Azure OpenAI: deployments by model id, `api-version`, `api-key`.
+    AzureOpenAi { api_version: String },
+    /// Anthropic's Messages API.
+    Anthropic {
+        version: String,
+        options: crate::translate::anthropic::Options,
+    },
 }
 
 /// One provider serving a model, under that provider's own model id.

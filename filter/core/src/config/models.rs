@@ -152,6 +152,7 @@ pub(super) fn providers_and_models(
                 probe_timeout_ms: p.timeout_ms.saturating_add(1_000),
                 ..breaker
             },
+            schema: p.schema(&format!("provider `{}`", p.name), problems),
         });
         for m in &p.models {
             let idx = *model_idx.entry(m.name.clone()).or_insert_with(|| {

@@ -323,7 +323,79 @@ pub(super) struct RawProvider {
     pub(super) models: Vec<RawModel>,
     #[serde(default)]
     pub(super) breaker: Option<RawBreaker>,
+    /// `openai` (default), `azure_openai` or `anthropic`.
+    #[serde(default)]
+    pub(super) schema: Option<String>,
+    /// Azure: the `api-version` query parameter.
+    #[serde(default)]
+    pub(super) api_version: Option<String>,
+    /// Anthropic: the `anthropic-version` header.
+    #[serde(default)]
+    pub(super) anthropic_version: Option<String>,
+    /// Anthropic: `max_tokens` for requests that name none.
+    #[serde(default)]
+    pub(super) default_max_tokens: Option<u64>,
+    /// Anthropic: drop the fields it cannot honour instead of a 400.
+    #[serde(default)]
+    pub(super) drop_unsupported: bool,
 }
+
+impl RawProvider {
+    pub(super) fn schema(&self, at: &str, problems: &mut Vec<String>) -> super::Schema {
+        use super::Schema;
+        let schema = self.schema.as_deref().unwrap_or("openai");
+        let misplaced = |key: &str, on: &str, problems: &mut Vec<String>| {
+            problems.push(format!("{at}: `{key}` applies to schema `{on}` only"));
+        };
+        if schema != "azure_openai" && self.api_version.is_some() {
+            misplaced("api_version", "azure_openai", problems);
+        }
+        if schema != "anthropic" {
+            for (k, on) in [
+                ("anthropic_version", self.anthropic_version.is_some()),
+                ("default_max_tokens", self.default_max_tokens.is_some()),
+                ("drop_unsupported", self.drop_unsupported),
+            ] {
+                if on {
+                    misplaced(k, "anthropic", problems);
+                }
+            }
+        }
+        match schema {
+            "openai" => Schema::OpenAi,
+            "azure_openai" => Schema::AzureOpenAi {
+                api_version: self
+                    .api_version
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.into()),
+            },
+            "anthropic" => {
+                if self.default_max_tokens == Some(0) {
+                    problems.push(format!("{at}: `default_max_tokens` must be at least 1"));
+                }
+                Schema::Anthropic {
+                    version: self
+                        .anthropic_version
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
+                    options: crate::translate::anthropic::Options {
+                        default_max_tokens: self.default_max_tokens.unwrap_or(4096),
+                        drop_unsupported: self.drop_unsupported,
+                    },
+                }
+            }
+            other => {
+                problems.push(format!(
+                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic"
+                ));
+                Schema::OpenAi
+            }
+        }
+    }
+}
+
+pub(super) const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
+pub(super) const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

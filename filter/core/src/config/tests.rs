@@ -42,8 +42,10 @@ fn good_config_compiles_with_models_in_chain_order() {
     assert_eq!(serving[0].provider, 0);
     assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
     assert_eq!(g.auto.len(), 2);
-    let t = crate::translate::for_provider(&g.providers[1]);
-    assert_eq!(t.chat_path(&g.providers[1]), "/openai/v1/chat/completions");
+    assert_eq!(
+        crate::translate::chat_path(&g.providers[1], "m"),
+        "/openai/v1/chat/completions"
+    );
     assert_eq!(g.max_body_bytes, 1 << 20);
 }
 
