@@ -14,6 +14,7 @@ use crate::host::{Headers, Host, Part};
 use crate::metrics;
 use crate::reading::Reader;
 use portcullis_core::attempt::{classify, classify_call};
+use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::sse;
 use portcullis_core::translate::{self, anthropic};
@@ -132,16 +133,22 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// A whole answer in OpenAI's shape: translated from the answering
-    /// provider's API when it has another.
-    fn whole_answer(&mut self, body: Vec<u8>) -> Vec<u8> {
+    /// provider's API when it has another; `Err` when it does not read.
+    fn whole_answer(&mut self, body: Vec<u8>) -> Result<Vec<u8>, GatewayError> {
         let now_s = self.host.now_ms() / 1000;
         match self.flight.as_ref().and_then(|f| f.translation.as_ref()) {
-            Some(Translation::Whole { status: 200 }) => anthropic::answer(&body, now_s)
-                .unwrap_or_else(|| {
-                    anthropic::error(br#"{"error":{"type":"api_error","message":"The provider's answer could not be read."}}"#, 502)
-                }),
-            Some(Translation::Whole { status }) => anthropic::error(&body, *status),
-            _ => body,
+            Some(Translation::Whole { status: 200 }) => {
+                anthropic::answer(&body, now_s).ok_or_else(|| {
+                    GatewayError::new(
+                        502,
+                        "api_error",
+                        "provider_bad_answer",
+                        "The provider's answer could not be read as a message.",
+                    )
+                })
+            }
+            Some(Translation::Whole { status }) => Ok(anthropic::error(&body, *status)),
+            _ => Ok(body),
         }
     }
 
@@ -260,7 +267,13 @@ impl<H: Host> RequestContext<H> {
             .flight
             .as_ref()
             .is_some_and(|f| f.translation.is_some());
-        let mut body = self.whole_answer(raw);
+        let mut body = match self.whole_answer(raw) {
+            Ok(b) => b,
+            Err(e) => {
+                self.answer_end();
+                return self.fail(&e);
+            }
+        };
         let checked = if self.log.status == 200 {
             self.check_whole_answer(&body)
         } else {
@@ -311,7 +324,14 @@ impl<H: Host> RequestContext<H> {
             .body(Part::CallResponse, body_size)
             .unwrap_or_default();
         self.answer_begin(status, &resp);
-        body = self.whole_answer(body);
+        body = match self.whole_answer(body) {
+            Ok(b) => b,
+            Err(e) => {
+                self.answer_end();
+                self.fail(&e);
+                return;
+            }
+        };
         let checked = if status == 200 && self.flight.as_ref().is_some_and(|f| f.output.is_some()) {
             self.check_whole_answer(&body)
         } else {

@@ -49,9 +49,10 @@ fn check_provider_fields(at: &str, p: &RawProvider, problems: &mut Vec<String>) 
             "{at}: `host` is empty (the :authority sent to the provider)"
         ));
     }
-    if !p.base_path.starts_with('/') {
+    // Empty: the API's paths start at the root (Azure's `/openai/...`).
+    if !(p.base_path.is_empty() || p.base_path.starts_with('/')) {
         problems.push(format!(
-            "{at}: `base_path` must start with `/` (got `{}`)",
+            "{at}: `base_path` must be empty or start with `/` (got `{}`)",
             p.base_path
         ));
     }

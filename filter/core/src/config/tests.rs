@@ -247,7 +247,7 @@ fn provider_missing_from_chain_and_bad_fields_are_reported() {
         );
     let err = compile(bad.as_bytes()).unwrap_err();
     assert!(err.contains("not in routing.chain"), "{err}");
-    assert!(err.contains("must start with `/`"), "{err}");
+    assert!(err.contains("must be empty or start with `/`"), "{err}");
     assert!(err.contains("64 hex characters"), "{err}");
 }
 

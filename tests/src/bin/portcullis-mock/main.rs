@@ -23,8 +23,15 @@
 //!   after 2 s, `guard:garbage` answered with a body that is not JSON; any
 //!   other text is allowed. Each call is logged with the requests.
 //!
+//! - `POST <prefix>/messages` — Anthropic's Messages API (see `anthropic.rs`);
+//!   `POST <prefix>/openai/deployments/<d>/chat/completions?api-version=…`
+//!   — Azure OpenAI (key in `api-key`). Steps add `tool_call`
+//!   (`{"name","input"}`), `cache_read` and `stream_error` there.
+//!
 //! Usage: `portcullis-mock [--port N] [--name NAME] [--api-key KEY]`; prints
 //! `portcullis-mock <name> listening on 127.0.0.1:<port>` once ready.
+
+mod anthropic;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -64,6 +71,61 @@ struct Step {
     /// Label the (unchanged) answer with this `content-encoding`, as a
     /// provider that compresses would.
     content_encoding: Option<String>,
+    /// Anthropic mode: answer with this tool call when the request has tools.
+    tool_call: Option<ToolCall>,
+    /// Anthropic mode: cache reads in the usage.
+    cache_read: Option<u64>,
+    /// Anthropic mode: an `error` event in place of the stream's end.
+    #[serde(default)]
+    stream_error: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ToolCall {
+    name: String,
+    input: Value,
+}
+
+/// A request's path and headers, for the log.
+fn request_facts(req: &Request<Incoming>) -> (String, serde_json::Map<String, Value>) {
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                // A value that is not UTF-8 is logged as its bytes.
+                v.to_str()
+                    .map(|t| Value::String(t.to_string()))
+                    .unwrap_or_else(|_| json!(v.as_bytes())),
+            )
+        })
+        .collect();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
+    (path, headers)
+}
+
+fn log_request(state: &State, path: &str, headers: serde_json::Map<String, Value>, body: &Value) {
+    if let Ok(mut log) = state.log.lock() {
+        if log.len() >= LOG_KEEP {
+            log.pop_front();
+        }
+        log.push_back(json!({"path": path, "headers": headers, "body": body}));
+    }
+}
+
+/// The next scripted step, else the default one.
+fn next_step(state: &State) -> Step {
+    state
+        .script
+        .lock()
+        .ok()
+        .and_then(|mut s| s.pop_front())
+        .or_else(|| state.default.lock().ok().map(|d| d.clone()))
+        .unwrap_or_default()
 }
 
 /// Add the step's Latin-1 `x-provider-note` header, if it has one.
@@ -145,25 +207,26 @@ fn estimate_tokens(messages: &Value) -> u64 {
 }
 
 async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
-    let headers: serde_json::Map<String, Value> = req
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_string(),
-                // A value that is not UTF-8 is logged as its bytes.
-                v.to_str()
-                    .map(|t| Value::String(t.to_string()))
-                    .unwrap_or_else(|_| json!(v.as_bytes())),
-            )
-        })
-        .collect();
-    let path = req.uri().path().to_string();
-    let auth = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let (path, headers) = request_facts(&req);
+    // Azure OpenAI: deployments in the path, `api-version`, `api-key`.
+    let azure = path.contains("/openai/deployments/");
+    let auth = if azure {
+        req.headers()
+            .get("api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(|k| format!("Bearer {k}"))
+    } else {
+        req.headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    if azure && !path.contains("api-version=") {
+        return Ok(json_response(
+            404,
+            &json!({"error": {"code": "404", "message": "Resource not found (mock: api-version is required)"}}),
+        ));
+    }
     let body = req
         .into_body()
         .collect()
@@ -172,19 +235,8 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .to_bytes();
     state.hits.fetch_add(1, Ordering::Relaxed);
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if let Ok(mut log) = state.log.lock() {
-        if log.len() >= LOG_KEEP {
-            log.pop_front();
-        }
-        log.push_back(json!({"path": path, "headers": headers, "body": parsed.clone()}));
-    }
-    let step = state
-        .script
-        .lock()
-        .ok()
-        .and_then(|mut s| s.pop_front())
-        .or_else(|| state.default.lock().ok().map(|d| d.clone()))
-        .unwrap_or_default();
+    log_request(&state, &path, headers, &parsed);
+    let step = next_step(&state);
     if let Some(ms) = step.delay_ms {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
@@ -418,6 +470,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         control(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/chat/completions") {
         chat(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/messages") {
+        anthropic::messages(state, req).await
     } else {
         let p = path.to_string();
         Ok(json_response(

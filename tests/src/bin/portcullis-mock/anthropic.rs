@@ -1,0 +1,266 @@
+//! The mock's Anthropic mode: `POST <prefix>/messages` checks what
+//! Anthropic's API checks (the key in `x-api-key`, `anthropic-version`,
+//! `max_tokens`, roles, block shapes, every `tool_result` answering a
+//! `tool_use` of the turn before) and answers with real-shaped messages,
+//! streams (message_start, content blocks with text and input_json deltas,
+//! ping, message_delta with cumulative usage, message_stop), usage and
+//! errors (`{"type":"error","error":{...}}`).
+
+use super::{json_response, log_request, next_step, Body, ChanBody, State, Step};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde_json::{json, Value};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+fn error(status: u16, kind: &str, message: &str) -> Response<Body> {
+    json_response(
+        status,
+        &json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}
+
+/// What a real Messages endpoint would refuse, in its words.
+fn check(req: &Value) -> Result<(), String> {
+    if !req.get("model").is_some_and(Value::is_string) {
+        return Err("model: Field required".into());
+    }
+    if !req.get("max_tokens").is_some_and(Value::is_u64) {
+        return Err("max_tokens: Field required".into());
+    }
+    let msgs = req
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or("messages: at least one message is required")?;
+    if let Some(s) = req.get("system") {
+        if !s.is_string() && !s.is_array() {
+            return Err("system: Input should be a valid string or list".into());
+        }
+    }
+    let mut tool_uses: Vec<String> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        if role != "user" && role != "assistant" {
+            return Err(format!(
+                "messages.{i}.role: Input should be 'user' or 'assistant'"
+            ));
+        }
+        let blocks: Vec<Value> = match m.get("content") {
+            Some(Value::String(_)) => Vec::new(),
+            Some(Value::Array(b)) => b.clone(),
+            _ => return Err(format!("messages.{i}.content: Field required")),
+        };
+        let mut uses_here = Vec::new();
+        for (j, b) in blocks.iter().enumerate() {
+            let at = format!("messages.{i}.content.{j}");
+            match b.get("type").and_then(Value::as_str) {
+                Some("text") if b.get("text").is_some_and(Value::is_string) => {}
+                Some("image") => {
+                    let kind = b.pointer("/source/type").and_then(Value::as_str);
+                    if !matches!(kind, Some("base64" | "url")) {
+                        return Err(format!("{at}.source: invalid image source"));
+                    }
+                }
+                Some("tool_use") if role == "assistant" => {
+                    if !b.get("input").is_some_and(Value::is_object) {
+                        return Err(format!("{at}.input: Input should be a valid dictionary"));
+                    }
+                    uses_here.push(
+                        b.get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                }
+                Some("tool_result") if role == "user" => {
+                    let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+                    if !tool_uses.iter().any(|u| u == id) {
+                        return Err(format!(
+                            "{at}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                        ));
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "{at}.type: unexpected block type {other:?} for role {role}"
+                    ))
+                }
+            }
+        }
+        tool_uses = uses_here;
+    }
+    Ok(())
+}
+
+pub async fn messages(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
+    let key = req
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let version = req.headers().get("anthropic-version").is_some();
+    let (path, headers) = super::request_facts(&req);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes();
+    state.hits.fetch_add(1, Ordering::Relaxed);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    log_request(&state, &path, headers, &parsed);
+    let step = next_step(&state);
+    if let Some(ms) = step.delay_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(expected) = &state.api_key {
+        if key.as_deref() != Some(expected.as_str()) {
+            return Ok(error(401, "authentication_error", "invalid x-api-key"));
+        }
+    }
+    if !version {
+        return Ok(error(
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        ));
+    }
+    if let Err(why) = check(&parsed) {
+        return Ok(error(400, "invalid_request_error", &why));
+    }
+    match step.status.unwrap_or(200) {
+        200 => {}
+        429 => return Ok(error(429, "rate_limit_error", "mock: scripted rate limit")),
+        529 => return Ok(error(529, "overloaded_error", "mock: scripted overload")),
+        s if s >= 500 => return Ok(error(s, "api_error", "mock: scripted failure")),
+        s => {
+            return Ok(error(
+                s,
+                "invalid_request_error",
+                "mock: scripted client error",
+            ))
+        }
+    }
+    if let Some(raw) = step.body.clone() {
+        let mut r = json_response(200, &Value::Null);
+        *r.body_mut() = http_body_util::Full::new(Bytes::from(raw))
+            .map_err(|never| match never {})
+            .boxed();
+        return Ok(r);
+    }
+    answer(&state, &parsed, &step)
+}
+
+fn answer(state: &State, req: &Value, step: &Step) -> Result<Response<Body>, io::Error> {
+    let model = req
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("claude")
+        .to_string();
+    let text = step
+        .content
+        .clone()
+        .unwrap_or_else(|| format!("Hello from {}! This is a mock message.", state.name));
+    let tool = step
+        .tool_call
+        .clone()
+        .filter(|_| req.get("tools").is_some_and(Value::is_array));
+    let input_tokens = step.usage.map_or(10, |u| u.prompt_tokens);
+    let output_tokens = step
+        .usage
+        .map_or(text.split_whitespace().count() as u64, |u| {
+            u.completion_tokens
+        });
+    let id = format!("msg_mock_{}", state.hits.load(Ordering::Relaxed));
+    let stop = if tool.is_some() {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    let stream = req.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if !stream {
+        let mut content = vec![json!({"type": "text", "text": text})];
+        if let Some(t) = &tool {
+            content.push(
+                json!({"type": "tool_use", "id": "toolu_mock_1", "name": t.name, "input": t.input}),
+            );
+        }
+        return Ok(json_response(
+            200,
+            &json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
+                "stop_reason": stop, "stop_sequence": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                          "cache_read_input_tokens": step.cache_read.unwrap_or(0), "cache_creation_input_tokens": 0}}),
+        ));
+    }
+    let ev = |name: &str, v: Value| Bytes::from(format!("event: {name}\ndata: {v}\n\n"));
+    let mut events = vec![
+        ev(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
+            "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1, "cache_read_input_tokens": step.cache_read.unwrap_or(0), "cache_creation_input_tokens": 0}}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        ev("ping", json!({"type": "ping"})),
+    ];
+    for w in text.split_inclusive(' ') {
+        events.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}})));
+    }
+    events.push(ev(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    if let Some(t) = &tool {
+        let args = t.input.to_string();
+        let (a, b) = args.split_at(args.len() / 2);
+        events.push(ev("content_block_start", json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_mock_1", "name": t.name, "input": {}}})));
+        for part in [a, b] {
+            events.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": part}})));
+        }
+        events.push(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ));
+    }
+    if step.stream_error {
+        events.push(ev("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "mock: overloaded mid-stream"}})));
+    } else {
+        events.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": output_tokens}})));
+        events.push(ev("message_stop", json!({"type": "message_stop"})));
+    }
+    let (tx, rx) = mpsc::channel(8);
+    let chunk_delay = step.chunk_delay_ms.unwrap_or(0);
+    let cut_after = step.cut_after;
+    tokio::spawn(async move {
+        for (i, e) in events.into_iter().enumerate() {
+            if cut_after == Some(i) {
+                return;
+            }
+            if i > 0 && chunk_delay > 0 {
+                tokio::time::sleep(Duration::from_millis(chunk_delay)).await;
+            }
+            if tx.send(Ok(e)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream; charset=utf-8")
+        .header("cache-control", "no-cache")
+        .body(ChanBody(rx).boxed())
+        .map_err(io::Error::other)
+}

@@ -1,0 +1,228 @@
+//! Provider APIs beyond OpenAI's, in real Envoy: a model served by an
+//! Anthropic provider through the official OpenAI SDK (plain, streamed with
+//! usage, tool calls plain and streamed, errors), fallback across schemas
+//! both ways (plain and streamed), malformed Anthropic answers, the cache
+//! storing translated answers, and Azure OpenAI's path and key.
+mod common;
+use common::*;
+use portcullis_tests::*;
+use serde_json::{json, Value};
+use std::process::Command;
+
+/// The test plugin with the backup speaking Anthropic's API and serving
+/// `claude-sonnet` too; `chain`: the routing chain.
+fn anthropic_plugin(base: &str, chain: &str) -> String {
+    let backup = "  - name: backup\n    cluster: backup\n    host: backup.mock\n    base_path: /v1\n    api_key_env: BACKUP_API_KEY\n";
+    assert!(
+        base.contains(backup),
+        "envoy/plugin.yaml: backup provider changed"
+    );
+    let p = base.replace(
+        backup,
+        &format!("{backup}    schema: anthropic\n    default_max_tokens: 512\n"),
+    );
+    let p = p.replace(
+        "      - name: llama-3.1-8b\n",
+        "      - name: llama-3.1-8b\n      - name: claude-sonnet\n        id: claude-sonnet-4-5\n",
+    );
+    p.replace("  chain: [primary, backup]", &format!("  chain: {chain}"))
+}
+
+fn stream_text(body: &str) -> (String, Option<Value>, Option<Value>) {
+    let (mut text, mut error, mut usage) = (String::new(), None, None);
+    for data in body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v.get("error").is_some() {
+            error = Some(v);
+        } else if v.get("usage").is_some_and(Value::is_object) {
+            usage = Some(v["usage"].clone());
+        } else if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(c);
+        }
+    }
+    (text, error, usage)
+}
+
+#[test]
+fn the_openai_sdk_uses_an_anthropic_backed_model_without_noticing() {
+    let python = std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
+    let s = Stack::start(&anthropic_plugin(&test_plugin(), "[primary, backup]"), 2);
+    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
+    s.backup.script(json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "cache_read": 4},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "chunk_delay_ms": 5},
+        {"content": "Let me check.", "tool_call": tool},
+        {"content": "Let me check.", "tool_call": tool},
+        {"content": "It is sunny."},
+        {"status": 400}
+    ]));
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/sdk/anthropic_backed_check.py"))
+        .arg(s.envoy.url("/v1"))
+        .arg(DEMO_KEY)
+        .arg("claude-sonnet")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "SDK script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["plain"]["content"], "Hi there friend");
+    assert_eq!(v["plain"]["finish"], "stop");
+    assert_eq!(v["plain"]["object"], "chat.completion");
+    assert_eq!(
+        v["plain"]["usage"]["prompt_tokens"], 13,
+        "input and cache reads"
+    );
+    assert_eq!(v["plain"]["usage"]["completion_tokens"], 3);
+    assert_eq!(
+        v["plain"]["usage"]["prompt_tokens_details"]["cached_tokens"],
+        4
+    );
+    assert_eq!(v["stream"]["text"], "Hi there friend");
+    assert_eq!(v["stream"]["usage_total"], 12);
+    assert_eq!(v["stream"]["roles"], 1, "the role only in the first chunk");
+    assert_eq!(v["stream"]["finish"], "stop");
+    assert_eq!(v["tool_plain"]["name"], "get_weather");
+    assert_eq!(v["tool_plain"]["arguments"], json!({"city": "Paris"}));
+    assert_eq!(v["tool_plain"]["finish"], "tool_calls");
+    assert_eq!(
+        v["tool_stream"]["calls"]["0"]["arguments"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(v["tool_stream"]["finish"], "tool_calls");
+    assert_eq!(v["tool_result_turn"], "It is sunny.");
+    assert_eq!(v["error"]["class"], "BadRequestError");
+    assert_eq!(v["error"]["code"], "invalid_request_error");
+    // What the provider got: a Messages request with its headers.
+    let reqs = s.backup.requests();
+    let first = &reqs[0];
+    assert_eq!(first["path"], "/v1/messages");
+    assert_eq!(first["headers"]["x-api-key"], BACKUP_KEY);
+    assert_eq!(first["headers"]["anthropic-version"], "2023-06-01");
+    assert!(first["headers"].get("authorization").is_none());
+    assert_eq!(first["body"]["model"], "claude-sonnet-4-5");
+    assert_eq!(first["body"]["system"], "Be brief.");
+    assert_eq!(first["body"]["max_tokens"], 50);
+    let turn = &reqs[4]["body"]["messages"];
+    assert_eq!(turn[2]["content"][0]["type"], "tool_result");
+    assert_eq!(s.primary.hits(), 0);
+}
+
+#[test]
+fn fallback_crosses_schemas_both_ways_plain_and_streamed() {
+    for chain in ["[primary, backup]", "[backup, primary]"] {
+        let s = Stack::start(&anthropic_plugin(&test_plugin(), chain), 1);
+        let (failing, answering) = if chain.starts_with("[primary") {
+            (&s.primary, &s.backup)
+        } else {
+            (&s.backup, &s.primary)
+        };
+        failing.default_step(json!({"status": 503}));
+        answering.default_step(json!({"content": "from the other schema"}));
+        let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+        assert_eq!(r.status, 200, "{chain}: {}", r.body);
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"],
+            "from the other schema"
+        );
+        assert_eq!(r.header("x-portcullis-attempts"), Some("2"));
+        let body = json!({"model": "gpt-4o-mini", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "hi"}]});
+        let r = s.chat(DEMO_KEY, &body.to_string());
+        assert_eq!(r.status, 200, "{chain}: {}", r.body);
+        let (text, error, usage) = stream_text(&r.body);
+        assert_eq!(text, "from the other schema", "{chain}");
+        assert!(error.is_none(), "{chain}: {}", r.body);
+        assert!(
+            usage.is_some_and(|u| u["total_tokens"].as_u64().unwrap_or(0) > 0),
+            "{chain}: {}",
+            r.body
+        );
+        assert!(r.body.ends_with("data: [DONE]\n\n"));
+    }
+}
+
+#[test]
+fn malformed_anthropic_answers_give_a_clear_error_or_a_clean_end() {
+    let s = Stack::start(&anthropic_plugin(&test_plugin(), "[primary, backup]"), 1);
+    let stream = |text: &str| {
+        json!({"model": "claude-sonnet", "stream": true, "messages": [{"role": "user", "content": text}]}).to_string()
+    };
+    s.backup.script(json!([
+        {"body": "{\"truncated\": "},
+        {"content": "one two three", "stream_error": true},
+        {"content": "one two three", "cut_after": 4}
+    ]));
+    let r = s.chat(DEMO_KEY, &chat_body("claude-sonnet", "hi"));
+    assert_openai_error(&r, 502, "provider_bad_answer");
+    let r = s.chat(DEMO_KEY, &stream("hi"));
+    let (text, error, _) = stream_text(&r.body);
+    assert_eq!(text, "one two three");
+    assert_eq!(error.unwrap()["error"]["code"], "overloaded_error");
+    let r = s.chat(DEMO_KEY, &stream("hi"));
+    let (_, error, _) = stream_text(&r.body);
+    assert_eq!(error.unwrap()["error"]["code"], "provider_stream_error");
+    assert!(!r.body.contains("[DONE]"));
+    // The filter kept serving.
+    let r = s.chat(DEMO_KEY, &chat_body("claude-sonnet", "hi"));
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[test]
+fn translated_answers_are_cached_in_the_clients_shape_and_replayed_as_streams() {
+    let s = Stack::start(&anthropic_plugin(&shipped_plugin(), "[primary, backup]"), 1);
+    s.backup
+        .default_step(json!({"content": "cached words here"}));
+    let r = s.chat(DEMO_KEY, &chat_body("claude-sonnet", "cache me"));
+    assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
+    let r = s.chat(DEMO_KEY, &chat_body("claude-sonnet", "cache me"));
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "cached words here"
+    );
+    let body = json!({"model": "claude-sonnet", "stream": true, "messages": [{"role": "user", "content": "cache me"}]});
+    let r = s.chat(DEMO_KEY, &body.to_string());
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(stream_text(&r.body).0, "cached words here");
+    assert_eq!(s.backup.hits(), 1);
+}
+
+#[test]
+fn azure_gets_its_deployment_path_api_version_and_api_key() {
+    let base = test_plugin();
+    let primary =
+        "    host: primary.mock          # :authority sent upstream\n    base_path: /v1\n";
+    assert!(
+        base.contains(primary),
+        "envoy/plugin.yaml: primary provider changed"
+    );
+    let p = base.replace(
+        primary,
+        "    host: primary.mock\n    base_path: \"\"\n    schema: azure_openai\n    api_version: 2024-10-21\n",
+    );
+    let s = Stack::start(&p, 1);
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o", "hi"));
+    assert_eq!(
+        r.status,
+        200,
+        "{} {:?}\n{}",
+        r.body,
+        r.headers,
+        s.envoy.log()
+    );
+    let req = &s.primary.requests()[0];
+    assert_eq!(
+        req["path"],
+        "/openai/deployments/gpt-4o-2024-08-06/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(req["headers"]["api-key"], PRIMARY_KEY);
+    assert!(req["headers"].get("authorization").is_none());
+}
