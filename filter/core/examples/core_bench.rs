@@ -68,7 +68,70 @@ fn main() -> Result<(), String> {
         }
         .encode()
     });
-    guard_checks()
+    guard_checks()?;
+    translations()
+}
+
+/// Anthropic's Messages API: a 2 KB chat request translated, a whole
+/// answer back, and a 100-event stream back (each figure per request).
+fn translations() -> Result<(), String> {
+    use portcullis_core::translate::anthropic;
+    let sentence = "Summarise the quarterly report in plain words for the board, please. ";
+    let mut text = String::new();
+    while text.len() < 1900 {
+        text.push_str(sentence);
+    }
+    let body = serde_json::json!({"model": "claude", "max_tokens": 300, "temperature": 0.2,
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]})
+    .to_string();
+    let chat = request::ChatRequest::parse(body.as_bytes()).map_err(|e| e.message)?;
+    let opts = anthropic::Options {
+        default_max_tokens: 1024,
+        drop_unsupported: false,
+    };
+    println!("\n| Anthropic translation | ns per request |\n|---|---|");
+    time(
+        &format!(
+            "request, {} bytes (tree built, translated, serialized)",
+            body.len()
+        ),
+        || {
+            let c = request::ChatRequest::parse(body.as_bytes()).ok()?;
+            anthropic::request(c.document().ok()?, "claude-x", &opts)
+                .ok()
+                .map(|(b, _)| b.len())
+        },
+    );
+    let doc = chat.document().map_err(|e| e.message)?;
+    time("request, tree already built (the cache built it)", || {
+        anthropic::request(doc, "claude-x", &opts)
+            .map(|(b, _)| b.len())
+            .ok()
+    });
+    let answer = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Revenue grew, churn fell, and the roadmap holds."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":480,"output_tokens":12,"cache_read_input_tokens":0,"cache_creation_input_tokens":0}}"#;
+    time("whole answer back", || {
+        anthropic::answer(answer, 1).map(|b| b.len())
+    });
+    let ev = |name: &str, v: serde_json::Value| format!("event: {name}\ndata: {v}\n\n");
+    let mut stream = ev(
+        "message_start",
+        serde_json::json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 480, "output_tokens": 1}}}),
+    );
+    stream.push_str(&ev("content_block_start", serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
+    for i in 0..96 {
+        stream.push_str(&ev("content_block_delta", serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": format!("word{i} ")}})));
+    }
+    stream.push_str(&ev("message_delta", serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 96}})));
+    stream.push_str(&ev(
+        "message_stop",
+        serde_json::json!({"type": "message_stop"}),
+    ));
+    let chunks: Vec<&[u8]> = stream.as_bytes().chunks(256).collect();
+    time("100-event stream back (256-byte network chunks)", || {
+        let mut s = anthropic::Stream::new(1, true);
+        chunks.iter().map(|c| s.push(c).len()).sum::<usize>()
+    });
+    Ok(())
 }
 
 /// A 2 KB prompt of ordinary prose with one e-mail address, through each

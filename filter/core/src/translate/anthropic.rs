@@ -4,7 +4,9 @@
 
 use crate::error::GatewayError;
 use crate::sse::SseParser;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 /// What the translation needs of the provider's config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,10 +393,44 @@ pub fn error(body: &[u8], status: u16) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+/// One event of a Messages stream: the fields the translation reads
+/// (text borrowed when it has no escapes).
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    index: u64,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(default)]
+    usage: Option<Map<String, Value>>,
+    #[serde(default)]
+    message: Option<Value>,
+    #[serde(default)]
+    content_block: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
 /// A Messages stream as chat-completion chunks, event by event.
 #[derive(Debug, Default)]
 pub struct Stream {
     parser: SseParser,
+    /// Each chunk's JSON up to its `delta` (id, created, model).
+    head: String,
     id: Value,
     model: Value,
     created: u64,
@@ -403,23 +439,42 @@ pub struct Stream {
     /// Content block index -> OpenAI tool index.
     tools: Vec<(u64, usize)>,
     usage: Map<String, Value>,
-    stop: Option<String>,
     ended: bool,
 }
 
 impl Stream {
     pub fn new(created: u64, emit_usage: bool) -> Self {
-        Self {
+        let mut s = Self {
             created,
             emit_usage,
             ..Self::default()
-        }
+        };
+        s.set_head();
+        s
     }
 
-    fn chunk_event(&self, delta: Value, finish: Value) -> Vec<u8> {
-        let v = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]});
-        format!("data: {v}\n\n").into_bytes()
+    fn set_head(&mut self) {
+        self.head = format!(
+            r#"data: {{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[{{"index":0,"delta":"#,
+            self.id, self.created, self.model
+        );
+    }
+
+    /// One chunk: `delta` is JSON; `finish` a finish reason or none.
+    fn chunk_event(&self, delta: &str, finish: Option<&str>) -> Vec<u8> {
+        let mut out = String::with_capacity(self.head.len() + delta.len() + 48);
+        out.push_str(&self.head);
+        out.push_str(delta);
+        match finish {
+            Some(f) => {
+                out.push_str(r#","finish_reason":""#);
+                out.push_str(f);
+                out.push('"');
+            }
+            None => out.push_str(r#","finish_reason":null"#),
+        }
+        out.push_str(",\"logprobs\":null}]}\n\n");
+        out.into_bytes()
     }
 
     /// The chunks for these bytes of the provider's stream.
@@ -435,10 +490,10 @@ impl Stream {
         }
         while let Some((_, data)) = self.parser.next_event() {
             let Some(d) = data else { continue };
-            let Ok(v) = serde_json::from_str::<Value>(&d) else {
+            let Ok(ev) = serde_json::from_str::<Event<'_>>(&d) else {
                 continue;
             };
-            out.extend(self.event(&v));
+            out.extend(self.event(ev));
             if self.ended {
                 break;
             }
@@ -456,33 +511,32 @@ impl Stream {
         error_event("The provider's stream ended before its end (no message_stop).")
     }
 
-    fn event(&mut self, v: &Value) -> Vec<u8> {
-        match v.get("type").and_then(Value::as_str).unwrap_or("") {
+    fn event(&mut self, ev: Event<'_>) -> Vec<u8> {
+        let string = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        match ev.kind.as_ref() {
             "message_start" => {
-                let m = v.get("message").unwrap_or(&Value::Null);
+                let m = ev.message.unwrap_or(Value::Null);
                 self.id = m.get("id").cloned().unwrap_or(Value::Null);
                 self.model = m.get("model").cloned().unwrap_or(Value::Null);
                 if let Some(u) = m.get("usage").and_then(Value::as_object) {
                     self.usage.extend(u.clone());
                 }
-                self.chunk_event(json!({"role": "assistant", "content": ""}), Value::Null)
+                self.set_head();
+                self.chunk_event(r#"{"role":"assistant","content":""}"#, None)
             }
             "content_block_start" => {
-                let block = v.get("content_block").unwrap_or(&Value::Null);
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let block = ev.content_block.unwrap_or(Value::Null);
                 match block.get("type").and_then(Value::as_str) {
                     Some("tool_use") => {
                         let tool = self.tools.len();
-                        self.tools.push((index, tool));
-                        self.chunk_event(
-                            json!({"tool_calls": [{"index": tool, "id": block.get("id"), "type": "function",
-                                "function": {"name": block.get("name"), "arguments": ""}}]}),
-                            Value::Null,
-                        )
+                        self.tools.push((ev.index, tool));
+                        let delta = json!({"tool_calls": [{"index": tool, "id": block.get("id"), "type": "function",
+                            "function": {"name": block.get("name"), "arguments": ""}}]});
+                        self.chunk_event(&delta.to_string(), None)
                     }
                     Some("text") => match block.get("text").and_then(Value::as_str) {
                         Some(t) if !t.is_empty() => {
-                            self.chunk_event(json!({ "content": t }), Value::Null)
+                            self.chunk_event(&format!(r#"{{"content":{}}}"#, string(t)), None)
                         }
                         _ => Vec::new(),
                     },
@@ -490,20 +544,26 @@ impl Stream {
                 }
             }
             "content_block_delta" => {
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                match d.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => self.chunk_event(
-                        json!({"content": d.get("text").cloned().unwrap_or(json!(""))}),
-                        Value::Null,
-                    ),
+                let Some(d) = ev.delta else {
+                    return Vec::new();
+                };
+                match d.kind.as_deref() {
+                    Some("text_delta") => {
+                        let text = d.text.as_deref().unwrap_or("");
+                        self.chunk_event(&format!(r#"{{"content":{}}}"#, string(text)), None)
+                    }
                     Some("input_json_delta") => {
-                        let Some(&(_, tool)) = self.tools.iter().find(|(i, _)| *i == index) else {
+                        let Some(&(_, tool)) = self.tools.iter().find(|(i, _)| *i == ev.index)
+                        else {
                             return Vec::new();
                         };
+                        let part = d.partial_json.as_deref().unwrap_or("");
                         self.chunk_event(
-                            json!({"tool_calls": [{"index": tool, "function": {"arguments": d.get("partial_json").cloned().unwrap_or(json!(""))}}]}),
-                            Value::Null,
+                            &format!(
+                                r#"{{"tool_calls":[{{"index":{tool},"function":{{"arguments":{}}}}}]}}"#,
+                                string(part)
+                            ),
+                            None,
                         )
                     }
                     _ => Vec::new(),
@@ -511,14 +571,11 @@ impl Stream {
             }
             "message_delta" => {
                 // Usage here is cumulative: set, never add.
-                if let Some(u) = v.get("usage").and_then(Value::as_object) {
-                    self.usage.extend(u.clone());
+                if let Some(u) = ev.usage {
+                    self.usage.extend(u);
                 }
-                match v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    Some(stop) => {
-                        self.stop = Some(stop.to_string());
-                        self.chunk_event(json!({}), json!(finish_reason(stop)))
-                    }
+                match ev.delta.and_then(|d| d.stop_reason) {
+                    Some(stop) => self.chunk_event("{}", Some(finish_reason(&stop))),
                     None => Vec::new(),
                 }
             }
@@ -535,14 +592,12 @@ impl Stream {
             }
             "error" => {
                 self.ended = true;
-                let message = v
-                    .pointer("/error/message")
+                let e = ev.error.unwrap_or(Value::Null);
+                let message = e
+                    .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("The provider's stream failed.");
-                let code = v
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("api_error");
+                let code = e.get("type").and_then(Value::as_str).unwrap_or("api_error");
                 let body = json!({"error": {"message": message, "type": "api_error", "code": code, "param": null}});
                 format!("data: {body}\n\n").into_bytes()
             }
