@@ -352,7 +352,7 @@ impl Held {
             );
         }
         if let Some((cap, reserved, price, day)) = self.global_budget {
-            let used = rls::budget_units(price.cost(u.prompt, u.completion, u.cached));
+            let used = rls::budget_units(price.usage_cost(u));
             send(
                 GlobalLimit::BudgetPerDay(day),
                 cap,
@@ -382,9 +382,9 @@ impl Held {
                 self.tokens.map_or(0, |(_, r)| {
                     ratelimit::signed(r).saturating_sub(ratelimit::signed(u.total()))
                 }),
-                self.budget.as_ref().map_or(0, |(_, r, price)| {
-                    r.saturating_sub(price.cost(u.prompt, u.completion, u.cached))
-                }),
+                self.budget
+                    .as_ref()
+                    .map_or(0, |(_, r, price)| r.saturating_sub(price.usage_cost(&u))),
             ),
         };
         if let (Some((tpm, _)), true) = (self.tokens, tokens_back != 0) {

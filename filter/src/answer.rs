@@ -55,16 +55,17 @@ impl<H: Host> RequestContext<H> {
         };
         let wants_usage = self.wants_usage(&loaded.gw);
         let now_s = self.host.now_ms() / 1000;
+        let messages_api = self.request.messages_api;
         let Some(f) = self.flight.as_mut() else {
             return;
         };
         let stream = f.chat.stream;
         let encoded = is_encoded(resp);
-        let translates = f
-            .current
-            .as_ref()
-            .and_then(|c| loaded.gw.providers.get(c.provider))
-            .is_some_and(translate::translates_answers);
+        let translates = !messages_api
+            && f.current
+                .as_ref()
+                .and_then(|c| loaded.gw.providers.get(c.provider))
+                .is_some_and(translate::translates_answers);
         f.hold = false;
         f.translation = None;
         if translates && !encoded {
@@ -97,7 +98,12 @@ impl<H: Host> RequestContext<H> {
             0
         };
         let keep = if store { cache_max } else { 0 }.max(content_max);
-        f.reader = Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep);
+        f.reader = if messages_api && stream {
+            // Passed on as it is; only its usage is read.
+            wants_usage.then(Reader::messages_stream)
+        } else {
+            Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep)
+        };
         if stream {
             self.start_stream_guard();
         }

@@ -69,6 +69,9 @@ pub struct ClientRequest {
     pub authority: String,
     pub cache_control: Option<String>,
     pub has_content_type: bool,
+    /// `POST /v1/messages`: Anthropic's API shape, passed to Anthropic
+    /// providers as it is; errors in Anthropic's shape.
+    pub messages_api: bool,
 }
 
 pub struct RequestContext<H: Host> {
@@ -160,7 +163,12 @@ impl<H: Host> RequestContext<H> {
             .as_deref()
             .map(|r| vec![("retry-after", r)])
             .unwrap_or_default();
-        self.reply(err.status, &extra, &err.body())
+        let body = if self.request.messages_api {
+            err.anthropic_body()
+        } else {
+            err.body()
+        };
+        self.reply(err.status, &extra, &body)
     }
 
     fn or_fail(&mut self, step: Result<Action, GatewayError>) -> Action {

@@ -42,7 +42,9 @@ impl<H: Host> RequestContext<H> {
         let model = flight.model;
         let active = g.active(Stage::Input, &client.name, model);
         let out_active = g.active(Stage::Output, &client.name, model);
-        if !out_active.is_empty() {
+        // Output checks read chat completions; Messages answers pass as
+        // they are (README).
+        if !out_active.is_empty() && !self.request.messages_api {
             // The tree is built only when a schema check could use it.
             let schema = out_active
                 .iter()

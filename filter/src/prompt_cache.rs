@@ -34,7 +34,20 @@ impl<H: Host> RequestContext<H> {
         let Some((first, first_model_id)) = flight.candidates.first() else {
             return Ok(None);
         };
-        let first_name = gw.providers.get(*first).map_or("", |p| p.name.as_str());
+        if self.request.messages_api && flight.chat.stream {
+            // A stored answer is replayed as OpenAI's stream only.
+            return Ok(None);
+        }
+        let name = gw.providers.get(*first).map_or("", |p| p.name.as_str());
+        // Messages answers are stored apart: the same body to the same
+        // provider is another answer in another shape.
+        let messages_name;
+        let first_name = if self.request.messages_api {
+            messages_name = format!("messages:{name}");
+            messages_name.as_str()
+        } else {
+            name
+        };
         let scope = cfg.per_client.then_some(client.name.as_str());
         let key = cache::key(
             first_name,

@@ -4,11 +4,15 @@
 //! that only its tail, where `usage` is). Nothing is held back.
 
 use portcullis_core::sse::Relay;
+use portcullis_core::translate::anthropic::StreamUsage;
 use portcullis_core::usage::{AnswerCopy, Usage};
 
 pub enum Reader {
     Stream(Relay),
     Whole(AnswerCopy),
+    /// A stream of Anthropic's Messages API (`/v1/messages`), read for its
+    /// usage only.
+    Messages(StreamUsage),
 }
 
 impl Reader {
@@ -33,6 +37,10 @@ impl Reader {
         }
     }
 
+    pub fn messages_stream() -> Reader {
+        Reader::Messages(StreamUsage::default())
+    }
+
     /// Bytes as they pass; `Some` when what the client gets differs.
     pub fn chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
         match self {
@@ -47,6 +55,10 @@ impl Reader {
                 copy.push(bytes);
                 None
             }
+            Reader::Messages(usage) => {
+                usage.push(bytes);
+                None
+            }
         }
     }
 
@@ -59,6 +71,7 @@ impl Reader {
                 relay.assembly.completion(),
             ),
             Reader::Whole(copy) => copy.finish(),
+            Reader::Messages(usage) => (usage.usage(), None),
         }
     }
 }

@@ -47,6 +47,9 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.flight = Some(self.flight_for(gw, chat, route));
+        if self.request.messages_api {
+            self.messages_only(gw)?;
+        }
         if self.input_guardrails(gw, client, body_size)? == Guarded::Wait {
             return Ok(Action::Pause);
         }
@@ -108,6 +111,31 @@ impl<H: Host> RequestContext<H> {
         global_limits::asks(client, reserve, now, held)
     }
 
+    /// `/v1/messages` reaches the model's Anthropic providers only, with
+    /// the client's body as it is.
+    fn messages_only(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+        let Some(f) = self.flight.as_mut() else {
+            return Ok(());
+        };
+        f.candidates.retain(|(p, _)| {
+            gw.providers
+                .get(*p)
+                .is_some_and(portcullis_core::translate::translates_answers)
+        });
+        if f.candidates.is_empty() {
+            return Err(GatewayError::new(
+                404,
+                "invalid_request_error",
+                "model_not_found",
+                format!(
+                    "The model `{}` has no Anthropic provider: /v1/messages reaches Anthropic providers only (use /v1/chat/completions for the others).",
+                    f.chat.model
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// What the answer will need: the usage chunk of a stream, the prompt
     /// text for the log.
     fn prepare_upstream(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
@@ -115,8 +143,10 @@ impl<H: Host> RequestContext<H> {
         let Some(flight) = self.flight.as_mut() else {
             return Err(GatewayError::internal("no request in flight"));
         };
-        flight.usage_chunk =
-            flight.chat.needs_usage_request() && (flight.cache_fill.is_some() || wants_usage);
+        // A Messages stream always carries its usage.
+        flight.usage_chunk = !self.request.messages_api
+            && flight.chat.needs_usage_request()
+            && (flight.cache_fill.is_some() || wants_usage);
         if gw.log.as_ref().is_some_and(|l| l.include_content) {
             self.log.prompt = flight.chat.messages_text()?;
         }

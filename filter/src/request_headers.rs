@@ -24,6 +24,8 @@ struct Facts<'a> {
     path: Cow<'a, str>,
     authority: Cow<'a, str>,
     authorization: Option<Cow<'a, str>>,
+    /// The Anthropic SDK's header for the key.
+    api_key: Option<Cow<'a, str>>,
     content_length: Option<usize>,
 }
 
@@ -42,6 +44,7 @@ impl<H: Host> RequestContext<H> {
                 ":path" => f.path = text(v),
                 ":authority" => f.authority = text(v),
                 "authorization" => f.authorization = Some(text(v)),
+                "x-api-key" => f.api_key = Some(text(v)),
                 "content-length" => f.content_length = text(v).parse().ok(),
                 "content-type" => self.request.has_content_type = true,
                 "cache-control" => self.request.cache_control = Some(text(v).into_owned()),
@@ -55,7 +58,13 @@ impl<H: Host> RequestContext<H> {
             .next()
             .unwrap_or_default()
             .trim_end_matches('/');
-        let authorization = f.authorization.as_deref();
+        // A key in `x-api-key` (the Anthropic SDK's way) counts as a bearer.
+        let from_api_key = f
+            .api_key
+            .as_deref()
+            .filter(|_| f.authorization.is_none())
+            .map(|k| format!("Bearer {}", k.trim()));
+        let authorization = f.authorization.as_deref().or(from_api_key.as_deref());
         match (f.method.as_ref(), path) {
             ("GET", "/v1/models") => {
                 let (_, client) = authenticate(gw, authorization)?;
@@ -67,7 +76,8 @@ impl<H: Host> RequestContext<H> {
                 let body = model_info(gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
-            ("POST", "/v1/chat/completions") => {
+            ("POST", "/v1/chat/completions" | "/v1/messages") => {
+                self.request.messages_api = path == "/v1/messages";
                 self.request.path = path.to_string();
                 self.request.authority = f.authority.into_owned();
                 self.chat_headers(gw, authorization, f.content_length, end_of_stream)?;

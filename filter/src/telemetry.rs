@@ -47,7 +47,7 @@ impl<H: Host> RequestContext<H> {
                 .get(&rec.model)
                 .and_then(|&m| gw.prices.get(m).copied().flatten())
             {
-                rec.cost_micros = price.cost(u.prompt, u.completion, u.cached);
+                rec.cost_micros = price.usage_cost(&u);
             }
         }
         self.request_metrics(&rec);

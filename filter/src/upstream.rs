@@ -43,7 +43,15 @@ impl<H: Host> RequestContext<H> {
             .flight
             .as_mut()
             .ok_or_else(|| GatewayError::internal("no request in flight"))?;
-        let prepared = translate::request_body(p, &flight.chat, model_id, flight.usage_chunk)?;
+        let prepared = if self.request.messages_api {
+            // Anthropic's shape to an Anthropic provider: only the model id.
+            translate::Prepared {
+                body: (model_id != flight.chat.model).then(|| flight.chat.body_for(model_id)),
+                dropped: Vec::new(),
+            }
+        } else {
+            translate::request_body(p, &flight.chat, model_id, flight.usage_chunk)?
+        };
         flight.dropped = prepared.dropped;
         Ok(UpstreamRequest {
             cluster: &p.cluster,

@@ -203,6 +203,7 @@ fn global_limits_hold_across_two_envoys() {
         input: 0.15,
         output: 0.60,
         cached_input: 0.075,
+        cache_write: 0.15,
     };
     let per_request = budget_units(price.cost(body.len().div_ceil(4) as u64, 1000, 0));
     let cap = budget_units(4900);

@@ -111,6 +111,27 @@ impl GatewayError {
         self
     }
 
+    /// The body for a client of Anthropic's Messages API
+    /// (`{"type":"error","error":{"type","message"}}`), so its SDK raises
+    /// the matching class.
+    pub fn anthropic_body(&self) -> Vec<u8> {
+        let kind = match self.status {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            400..=499 => "invalid_request_error",
+            _ => "api_error",
+        };
+        serde_json::to_vec(&serde_json::json!({
+            "type": "error",
+            "error": {"type": kind, "message": self.message},
+        }))
+        .unwrap_or_default()
+    }
+
     /// The JSON body sent to the client.
     pub fn body(&self) -> Vec<u8> {
         let body = Body {

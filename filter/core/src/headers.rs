@@ -44,6 +44,8 @@ pub fn forwarded_upstream(name: &str) -> bool {
         "accept-encoding",
         "x-api-key",
         "api-key",
+        // Set from the provider's config for Anthropic providers.
+        "anthropic-version",
     ];
     !(name.starts_with(':')
         || one_of(SET_PER_ATTEMPT, name)

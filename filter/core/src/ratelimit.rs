@@ -182,9 +182,23 @@ pub struct Price {
     pub input: f64,
     pub output: f64,
     pub cached_input: f64,
+    /// Prompt tokens written to the provider's prompt cache (Anthropic).
+    pub cache_write: f64,
 }
 
 impl Price {
+    /// The cost of an answer's usage, each kind of token at its price.
+    pub fn usage_cost(&self, u: &crate::usage::Usage) -> Micros {
+        let cached = u.cached.min(u.prompt);
+        let written = u.cache_write.min(u.prompt.saturating_sub(cached));
+        let plain = u.prompt.saturating_sub(cached).saturating_sub(written);
+        let micros = plain as f64 * self.input
+            + cached as f64 * self.cached_input
+            + written as f64 * self.cache_write
+            + u.completion as f64 * self.output;
+        micros.ceil() as Micros
+    }
+
     /// Cost in micro-USD: tokens * (USD per 1M tokens) = micro-USD exactly.
     pub fn cost(&self, prompt: u64, completion: u64, cached: u64) -> Micros {
         let cached = cached.min(prompt);

@@ -24,6 +24,15 @@ struct Counts {
     prompt_tokens_details: Option<Detail>,
     #[serde(default)]
     completion_tokens_details: Option<Detail>,
+    // Anthropic's names (a Messages answer, or its stream's events).
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -32,6 +41,9 @@ struct Detail {
     cached_tokens: Option<u64>,
     #[serde(default)]
     reasoning_tokens: Option<u64>,
+    /// Cache writes, as the Anthropic translation reports them.
+    #[serde(default)]
+    cache_creation_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,6 +52,8 @@ pub struct Usage {
     pub completion: u64,
     pub cached: u64,
     pub reasoning: u64,
+    /// Prompt tokens written to the provider's cache (part of `prompt`).
+    pub cache_write: u64,
 }
 
 impl Usage {
@@ -79,13 +93,30 @@ impl Usage {
 
 impl From<Counts> for Usage {
     fn from(c: Counts) -> Usage {
+        if c.prompt_tokens.is_none() && (c.input_tokens.is_some() || c.output_tokens.is_some()) {
+            let read = c.cache_read_input_tokens.unwrap_or(0);
+            let write = c.cache_creation_input_tokens.unwrap_or(0);
+            return Usage {
+                prompt: c
+                    .input_tokens
+                    .unwrap_or(0)
+                    .saturating_add(read)
+                    .saturating_add(write),
+                completion: c.output_tokens.unwrap_or(0),
+                cached: read,
+                reasoning: 0,
+                cache_write: write,
+            };
+        }
+        let details = c.prompt_tokens_details;
         Usage {
             prompt: c.prompt_tokens.unwrap_or(0),
             completion: c.completion_tokens.unwrap_or(0),
-            cached: c
-                .prompt_tokens_details
-                .and_then(|d| d.cached_tokens)
+            cache_write: details
+                .as_ref()
+                .and_then(|d| d.cache_creation_tokens)
                 .unwrap_or(0),
+            cached: details.and_then(|d| d.cached_tokens).unwrap_or(0),
             reasoning: c
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens)
@@ -153,7 +184,8 @@ mod tests {
                 prompt: 10,
                 completion: 5,
                 cached: 4,
-                reasoning: 2
+                reasoning: 2,
+                cache_write: 0,
             })
         );
         let v: Value = serde_json::from_slice(b).unwrap();
@@ -173,10 +205,42 @@ mod tests {
                 prompt: 3,
                 completion: 1,
                 cached: 0,
-                reasoning: 0
+                reasoning: 0,
+                cache_write: 0,
             })
         );
         assert_eq!(Usage::from_body(b"not json"), None);
+    }
+
+    #[test]
+    fn reads_anthropic_usage_with_cache_reads_and_writes() {
+        let b = br#"{"type":"message","content":[],"usage":{"input_tokens":10,"output_tokens":5,
+            "cache_read_input_tokens":100,"cache_creation_input_tokens":20}}"#;
+        let usage = Usage {
+            prompt: 130,
+            completion: 5,
+            cached: 100,
+            reasoning: 0,
+            cache_write: 20,
+        };
+        let want = Some(usage);
+        assert_eq!(Usage::from_body(b), want);
+        assert_eq!(Usage::from_tail(b), want);
+        let translated = crate::translate::anthropic::usage(
+            &serde_json::from_slice::<Value>(b).unwrap()["usage"],
+        );
+        assert_eq!(
+            Usage::from_usage(&translated),
+            want,
+            "the translation keeps the split"
+        );
+        let p = crate::ratelimit::Price {
+            input: 3.0,
+            output: 15.0,
+            cached_input: 0.3,
+            cache_write: 3.75,
+        };
+        assert_eq!(p.usage_cost(&usage), 30 + 30 + 75 + 75);
     }
 
     const ANSWER: &str = r#"{"id":"c","choices":[{"message":{"content":"say \"usage\": {\"prompt_tokens\":99}"}}],
@@ -189,6 +253,7 @@ mod tests {
             completion: 5,
             cached: 0,
             reasoning: 2,
+            cache_write: 0,
         });
         assert_eq!(Usage::from_tail(ANSWER.as_bytes()), want);
         let at = ANSWER.find("\"usage\":{").unwrap();

@@ -93,9 +93,14 @@ pub(super) fn prices(
             ));
             continue;
         };
-        if [p.input, p.output, p.cached_input.unwrap_or(0.0)]
-            .iter()
-            .any(|x| !(x.is_finite() && *x >= 0.0))
+        if [
+            p.input,
+            p.output,
+            p.cached_input.unwrap_or(0.0),
+            p.cache_write.unwrap_or(0.0),
+        ]
+        .iter()
+        .any(|x| !(x.is_finite() && *x >= 0.0))
         {
             problems.push(format!(
                 "prices.{name}: prices must be non-negative numbers (USD per 1M tokens)"
@@ -106,6 +111,7 @@ pub(super) fn prices(
                 input: p.input,
                 output: p.output,
                 cached_input: p.cached_input.unwrap_or(p.input),
+                cache_write: p.cache_write.unwrap_or(p.input),
             });
         }
     }

@@ -167,7 +167,10 @@ mod tests {
     #[test]
     fn keys_are_the_serde_fields() {
         assert_eq!(fields::<RawRouting>(), ["chain", "max_attempts"]);
-        assert_eq!(fields::<RawPrice>(), ["input", "output", "cached_input"]);
+        assert_eq!(
+            fields::<RawPrice>(),
+            ["input", "output", "cached_input", "cache_write"]
+        );
         assert!(limits_keys().contains(&"max_body_bytes"));
         assert!(limits_keys().contains(&"tokens_per_minute"));
         assert!(fields::<RawConfig>().contains(&"experiments"));

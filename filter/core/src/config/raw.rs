@@ -147,6 +147,10 @@ pub(super) struct RawPrice {
     pub(super) output: f64,
     #[serde(default)]
     pub(super) cached_input: Option<f64>,
+    /// Prompt tokens written to a provider's cache (Anthropic; default:
+    /// the input price).
+    #[serde(default)]
+    pub(super) cache_write: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

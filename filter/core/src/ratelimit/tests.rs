@@ -91,6 +91,7 @@ fn budget_reserves_and_settles_in_micro_dollars() {
         input: 0.15,
         output: 0.60,
         cached_input: 0.075,
+        cache_write: 0.15,
     };
     assert_eq!(p.cost(1_000_000, 0, 0), 150_000);
     assert_eq!(p.cost(1000, 1000, 400), 90 + 30 + 600);
@@ -140,6 +141,7 @@ fn huge_amounts_saturate_and_are_refused_without_touching_the_bucket() {
         input: 2.5,
         output: 10.0,
         cached_input: 1.25,
+        cache_write: 2.5,
     };
     assert_eq!(p.cost(u64::MAX, u64::MAX, 0), Micros::MAX);
     assert!(!spend(None, 5_000_000, Micros::MAX).1);

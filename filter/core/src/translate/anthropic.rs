@@ -611,3 +611,43 @@ fn error_event(message: &str) -> Vec<u8> {
     let body = json!({"error": {"message": message, "type": "api_error", "code": "provider_stream_error", "param": null}});
     format!("data: {body}\n\n").into_bytes()
 }
+
+/// The usage of a Messages stream passed on as it is (`/v1/messages`):
+/// `message_start` gives the input side, `message_delta` the cumulative
+/// output (set, never added).
+#[derive(Debug, Default)]
+pub struct StreamUsage {
+    parser: SseParser,
+    usage: Map<String, Value>,
+    seen: bool,
+}
+
+impl StreamUsage {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.parser.push(bytes);
+        while let Some((_, data)) = self.parser.next_event() {
+            let Some(d) = data else { continue };
+            let Ok(ev) = serde_json::from_str::<Event<'_>>(&d) else {
+                continue;
+            };
+            let usage = match ev.kind.as_ref() {
+                "message_start" => ev
+                    .message
+                    .and_then(|m| m.get("usage").and_then(Value::as_object).cloned()),
+                "message_delta" => ev.usage,
+                _ => None,
+            };
+            if let Some(u) = usage {
+                self.seen = true;
+                self.usage.extend(u);
+            }
+        }
+    }
+
+    /// The usage as the stream reported it, if it did.
+    pub fn usage(&self) -> Option<crate::usage::Usage> {
+        self.seen
+            .then(|| crate::usage::Usage::from_usage(&Value::Object(self.usage.clone())))
+            .flatten()
+    }
+}

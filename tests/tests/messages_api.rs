@@ -1,0 +1,164 @@
+//! `POST /v1/messages` (Anthropic's API shape) in real Envoy: the official
+//! Anthropic SDK (create, stream, tool use plain and streamed, errors as its
+//! exception classes), the key in `x-api-key`, fallback between Anthropic
+//! providers, the cache (apart from chat completions), and token counts in
+//! the records from Anthropic's usage.
+mod common;
+use common::*;
+use portcullis_tests::*;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::Duration;
+
+/// Both providers speak Anthropic's API and serve `claude-sonnet`.
+fn plugin(base: &str) -> String {
+    let mut p = base.to_string();
+    for (name, line) in [
+        (
+            "primary",
+            "    host: primary.mock          # :authority sent upstream\n",
+        ),
+        ("backup", "    host: backup.mock\n"),
+    ] {
+        assert!(
+            p.contains(line),
+            "envoy/plugin.yaml: provider {name} changed"
+        );
+        p = p.replacen(line, &format!("{line}    schema: anthropic\n"), 1);
+    }
+    let primary_models = "        aliases: [mini, fast]\n      - name: gpt-4o\n";
+    assert!(p.contains(primary_models));
+    p = p.replacen(
+        primary_models,
+        "        aliases: [mini, fast]\n      - name: claude-sonnet\n        id: claude-sonnet-4-5\n      - name: gpt-4o\n",
+        1,
+    );
+    p.replace(
+        "      - name: llama-3.1-8b\n",
+        "      - name: llama-3.1-8b\n      - name: claude-sonnet\n        id: claude-sonnet-4-5-backup\n",
+    )
+    .replace("  gpt-4o: {input: 2.50", "  claude-sonnet: {input: 3.0, output: 15.0, cached_input: 0.3, cache_write: 3.75}\n  gpt-4o: {input: 2.50")
+}
+
+fn messages(s: &Stack, key: &str, body: &Value) -> Resp {
+    post(
+        &s.envoy.url("/v1/messages"),
+        &[("x-api-key", key), ("anthropic-version", "2023-06-01")],
+        &body.to_string(),
+    )
+}
+
+#[test]
+fn the_anthropic_sdk_works_through_the_gateway() {
+    let python = std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
+    let dir = TempDir::new("messages-records");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(
+        &plugin(&test_plugin()).replace("flush_interval_ms: 250", "flush_interval_ms: 100"),
+        2,
+        false,
+        c.grpc_port,
+    );
+    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
+    s.primary.script(json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "cache_read": 100},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "chunk_delay_ms": 5},
+        {"content": "Checking.", "tool_call": tool},
+        {"content": "Checking.", "tool_call": tool},
+        {"status": 400}
+    ]));
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/sdk/anthropic_sdk_check.py"))
+        .arg(s.envoy.url(""))
+        .arg(DEMO_KEY)
+        .arg("claude-sonnet")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python} (`make sdk` installs anthropic): {e}"));
+    assert!(
+        out.status.success(),
+        "SDK script failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["create"],
+        json!({"text": "Hi there friend", "stop": "end_turn", "input": 9, "output": 3, "type": "message"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"text": "Hi there friend", "output": 3, "stop": "end_turn"})
+    );
+    assert_eq!(
+        v["tool"],
+        json!({"name": "get_weather", "input": {"city": "Paris"}, "stop": "tool_use"})
+    );
+    assert_eq!(
+        v["tool_stream"],
+        json!({"name": "get_weather", "input": {"city": "Paris"}, "stop": "tool_use"})
+    );
+    let e = &v["errors"];
+    assert_eq!(e["provider_400"]["class"], "BadRequestError");
+    assert_eq!(e["provider_400"]["type"], "invalid_request_error");
+    assert_eq!(e["bad_key"]["class"], "AuthenticationError");
+    assert_eq!(e["bad_key"]["type"], "authentication_error");
+    assert_eq!(e["unknown_model"]["class"], "NotFoundError");
+    // The provider got the client's body with its own model id and key.
+    let first = &s.primary.requests()[0];
+    assert_eq!(first["path"], "/v1/messages");
+    assert_eq!(first["body"]["model"], "claude-sonnet-4-5");
+    assert_eq!(first["body"]["system"], "Be brief.");
+    assert_eq!(first["headers"]["x-api-key"], PRIMARY_KEY);
+    assert_eq!(s.backup.hits(), 0);
+    // Records carry Anthropic's usage: cache reads in the prompt, priced.
+    let records = poll_until(Duration::from_secs(30), "the records", || {
+        let r = c.recent(50);
+        (r.iter().filter(|x| x["provider"] == "primary").count() >= 5).then_some(r)
+    });
+    let mut ok: Vec<&Value> = records.iter().filter(|x| x["status"] == 200).collect();
+    ok.sort_by_key(|x| x["time_ms"].as_i64());
+    assert_eq!(ok[0]["prompt_tokens"], 109);
+    assert_eq!(ok[0]["cached_tokens"], 100);
+    assert_eq!(ok[0]["completion_tokens"], 3);
+    // 9 x 3.0 + 100 x 0.3 + 3 x 15.0 micro-USD.
+    assert!(
+        (ok[0]["cost_usd"].as_f64().unwrap() - 0.000102).abs() < 1e-9,
+        "{}",
+        ok[0]
+    );
+    assert_eq!(
+        ok[1]["completion_tokens"], 3,
+        "the stream's cumulative usage"
+    );
+    assert_eq!(ok[1]["stream"], true);
+}
+
+#[test]
+fn messages_fall_back_between_anthropic_providers_and_are_cached_apart() {
+    let s = Stack::start(&plugin(&shipped_plugin()), 1);
+    s.primary.script(json!([{"status": 529}]));
+    s.backup.default_step(json!({"content": "from the backup"}));
+    let body = json!({"model": "claude-sonnet", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]});
+    let r = messages(&s, DEMO_KEY, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["type"], "message");
+    assert_eq!(r.json()["content"][0]["text"], "from the backup");
+    assert_eq!(r.header("x-portcullis-attempts"), Some("2"));
+    assert_eq!(r.header("x-portcullis-provider"), Some("backup"));
+    assert_eq!(
+        s.backup.requests()[0]["body"]["model"],
+        "claude-sonnet-4-5-backup"
+    );
+    // Stored in Anthropic's shape, for /v1/messages only.
+    let r = messages(&s, DEMO_KEY, &body);
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit"), "{}", r.body);
+    assert_eq!(r.json()["content"][0]["text"], "from the backup");
+    let r = s.chat(DEMO_KEY, &body.to_string());
+    assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
+    assert_eq!(r.json()["object"], "chat.completion");
+    // No key, or a wrong one: Anthropic's error shape.
+    let r = post(&s.envoy.url("/v1/messages"), &[], &body.to_string());
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+}
