@@ -243,3 +243,37 @@ guardrails:
     - {name: size, max_words: 40, action: log}
     - {name: shape, json_schema: {type: object, required: [a]}, action: log}
 "#;
+
+/// Anthropic's Messages API both ways: any chat request translates or is
+/// refused with a 400; any answer, error or stream reads or is refused
+/// without a panic; a stream translates the same whole or split anywhere.
+pub fn anthropic(data: &[u8]) {
+    use portcullis_core::translate::anthropic::{self, Options, Stream};
+    let (a, b) = two(data);
+    if let Ok(r) = ChatRequest::parse(a) {
+        for drop_unsupported in [false, true] {
+            let opts = Options { default_max_tokens: 100, drop_unsupported };
+            match anthropic::request(r.document().expect("accepted: a tree"), "claude", &opts) {
+                Ok((body, _)) => {
+                    let v: Value = serde_json::from_slice(&body).expect("the translation is JSON");
+                    assert!(v["messages"].is_array() && v["max_tokens"].is_u64(), "{v}");
+                }
+                Err(e) => assert_eq!(e.status, 400, "{}", e.message),
+            }
+        }
+    }
+    let stream = b.unwrap_or(a);
+    let _ = anthropic::answer(stream, 1);
+    let _ = anthropic::error(stream, 400);
+    let run = |split: usize| {
+        let mut s = Stream::new(1, true);
+        let (x, y) = stream.split_at(split.min(stream.len()));
+        let mut out = s.push(x);
+        out.extend(s.push(y));
+        out.extend(s.finish());
+        out
+    };
+    let whole = run(stream.len());
+    let split = usize::from(stream.first().copied().unwrap_or(0));
+    assert_eq!(whole, run(split), "a split stream translates differently");
+}
