@@ -25,6 +25,10 @@ impl<H: Host> RequestContext<H> {
         if !matches!(outcome, Outcome::Retryable(_)) {
             flight.answered = status;
         }
+        if matches!(outcome, Outcome::Success) && loaded.gw.policy.uses_latency {
+            let took = self.host.now_ms().saturating_sub(cur.started_ms);
+            crate::policy::note_latency(&self.host, &loaded.gw, cur.provider, &cur.model_id, took);
+        }
         match outcome {
             // Nothing to record: saves a shared-data read on the hot path.
             Outcome::Success if cur.clean && !cur.probe => {}
@@ -35,6 +39,7 @@ impl<H: Host> RequestContext<H> {
             }
             Outcome::ClientError => {}
             Outcome::Retryable(cause) => {
+                cur.release_busy(&self.host, &loaded.gw);
                 breakers::on_result(&self.host, provider, false, cur.probe);
                 self.host
                     .count(&metrics::attempt_failure(&provider.name, cause), 1);
@@ -103,11 +108,22 @@ impl<H: Host> RequestContext<H> {
         };
         if let Some(cur) = flight.current.as_mut() {
             cur.reported = true;
+            cur.release_busy(&self.host, &loaded.gw);
             if cur.probe {
                 breakers::release_probe(&self.host, p);
             }
         }
         flight.tried.push((p.name.clone(), Cause::ConnectFailure));
+    }
+
+    /// The request is over: its attempt has left the provider.
+    pub(crate) fn release_busy(&mut self) {
+        let (Some(loaded), Some(f)) = (self.loaded.clone(), self.flight.as_mut()) else {
+            return;
+        };
+        if let Some(cur) = f.current.as_mut() {
+            cur.release_busy(&self.host, &loaded.gw);
+        }
     }
 
     /// A probe that never reported (the client went away) gives its slot back.

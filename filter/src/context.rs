@@ -72,6 +72,10 @@ pub struct ClientRequest {
     /// `POST /v1/messages`: Anthropic's API shape, passed to Anthropic
     /// providers as it is; errors in Anthropic's shape.
     pub messages_api: bool,
+    /// The request headers conditional routes read.
+    pub rule_headers: Vec<(String, String)>,
+    /// `x-portcullis-pin-provider`: the provider a client asks for.
+    pub pin_provider: Option<String>,
 }
 
 pub struct RequestContext<H: Host> {
@@ -232,6 +236,7 @@ impl<H: Host> RequestContext<H> {
         };
         self.finish_limits(how);
         self.release_unreported_probe();
+        self.release_busy();
     }
 }
 

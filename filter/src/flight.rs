@@ -23,6 +23,22 @@ pub struct Current {
     pub reported: bool,
     /// The breaker was closed with nothing counted when this attempt began.
     pub clean: bool,
+    /// The provider's model id (the latency key of `fastest`).
+    pub model_id: String,
+    pub started_ms: u64,
+    /// Counted in the provider's requests in flight (`least_busy`).
+    pub busy: bool,
+}
+
+impl Current {
+    /// The attempt is over: the provider has one request fewer in flight.
+    pub fn release_busy(&mut self, host: &impl Host, gw: &Gateway) {
+        if std::mem::take(&mut self.busy) {
+            if let Some(p) = gw.providers.get(self.provider) {
+                crate::policy::add_busy(host, &p.name, -1);
+            }
+        }
+    }
 }
 
 /// A pending fallback callout.
@@ -132,11 +148,21 @@ impl Flight {
                 }
                 (adm, clean) => {
                     self.attempts = self.attempts.saturating_add(1);
+                    let busy = gw.policy.uses_busy;
+                    if busy {
+                        crate::policy::add_busy(host, &p.name, 1);
+                    }
+                    if let Some(prev) = self.current.as_mut() {
+                        prev.release_busy(host, gw);
+                    }
                     self.current = Some(Current {
                         provider: idx,
                         probe: adm == Admission::Probe,
                         reported: false,
                         clean,
+                        model_id: model_id.clone(),
+                        started_ms: host.now_ms(),
+                        busy,
                     });
                     return Some((idx, model_id));
                 }

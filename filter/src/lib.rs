@@ -17,6 +17,7 @@
 //! | `admission` | the client's limits across the request's life |
 //! | `global`, `global_limits` | limits counted by the rate limit service |
 //! | `flight`, `attempts`, `breakers` | candidates, breakers, fallback callouts |
+//! | `policy` | conditional routes, strategies, pinned providers; latencies and requests in flight |
 //! | `upstream` | the one request builder for every attempt |
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
 //! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
@@ -43,6 +44,7 @@ mod guardrails;
 mod host;
 mod loaded;
 mod metrics;
+mod policy;
 mod prompt_cache;
 mod reading;
 mod registry;

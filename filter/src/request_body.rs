@@ -14,7 +14,7 @@ use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::ratelimit;
 use portcullis_core::request::ChatRequest;
-use portcullis_core::routing::{order_candidates, resolve, Route};
+use portcullis_core::routing::{resolve, Route};
 use proxy_wasm::types::Action;
 
 impl<H: Host> RequestContext<H> {
@@ -39,7 +39,22 @@ impl<H: Host> RequestContext<H> {
         let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
         // One clock read for the body phase (cache expiry, limits).
         let now = self.host.now_ms();
-        let route = match resolve(gw, client, &chat.model, self.roll) {
+        let routed = self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
+        let ordered = resolve(gw, client, &routed.model, self.roll).and_then(|route| {
+            let (_, candidates) = self.ordered(
+                gw,
+                &routed.model,
+                route.model,
+                routed.rule,
+                route.candidates.clone(),
+                client.allow_overrides,
+            )?;
+            Ok(Route {
+                candidates,
+                ..route
+            })
+        });
+        let route = match ordered {
             Ok(r) => r,
             Err(e) => {
                 self.rate_headers_with_tokens(client, now);
@@ -179,7 +194,7 @@ impl<H: Host> RequestContext<H> {
             chat,
             route.model,
             model_name,
-            order_candidates(route.candidates),
+            route.candidates,
             experiment,
             price,
         )

@@ -49,6 +49,14 @@ impl<H: Host> RequestContext<H> {
                 "content-type" => self.request.has_content_type = true,
                 "cache-control" => self.request.cache_control = Some(text(v).into_owned()),
                 "x-request-id" => self.log.request_id = text(v).into_owned(),
+                headers::PIN_PROVIDER => {
+                    self.request.pin_provider = Some(text(v).trim().to_string())
+                }
+                k if gw.policy.rule_headers.iter().any(|h| h == k) => {
+                    self.request
+                        .rule_headers
+                        .push((k.to_string(), text(v).into_owned()));
+                }
                 _ => {}
             }
         }

@@ -139,6 +139,7 @@ impl Root {
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
         let host = AbiHost;
         breakers::prepare(&host, &gw);
+        crate::policy::prepare(&host, &gw);
         let day = ratelimit::day_of(host.now_ms());
         admission::prepare(&host, &gw, day);
         self.prepared_day = day;

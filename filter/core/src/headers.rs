@@ -14,6 +14,9 @@ pub fn is_gateway_header(name: &str) -> bool {
             .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
 }
 pub const ATTEMPTS: &str = "x-portcullis-attempts";
+/// Request header: a client allowed to (`allow_overrides`) pins the
+/// provider for one request.
+pub const PIN_PROVIDER: &str = "x-portcullis-pin-provider";
 /// Request fields the answering provider could not honour, dropped
 /// because its config says so (`drop_unsupported`).
 pub const DROPPED: &str = "x-portcullis-dropped";

@@ -30,6 +30,16 @@ pub fn budget(client: &str, day: u64) -> String {
     format!("portcullis:budget:{client}:{day}")
 }
 
+/// A provider's moving average latency for one model id (`fastest`).
+pub fn latency(provider: &str, model_id: &str) -> String {
+    format!("portcullis:latency:{provider}:{model_id}")
+}
+
+/// A provider's requests in flight (`least_busy`).
+pub fn busy(provider: &str) -> String {
+    format!("portcullis:busy:{provider}")
+}
+
 /// The config generation shared by the workers.
 pub const CONFIG_GENERATION: &str = "portcullis:config_generation";
 

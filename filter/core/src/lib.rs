@@ -23,6 +23,7 @@ mod robustness;
 pub mod routing;
 pub mod sse;
 pub mod store;
+pub mod strategy;
 pub mod strict;
 pub mod translate;
 pub mod usage;

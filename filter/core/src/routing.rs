@@ -37,12 +37,36 @@ pub struct Route {
     pub candidates: Vec<(usize, String)>,
 }
 
-/// The order in which a request's candidates are tried (and fallen back
-/// through): chain order. This is the step routing strategies replace
-/// (cheapest, fastest, least busy); open breakers are skipped afterwards,
-/// whatever the order.
-pub fn order_candidates(candidates: Vec<(usize, String)>) -> Vec<(usize, String)> {
-    candidates
+/// The strategy of a request: the matched rule's, else the requested
+/// name's (model, alias, `auto`), else its model's, else the default.
+pub fn strategy_for(
+    gw: &Gateway,
+    requested: &str,
+    model: usize,
+    rule: Option<&crate::strategy::Rule>,
+) -> crate::strategy::Strategy {
+    let p = &gw.policy;
+    rule.and_then(|r| r.strategy)
+        .or_else(|| p.by_name.get(requested).copied())
+        .or_else(|| {
+            let name = &gw.models.get(model)?.name;
+            p.by_name.get(name).copied()
+        })
+        .unwrap_or(p.default)
+}
+
+/// A candidate's blended price: the provider's own for the model, else
+/// the price table's.
+pub fn candidate_price(gw: &Gateway, model: usize, provider: usize) -> Option<f64> {
+    let own = gw
+        .models
+        .get(model)?
+        .serving
+        .iter()
+        .find(|s| s.provider == provider)
+        .and_then(|s| s.price);
+    let price = own.or_else(|| gw.prices.get(model).copied().flatten())?;
+    Some(crate::strategy::blended(&price, gw.policy.output_share))
 }
 
 /// Pick by weight: `roll` is any uniformly random u64.

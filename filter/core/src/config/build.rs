@@ -3,7 +3,7 @@
 //! goes on, so one report lists them all.
 
 use super::raw::{check_breaker, RawConfig, DEFAULT_MAX_ATTEMPTS};
-use super::{clients, guardrails, models, sections, Gateway};
+use super::{clients, guardrails, models, policy, sections, Gateway};
 use crate::breaker::BreakerConfig;
 
 pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
@@ -26,7 +26,10 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
     let prices = clients::prices(&raw, &names, &models, &clients, problems);
     let global_limits = clients::global_limits(&raw, &clients, problems);
     let guardrails = guardrails::guardrails(&raw, &names, problems);
+    let provider_names: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
+    let policy = policy::policy(&raw, &names, &provider_names, problems);
     Some(Gateway {
+        policy,
         guardrails,
         cache: sections::cache(&raw.cache, problems),
         experiments: sections::experiments(&raw, &names, problems),

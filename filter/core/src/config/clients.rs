@@ -47,6 +47,7 @@ pub(super) fn clients(
             name: c.name.clone(),
             allowed,
             limits,
+            allow_overrides: c.allow_overrides,
         };
         if clients.insert(hash, client).is_some() {
             problems.push(format!(

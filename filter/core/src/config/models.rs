@@ -168,6 +168,23 @@ pub(super) fn providers_and_models(
                 model.serving.push(Serving {
                     provider: chain_pos,
                     provider_model_id: m.id.clone().unwrap_or_else(|| m.name.clone()),
+                    price: m.price.as_ref().map(|price| {
+                        if [price.input, price.output]
+                            .iter()
+                            .any(|x| !(x.is_finite() && *x >= 0.0))
+                        {
+                            problems.push(format!(
+                                "provider `{}` model `{}`: prices must be non-negative numbers",
+                                p.name, m.name
+                            ));
+                        }
+                        crate::ratelimit::Price {
+                            input: price.input,
+                            output: price.output,
+                            cached_input: price.cached_input.unwrap_or(price.input),
+                            cache_write: price.cache_write.unwrap_or(price.input),
+                        }
+                    }),
                 });
             }
         }

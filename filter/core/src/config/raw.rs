@@ -411,6 +411,9 @@ pub(super) struct RawModel {
     pub(super) weight: u32,
     #[serde(default)]
     pub(super) aliases: Vec<String>,
+    /// This provider's price for the model (else the `prices` table's).
+    #[serde(default)]
+    pub(super) price: Option<RawPrice>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -420,6 +423,60 @@ pub(super) struct RawRouting {
     pub(super) chain: Option<Vec<String>>,
     #[serde(default)]
     pub(super) max_attempts: Option<u32>,
+    /// The strategy of every model without its own: weighted (default),
+    /// cheapest, fastest, least_busy.
+    #[serde(default)]
+    pub(super) strategy: Option<String>,
+    /// Strategies per model, alias or `auto`.
+    #[serde(default)]
+    pub(super) strategies: std::collections::BTreeMap<String, String>,
+    /// `cheapest`: the share of a request's tokens expected as output.
+    #[serde(default)]
+    pub(super) output_share: Option<f64>,
+    #[serde(default)]
+    pub(super) fastest: Option<RawFastest>,
+    /// Conditional routes, first match wins.
+    #[serde(default)]
+    pub(super) routes: Vec<RawRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFastest {
+    /// Latency assumed before a provider is measured, by provider name.
+    #[serde(default)]
+    pub(super) initial_ms: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub(super) explore: Option<f64>,
+    #[serde(default)]
+    pub(super) alpha: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    #[serde(rename = "match", default)]
+    pub(super) when: RawMatch,
+    /// A model or alias.
+    #[serde(default)]
+    pub(super) to: Option<String>,
+    #[serde(default)]
+    pub(super) strategy: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMatch {
+    #[serde(default)]
+    pub(super) clients: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) metadata: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) users: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) models: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -431,6 +488,9 @@ pub(super) struct RawClient {
     pub(super) models: Option<Vec<String>>,
     #[serde(default)]
     pub(super) limits: Option<RawClientLimits>,
+    /// May pin a provider for one request (`x-portcullis-pin-provider`).
+    #[serde(default)]
+    pub(super) allow_overrides: bool,
 }
 
 #[derive(Debug, Deserialize)]

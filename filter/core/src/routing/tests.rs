@@ -32,6 +32,7 @@ fn authenticate_by_key_hash() {
             name: "real".into(),
             allowed: None,
             limits: Default::default(),
+            allow_overrides: false,
         },
     );
     assert_eq!(
@@ -127,6 +128,7 @@ fn experiment_overrides_even_an_explicit_model_and_is_sticky_per_client() {
             name: format!("client-{i}"),
             allowed: None,
             limits: Default::default(),
+            allow_overrides: false,
         };
         let r = resolve(&g, &c, "mini", 0).unwrap();
         let (e, arm) = r.experiment.unwrap();
