@@ -190,6 +190,20 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn router_answer_headers(&mut self, end_of_stream: bool) -> Action {
         let resp = self.host.headers(Part::Response).unwrap_or_default();
         let status = status_of(&resp).unwrap_or(0);
+        // Tries Envoy's retries made of this provider (its route says how
+        // many in x-envoy-attempt-count).
+        if let Some(tries) = resp
+            .iter()
+            .find(|(k, _)| k == "x-envoy-attempt-count")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u32>().ok())
+        {
+            let _ = self
+                .host
+                .set_header(Part::Response, "x-envoy-attempt-count", None);
+            if let Some(f) = self.flight.as_mut() {
+                f.retried = f.retried.saturating_add(tries.saturating_sub(1));
+            }
+        }
         // Why Envoy failed, for its own local replies (read on failures only).
         let details = (status == 429 || status >= 500)
             .then(|| self.host.property(&["response", "code_details"]))
@@ -379,7 +393,10 @@ impl<H: Host> RequestContext<H> {
             if let Some(p) = self.answering_provider() {
                 out.push((headers::PROVIDER, p));
             }
-            out.push((headers::ATTEMPTS, f.attempts.to_string()));
+            out.push((
+                headers::ATTEMPTS,
+                f.attempts.saturating_add(f.retried).to_string(),
+            ));
             if !f.dropped.is_empty() {
                 out.push((headers::DROPPED, f.dropped.join(",")));
             }

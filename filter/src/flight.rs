@@ -59,6 +59,9 @@ pub enum Translation {
 
 pub struct Flight {
     pub chat: ChatRequest,
+    /// Tries Envoy's retries added to the attempts (not counted against
+    /// `max_attempts`, which counts providers).
+    pub retried: u32,
     /// The router's answer is held whole until its end (output checks, a
     /// translation).
     pub hold: bool,
@@ -109,6 +112,7 @@ impl Flight {
     ) -> Self {
         Self {
             chat,
+            retried: 0,
             hold: false,
             translation: None,
             dropped: Vec::new(),

@@ -24,6 +24,8 @@ pub struct UpstreamRequest<'a> {
     pub body: Option<Vec<u8>>,
     /// Headers the provider's API requires (e.g. `anthropic-version`).
     pub extra: Vec<(&'static str, String)>,
+    /// Envoy's retries of this provider (first attempt only).
+    pub retries: Option<&'a portcullis_core::config::Retries>,
 }
 
 impl<H: Host> RequestContext<H> {
@@ -69,6 +71,7 @@ impl<H: Host> RequestContext<H> {
                 body => body,
             },
             extra: translate::extra_headers(p),
+            retries: p.retries.as_ref(),
         })
     }
 
@@ -99,10 +102,31 @@ impl<H: Host> RequestContext<H> {
             set("content-type", Some("application/json"))?;
         }
         set(headers::CLUSTER, Some(up.cluster))?;
-        set(
-            "x-envoy-upstream-rq-timeout-ms",
-            Some(&up.timeout_ms.to_string()),
-        )?;
+        match up.retries {
+            None => set(
+                "x-envoy-upstream-rq-timeout-ms",
+                Some(&up.timeout_ms.to_string()),
+            )?,
+            Some(r) => {
+                // Each try gets the provider's timeout; the whole request
+                // its tries plus the longest waits between them.
+                let tries = u64::from(r.attempts).saturating_add(1);
+                let total = up
+                    .timeout_ms
+                    .saturating_mul(tries)
+                    .saturating_add(u64::from(r.attempts).saturating_mul(10_000));
+                set("x-envoy-upstream-rq-timeout-ms", Some(&total.to_string()))?;
+                set(
+                    "x-envoy-upstream-rq-per-try-timeout-ms",
+                    Some(&up.timeout_ms.to_string()),
+                )?;
+                set("x-envoy-max-retries", Some(&r.attempts.to_string()))?;
+                set("x-envoy-retry-on", Some(&r.retry_on))?;
+                if !r.status_codes.is_empty() {
+                    set("x-envoy-retriable-status-codes", Some(&r.status_codes))?;
+                }
+            }
+        }
         for (name, value) in &up.extra {
             set(name, Some(value))?;
         }

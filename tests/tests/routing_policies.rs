@@ -195,3 +195,62 @@ fn conditional_routes_and_pinned_providers_choose_as_written() {
     );
     assert_openai_error(&r, 403, "override_not_allowed");
 }
+
+/// The primary retried by Envoy (`retries: {attempts: 2}`) before the
+/// gateway falls over to the backup.
+fn retrying() -> Stack {
+    let base = test_plugin();
+    let at = "    timeout_ms: 30000\n";
+    assert!(base.contains(at));
+    Stack::start(
+        &base.replacen(at, &format!("{at}    retries: {{attempts: 2}}\n"), 1),
+        1,
+    )
+}
+
+fn request_times(m: &Mock) -> Vec<u64> {
+    m.requests()
+        .iter()
+        .filter_map(|r| r["at_ms"].as_u64())
+        .collect()
+}
+
+#[test]
+fn retries_answer_from_the_same_provider_honour_retry_after_and_never_retry_a_400() {
+    let s = retrying();
+    s.primary.script(json!([{"status": 503}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+    assert_eq!(who(&r), "primary");
+    assert_eq!(r.header("x-portcullis-attempts"), Some("2"));
+    assert!(
+        r.header("x-envoy-attempt-count").is_none(),
+        "Envoy's count stays inside"
+    );
+    assert_eq!((s.primary.hits(), s.backup.hits()), (2, 0));
+
+    // A 429 with Retry-After: 1 is tried again after that second.
+    s.primary.script(json!([{"status": 429, "retry_after": 1}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+    assert_eq!(who(&r), "primary");
+    let t = request_times(&s.primary);
+    let gap = t[t.len() - 1] - t[t.len() - 2];
+    assert!(
+        gap >= 900,
+        "the retry waited {gap} ms, not the 1 s the provider asked for"
+    );
+
+    // A 400 is the client's: never retried, never fallen over.
+    s.primary.script(json!([{"status": 400}]));
+    let before = s.primary.hits();
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+    assert_eq!(r.status, 400);
+    assert_eq!(s.primary.hits(), before + 1);
+    assert_eq!(s.backup.hits(), 0);
+
+    // Retries spent, the gateway falls over: three tries, then the backup.
+    s.primary
+        .script(json!([{"status": 503}, {"status": 503}, {"status": 503}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+    assert_eq!(who(&r), "backup");
+    assert_eq!(r.header("x-portcullis-attempts"), Some("4"));
+}

@@ -6,7 +6,7 @@
 use super::raw::{
     RawArm, RawBreaker, RawCache, RawCheck, RawClient, RawClientLimits, RawConfig, RawExperiment,
     RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch, RawModel, RawPrice,
-    RawProvider, RawRouting, RawRule,
+    RawProvider, RawRetries, RawRouting, RawRule,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -61,6 +61,7 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&[], fields::<RawConfig>),
     (&["providers[]"], fields::<RawProvider>),
     (&["providers[]", "breaker"], fields::<RawBreaker>),
+    (&["providers[]", "retries"], fields::<RawRetries>),
     (&["providers[]", "models[]"], fields::<RawModel>),
     (&["routing"], fields::<RawRouting>),
     (&["routing", "fastest"], fields::<RawFastest>),

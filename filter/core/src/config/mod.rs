@@ -56,6 +56,18 @@ pub struct Provider {
     pub breaker: BreakerConfig,
     /// The provider's API.
     pub schema: Schema,
+    /// Envoy's retries of the first attempt, when configured.
+    pub retries: Option<Retries>,
+}
+
+/// A provider's retries before falling over, done by Envoy's router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retries {
+    pub attempts: u32,
+    /// `x-envoy-retry-on`.
+    pub retry_on: String,
+    /// `x-envoy-retriable-status-codes` (429 for rate_limited).
+    pub status_codes: String,
 }
 
 /// A provider's API (`schema` in the config).

@@ -154,6 +154,11 @@ pub(super) fn providers_and_models(
                 ..breaker
             },
             schema: p.schema(&format!("provider `{}`", p.name), problems),
+            retries: p
+                .retries
+                .as_ref()
+                .filter(|r| r.attempts > 0)
+                .map(|r| r.compile(&format!("provider `{}`", p.name), problems)),
         });
         for m in &p.models {
             let idx = *model_idx.entry(m.name.clone()).or_insert_with(|| {

@@ -342,6 +342,64 @@ pub(super) struct RawProvider {
     /// Anthropic: drop the fields it cannot honour instead of a 400.
     #[serde(default)]
     pub(super) drop_unsupported: bool,
+    /// Tries of the same provider before falling over (Envoy's retries).
+    #[serde(default)]
+    pub(super) retries: Option<RawRetries>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetries {
+    pub(super) attempts: u32,
+    /// Failure classes retried: rate_limited, overloaded, transient,
+    /// connect, timeout (default: all of them).
+    #[serde(default)]
+    pub(super) on: Option<Vec<String>>,
+}
+
+impl RawRetries {
+    pub(super) fn compile(&self, at: &str, problems: &mut Vec<String>) -> super::Retries {
+        if self.attempts > 10 {
+            problems.push(format!("{at}.retries.attempts: at most 10"));
+        }
+        let all = [
+            "rate_limited",
+            "overloaded",
+            "transient",
+            "connect",
+            "timeout",
+        ];
+        let on: Vec<String> = self
+            .on
+            .clone()
+            .unwrap_or_else(|| all.iter().map(|s| s.to_string()).collect());
+        for c in on.iter().filter(|c| !all.contains(&c.as_str())) {
+            problems.push(format!(
+                "{at}.retries.on: `{c}` is not a retryable class (expected {})",
+                all.join(", ")
+            ));
+        }
+        let has = |c: &str| on.iter().any(|x| x == c);
+        let mut retry_on = Vec::new();
+        if has("overloaded") || has("transient") || has("timeout") {
+            retry_on.push("5xx");
+        }
+        if has("connect") {
+            retry_on.extend(["connect-failure", "reset", "refused-stream"]);
+        }
+        if has("rate_limited") {
+            retry_on.push("retriable-status-codes");
+        }
+        super::Retries {
+            attempts: self.attempts,
+            retry_on: retry_on.join(","),
+            status_codes: if has("rate_limited") {
+                "429".into()
+            } else {
+                String::new()
+            },
+        }
+    }
 }
 
 impl RawProvider {

@@ -15,6 +15,7 @@ fn provider(base_path: &str, schema: Schema) -> Provider {
         timeout_ms: 1,
         breaker: BreakerConfig::default(),
         schema,
+        retries: None,
     }
 }
 

@@ -23,6 +23,8 @@
 //!   after 2 s, `guard:garbage` answered with a body that is not JSON; any
 //!   other text is allowed. Each call is logged with the requests.
 //!
+//!   A step's `retry_after` adds that header (seconds) to a scripted error;
+//!   each logged request has `at_ms` (Unix time, ms).
 //! - `POST <prefix>/messages` — Anthropic's Messages API (see `anthropic.rs`);
 //!   `POST <prefix>/openai/deployments/<d>/chat/completions?api-version=…`
 //!   — Azure OpenAI (key in `api-key`). Steps add `tool_call`
@@ -78,6 +80,8 @@ struct Step {
     /// Anthropic mode: an `error` event in place of the stream's end.
     #[serde(default)]
     stream_error: bool,
+    /// `retry-after` (seconds) on a scripted error.
+    retry_after: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -113,7 +117,10 @@ fn log_request(state: &State, path: &str, headers: serde_json::Map<String, Value
         if log.len() >= LOG_KEEP {
             log.pop_front();
         }
-        log.push_back(json!({"path": path, "headers": headers, "body": body}));
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        log.push_back(json!({"path": path, "headers": headers, "body": body, "at_ms": at_ms}));
     }
 }
 
@@ -265,13 +272,18 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let note = step.note_latin1.as_deref();
     let encoding = step.content_encoding.clone();
     if status != 200 {
-        return Ok(with_note(
+        let mut r = with_note(
             json_response(
                 status,
                 &json!({"error": {"message": format!("mock {}: scripted status {status}", state.name), "type": "server_error", "code": null}}),
             ),
             note,
-        ));
+        );
+        if let Some(v) = step.retry_after {
+            r.headers_mut()
+                .insert("retry-after", hyper::header::HeaderValue::from(v));
+        }
+        return Ok(r);
     }
     let model = parsed
         .get("model")
