@@ -13,7 +13,7 @@ use crate::flight::Translation;
 use crate::host::{Headers, Host, Part};
 use crate::metrics;
 use crate::reading::Reader;
-use portcullis_core::attempt::{classify, classify_call};
+use portcullis_core::attempt::{classify, classify_call, Outcome};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::sse;
@@ -209,11 +209,30 @@ impl<H: Host> RequestContext<H> {
             .then(|| self.host.property(&["response", "code_details"]))
             .flatten()
             .and_then(|b| String::from_utf8(b).ok());
-        if let Some(action) = self.after_attempt(Some(status), classify(status, details.as_deref()))
-        {
+        let mut outcome = classify(status, details.as_deref());
+        if outcome == Outcome::ClientError && self.refusals_read() {
+            if !end_of_stream {
+                // Held until its body tells its error class (its body
+                // comes to `router_answer_body`).
+                if let Some(f) = self.flight.as_mut() {
+                    f.refusal = Some(status);
+                }
+                self.phase = Phase::Responding;
+                return Action::Pause;
+            }
+            outcome = self.refusal_outcome(status, b"");
+        }
+        if let Some(action) = self.after_attempt(Some(status), outcome) {
             return action;
         }
         self.answer_begin(status, &resp);
+        self.decorate_answer(&resp, end_of_stream)
+    }
+
+    /// The client's answer's headers: ours in, a provider's gateway headers
+    /// out, the length dropped when we change the body; `Pause` when the
+    /// answer is held whole.
+    fn decorate_answer(&mut self, resp: &Headers, end_of_stream: bool) -> Action {
         // Gateway headers from a provider never reach the client as ours;
         // the provider's other headers are left as they are.
         for (k, _) in resp.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
@@ -249,6 +268,9 @@ impl<H: Host> RequestContext<H> {
     /// The router's answer passes chunk by chunk (never held: Envoy's buffer
     /// limits never apply and the client gets bytes at once).
     pub(crate) fn router_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Some(status) = self.flight.as_ref().and_then(|f| f.refusal) {
+            return self.held_refusal(status, body_size, end_of_stream);
+        }
         if self.holds_answer() {
             return self.held_answer_body(body_size, end_of_stream);
         }
@@ -268,6 +290,31 @@ impl<H: Host> RequestContext<H> {
         }
         if end_of_stream {
             self.answer_end();
+        }
+        Action::Continue
+    }
+
+    /// A 4xx held until its body is whole: fall over when its class says
+    /// so (its headers stay held), else it is the client's answer.
+    fn held_refusal(&mut self, status: u16, body_size: usize, end_of_stream: bool) -> Action {
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        if let Some(f) = self.flight.as_mut() {
+            f.refusal = None;
+        }
+        let body = self
+            .host
+            .body(Part::Response, body_size)
+            .unwrap_or_default();
+        let outcome = self.refusal_outcome(status, &body);
+        if let Some(action) = self.after_attempt(Some(status), outcome) {
+            return action;
+        }
+        let resp = self.host.headers(Part::Response).unwrap_or_default();
+        self.answer_begin(status, &resp);
+        if self.decorate_answer(&resp, false) == Action::Pause {
+            return self.held_answer_body(body_size, true);
         }
         Action::Continue
     }
@@ -332,10 +379,17 @@ impl<H: Host> RequestContext<H> {
         let resp = self.host.headers(Part::CallResponse).unwrap_or_default();
         let status = status_of(&resp);
         let elapsed = self.host.now_ms().saturating_sub(call.started_ms);
-        if self
-            .after_attempt(status, classify_call(status, elapsed, call.timeout_ms))
-            .is_some()
-        {
+        let mut outcome = classify_call(status, elapsed, call.timeout_ms);
+        if let (Outcome::ClientError, Some(s)) = (outcome, status) {
+            if self.refusals_read() {
+                let body = self
+                    .host
+                    .body(Part::CallResponse, body_size)
+                    .unwrap_or_default();
+                outcome = self.refusal_outcome(s, &body);
+            }
+        }
+        if self.after_attempt(status, outcome).is_some() {
             return; // the next attempt was dispatched, or the error was sent
         }
         let status = status.unwrap_or(502);

@@ -5,7 +5,7 @@ use crate::breakers;
 use crate::context::{Phase, RequestContext};
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::attempt::{exhausted, Cause, Outcome};
+use portcullis_core::attempt::{class_of_refusal, exhausted, Cause, Class, Outcome};
 use portcullis_core::cache::CacheStatus;
 use proxy_wasm::types::{Action, LogLevel};
 
@@ -39,10 +39,31 @@ impl<H: Host> RequestContext<H> {
             }
             Outcome::ClientError => {}
             Outcome::Retryable(cause) => {
-                cur.release_busy(&self.host, &loaded.gw);
-                breakers::on_result(&self.host, provider, false, cur.probe);
+                let class = cause.error_class();
                 self.host
-                    .count(&metrics::attempt_failure(&provider.name, cause), 1);
+                    .count(&metrics::attempt_class(&provider.name, class.name()), 1);
+                if let Cause::Refused(..) = cause {
+                    // The provider is alive: it refused this request.
+                    if cur.probe {
+                        breakers::on_result(&self.host, provider, true, true);
+                    }
+                } else {
+                    breakers::on_result(&self.host, provider, false, cur.probe);
+                    self.host
+                        .count(&metrics::attempt_failure(&provider.name, cause), 1);
+                }
+                if !loaded.gw.policy.fallback_on.contains(&class) {
+                    // Not a class the operator falls over on: the client
+                    // gets this answer.
+                    flight.answered = status;
+                    return None;
+                }
+                cur.release_busy(&self.host, &loaded.gw);
+                let failed_at = cur.provider;
+                if class == Class::ContextLength {
+                    flight.min_context =
+                        Some(flight.context_of(&loaded.gw, failed_at).unwrap_or(0));
+                }
                 flight.tried.push((provider.name.clone(), cause));
                 return Some(self.next_attempt());
             }
@@ -114,6 +135,33 @@ impl<H: Host> RequestContext<H> {
             }
         }
         flight.tried.push((p.name.clone(), Cause::ConnectFailure));
+    }
+
+    /// A 4xx's outcome once its body is read: a refusal of a class the
+    /// policy falls over on, or the client's error.
+    pub(crate) fn refusal_outcome(&self, status: u16, body: &[u8]) -> Outcome {
+        let Some(loaded) = self.loaded.as_ref() else {
+            return Outcome::ClientError;
+        };
+        let class = class_of_refusal(status, body);
+        if loaded.gw.policy.fallback_on.contains(&class) {
+            Outcome::Retryable(Cause::Refused(status, class))
+        } else {
+            Outcome::ClientError
+        }
+    }
+
+    /// Whether a 4xx's body must be read before deciding (the policy falls
+    /// over on a class only its body tells).
+    pub(crate) fn refusals_read(&self) -> bool {
+        self.loaded.as_ref().is_some_and(|l| {
+            l.gw.policy.fallback_on.iter().any(|c| {
+                matches!(
+                    c,
+                    Class::Auth | Class::ContextLength | Class::ContentPolicy | Class::Client
+                )
+            })
+        })
     }
 
     /// The request is over: its attempt has left the provider.

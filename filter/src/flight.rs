@@ -68,6 +68,11 @@ pub struct Flight {
     pub translation: Option<Translation>,
     /// Fields the answering provider could not honour and were dropped.
     pub dropped: Vec<String>,
+    /// After a `context_length` failure: only candidates with a larger
+    /// context window than this are tried.
+    pub min_context: Option<u64>,
+    /// A 4xx from the router held until its body tells its class.
+    pub refusal: Option<u16>,
     /// The resolved model's index.
     pub model: usize,
     /// Input checks rewrote the prompt: every provider gets the new body.
@@ -113,6 +118,8 @@ impl Flight {
         Self {
             chat,
             retried: 0,
+            min_context: None,
+            refusal: None,
             hold: false,
             translation: None,
             dropped: Vec::new(),
@@ -140,11 +147,26 @@ impl Flight {
 
     /// The next candidate whose breaker admits a request, within the
     /// attempt budget.
+    /// The context window a provider serves this flight's model with.
+    pub fn context_of(&self, gw: &Gateway, provider: usize) -> Option<u64> {
+        gw.models
+            .get(self.model)?
+            .serving
+            .iter()
+            .find(|s| s.provider == provider)?
+            .context_window
+    }
+
     pub fn admit_next(&mut self, host: &impl Host, gw: &Gateway) -> Option<(usize, String)> {
         while self.attempts < gw.max_attempts {
             let (idx, model_id) = self.candidates.get(self.next_candidate)?.clone();
             self.next_candidate = self.next_candidate.saturating_add(1);
             let p = gw.providers.get(idx)?;
+            if let (Some(min), Some(w)) = (self.min_context, self.context_of(gw, idx)) {
+                if w <= min {
+                    continue; // no more context than the one that was too small
+                }
+            }
             match breakers::admit(host, p) {
                 (Admission::Refused { retry_after_ms }, _) => {
                     host.count(&metrics::skipped_open(&p.name), 1);

@@ -387,7 +387,7 @@ fn the_record_names_every_attempt_and_the_answer() {
         .collect();
     assert_eq!(
         attempts,
-        [("primary", 503, "http_5xx"), ("backup", 200, "")]
+        [("primary", 503, "overloaded"), ("backup", 200, "")]
     );
     assert_eq!((r.prompt_tokens, r.completion_tokens), (10, 5));
 }

@@ -79,6 +79,11 @@ pub fn breaker_transition(p: &str, to: State) -> String {
     provider(p, &format!("breaker_to_{}", to.name()))
 }
 
+/// A failed attempt by error class: `portcullis.provider.<p>.class.<class>.failures`.
+pub fn attempt_class(p: &str, class: &str) -> String {
+    provider(p, &format!("class.{class}.failures"))
+}
+
 pub fn skipped_open(p: &str) -> String {
     provider(p, "skipped_open")
 }

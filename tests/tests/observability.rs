@@ -176,7 +176,7 @@ fn records_for_misses_hits_fallbacks_and_errors_arrive_with_the_right_fields() {
     assert_eq!(fb["provider"], "backup");
     assert_eq!(
         fb["attempts"],
-        json!([{"provider": "primary", "status": 503, "cause": "http_5xx"}, {"provider": "backup", "status": 200, "cause": ""}])
+        json!([{"provider": "primary", "status": 503, "cause": "overloaded"}, {"provider": "backup", "status": 200, "cause": ""}])
     );
     assert_eq!(fb["completion_tokens"], 5);
     let err = by_id(&recs, "error-1");

@@ -254,3 +254,57 @@ fn retries_answer_from_the_same_provider_honour_retry_after_and_never_retry_a_40
     assert_eq!(who(&r), "backup");
     assert_eq!(r.header("x-portcullis-attempts"), Some("4"));
 }
+
+const TOO_LONG: &str = r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+
+#[test]
+fn context_length_falls_over_to_a_larger_context_when_configured_and_passes_through_otherwise() {
+    let windows = |p: String| {
+        p.replacen(
+            "        price: {input: 1.0, output: 2.0}\n",
+            "        price: {input: 1.0, output: 2.0}\n        context_window: 8192\n",
+            1,
+        )
+        .replacen(
+            "        price: {input: 0.1, output: 0.2}\n",
+            "        price: {input: 0.1, output: 0.2}\n        context_window: 128000\n",
+            1,
+        )
+    };
+    let s = Stack::start(
+        &windows(plugin("  fallback_on: [rate_limited, overloaded, transient, timeout, connect, context_length]\n")),
+        1,
+    );
+    s.primary.script(json!([{"status": 400, "body": TOO_LONG}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "a long prompt"));
+    assert_eq!(who(&r), "backup", "{}", r.body);
+    assert_eq!(r.header("x-portcullis-attempts"), Some("2"));
+    // A plain client error is still the client's.
+    s.primary
+        .script(json!([{"status": 400, "body": "{\"error\":{\"message\":\"bad temperature\"}}"}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body.contains("bad temperature"),
+        "passed through verbatim: {}",
+        r.body
+    );
+    let line = poll_until(Duration::from_secs(10), "the class metric", || {
+        let prom = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+        prom.lines()
+            .find(|l| l.contains("context_length") && !l.starts_with('#'))
+            .map(String::from)
+    });
+    assert!(
+        line.ends_with(r#"portcullis_failures{provider="primary",class="context_length"} 1"#),
+        "{line}"
+    );
+
+    // Without context_length in fallback_on, the 400 goes to the client.
+    let s = Stack::start(&windows(plugin("")), 1);
+    s.primary.script(json!([{"status": 400, "body": TOO_LONG}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "a long prompt"));
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("context_length_exceeded"));
+    assert_eq!(s.backup.hits(), 0);
+}

@@ -10,6 +10,94 @@ pub enum Cause {
     ConnectFailure,
     Reset,
     Timeout,
+    /// A 4xx the provider explained (its body read): which class.
+    Refused(u16, Class),
+}
+
+/// The error classes (llmgate's taxonomy): what `routing.fallback_on`
+/// lists, the record and the metrics say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    RateLimited,
+    Overloaded,
+    Transient,
+    Timeout,
+    Connect,
+    Auth,
+    ContextLength,
+    ContentPolicy,
+    Client,
+}
+
+impl Class {
+    pub const ALL: [Class; 9] = [
+        Class::RateLimited,
+        Class::Overloaded,
+        Class::Transient,
+        Class::Timeout,
+        Class::Connect,
+        Class::Auth,
+        Class::ContextLength,
+        Class::ContentPolicy,
+        Class::Client,
+    ];
+    /// What falls over to the next candidate unless `fallback_on` says.
+    pub const DEFAULT_FALLBACK: [Class; 5] = [
+        Class::RateLimited,
+        Class::Overloaded,
+        Class::Transient,
+        Class::Timeout,
+        Class::Connect,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::RateLimited => "rate_limited",
+            Class::Overloaded => "overloaded",
+            Class::Transient => "transient",
+            Class::Timeout => "timeout",
+            Class::Connect => "connect",
+            Class::Auth => "auth",
+            Class::ContextLength => "context_length",
+            Class::ContentPolicy => "content_policy",
+            Class::Client => "client",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Class> {
+        Class::ALL.into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// The class of a 4xx answer from its status and body (the provider's
+/// error `code`, `type` and message).
+pub fn class_of_refusal(status: u16, body: &[u8]) -> Class {
+    if status == 401 || status == 403 {
+        return Class::Auth;
+    }
+    if status == 429 {
+        return Class::RateLimited;
+    }
+    let text = String::from_utf8_lossy(body.get(..4096).unwrap_or(body)).to_ascii_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if any(&[
+        "context_length_exceeded",
+        "maximum context length",
+        "context length",
+        "prompt is too long",
+        "too many tokens",
+    ]) {
+        Class::ContextLength
+    } else if any(&[
+        "content_policy",
+        "content_filter",
+        "content management policy",
+        "safety",
+    ]) {
+        Class::ContentPolicy
+    } else {
+        Class::Client
+    }
 }
 
 impl Cause {
@@ -18,26 +106,32 @@ impl Cause {
         match self {
             Cause::Status(429) => "failure_429",
             Cause::Status(_) => "failure_5xx",
+            Cause::Refused(..) => "failure_4xx",
             Cause::ConnectFailure => "failure_connect",
             Cause::Reset => "failure_reset",
             Cause::Timeout => "failure_timeout",
         }
     }
 
-    /// The cause in the request record.
+    /// The cause in the request record: its error class.
     pub fn class(self) -> &'static str {
+        self.error_class().name()
+    }
+
+    pub fn error_class(self) -> Class {
         match self {
-            Cause::Status(429) => "http_429",
-            Cause::Status(_) => "http_5xx",
-            Cause::ConnectFailure => "connect",
-            Cause::Reset => "reset",
-            Cause::Timeout => "timeout",
+            Cause::Status(429) => Class::RateLimited,
+            Cause::Status(503 | 529) => Class::Overloaded,
+            Cause::Status(504) | Cause::Timeout => Class::Timeout,
+            Cause::Status(_) => Class::Transient,
+            Cause::ConnectFailure | Cause::Reset => Class::Connect,
+            Cause::Refused(_, c) => c,
         }
     }
 
     pub fn status(self) -> u32 {
         match self {
-            Cause::Status(s) => u32::from(s),
+            Cause::Status(s) | Cause::Refused(s, _) => u32::from(s),
             _ => 0,
         }
     }
@@ -45,6 +139,7 @@ impl Cause {
     pub fn describe(self) -> String {
         match self {
             Cause::Status(s) => format!("HTTP {s}"),
+            Cause::Refused(s, c) => format!("HTTP {s} ({})", c.name()),
             Cause::ConnectFailure => "connection failed".into(),
             Cause::Reset => "connection reset".into(),
             Cause::Timeout => "timed out".into(),
@@ -163,6 +258,51 @@ mod tests {
         ];
         for (s, d, want) in cases {
             assert_eq!(classify(*s, *d), *want, "{s} {d:?}");
+        }
+    }
+
+    #[test]
+    fn error_classes_from_status_codes_and_bodies() {
+        assert_eq!(Cause::Status(429).class(), "rate_limited");
+        assert_eq!(Cause::Status(503).class(), "overloaded");
+        assert_eq!(Cause::Status(529).class(), "overloaded");
+        assert_eq!(Cause::Status(500).class(), "transient");
+        assert_eq!(Cause::Status(504).class(), "timeout");
+        assert_eq!(Cause::Reset.class(), "connect");
+        let cases: &[(u16, &str, Class)] = &[
+            (
+                400,
+                r#"{"error":{"code":"context_length_exceeded","message":"This model's maximum context length is 8192 tokens"}}"#,
+                Class::ContextLength,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                Class::ContextLength,
+            ),
+            (
+                400,
+                r#"{"error":{"code":"content_policy_violation","message":"blocked"}}"#,
+                Class::ContentPolicy,
+            ),
+            (401, "", Class::Auth),
+            (403, "", Class::Auth),
+            (
+                400,
+                r#"{"error":{"message":"bad temperature"}}"#,
+                Class::Client,
+            ),
+            (404, "<html>", Class::Client),
+        ];
+        for (s, body, want) in cases {
+            assert_eq!(class_of_refusal(*s, body.as_bytes()), *want, "{s} {body}");
+        }
+        assert_eq!(
+            Cause::Refused(400, Class::ContextLength).describe(),
+            "HTTP 400 (context_length)"
+        );
+        for c in Class::ALL {
+            assert_eq!(Class::parse(c.name()), Some(c));
         }
     }
 

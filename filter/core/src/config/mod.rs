@@ -92,6 +92,7 @@ pub struct Serving {
     pub provider_model_id: String,
     /// This provider's price for the model, when it has its own.
     pub price: Option<Price>,
+    pub context_window: Option<u64>,
 }
 
 /// A model by its public (canonical) name, with the providers serving it in
@@ -252,6 +253,8 @@ pub struct Policy {
     /// Some strategy needs latencies / requests in flight.
     pub uses_latency: bool,
     pub uses_busy: bool,
+    /// Error classes that move a request to the next candidate.
+    pub fallback_on: Vec<crate::attempt::Class>,
 }
 
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).

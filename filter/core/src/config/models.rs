@@ -173,6 +173,7 @@ pub(super) fn providers_and_models(
                 model.serving.push(Serving {
                     provider: chain_pos,
                     provider_model_id: m.id.clone().unwrap_or_else(|| m.name.clone()),
+                    context_window: m.context_window,
                     price: m.price.as_ref().map(|price| {
                         if [price.input, price.output]
                             .iter()

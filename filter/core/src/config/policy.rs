@@ -4,6 +4,7 @@
 
 use super::raw::RawConfig;
 use super::{Policy, AUTO_MODEL};
+use crate::attempt::Class;
 use crate::strategy::{Fastest, Rule, Strategy};
 use hashbrown::HashMap;
 
@@ -124,6 +125,21 @@ pub(super) fn policy(
                 .map(|s| strategy(&format!("{at}.strategy"), s, problems)),
         });
     }
+    let fallback_on = match &r.fallback_on {
+        None => Class::DEFAULT_FALLBACK.to_vec(),
+        Some(list) => list
+            .iter()
+            .filter_map(|c| {
+                Class::parse(c).or_else(|| {
+                    problems.push(format!(
+                        "routing.fallback_on: `{c}` is not an error class (expected {})",
+                        Class::ALL.map(Class::name).join(", ")
+                    ));
+                    None
+                })
+            })
+            .collect(),
+    };
     let all: Vec<Strategy> = std::iter::once(default)
         .chain(by_name.values().copied())
         .chain(rules.iter().filter_map(|r| r.strategy))
@@ -141,5 +157,6 @@ pub(super) fn policy(
         rule_headers,
         uses_latency: all.contains(&Strategy::Fastest),
         uses_busy: all.contains(&Strategy::LeastBusy),
+        fallback_on,
     }
 }

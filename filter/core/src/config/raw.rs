@@ -472,6 +472,10 @@ pub(super) struct RawModel {
     /// This provider's price for the model (else the `prices` table's).
     #[serde(default)]
     pub(super) price: Option<RawPrice>,
+    /// Tokens of context this provider serves the model with (a
+    /// `context_length` failure moves only to a larger one).
+    #[serde(default)]
+    pub(super) context_window: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -496,6 +500,9 @@ pub(super) struct RawRouting {
     /// Conditional routes, first match wins.
     #[serde(default)]
     pub(super) routes: Vec<RawRule>,
+    /// Error classes that move a request to the next candidate.
+    #[serde(default)]
+    pub(super) fallback_on: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
