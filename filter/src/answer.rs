@@ -204,6 +204,7 @@ impl<H: Host> RequestContext<H> {
                 f.retried = f.retried.saturating_add(tries.saturating_sub(1));
             }
         }
+        self.note_retry_after(&resp);
         // Why Envoy failed, for its own local replies (read on failures only).
         let details = (status == 429 || status >= 500)
             .then(|| self.host.property(&["response", "code_details"]))
@@ -227,6 +228,19 @@ impl<H: Host> RequestContext<H> {
         }
         self.answer_begin(status, &resp);
         self.decorate_answer(&resp, end_of_stream)
+    }
+
+    /// A provider's `Retry-After` (seconds), kept for its adaptive
+    /// concurrency's pause.
+    fn note_retry_after(&mut self, resp: &Headers) {
+        let ms = resp
+            .iter()
+            .find(|(k, _)| k == "retry-after")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
+            .map(|s| s.saturating_mul(1000));
+        if let Some(f) = self.flight.as_mut() {
+            f.retry_after_ms = ms;
+        }
     }
 
     /// The client's answer's headers: ours in, a provider's gateway headers
@@ -378,6 +392,7 @@ impl<H: Host> RequestContext<H> {
         // As bytes: the provider's header values pass to the client unchanged.
         let resp = self.host.headers(Part::CallResponse).unwrap_or_default();
         let status = status_of(&resp);
+        self.note_retry_after(&resp);
         let elapsed = self.host.now_ms().saturating_sub(call.started_ms);
         let mut outcome = classify_call(status, elapsed, call.timeout_ms);
         if let (Outcome::ClientError, Some(s)) = (outcome, status) {

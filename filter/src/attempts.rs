@@ -25,6 +25,25 @@ impl<H: Host> RequestContext<H> {
         if !matches!(outcome, Outcome::Retryable(_)) {
             flight.answered = status;
         }
+        if provider.concurrency.is_some() {
+            let overload = matches!(
+                outcome,
+                Outcome::Retryable(c) if matches!(
+                    c.error_class(),
+                    Class::RateLimited | Class::Overloaded | Class::Transient | Class::Timeout
+                )
+            );
+            if overload || outcome == Outcome::Success {
+                let now = self.host.now_ms();
+                crate::concurrency::on_result(
+                    &self.host,
+                    provider,
+                    !overload,
+                    flight.retry_after_ms.take(),
+                    now,
+                );
+            }
+        }
         if matches!(outcome, Outcome::Success) && loaded.gw.policy.uses_latency {
             let took = self.host.now_ms().saturating_sub(cur.started_ms);
             crate::policy::note_latency(&self.host, &loaded.gw, cur.provider, &cur.model_id, took);

@@ -28,15 +28,21 @@ pub struct Current {
     pub started_ms: u64,
     /// Counted in the provider's requests in flight (`least_busy`).
     pub busy: bool,
+    /// Holds a slot of the provider's adaptive concurrency.
+    pub slot: bool,
 }
 
 impl Current {
     /// The attempt is over: the provider has one request fewer in flight.
     pub fn release_busy(&mut self, host: &impl Host, gw: &Gateway) {
+        let Some(p) = gw.providers.get(self.provider) else {
+            return;
+        };
         if std::mem::take(&mut self.busy) {
-            if let Some(p) = gw.providers.get(self.provider) {
-                crate::policy::add_busy(host, &p.name, -1);
-            }
+            crate::policy::add_busy(host, &p.name, -1);
+        }
+        if std::mem::take(&mut self.slot) {
+            crate::concurrency::release(host, p);
         }
     }
 }
@@ -73,6 +79,8 @@ pub struct Flight {
     pub min_context: Option<u64>,
     /// A 4xx from the router held until its body tells its class.
     pub refusal: Option<u16>,
+    /// The current attempt's `Retry-After`, in ms (adaptive concurrency).
+    pub retry_after_ms: Option<u64>,
     /// The resolved model's index.
     pub model: usize,
     /// Input checks rewrote the prompt: every provider gets the new body.
@@ -120,6 +128,7 @@ impl Flight {
             retried: 0,
             min_context: None,
             refusal: None,
+            retry_after_ms: None,
             hold: false,
             translation: None,
             dropped: Vec::new(),
@@ -167,8 +176,18 @@ impl Flight {
                     continue; // no more context than the one that was too small
                 }
             }
+            // Paused or at its concurrency limit: skipped like an open breaker.
+            if let Err(wait_ms) = crate::concurrency::admit(host, p, host.now_ms()) {
+                host.count(&metrics::skipped_busy(&p.name), 1);
+                self.skipped.push((p.name.clone(), wait_ms));
+                continue;
+            }
+            let slot = p.concurrency.is_some();
             match breakers::admit(host, p) {
                 (Admission::Refused { retry_after_ms }, _) => {
+                    if slot {
+                        crate::concurrency::release(host, p);
+                    }
                     host.count(&metrics::skipped_open(&p.name), 1);
                     self.skipped.push((p.name.clone(), retry_after_ms));
                 }
@@ -189,6 +208,7 @@ impl Flight {
                         model_id: model_id.clone(),
                         started_ms: host.now_ms(),
                         busy,
+                        slot,
                     });
                     return Some((idx, model_id));
                 }

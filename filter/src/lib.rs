@@ -17,6 +17,7 @@
 //! | `admission` | the client's limits across the request's life |
 //! | `global`, `global_limits` | limits counted by the rate limit service |
 //! | `flight`, `attempts`, `breakers` | candidates, breakers, fallback callouts |
+//! | `concurrency` | adaptive concurrency per provider (AIMD) in shared data |
 //! | `policy` | conditional routes, strategies, pinned providers; latencies and requests in flight |
 //! | `upstream` | the one request builder for every attempt |
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
@@ -35,6 +36,7 @@ mod admission;
 mod answer;
 mod attempts;
 mod breakers;
+mod concurrency;
 mod context;
 mod flight;
 mod global;

@@ -84,6 +84,17 @@ pub fn attempt_class(p: &str, class: &str) -> String {
     provider(p, &format!("class.{class}.failures"))
 }
 
+/// Gauge: a provider's adaptive concurrency limit.
+pub fn concurrency_limit(p: &str) -> String {
+    provider(p, "concurrency_limit")
+}
+
+/// Attempts that went to the next candidate because the provider was
+/// paused or at its concurrency limit.
+pub fn skipped_busy(p: &str) -> String {
+    provider(p, "skipped_busy")
+}
+
 pub fn skipped_open(p: &str) -> String {
     provider(p, "skipped_open")
 }

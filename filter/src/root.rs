@@ -140,6 +140,7 @@ impl Root {
         let host = AbiHost;
         breakers::prepare(&host, &gw);
         crate::policy::prepare(&host, &gw);
+        crate::concurrency::prepare(&host, &gw);
         let day = ratelimit::day_of(host.now_ms());
         admission::prepare(&host, &gw, day);
         self.prepared_day = day;

@@ -308,3 +308,39 @@ fn context_length_falls_over_to_a_larger_context_when_configured_and_passes_thro
     assert!(r.body.contains("context_length_exceeded"));
     assert_eq!(s.backup.hits(), 0);
 }
+
+#[test]
+fn adaptive_concurrency_halves_on_429_pauses_for_retry_after_and_widens_again() {
+    let base = test_plugin();
+    let at = "    timeout_ms: 30000\n";
+    let s = Stack::start(
+        &base.replacen(
+            at,
+            &format!("{at}    concurrency: {{initial: 4, min: 1, max: 8, increase_after: 2}}\n"),
+            1,
+        ),
+        2,
+    );
+    let gauge = "wasmcustom.portcullis.provider.primary.concurrency_limit";
+    s.envoy.wait_stat(gauge, 4);
+    s.primary.script(json!([{"status": 429, "retry_after": 2}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"));
+    assert_eq!(who(&r), "backup", "the 429 fell over");
+    s.envoy.wait_stat(gauge, 2);
+    // Paused for its Retry-After: skipped like an open breaker.
+    let hits = s.primary.hits();
+    assert_eq!(
+        who(&s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"))),
+        "backup"
+    );
+    assert_eq!(s.primary.hits(), hits, "a paused provider gets nothing");
+    poll_until(Duration::from_secs(10), "the pause to end", || {
+        (who(&s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"))) == "primary").then_some(())
+    });
+    // Two successes in a row widen the limit by one.
+    assert_eq!(
+        who(&s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"))),
+        "primary"
+    );
+    s.envoy.wait_stat(gauge, 3);
+}

@@ -35,6 +35,11 @@ pub fn latency(provider: &str, model_id: &str) -> String {
     format!("portcullis:latency:{provider}:{model_id}")
 }
 
+/// A provider's adaptive concurrency state.
+pub fn aimd(provider: &str) -> String {
+    format!("portcullis:aimd:{provider}")
+}
+
 /// A provider's requests in flight (`least_busy`).
 pub fn busy(provider: &str) -> String {
     format!("portcullis:busy:{provider}")

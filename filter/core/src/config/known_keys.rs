@@ -4,9 +4,9 @@
 //! in `raw` are the only list: a new field is a known key at once.
 
 use super::raw::{
-    RawArm, RawBreaker, RawCache, RawCheck, RawClient, RawClientLimits, RawConfig, RawExperiment,
-    RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch, RawModel, RawPrice,
-    RawProvider, RawRetries, RawRouting, RawRule,
+    RawArm, RawBreaker, RawCache, RawCheck, RawClient, RawClientLimits, RawConcurrency, RawConfig,
+    RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch, RawModel,
+    RawPrice, RawProvider, RawRetries, RawRouting, RawRule,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -62,6 +62,7 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["providers[]"], fields::<RawProvider>),
     (&["providers[]", "breaker"], fields::<RawBreaker>),
     (&["providers[]", "retries"], fields::<RawRetries>),
+    (&["providers[]", "concurrency"], fields::<RawConcurrency>),
     (&["providers[]", "models[]"], fields::<RawModel>),
     (&["routing"], fields::<RawRouting>),
     (&["routing", "fastest"], fields::<RawFastest>),

@@ -58,6 +58,8 @@ pub struct Provider {
     pub schema: Schema,
     /// Envoy's retries of the first attempt, when configured.
     pub retries: Option<Retries>,
+    /// Adaptive concurrency, when configured.
+    pub concurrency: Option<crate::aimd::AimdConfig>,
 }
 
 /// A provider's retries before falling over, done by Envoy's router.

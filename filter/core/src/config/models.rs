@@ -154,6 +154,10 @@ pub(super) fn providers_and_models(
                 ..breaker
             },
             schema: p.schema(&format!("provider `{}`", p.name), problems),
+            concurrency: p
+                .concurrency
+                .as_ref()
+                .map(|c| c.compile(&format!("provider `{}`", p.name), problems)),
             retries: p
                 .retries
                 .as_ref()

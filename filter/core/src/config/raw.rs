@@ -345,6 +345,38 @@ pub(super) struct RawProvider {
     /// Tries of the same provider before falling over (Envoy's retries).
     #[serde(default)]
     pub(super) retries: Option<RawRetries>,
+    /// Adaptive concurrency (AIMD).
+    #[serde(default)]
+    pub(super) concurrency: Option<RawConcurrency>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConcurrency {
+    pub(super) initial: u32,
+    #[serde(default)]
+    pub(super) min: Option<u32>,
+    #[serde(default)]
+    pub(super) max: Option<u32>,
+    #[serde(default)]
+    pub(super) increase_after: Option<u32>,
+}
+
+impl RawConcurrency {
+    pub(super) fn compile(&self, at: &str, problems: &mut Vec<String>) -> crate::aimd::AimdConfig {
+        let c = crate::aimd::AimdConfig {
+            initial: self.initial,
+            min: self.min.unwrap_or(1),
+            max: self.max.unwrap_or_else(|| self.initial.saturating_mul(4)),
+            increase_after: self.increase_after.unwrap_or(20),
+        };
+        if c.min == 0 || c.initial < c.min || c.initial > c.max || c.increase_after == 0 {
+            problems.push(format!(
+                "{at}.concurrency: need 1 <= min <= initial <= max and increase_after >= 1"
+            ));
+        }
+        c
+    }
 }
 
 #[derive(Debug, Deserialize)]

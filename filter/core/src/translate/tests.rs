@@ -16,6 +16,7 @@ fn provider(base_path: &str, schema: Schema) -> Provider {
         breaker: BreakerConfig::default(),
         schema,
         retries: None,
+        concurrency: None,
     }
 }
 
