@@ -54,6 +54,14 @@ YAML
 # request and the answer translated (#17); the mock answers it too.
 awk '{print} /^  - name: primary$/ {print "    schema: anthropic"}' "$dir/plugin-route.yaml" >"$dir/plugin-anthropic.yaml"
 grep -q "schema: anthropic" "$dir/plugin-anthropic.yaml" || { echo "bench-instructions: no primary provider to make Anthropic" >&2; exit 1; }
+# The routed path under each routing strategy (#14), against weighted
+# (the route variant). The bench has one provider listening: `fastest`
+# explores nothing here, or 5% of requests would meet the dead backup.
+for st in cheapest fastest least_busy; do
+  awk -v st="$st" '{print} /^  chain: / {print "  strategy: " st; if (st == "fastest") print "  fastest: {explore: 0}"}' \
+    "$dir/plugin-route.yaml" >"$dir/plugin-$st.yaml"
+  grep -q "strategy: $st" "$dir/plugin-$st.yaml" || { echo "bench-instructions: no routing chain to add a strategy to" >&2; exit 1; }
+done
 # Without the request log (what the log costs), on request.
 for v in route hit; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
@@ -63,7 +71,7 @@ measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|guard|anthropic|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|guard|anthropic|cheapest|fastest|least_busy|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
   esac
   out="$dir/$v.callgrind"
@@ -90,7 +98,7 @@ measure() { # variant -> instructions per request
 declare -A IPR
 table="| variant | instructions per request, run 1 | run 2 | spread |
 |---|---|---|---|"
-for v in ${BENCH_INSTR_VARIANTS:-bare route hit guard anthropic floor floorhit}; do
+for v in ${BENCH_INSTR_VARIANTS:-bare route hit guard anthropic cheapest fastest least_busy floor floorhit}; do
   runs=()
   for r in $(seq 1 "$RUNS"); do runs+=("$(measure $v)"); done
   IPR[$v]=${runs[0]}
@@ -107,5 +115,8 @@ mkdir -p .run
   echo "Ratios by instructions (bare / variant: >1 is cheaper than bare): route $(ratio "${IPR[bare]}" "${IPR[route]}")x, hit $(ratio "${IPR[bare]}" "${IPR[hit]}")x, routed floor $(ratio "${IPR[bare]}" "${IPR[floor]}")x, local-answer floor $(ratio "${IPR[bare]}" "${IPR[floorhit]}")x"
   [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[anthropic]:-} || -z ${IPR[route]:-} ]] || echo "An Anthropic-backed routed request (translated both ways) against an OpenAI-backed one: route/anthropic $(ratio "${IPR[route]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[route])) instructions per request more)"
+  for st in cheapest fastest least_busy; do
+    [[ -z ${IPR[$st]:-} || -z ${IPR[route]:-} ]] || echo "Strategy $st against weighted: route/$st $(ratio "${IPR[route]}" "${IPR[$st]}")x ($((IPR[$st] - IPR[route])) instructions per request more)"
+  done
   echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
 } | tee .run/bench-instructions-latest.md

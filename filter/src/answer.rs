@@ -197,9 +197,13 @@ impl<H: Host> RequestContext<H> {
             .find(|(k, _)| k == "x-envoy-attempt-count")
             .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u32>().ok())
         {
-            let _ = self
-                .host
-                .set_header(Part::Response, "x-envoy-attempt-count", None);
+            // Removed only when Envoy retried (the host call costs; a lone
+            // `1` says nothing a client could use).
+            if tries > 1 {
+                let _ = self
+                    .host
+                    .set_header(Part::Response, "x-envoy-attempt-count", None);
+            }
             if let Some(f) = self.flight.as_mut() {
                 f.retried = f.retried.saturating_add(tries.saturating_sub(1));
             }

@@ -14,6 +14,48 @@ use portcullis_core::request::Document;
 use portcullis_core::routing::{candidate_price, strategy_for};
 use portcullis_core::store::update;
 use portcullis_core::strategy::{self, Candidate, Request, Rule, Strategy};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+thread_local! {
+    /// The strategies' reads of shared data, by key, with when they were
+    /// read: served from here for `READ_TTL_MS` (each read is a host call;
+    /// a few milliseconds of staleness does not change an order much).
+    static READS: RefCell<HashMap<String, (i64, u64)>> = RefCell::new(HashMap::new());
+}
+
+const READ_TTL_MS: u64 = 100;
+/// Entries kept at most (keys of providers and models; a reload can leave
+/// old ones behind).
+const READS_MAX: usize = 4096;
+
+fn cached(host: &impl Host, key: &str, now_ms: u64) -> Option<i64> {
+    let hit = READS.with(|r| {
+        r.borrow()
+            .get(key)
+            .filter(|(_, at)| now_ms.saturating_sub(*at) < READ_TTL_MS)
+            .map(|(v, _)| *v)
+    });
+    if hit.is_some() {
+        return hit;
+    }
+    let v = match host.get(key) {
+        Ok((Some(v), _)) => Some(decode_i64(Some(&v))),
+        _ => None,
+    }?;
+    remember(key, v, now_ms);
+    Some(v)
+}
+
+fn remember(key: &str, v: i64, now_ms: u64) {
+    READS.with(|r| {
+        let mut r = r.borrow_mut();
+        if r.len() >= READS_MAX {
+            r.clear();
+        }
+        r.insert(key.to_string(), (v, now_ms));
+    });
+}
 
 /// Where a conditional route sends a request.
 pub struct Routed<'g> {
@@ -71,6 +113,7 @@ impl<H: Host> RequestContext<H> {
         rule: Option<&Rule>,
         candidates: Vec<(usize, String)>,
         may_pin: bool,
+        now_ms: u64,
     ) -> Result<(Strategy, Vec<(usize, String)>), GatewayError> {
         let s = strategy_for(gw, requested, model, rule);
         let mut out = match s {
@@ -85,12 +128,12 @@ impl<H: Host> RequestContext<H> {
                                 .then(|| candidate_price(gw, model, provider))
                                 .flatten(),
                             latency_ms: if s == Strategy::Fastest {
-                                self.latency_ms(gw, provider, name, &model_id)
+                                self.latency_ms(gw, provider, name, &model_id, now_ms)
                             } else {
                                 0
                             },
                             busy: if s == Strategy::LeastBusy {
-                                self.busy(name)
+                                self.busy(name, now_ms)
                             } else {
                                 0
                             },
@@ -124,10 +167,17 @@ impl<H: Host> RequestContext<H> {
         Ok((s, out))
     }
 
-    fn latency_ms(&self, gw: &Gateway, provider: usize, name: &str, model_id: &str) -> u64 {
-        match self.host.get(&keys::latency(name, model_id)) {
-            Ok((Some(v), _)) => u64::try_from(decode_i64(Some(&v))).unwrap_or(0),
-            _ => gw
+    fn latency_ms(
+        &self,
+        gw: &Gateway,
+        provider: usize,
+        name: &str,
+        model_id: &str,
+        now_ms: u64,
+    ) -> u64 {
+        match cached(&self.host, &keys::latency(name, model_id), now_ms) {
+            Some(v) => u64::try_from(v).unwrap_or(0),
+            None => gw
                 .policy
                 .fastest
                 .initial_ms
@@ -137,11 +187,10 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
-    fn busy(&self, name: &str) -> u64 {
-        match self.host.get(&keys::busy(name)) {
-            Ok((v, _)) => u64::try_from(decode_i64(v.as_deref())).unwrap_or(0),
-            Err(_) => 0,
-        }
+    fn busy(&self, name: &str, now_ms: u64) -> u64 {
+        cached(&self.host, &keys::busy(name), now_ms)
+            .and_then(|v| u64::try_from(v).ok())
+            .unwrap_or(0)
     }
 }
 
@@ -164,14 +213,18 @@ pub fn note_latency(
         .copied()
         .unwrap_or(1000);
     let alpha = gw.policy.fastest.alpha;
-    let _ = update(host, &keys::latency(&p.name, model_id), |cur| {
+    let key = keys::latency(&p.name, model_id);
+    let written = update(host, &key, |cur| {
         let old = match cur {
             Some(_) => u64::try_from(decode_i64(cur)).unwrap_or(0),
             None => initial,
         };
         let next = i64::try_from(strategy::ewma(old, sample_ms, alpha)).unwrap_or(i64::MAX);
-        (Some(next.to_le_bytes().to_vec()), ())
+        (Some(next.to_le_bytes().to_vec()), next)
     });
+    if let Ok(v) = written {
+        remember(&key, v, host.now_ms());
+    }
 }
 
 /// At configure time: create the keys the strategies update (so updates
@@ -202,8 +255,12 @@ pub fn prepare(host: &impl Host, gw: &Gateway) {
 
 /// One more (or one fewer) request in flight at a provider.
 pub fn add_busy(host: &impl Host, provider: &str, by: i64) {
-    let _ = update(host, &keys::busy(provider), |cur| {
+    let key = keys::busy(provider);
+    let written = update(host, &key, |cur| {
         let n = decode_i64(cur).saturating_add(by).max(0);
-        (Some(n.to_le_bytes().to_vec()), ())
+        (Some(n.to_le_bytes().to_vec()), n)
     });
+    if let Ok(n) = written {
+        remember(&key, n, host.now_ms());
+    }
 }

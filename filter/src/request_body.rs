@@ -40,14 +40,16 @@ impl<H: Host> RequestContext<H> {
         // One clock read for the body phase (cache expiry, limits).
         let now = self.host.now_ms();
         let routed = self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
-        let ordered = resolve(gw, client, &routed.model, self.roll).and_then(|route| {
+        let ordered = resolve(gw, client, &routed.model, self.roll).and_then(|mut route| {
+            let candidates = std::mem::take(&mut route.candidates);
             let (_, candidates) = self.ordered(
                 gw,
                 &routed.model,
                 route.model,
                 routed.rule,
-                route.candidates.clone(),
+                candidates,
                 client.allow_overrides,
+                now,
             )?;
             Ok(Route {
                 candidates,
