@@ -108,14 +108,13 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn ordered(
         &self,
         gw: &Gateway,
-        requested: &str,
+        routed: &Routed<'_>,
         model: usize,
-        rule: Option<&Rule>,
         candidates: Vec<(usize, String)>,
         may_pin: bool,
         now_ms: u64,
     ) -> Result<(Strategy, Vec<(usize, String)>), GatewayError> {
-        let s = strategy_for(gw, requested, model, rule);
+        let s = strategy_for(gw, &routed.model, model, routed.rule);
         let mut out = match s {
             Strategy::Weighted => candidates,
             _ => {

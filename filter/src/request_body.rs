@@ -44,9 +44,8 @@ impl<H: Host> RequestContext<H> {
             let candidates = std::mem::take(&mut route.candidates);
             let (_, candidates) = self.ordered(
                 gw,
-                &routed.model,
+                &routed,
                 route.model,
-                routed.rule,
                 candidates,
                 client.allow_overrides,
                 now,
