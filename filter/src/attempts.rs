@@ -45,8 +45,16 @@ impl<H: Host> RequestContext<H> {
             }
         }
         if matches!(outcome, Outcome::Success) && loaded.gw.policy.uses_latency {
-            let took = self.host.now_ms().saturating_sub(cur.started_ms);
-            crate::policy::note_latency(&self.host, &loaded.gw, cur.provider, &cur.model_id, took);
+            let now = self.host.now_ms();
+            let took = now.saturating_sub(cur.started_ms);
+            crate::policy::note_latency(
+                &self.host,
+                &loaded.gw,
+                cur.provider,
+                &cur.model_id,
+                took,
+                now,
+            );
         }
         match outcome {
             // Nothing to record: saves a shared-data read on the hot path.

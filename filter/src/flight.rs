@@ -206,7 +206,12 @@ impl Flight {
                         reported: false,
                         clean,
                         model_id: model_id.clone(),
-                        started_ms: host.now_ms(),
+                        // Only `fastest` reads it (a clock read costs).
+                        started_ms: if gw.policy.uses_latency {
+                            host.now_ms()
+                        } else {
+                            0
+                        },
                         busy,
                         slot,
                     });

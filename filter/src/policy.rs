@@ -194,12 +194,16 @@ impl<H: Host> RequestContext<H> {
 }
 
 /// A success's latency into the provider's moving average for the model.
+/// The average moves from this VM's copy of it and is written without a
+/// compare-and-swap: two workers writing at once lose one sample, which an
+/// average can spare (a counter could not).
 pub fn note_latency(
     host: &impl Host,
     gw: &Gateway,
     provider: usize,
     model_id: &str,
     sample_ms: u64,
+    now_ms: u64,
 ) {
     let Some(p) = gw.providers.get(provider) else {
         return;
@@ -211,18 +215,17 @@ pub fn note_latency(
         .get(provider)
         .copied()
         .unwrap_or(1000);
-    let alpha = gw.policy.fastest.alpha;
     let key = keys::latency(&p.name, model_id);
-    let written = update(host, &key, |cur| {
-        let old = match cur {
-            Some(_) => u64::try_from(decode_i64(cur)).unwrap_or(0),
-            None => initial,
-        };
-        let next = i64::try_from(strategy::ewma(old, sample_ms, alpha)).unwrap_or(i64::MAX);
-        (Some(next.to_le_bytes().to_vec()), next)
-    });
-    if let Ok(v) = written {
-        remember(&key, v, host.now_ms());
+    let old = cached(host, &key, now_ms)
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(initial);
+    let next = strategy::ewma(old, sample_ms, gw.policy.fastest.alpha);
+    if next == old {
+        return;
+    }
+    let next = i64::try_from(next).unwrap_or(i64::MAX);
+    if host.set(&key, &next.to_le_bytes(), None).is_ok() {
+        remember(&key, next, now_ms);
     }
 }
 

@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use portcullis_tests::*;
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::Duration;
 
 fn plugin(failure_mode: &str, secret_pattern: &str) -> String {
@@ -198,8 +197,6 @@ fn a_bad_pattern_is_rejected_and_the_previous_config_keeps_serving() {
 
 #[test]
 fn the_openai_sdk_raises_for_denied_prompts_answers_and_streams() {
-    let python = std::env::var("PORTCULLIS_PYTHON")
-        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
     let s = stack("allow");
     let secret = "as I said before this is top secret stuff";
     s.primary.script(json!([
@@ -207,18 +204,7 @@ fn the_openai_sdk_raises_for_denied_prompts_answers_and_streams() {
         {"content": secret, "chunk_delay_ms": 10},
         {"content": "card 4111 1111 1111 1111 is on file", "chunk_delay_ms": 10}
     ]));
-    let out = Command::new(&python)
-        .arg(repo_root().join("tests/sdk/guardrails_sdk_check.py"))
-        .arg(s.envoy.url("/v1"))
-        .arg(DEMO_KEY)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "SDK script failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = sdk_script("guardrails_sdk_check.py", &[&s.envoy.url("/v1"), DEMO_KEY]);
     assert_eq!(v["prompt_denied"]["class"], "BadRequestError");
     assert_eq!(v["prompt_denied"]["code"], "guardrail_denied");
     assert_eq!(v["answer_denied"]["class"], "BadRequestError");

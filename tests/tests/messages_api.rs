@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use portcullis_tests::*;
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::Duration;
 
 /// Both providers speak Anthropic's API and serve `claude-sonnet`.
@@ -50,8 +49,6 @@ fn messages(s: &Stack, key: &str, body: &Value) -> Resp {
 
 #[test]
 fn the_anthropic_sdk_works_through_the_gateway() {
-    let python = std::env::var("PORTCULLIS_PYTHON")
-        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
     let dir = TempDir::new("messages-records");
     let c = Collector::start(&dir.0.join("log.db"), 0);
     let s = Stack::start_full(
@@ -68,19 +65,10 @@ fn the_anthropic_sdk_works_through_the_gateway() {
         {"content": "Checking.", "tool_call": tool},
         {"status": 400}
     ]));
-    let out = Command::new(&python)
-        .arg(repo_root().join("tests/sdk/anthropic_sdk_check.py"))
-        .arg(s.envoy.url(""))
-        .arg(DEMO_KEY)
-        .arg("claude-sonnet")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python} (`make sdk` installs anthropic): {e}"));
-    assert!(
-        out.status.success(),
-        "SDK script failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = sdk_script(
+        "anthropic_sdk_check.py",
+        &[&s.envoy.url(""), DEMO_KEY, "claude-sonnet"],
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         v["create"],
         json!({"text": "Hi there friend", "stop": "end_turn", "input": 9, "output": 3, "type": "message"})

@@ -3,29 +3,15 @@
 //! classes for the gateway's errors.
 mod common;
 use common::*;
-use portcullis_tests::*;
-use std::process::Command;
 
 #[test]
 fn the_openai_python_sdk_works_unchanged_through_the_gateway() {
-    let python = std::env::var("PORTCULLIS_PYTHON")
-        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
     let s = Stack::shipped(2);
     s.primary.default_step(serde_json::json!({"content": "one two three", "usage": {"prompt_tokens": 4, "completion_tokens": 3}}));
-    let out = Command::new(&python)
-        .arg(repo_root().join("tests/sdk/openai_sdk_check.py"))
-        .arg(s.envoy.url("/v1"))
-        .args([DEMO_KEY, MINI_KEY])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {python} (`make test` installs the openai package into .venv): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "SDK script failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = sdk_script(
+        "openai_sdk_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, MINI_KEY],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["completion"]["content"], "one two three");
     assert_eq!(v["completion"]["total_tokens"], 7);
     assert_eq!(v["completion"]["gateway_model_header"], "gpt-4o");

@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use portcullis_tests::*;
 use serde_json::{json, Value};
-use std::process::Command;
 
 /// The test plugin with the backup speaking Anthropic's API and serving
 /// `claude-sonnet` too; `chain`: the routing chain.
@@ -48,8 +47,6 @@ fn stream_text(body: &str) -> (String, Option<Value>, Option<Value>) {
 
 #[test]
 fn the_openai_sdk_uses_an_anthropic_backed_model_without_noticing() {
-    let python = std::env::var("PORTCULLIS_PYTHON")
-        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
     let s = Stack::start(&anthropic_plugin(&test_plugin(), "[primary, backup]"), 2);
     let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
     s.backup.script(json!([
@@ -60,19 +57,10 @@ fn the_openai_sdk_uses_an_anthropic_backed_model_without_noticing() {
         {"content": "It is sunny."},
         {"status": 400}
     ]));
-    let out = Command::new(&python)
-        .arg(repo_root().join("tests/sdk/anthropic_backed_check.py"))
-        .arg(s.envoy.url("/v1"))
-        .arg(DEMO_KEY)
-        .arg("claude-sonnet")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "SDK script failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = sdk_script(
+        "anthropic_backed_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, "claude-sonnet"],
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["plain"]["content"], "Hi there friend");
     assert_eq!(v["plain"]["finish"], "stop");
     assert_eq!(v["plain"]["object"], "chat.completion");

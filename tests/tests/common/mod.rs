@@ -74,6 +74,26 @@ impl Stack {
     }
 }
 
+/// Run a script of `tests/sdk/` with the venv's Python (the official SDKs,
+/// installed by `make sdk`); what it printed, as JSON.
+pub fn sdk_script(script: &str, args: &[&str]) -> serde_json::Value {
+    let python = std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
+    let out = std::process::Command::new(&python)
+        .arg(repo_root().join("tests/sdk").join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python} (`make sdk` installs the SDKs into .venv): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+}
+
 /// An OpenAI-style error body with this status and code.
 pub fn assert_openai_error(r: &Resp, status: u16, code: &str) {
     assert_eq!(r.status, status, "body: {}", r.body);

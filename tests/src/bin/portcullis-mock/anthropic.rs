@@ -6,7 +6,7 @@
 //! ping, message_delta with cumulative usage, message_stop), usage and
 //! errors (`{"type":"error","error":{...}}`).
 
-use super::{json_response, log_request, next_step, Body, ChanBody, State, Step};
+use super::{json_response, Body, ChanBody, State, Step};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -109,19 +109,7 @@ pub async fn messages(
         .map(str::to_string);
     let version = req.headers().get("anthropic-version").is_some();
     let (path, headers) = super::request_facts(&req);
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(io::Error::other)?
-        .to_bytes();
-    state.hits.fetch_add(1, Ordering::Relaxed);
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    log_request(&state, &path, headers, &parsed);
-    let step = next_step(&state);
-    if let Some(ms) = step.delay_ms {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
+    let (parsed, step) = super::receive(&state, &path, headers, req.into_body()).await?;
     if let Some(expected) = &state.api_key {
         if key.as_deref() != Some(expected.as_str()) {
             return Ok(error(401, "authentication_error", "invalid x-api-key"));

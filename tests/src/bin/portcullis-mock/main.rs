@@ -124,6 +124,25 @@ fn log_request(state: &State, path: &str, headers: serde_json::Map<String, Value
     }
 }
 
+/// A request's body read, counted and logged; the step that answers it
+/// (after its delay).
+async fn receive(
+    state: &State,
+    path: &str,
+    headers: serde_json::Map<String, Value>,
+    body: Incoming,
+) -> Result<(Value, Step), io::Error> {
+    let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
+    state.hits.fetch_add(1, Ordering::Relaxed);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    log_request(state, path, headers, &parsed);
+    let step = next_step(state);
+    if let Some(ms) = step.delay_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    Ok((parsed, step))
+}
+
 /// The next scripted step, else the default one.
 fn next_step(state: &State) -> Step {
     state
@@ -234,19 +253,7 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             &json!({"error": {"code": "404", "message": "Resource not found (mock: api-version is required)"}}),
         ));
     }
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(io::Error::other)?
-        .to_bytes();
-    state.hits.fetch_add(1, Ordering::Relaxed);
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    log_request(&state, &path, headers, &parsed);
-    let step = next_step(&state);
-    if let Some(ms) = step.delay_ms {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
+    let (parsed, step) = receive(&state, &path, headers, req.into_body()).await?;
     if step.reset {
         return Err(io::Error::new(
             io::ErrorKind::ConnectionReset,
