@@ -14,10 +14,18 @@ use portcullis_core::request::Document;
 use portcullis_core::routing::{candidate_price, strategy_for};
 use portcullis_core::store::update;
 use portcullis_core::strategy::{self, Candidate, Request, Rule, Strategy};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 thread_local! {
+    /// This VM's requests in flight per provider: (count, last published).
+    static LOCAL_BUSY: RefCell<HashMap<String, (i64, i64)>> = RefCell::new(HashMap::new());
+    /// This VM's id in the registry of busy counts (0: none yet).
+    static VM_ID: Cell<u64> = const { Cell::new(0) };
+    /// When this VM last said it is live.
+    static REGISTERED: Cell<u64> = const { Cell::new(0) };
+    /// The live VMs as last read, and when.
+    static VMS: RefCell<(Vec<u64>, u64)> = const { RefCell::new((Vec::new(), 0)) };
     /// The strategies' reads of shared data, by key, with when they were
     /// read: served from here for `READ_TTL_MS` (each read is a host call;
     /// a few milliseconds of staleness does not change an order much).
@@ -186,10 +194,17 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
+    /// Requests in flight at a provider: this VM's own count, exact, plus
+    /// what the other VMs last published (at their ticks).
     fn busy(&self, name: &str, now_ms: u64) -> u64 {
-        cached(&self.host, &keys::busy(name), now_ms)
-            .and_then(|v| u64::try_from(v).ok())
-            .unwrap_or(0)
+        let own = LOCAL_BUSY.with(|m| m.borrow().get(name).map_or(0, |c| c.0));
+        let me = VM_ID.with(Cell::get);
+        let others: i64 = live_vms(&self.host, now_ms)
+            .into_iter()
+            .filter(|&vm| vm != me)
+            .filter_map(|vm| cached(&self.host, &keys::busy(name, vm), now_ms))
+            .fold(0i64, i64::saturating_add);
+        u64::try_from(own.saturating_add(others)).unwrap_or(0)
     }
 }
 
@@ -238,9 +253,6 @@ pub fn prepare(host: &impl Host, gw: &Gateway) {
         }
     };
     for (i, p) in gw.providers.iter().enumerate() {
-        if gw.policy.uses_busy {
-            create(keys::busy(&p.name), 0);
-        }
         if gw.policy.uses_latency {
             let initial = gw.policy.fastest.initial_ms.get(i).copied().unwrap_or(1000);
             for m in &gw.models {
@@ -255,14 +267,95 @@ pub fn prepare(host: &impl Host, gw: &Gateway) {
     }
 }
 
-/// One more (or one fewer) request in flight at a provider.
-pub fn add_busy(host: &impl Host, provider: &str, by: i64) {
-    let key = keys::busy(provider);
-    let written = update(host, &key, |cur| {
-        let n = decode_i64(cur).saturating_add(by).max(0);
-        (Some(n.to_le_bytes().to_vec()), n)
+/// One more (or one fewer) request in flight at a provider: this VM's
+/// count only (no host call); the tick publishes it.
+pub fn add_busy(_host: &impl Host, provider: &str, by: i64) {
+    LOCAL_BUSY.with(|m| {
+        let mut m = m.borrow_mut();
+        let c = m.entry(provider.to_string()).or_insert((0, 0));
+        c.0 = c.0.saturating_add(by).max(0);
     });
-    if let Ok(n) = written {
-        remember(&key, n, host.now_ms());
+}
+
+/// A VM is live while it said so within this long.
+const VM_LIVE_MS: u64 = 60_000;
+/// How often a VM says it is live.
+const VM_REFRESH_MS: u64 = 10_000;
+
+/// The registry of VMs: (id, last said live at) pairs.
+fn decode_vms(b: Option<&[u8]>) -> Vec<(u64, u64)> {
+    b.unwrap_or_default()
+        .chunks_exact(16)
+        .filter_map(|c| {
+            Some((
+                portcullis_core::le::u64_at(c, 0)?,
+                portcullis_core::le::u64_at(c, 8)?,
+            ))
+        })
+        .collect()
+}
+
+/// The VMs that publish counts and are live (cached like the counts).
+fn live_vms(host: &impl Host, now_ms: u64) -> Vec<u64> {
+    let fresh = VMS.with(|v| {
+        let v = v.borrow();
+        (now_ms.saturating_sub(v.1) < READ_TTL_MS).then(|| v.0.clone())
+    });
+    if let Some(list) = fresh {
+        return list;
     }
+    let list: Vec<u64> = match host.get(keys::BUSY_VMS) {
+        Ok((v, _)) => decode_vms(v.as_deref())
+            .into_iter()
+            .filter(|&(_, seen)| now_ms.saturating_sub(seen) < VM_LIVE_MS)
+            .map(|(id, _)| id)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    VMS.with(|v| *v.borrow_mut() = (list.clone(), now_ms));
+    list
+}
+
+/// At the root's tick (and configure): publish this VM's counts that
+/// changed, and say it is live now and then. `roll`: a random number,
+/// this VM's id the first time.
+pub fn publish_busy(host: &impl Host, gw: &Gateway, now_ms: u64, roll: u64) {
+    if !gw.policy.uses_busy {
+        return;
+    }
+    let me = VM_ID.with(|id| {
+        if id.get() == 0 {
+            id.set(roll.max(1));
+        }
+        id.get()
+    });
+    if REGISTERED.with(|r| now_ms.saturating_sub(r.get()) >= VM_REFRESH_MS) {
+        let ok = update(host, keys::BUSY_VMS, |cur| {
+            let mut vms: Vec<(u64, u64)> = decode_vms(cur)
+                .into_iter()
+                .filter(|&(id, seen)| id != me && now_ms.saturating_sub(seen) < VM_LIVE_MS)
+                .collect();
+            vms.push((me, now_ms));
+            let mut out = Vec::with_capacity(vms.len().saturating_mul(16));
+            for (id, seen) in vms {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&seen.to_le_bytes());
+            }
+            (Some(out), ())
+        });
+        if ok.is_ok() {
+            REGISTERED.with(|r| r.set(now_ms));
+        }
+    }
+    LOCAL_BUSY.with(|m| {
+        for (provider, (now, published)) in m.borrow_mut().iter_mut() {
+            if now != published
+                && host
+                    .set(&keys::busy(provider, me), &now.to_le_bytes(), None)
+                    .is_ok()
+            {
+                *published = *now;
+            }
+        }
+    });
 }

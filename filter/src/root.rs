@@ -221,7 +221,11 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        let day = ratelimit::day_of(AbiHost.now_ms());
+        let now = AbiHost.now_ms();
+        if let Some(l) = self.loaded.as_ref() {
+            crate::policy::publish_busy(&AbiHost, &l.gw, now, self.next_roll());
+        }
+        let day = ratelimit::day_of(now);
         if let Some(l) = self.loaded.as_ref().filter(|_| day != self.prepared_day) {
             admission::prepare(&AbiHost, &l.gw, day);
             self.prepared_day = day;

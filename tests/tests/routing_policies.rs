@@ -97,7 +97,9 @@ fn fastest_follows_measured_latency_on_both_workers() {
 
 #[test]
 fn least_busy_sends_around_a_provider_with_requests_in_flight() {
-    let s = Stack::start(&plugin("  strategy: least_busy\n"), 1);
+    // Two workers: each counts its own requests in flight exactly and
+    // publishes them at its tick; the other reads them.
+    let s = Stack::start(&plugin("  strategy: least_busy\n"), 2);
     s.primary.script(json!([{"hold": true}]));
     let held = {
         let url = s.envoy.url("/v1/chat/completions");
@@ -115,9 +117,14 @@ fn least_busy_sends_around_a_provider_with_requests_in_flight() {
         "the held stream to reach the primary",
         || (s.primary.hits() == 1).then_some(()),
     );
-    assert_eq!(
-        who(&s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"))),
-        "backup"
+    poll_until(
+        Duration::from_secs(10),
+        "every worker to see the held request",
+        || {
+            (0..6)
+                .all(|_| who(&s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"))) == "backup")
+                .then_some(())
+        },
     );
     s.primary.release();
     assert_eq!(held.join().unwrap().status, 200);

@@ -40,10 +40,14 @@ pub fn aimd(provider: &str) -> String {
     format!("portcullis:aimd:{provider}")
 }
 
-/// A provider's requests in flight (`least_busy`).
-pub fn busy(provider: &str) -> String {
-    format!("portcullis:busy:{provider}")
+/// One VM's requests in flight at a provider (`least_busy`; only that VM
+/// writes it).
+pub fn busy(provider: &str, vm: u64) -> String {
+    format!("portcullis:busy:{provider}:{vm:016x}")
 }
+
+/// The VMs publishing requests in flight, with when each last said so.
+pub const BUSY_VMS: &str = "portcullis:busy:vms";
 
 /// The config generation shared by the workers.
 pub const CONFIG_GENERATION: &str = "portcullis:config_generation";
