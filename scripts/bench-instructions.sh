@@ -34,7 +34,8 @@ wait_for http://127.0.0.1:$MOCK/__mock/hits
 wait_for http://127.0.0.1:18452/healthz
 
 sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
-sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
+# Both providers' clusters reach the mock (a strategy may pick the backup).
+sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
 sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
 echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
@@ -55,8 +56,8 @@ YAML
 awk '{print} /^  - name: primary$/ {print "    schema: anthropic"}' "$dir/plugin-route.yaml" >"$dir/plugin-anthropic.yaml"
 grep -q "schema: anthropic" "$dir/plugin-anthropic.yaml" || { echo "bench-instructions: no primary provider to make Anthropic" >&2; exit 1; }
 # The routed path under each routing strategy (#14), against weighted
-# (the route variant). The bench has one provider listening: `fastest`
-# explores nothing here, or 5% of requests would meet the dead backup.
+# (the route variant). Both providers are the one mock; `fastest` explores
+# nothing here, so every variant routes the same way but for its strategy.
 for st in cheapest fastest least_busy; do
   awk -v st="$st" '{print} /^  chain: / {print "  strategy: " st; if (st == "fastest") print "  fastest: {explore: 0}"}' \
     "$dir/plugin-route.yaml" >"$dir/plugin-$st.yaml"
@@ -76,7 +77,7 @@ measure() { # variant -> instructions per request
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
-  OPENAI_API_KEY=sk-bench valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+  OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
     --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
     >"$dir/$v.log" 2>&1 &
   local pid=$!
