@@ -199,11 +199,15 @@ impl<H: Host> RequestContext<H> {
     fn busy(&self, name: &str, now_ms: u64) -> u64 {
         let own = LOCAL_BUSY.with(|m| m.borrow().get(name).map_or(0, |c| c.0));
         let me = VM_ID.with(Cell::get);
-        let others: i64 = live_vms(&self.host, now_ms)
-            .into_iter()
-            .filter(|&vm| vm != me)
-            .filter_map(|vm| cached(&self.host, &keys::busy(name, vm), now_ms))
-            .fold(0i64, i64::saturating_add);
+        refresh_vms(&self.host, now_ms);
+        let others: i64 = VMS.with(|v| {
+            v.borrow()
+                .0
+                .iter()
+                .filter(|&&vm| vm != me)
+                .filter_map(|&vm| cached(&self.host, &keys::busy(name, vm), now_ms))
+                .fold(0i64, i64::saturating_add)
+        });
         u64::try_from(own.saturating_add(others)).unwrap_or(0)
     }
 }
@@ -272,8 +276,12 @@ pub fn prepare(host: &impl Host, gw: &Gateway) {
 pub fn add_busy(_host: &impl Host, provider: &str, by: i64) {
     LOCAL_BUSY.with(|m| {
         let mut m = m.borrow_mut();
-        let c = m.entry(provider.to_string()).or_insert((0, 0));
-        c.0 = c.0.saturating_add(by).max(0);
+        match m.get_mut(provider) {
+            Some(c) => c.0 = c.0.saturating_add(by).max(0),
+            None => {
+                m.insert(provider.to_string(), (by.max(0), 0));
+            }
+        }
     });
 }
 
@@ -295,14 +303,11 @@ fn decode_vms(b: Option<&[u8]>) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// The VMs that publish counts and are live (cached like the counts).
-fn live_vms(host: &impl Host, now_ms: u64) -> Vec<u64> {
-    let fresh = VMS.with(|v| {
-        let v = v.borrow();
-        (now_ms.saturating_sub(v.1) < READ_TTL_MS).then(|| v.0.clone())
-    });
-    if let Some(list) = fresh {
-        return list;
+/// The VMs that publish counts and are live, read again when the copy is
+/// older than the counts' (`VMS`).
+fn refresh_vms(host: &impl Host, now_ms: u64) {
+    if VMS.with(|v| now_ms.saturating_sub(v.borrow().1) < READ_TTL_MS) {
+        return;
     }
     let list: Vec<u64> = match host.get(keys::BUSY_VMS) {
         Ok((v, _)) => decode_vms(v.as_deref())
@@ -312,8 +317,7 @@ fn live_vms(host: &impl Host, now_ms: u64) -> Vec<u64> {
             .collect(),
         Err(_) => Vec::new(),
     };
-    VMS.with(|v| *v.borrow_mut() = (list.clone(), now_ms));
-    list
+    VMS.with(|v| *v.borrow_mut() = (list, now_ms));
 }
 
 /// At the root's tick (and configure): publish this VM's counts that
