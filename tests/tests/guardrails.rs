@@ -52,19 +52,7 @@ fn stream_body(text: &str) -> String {
 
 /// The contents a client reads from a stream, and its error event.
 fn read_stream(body: &str) -> (String, Option<Value>) {
-    let mut text = String::new();
-    let mut error = None;
-    for data in body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
-        if data == "[DONE]" {
-            continue;
-        }
-        let v: Value = serde_json::from_str(data).unwrap();
-        if v.get("error").is_some() {
-            error = Some(v);
-        } else if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
-            text.push_str(c);
-        }
-    }
+    let (text, error, _) = stream_text(body);
     (text, error)
 }
 

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use portcullis_tests::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The test plugin with the backup speaking Anthropic's API and serving
 /// `claude-sonnet` too; `chain`: the routing chain.
@@ -25,24 +25,6 @@ fn anthropic_plugin(base: &str, chain: &str) -> String {
         "      - name: llama-3.1-8b\n      - name: claude-sonnet\n        id: claude-sonnet-4-5\n",
     );
     p.replace("  chain: [primary, backup]", &format!("  chain: {chain}"))
-}
-
-fn stream_text(body: &str) -> (String, Option<Value>, Option<Value>) {
-    let (mut text, mut error, mut usage) = (String::new(), None, None);
-    for data in body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
-        if data == "[DONE]" {
-            continue;
-        }
-        let v: Value = serde_json::from_str(data).unwrap();
-        if v.get("error").is_some() {
-            error = Some(v);
-        } else if v.get("usage").is_some_and(Value::is_object) {
-            usage = Some(v["usage"].clone());
-        } else if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
-            text.push_str(c);
-        }
-    }
-    (text, error, usage)
 }
 
 #[test]

@@ -94,6 +94,27 @@ pub fn sdk_script(script: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("the script prints JSON")
 }
 
+/// What a client reads from an OpenAI stream: the contents joined, its
+/// error event, its usage chunk's usage.
+pub fn stream_text(body: &str) -> (String, Option<serde_json::Value>, Option<serde_json::Value>) {
+    use serde_json::Value;
+    let (mut text, mut error, mut usage) = (String::new(), None, None);
+    for data in body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v.get("error").is_some() {
+            error = Some(v);
+        } else if v.get("usage").is_some_and(Value::is_object) {
+            usage = Some(v["usage"].clone());
+        } else if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(c);
+        }
+    }
+    (text, error, usage)
+}
+
 /// An OpenAI-style error body with this status and code.
 pub fn assert_openai_error(r: &Resp, status: u16, code: &str) {
     assert_eq!(r.status, status, "body: {}", r.body);
