@@ -7,7 +7,7 @@ use crate::guard_state::OutputGuard;
 use crate::host::Host;
 use crate::metrics;
 use crate::reading::Reader;
-use portcullis_core::attempt::Cause;
+use portcullis_core::attempt::{Cause, Skip};
 use portcullis_core::breaker::Admission;
 use portcullis_core::cache::{CacheStatus, Hash};
 use portcullis_core::config::Gateway;
@@ -93,7 +93,7 @@ pub struct Flight {
     next_candidate: usize,
     pub attempts: u32,
     pub tried: Vec<(String, Cause)>,
-    pub skipped: Vec<(String, u64)>,
+    pub skipped: Vec<(String, u64, Skip)>,
     pub current: Option<Current>,
     /// The status the current provider answered with, when it was not a
     /// retryable failure (that answer goes to the client).
@@ -179,7 +179,7 @@ impl Flight {
             // Paused or at its concurrency limit: skipped like an open breaker.
             if let Err(wait_ms) = crate::concurrency::admit(host, p, host.now_ms()) {
                 host.count(&metrics::skipped_busy(&p.name), 1);
-                self.skipped.push((p.name.clone(), wait_ms));
+                self.skipped.push((p.name.clone(), wait_ms, Skip::Busy));
                 continue;
             }
             let slot = p.concurrency.is_some();
@@ -189,7 +189,8 @@ impl Flight {
                         crate::concurrency::release(host, p);
                     }
                     host.count(&metrics::skipped_open(&p.name), 1);
-                    self.skipped.push((p.name.clone(), retry_after_ms));
+                    self.skipped
+                        .push((p.name.clone(), retry_after_ms, Skip::Open));
                 }
                 (adm, clean) => {
                     self.attempts = self.attempts.saturating_add(1);

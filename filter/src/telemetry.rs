@@ -75,11 +75,11 @@ impl<H: Host> RequestContext<H> {
                 cause: cause.class().into(),
             });
         }
-        for (p, _) in &f.skipped {
+        for (p, _, why) in &f.skipped {
             rec.attempts.push(Attempt {
                 provider: p.clone(),
                 status: 0,
-                cause: "circuit_open".into(),
+                cause: why.class().into(),
             });
         }
         if let Some(status) = f.answered {

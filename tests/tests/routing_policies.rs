@@ -341,6 +341,15 @@ fn adaptive_concurrency_halves_on_429_pauses_for_retry_after_and_widens_again() 
         "backup"
     );
     assert_eq!(s.primary.hits(), hits, "a paused provider gets nothing");
+    // A model only the paused provider serves: 503 with retry-after, saying why.
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o", "hi"));
+    assert_openai_error(&r, 503, "providers_unavailable");
+    assert!(r.header("retry-after").is_some());
+    assert!(
+        r.body.contains("paused or at its concurrency limit"),
+        "{}",
+        r.body
+    );
     poll_until(Duration::from_secs(10), "the pause to end", || {
         (who(&s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", "hi"))) == "primary").then_some(())
     });

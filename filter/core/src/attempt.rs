@@ -197,26 +197,54 @@ pub fn classify_call(status: Option<u16>, elapsed_ms: u64, timeout_ms: u64) -> O
     }
 }
 
+/// Why a candidate was passed over without an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Its circuit breaker is open.
+    Open,
+    /// Paused for its Retry-After, or at its adaptive concurrency limit.
+    Busy,
+}
+
+impl Skip {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Skip::Open => "circuit open",
+            Skip::Busy => "paused or at its concurrency limit",
+        }
+    }
+
+    /// The cause in the request record.
+    pub fn class(self) -> &'static str {
+        match self {
+            Skip::Open => "circuit_open",
+            Skip::Busy => "busy",
+        }
+    }
+}
+
 /// The error when no candidate answered. `attempts`: each provider tried and
-/// why it failed; `skipped`: providers passed over because their breaker was
-/// open, with milliseconds until each lets a probe through.
+/// why it failed; `skipped`: providers passed over, why, and milliseconds
+/// until each may take a request again.
 pub fn exhausted(
     model: &str,
     attempts: &[(String, Cause)],
-    skipped: &[(String, u64)],
+    skipped: &[(String, u64, Skip)],
 ) -> GatewayError {
     let mut parts: Vec<String> = attempts
         .iter()
         .map(|(p, c)| format!("{p}: {}", c.describe()))
         .collect();
-    parts.extend(
-        skipped
-            .iter()
-            .map(|(p, ms)| format!("{p}: circuit open (retry in {}s)", ms.div_ceil(1000).max(1))),
-    );
+    parts.extend(skipped.iter().map(|(p, ms, why)| {
+        format!(
+            "{p}: {} (retry in {}s)",
+            why.describe(),
+            ms.div_ceil(1000).max(1)
+        )
+    }));
     let list = parts.join("; ");
     if attempts.is_empty() {
-        let soonest = skipped.iter().map(|&(_, ms)| ms).min().unwrap_or(1000);
+        let soonest = skipped.iter().map(|&(_, ms, _)| ms).min().unwrap_or(1000);
         GatewayError::new(
             503,
             "server_error",
@@ -327,14 +355,27 @@ mod tests {
                 ("a".into(), Cause::Status(500)),
                 ("b".into(), Cause::Timeout),
             ],
-            &[("c".into(), 1500)],
+            &[("c".into(), 1500, Skip::Open)],
         );
         assert_eq!(e.status, 502);
         assert_eq!(e.message, "Every provider of `m` failed (a: HTTP 500; b: timed out; c: circuit open (retry in 2s)).");
-        let e = exhausted("m", &[], &[("a".into(), 4100), ("b".into(), 900)]);
+        let e = exhausted(
+            "m",
+            &[],
+            &[
+                ("a".into(), 4100, Skip::Open),
+                ("b".into(), 900, Skip::Busy),
+            ],
+        );
         assert_eq!((e.status, e.retry_after_s), (503, Some(1)));
         assert!(
             e.message.contains("a: circuit open (retry in 5s)"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message
+                .contains("b: paused or at its concurrency limit (retry in 1s)"),
             "{}",
             e.message
         );
