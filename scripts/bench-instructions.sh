@@ -38,6 +38,9 @@ sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $
 sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
 sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
+# The routed path with the cache on and every request a new prompt: a miss
+# (key, lookup) and a store each.
+cp envoy/plugin.yaml "$dir/plugin-miss.yaml"
 echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
 # The routed path with five input checks and one output check (#18).
 cat "$dir/plugin-route.yaml" - >"$dir/plugin-guard.yaml" <<'YAML'
@@ -69,10 +72,11 @@ for v in route hit; do
 done
 
 measure() { # variant -> instructions per request
-  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out
+  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0
+  [[ $v != miss ]] || unique=1
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|guard|anthropic|cheapest|fastest|least_busy|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|anthropic|cheapest|fastest|least_busy|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
   esac
   out="$dir/$v.callgrind"
@@ -82,9 +86,9 @@ measure() { # variant -> instructions per request
     >"$dir/$v.log" 2>&1 &
   local pid=$!
   wait_for "http://127.0.0.1:$ADMIN/ready"
-  target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$WARM" 4 "$key" >/dev/null
+  PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$WARM" 4 "$key" >/dev/null
   callgrind_control -i on $pid >/dev/null
-  read -r n bad < <(target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$N" 4 "$key")
+  read -r n bad < <(PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$N" 4 "$key")
   callgrind_control -i off $pid >/dev/null
   callgrind_control -d $pid >/dev/null
   kill $pid; wait $pid 2>/dev/null || true
@@ -99,7 +103,7 @@ measure() { # variant -> instructions per request
 declare -A IPR
 table="| variant | instructions per request, run 1 | run 2 | spread |
 |---|---|---|---|"
-for v in ${BENCH_INSTR_VARIANTS:-bare route hit guard anthropic cheapest fastest least_busy floor floorhit}; do
+for v in ${BENCH_INSTR_VARIANTS:-bare route miss hit guard anthropic cheapest fastest least_busy floor floorhit}; do
   runs=()
   for r in $(seq 1 "$RUNS"); do runs+=("$(measure $v)"); done
   IPR[$v]=${runs[0]}
@@ -113,11 +117,13 @@ mkdir -p .run
   echo
   echo "$table"
   echo
-  echo "Ratios by instructions (bare / variant: >1 is cheaper than bare): route $(ratio "${IPR[bare]}" "${IPR[route]}")x, hit $(ratio "${IPR[bare]}" "${IPR[hit]}")x, routed floor $(ratio "${IPR[bare]}" "${IPR[floor]}")x, local-answer floor $(ratio "${IPR[bare]}" "${IPR[floorhit]}")x"
+  [[ -z ${IPR[bare]:-} || -z ${IPR[route]:-} || -z ${IPR[hit]:-} || -z ${IPR[floor]:-} || -z ${IPR[floorhit]:-} ]] || echo "Ratios by instructions (bare / variant: >1 is cheaper than bare): route $(ratio "${IPR[bare]}" "${IPR[route]}")x, hit $(ratio "${IPR[bare]}" "${IPR[hit]}")x, routed floor $(ratio "${IPR[bare]}" "${IPR[floor]}")x, local-answer floor $(ratio "${IPR[bare]}" "${IPR[floorhit]}")x"
+  [[ -z ${IPR[miss]:-} || -z ${IPR[route]:-} ]] || echo "A cache miss (key, lookup, store) against the routed path with the cache off: route/miss $(ratio "${IPR[route]}" "${IPR[miss]}")x ($((IPR[miss] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[anthropic]:-} || -z ${IPR[route]:-} ]] || echo "An Anthropic-backed routed request (translated both ways) against an OpenAI-backed one: route/anthropic $(ratio "${IPR[route]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[route])) instructions per request more)"
   for st in cheapest fastest least_busy; do
     [[ -z ${IPR[$st]:-} || -z ${IPR[route]:-} ]] || echo "Strategy $st against weighted: route/$st $(ratio "${IPR[route]}" "${IPR[$st]}")x ($((IPR[$st] - IPR[route])) instructions per request more)"
   done
-  echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
+  [[ -z ${IPR[floor]:-} || -z ${IPR[route]:-} || -z ${IPR[hit]:-} || -z ${IPR[floorhit]:-} ]] || echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
+  [[ -z ${IPR[floor]:-} || -z ${IPR[miss]:-} ]] || echo "A cache miss against the routed floor: miss/floor $(ratio "${IPR[floor]}" "${IPR[miss]}")x"
 } | tee .run/bench-instructions-latest.md

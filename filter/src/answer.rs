@@ -54,7 +54,6 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let wants_usage = self.wants_usage(&loaded.gw);
-        let now_s = self.host.now_ms() / 1000;
         let messages_api = self.request.messages_api;
         let Some(f) = self.flight.as_mut() else {
             return;
@@ -71,6 +70,7 @@ impl<H: Host> RequestContext<H> {
         if translates && !encoded {
             if status == 200 && stream {
                 let emit_usage = f.chat.include_usage || f.usage_chunk;
+                let now_s = self.host.now_ms() / 1000;
                 f.translation = Some(Translation::Stream(anthropic::Stream::new(
                     now_s, emit_usage,
                 )));

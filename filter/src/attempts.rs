@@ -108,7 +108,8 @@ impl<H: Host> RequestContext<H> {
             let Some(flight) = self.flight.as_mut() else {
                 return Action::Continue;
             };
-            let Some((idx, model_id)) = flight.admit_next(&self.host, &loaded.gw) else {
+            let now = self.host.now_ms();
+            let Some((idx, model_id)) = flight.admit_next(&self.host, &loaded.gw, now) else {
                 let err = exhausted(&flight.model_name, &flight.tried, &flight.skipped);
                 return self.fail(&err);
             };

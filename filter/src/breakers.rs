@@ -9,6 +9,45 @@ use portcullis_core::config::{Gateway, Provider};
 use portcullis_core::keys;
 use portcullis_core::store::update;
 use proxy_wasm::types::LogLevel;
+use std::cell::RefCell;
+
+/// How long a VM trusts its own read of a closed breaker with nothing
+/// counted: its requests meanwhile skip the shared-data read (a copy and
+/// Envoy's lock shared by every worker). A failure this VM records forgets
+/// the read at once; a breaker another worker opens is seen here at most
+/// this late, so a few more requests may try the provider and fall back.
+/// Half-open and open breakers are always read.
+pub const CLEAN_TTL_MS: u64 = 100;
+
+thread_local! {
+    /// Provider name -> when this VM last read its breaker closed and clean.
+    static CLEAN: RefCell<fnv::FnvHashMap<String, u64>> = RefCell::new(fnv::FnvHashMap::default());
+}
+
+fn read_clean_since(provider: &str, now: u64) -> bool {
+    CLEAN.with(|c| {
+        c.try_borrow().is_ok_and(|c| {
+            c.get(provider)
+                .is_some_and(|&at| now >= at && now - at < CLEAN_TTL_MS)
+        })
+    })
+}
+
+fn remember_clean(provider: &str, now: Option<u64>) {
+    CLEAN.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            match (now, c.get_mut(provider)) {
+                (Some(now), Some(at)) => *at = now,
+                (Some(now), None) => {
+                    c.insert(provider.to_string(), now);
+                }
+                (None, _) => {
+                    c.remove(provider);
+                }
+            }
+        }
+    });
+}
 
 /// At configure time: create missing breaker keys (so request-time updates
 /// always have a CAS token) and publish each state; existing state (a
@@ -47,22 +86,27 @@ fn note(host: &impl Host, provider: &str, t: Option<Transition>) {
     );
 }
 
-/// Ask the provider's breaker for admission. Also says whether the breaker
-/// was clean (closed, no failures counted, no ratio window): then a success
-/// has nothing to record.
-pub fn admit(host: &impl Host, p: &Provider) -> (Admission, bool) {
-    let now = || host.now_ms();
+/// Ask the provider's breaker for admission at `now`. Also says whether the
+/// breaker was clean (closed, no failures counted, no ratio window): then a
+/// success has nothing to record. A clean read is trusted for
+/// [`CLEAN_TTL_MS`].
+pub fn admit(host: &impl Host, p: &Provider, now: u64) -> (Admission, bool) {
+    if read_clean_since(&p.name, now) {
+        return (Admission::Allowed, true);
+    }
     let r = update(host, &keys::breaker(&p.name), |cur| {
         let b = Breaker::decode(cur);
         let clean = b.state == breaker::State::Closed
             && b.consecutive_failures == 0
             && p.breaker.failure_ratio.is_none();
-        let (next, adm, t) = breaker::admit_at(&b, &p.breaker, now);
+        let (next, adm, t) = breaker::admit_at(&b, &p.breaker, || now);
         (next.map(|n| n.encode()), (adm, t, clean))
     });
     match r {
         Ok((adm, t, clean)) => {
             note(host, &p.name, t);
+            let trusted = clean && adm == Admission::Allowed;
+            remember_clean(&p.name, trusted.then_some(now));
             (adm, clean)
         }
         Err(e) => {
@@ -80,6 +124,8 @@ pub fn admit(host: &impl Host, p: &Provider) -> (Admission, bool) {
 
 /// Record an attempt's result (`probe`: it was a half-open probe).
 pub fn on_result(host: &impl Host, p: &Provider, success: bool, probe: bool) {
+    // What this VM trusted no longer holds (or is worth reading again).
+    remember_clean(&p.name, None);
     let now = || host.now_ms();
     let r = update(host, &keys::breaker(&p.name), |cur| {
         let (next, t) =

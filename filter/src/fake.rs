@@ -51,6 +51,11 @@ pub struct State {
     pub resumed: u32,
     /// Messages queued for the root context.
     pub later: Vec<Vec<u8>>,
+    /// Every call that crosses into Envoy (the ABI), in order, with what it
+    /// names: what a request costs in host calls.
+    pub trace: Vec<String>,
+    /// Whether to keep `trace` (off: profiling runs leave it out).
+    pub tracing: bool,
 }
 
 #[derive(Clone, Default)]
@@ -68,6 +73,18 @@ fn key(part: Part) -> &'static str {
 }
 
 impl FakeHost {
+    fn trace(&self, call: &str, what: &str) {
+        let mut st = self.state.borrow_mut();
+        if st.tracing {
+            st.trace.push(format!("{call} {what}"));
+        }
+    }
+
+    /// The calls into Envoy so far.
+    pub fn host_calls(&self) -> Vec<String> {
+        self.state.borrow().trace.clone()
+    }
+
     pub fn set_headers(&self, part: Part, pairs: &[(&str, &str)]) {
         let map = pairs
             .iter()
@@ -113,20 +130,24 @@ impl FakeHost {
 
 impl Store for FakeHost {
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        self.trace("get_shared_data", key);
         self.store.get(key)
     }
 
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        self.trace("set_shared_data", key);
         self.store.set(key, value, cas)
     }
 }
 
 impl Host for FakeHost {
     fn now_ms(&self) -> u64 {
+        self.trace("get_current_time", "");
         self.state.borrow().now_ms
     }
 
     fn log(&self, level: LogLevel, message: &str) {
+        self.trace("log", "");
         self.state
             .borrow_mut()
             .logs
@@ -134,6 +155,7 @@ impl Host for FakeHost {
     }
 
     fn headers(&self, part: Part) -> Result<Headers, Status> {
+        self.trace("get_map", key(part));
         Ok(self
             .state
             .borrow()
@@ -144,6 +166,7 @@ impl Host for FakeHost {
     }
 
     fn set_header(&self, part: Part, name: &str, value: Option<&str>) -> Result<(), Status> {
+        self.trace("set_map_value", name);
         let mut st = self.state.borrow_mut();
         let map = st.maps.entry(key(part)).or_default();
         map.retain(|(k, _)| k != name);
@@ -154,6 +177,7 @@ impl Host for FakeHost {
     }
 
     fn add_header(&self, part: Part, name: &str, value: &str) -> Result<(), Status> {
+        self.trace("add_map_value", name);
         let mut st = self.state.borrow_mut();
         let map = st.maps.entry(key(part)).or_default();
         map.push((name.to_string(), value.as_bytes().to_vec()));
@@ -161,6 +185,7 @@ impl Host for FakeHost {
     }
 
     fn body(&self, part: Part, size: usize) -> Result<Vec<u8>, Status> {
+        self.trace("get_buffer", key(part));
         let body = self.body_of(part);
         Ok(body
             .get(..size.min(body.len()))
@@ -169,11 +194,13 @@ impl Host for FakeHost {
     }
 
     fn set_body(&self, part: Part, _size: usize, bytes: &[u8]) -> Result<(), Status> {
+        self.trace("set_buffer", key(part));
         self.set_body_bytes(part, bytes);
         Ok(())
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.trace("get_property", &path.join("."));
         self.state.borrow().properties.get(&path.join(".")).cloned()
     }
 
@@ -183,6 +210,7 @@ impl Host for FakeHost {
         headers: &[(&str, &[u8])],
         body: &[u8],
     ) -> Result<(), Status> {
+        self.trace("send_http_response", "");
         let headers = headers
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_vec()))
@@ -198,6 +226,7 @@ impl Host for FakeHost {
         body: &[u8],
         timeout_ms: u64,
     ) -> Result<u32, Status> {
+        self.trace("dispatch_http_call", cluster);
         let mut st = self.state.borrow_mut();
         if st.refuse_callouts {
             return Err(Status::BadArgument);
@@ -227,10 +256,12 @@ impl Host for FakeHost {
     }
 
     fn grpc_answer(&self, _size: usize) -> Result<Vec<u8>, Status> {
+        self.trace("get_buffer", "grpc");
         Ok(self.state.borrow().grpc_answer.clone())
     }
 
     fn resume_request(&self) -> Result<(), Status> {
+        self.trace("resume", "");
         self.state.borrow_mut().resumed += 1;
         Ok(())
     }
@@ -249,11 +280,13 @@ impl Host for FakeHost {
     }
 
     fn gauge(&self, name: &str, value: u64) {
+        self.trace("record_metric", name);
         let v = i64::try_from(value).unwrap_or(i64::MAX);
         self.state.borrow_mut().gauges.insert(name.to_string(), v);
     }
 
     fn add_to_gauge(&self, name: &str, by: i64) {
+        self.trace("increment_metric", name);
         *self
             .state
             .borrow_mut()
@@ -263,6 +296,7 @@ impl Host for FakeHost {
     }
 
     fn histogram(&self, name: &str, value: u64) {
+        self.trace("record_metric", name);
         self.state
             .borrow_mut()
             .histograms

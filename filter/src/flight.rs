@@ -166,7 +166,12 @@ impl Flight {
             .context_window
     }
 
-    pub fn admit_next(&mut self, host: &impl Host, gw: &Gateway) -> Option<(usize, String)> {
+    pub fn admit_next(
+        &mut self,
+        host: &impl Host,
+        gw: &Gateway,
+        now: u64,
+    ) -> Option<(usize, String)> {
         while self.attempts < gw.max_attempts {
             let (idx, model_id) = self.candidates.get(self.next_candidate)?.clone();
             self.next_candidate = self.next_candidate.saturating_add(1);
@@ -177,13 +182,13 @@ impl Flight {
                 }
             }
             // Paused or at its concurrency limit: skipped like an open breaker.
-            if let Err(wait_ms) = crate::concurrency::admit(host, p, host.now_ms()) {
+            if let Err(wait_ms) = crate::concurrency::admit(host, p, now) {
                 host.count(&metrics::skipped_busy(&p.name), 1);
                 self.skipped.push((p.name.clone(), wait_ms, Skip::Busy));
                 continue;
             }
             let slot = p.concurrency.is_some();
-            match breakers::admit(host, p) {
+            match breakers::admit(host, p, now) {
                 (Admission::Refused { retry_after_ms }, _) => {
                     if slot {
                         crate::concurrency::release(host, p);
@@ -208,11 +213,7 @@ impl Flight {
                         clean,
                         model_id: model_id.clone(),
                         // Only `fastest` reads it (a clock read costs).
-                        started_ms: if gw.policy.uses_latency {
-                            host.now_ms()
-                        } else {
-                            0
-                        },
+                        started_ms: if gw.policy.uses_latency { now } else { 0 },
                         busy,
                         slot,
                     });

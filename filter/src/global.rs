@@ -174,7 +174,10 @@ impl<H: Host> RequestContext<H> {
         }
         match pending.then {
             Then::Hit { content_type, body } => Ok(self.answer_hit(content_type, &body)),
-            Then::Route { body_size } => self.first_attempt(body_size),
+            Then::Route { body_size } => {
+                let now = self.host.now_ms();
+                self.first_attempt(body_size, now)
+            }
         }
     }
 }

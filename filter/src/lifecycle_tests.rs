@@ -86,7 +86,26 @@ impl Gateway {
 
     /// Send a chat request's headers and body; the actions returned.
     fn chat(&self, headers: &[(&str, &str)], body: &str) -> (RequestContext<FakeHost>, Action) {
+        self.send_chat(headers, body, false)
+    }
+
+    /// `chat`, keeping the trace of host calls.
+    fn chat_traced(
+        &self,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (RequestContext<FakeHost>, Action) {
+        self.send_chat(headers, body, true)
+    }
+
+    fn send_chat(
+        &self,
+        headers: &[(&str, &str)],
+        body: &str,
+        tracing: bool,
+    ) -> (RequestContext<FakeHost>, Action) {
         let mut ctx = self.context();
+        ctx.host.state.borrow_mut().tracing = tracing;
         let auth = format!("Bearer {DEMO_KEY}");
         let mut all = vec![
             (":method", "POST"),
@@ -813,4 +832,43 @@ fn an_anthropic_provider_gets_a_messages_request_and_its_answer_comes_back_as_op
     assert_eq!(v["choices"][0]["message"]["content"], "hi there");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["total_tokens"], 5);
+}
+
+/// The calls into Envoy a routed request of the shipped config makes (the
+/// cache off, as `make bench-instructions` routes): each costs about a
+/// microsecond in Envoy, so this list is what issue 15 trims.
+#[test]
+fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
+    let yaml = include_str!("../../envoy/plugin.yaml");
+    let yaml = if std::env::var("TRACE_CACHE").is_ok() { yaml.to_string() } else { yaml.replace("  enabled: true", "  enabled: false") };
+    let g = Gateway::new(&yaml);
+    let (mut ctx, a) = g.chat_traced(
+        &[("content-type", "application/json"), ("user-agent", "wrk")],
+        r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hi."}],"temperature":0.2,"max_tokens":16}"#,
+    );
+    assert_eq!(a, Action::Continue);
+    router_answers(&mut ctx, "200", ANSWER);
+    ctx.on_log();
+    let calls = ctx.host.host_calls();
+    for c in &calls {
+        println!("{c}");
+    }
+    println!("{} calls", calls.len());
+}
+
+/// For profiling the routed path natively (`valgrind --tool=callgrind` on
+/// the test binary): the request of the test above, many times.
+#[test]
+#[ignore]
+fn profile_routed_requests() {
+    let yaml = include_str!("../../envoy/plugin.yaml").replace("  enabled: true", "  enabled: false");
+    let g = Gateway::new(&yaml);
+    for _ in 0..2000 {
+        let (mut ctx, _) = g.chat(
+            &[("content-type", "application/json"), ("user-agent", "wrk")],
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hi."}],"temperature":0.2,"max_tokens":16}"#,
+        );
+        router_answers(&mut ctx, "200", ANSWER);
+        ctx.on_log();
+    }
 }

@@ -10,18 +10,44 @@ use portcullis_core::guard::{Act, Stage};
 
 /// A label value inside a metric name: dots and whitespace would split it.
 pub fn label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    push_label(&mut out, v);
+    out
+}
+
+/// [`label`], appended to a name being built (no allocation when the value
+/// needs no escaping, as most do).
+fn push_label(out: &mut String, v: &str) {
+    let splits = |c: char| c == '.' || c.is_whitespace();
     if v.is_empty() {
-        return "none".into();
+        out.push_str("none");
+    } else if !v.contains(splits) {
+        out.push_str(v);
+    } else {
+        out.extend(v.chars().map(|c| if splits(c) { '_' } else { c }));
     }
-    v.chars()
-        .map(|c| {
-            if c == '.' || c.is_whitespace() {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect()
+}
+
+thread_local! {
+    /// Where per-request names are built: one buffer per VM, reused.
+    static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Build a name in the VM's scratch buffer and use it: the per-request
+/// metrics (several a request, each up to ~100 bytes) cost no allocation.
+fn with_name<R>(build: impl FnOnce(&mut String), then: impl FnOnce(&str) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            build(&mut buf);
+            then(&buf)
+        }
+        Err(_) => {
+            let mut buf = String::new();
+            build(&mut buf);
+            then(&buf)
+        }
+    })
 }
 
 pub const CACHE_HITS: &str = "portcullis.cache.hits";
@@ -111,41 +137,79 @@ pub fn experiment_requests(experiment: &str, arm: &str) -> String {
     )
 }
 
-pub fn requests(client: &str, provider: &str, model: &str, status: u32, cache: &str) -> String {
-    let class = match status {
+fn status_class(status: u32) -> &'static str {
+    match status {
         200..=299 => "2xx",
         400..=499 => "4xx",
         500..=599 => "5xx",
         _ => "other",
-    };
-    format!(
-        "portcullis.requests.client.{}.provider.{}.model.{}.status.{class}.cache.{}.total",
-        label(client),
-        label(provider),
-        label(model),
-        label(cache)
+    }
+}
+
+/// `portcullis.requests.client.<c>.provider.<p>.model.<m>.status.<class>.cache.<c>.total`,
+/// handed to `then` (built in the scratch buffer).
+pub fn with_requests<R>(
+    client: &str,
+    provider: &str,
+    model: &str,
+    status: u32,
+    cache: &str,
+    then: impl FnOnce(&str) -> R,
+) -> R {
+    with_name(
+        |b| {
+            b.push_str("portcullis.requests.client.");
+            push_label(b, client);
+            b.push_str(".provider.");
+            push_label(b, provider);
+            b.push_str(".model.");
+            push_label(b, model);
+            b.push_str(".status.");
+            b.push_str(status_class(status));
+            b.push_str(".cache.");
+            push_label(b, cache);
+            b.push_str(".total");
+        },
+        then,
     )
 }
 
-pub fn tokens_in(provider: &str, model: &str) -> String {
-    format!(
-        "portcullis.tokens_in.provider.{}.model.{}.total",
-        label(provider),
-        label(model)
+/// `portcullis.<what>.provider.<p>.model.<m>.total` (`what`: tokens_in or
+/// tokens_out), handed to `then`.
+pub fn with_tokens<R>(what: &str, provider: &str, model: &str, then: impl FnOnce(&str) -> R) -> R {
+    with_name(
+        |b| {
+            b.push_str("portcullis.");
+            b.push_str(what);
+            b.push_str(".provider.");
+            push_label(b, provider);
+            b.push_str(".model.");
+            push_label(b, model);
+            b.push_str(".total");
+        },
+        then,
     )
 }
 
-pub fn tokens_out(provider: &str, model: &str) -> String {
-    format!(
-        "portcullis.tokens_out.provider.{}.model.{}.total",
-        label(provider),
-        label(model)
+pub const TOKENS_IN: &str = "tokens_in";
+pub const TOKENS_OUT: &str = "tokens_out";
+
+/// Histogram: the gateway's latency per answering provider
+/// (`portcullis.latency.provider.<p>.ms`), handed to `then`.
+pub fn with_latency<R>(provider: &str, then: impl FnOnce(&str) -> R) -> R {
+    with_name(
+        |b| {
+            b.push_str("portcullis.latency.provider.");
+            push_label(b, provider);
+            b.push_str(".ms");
+        },
+        then,
     )
 }
 
-/// Histogram: the gateway's latency per answering provider.
-pub fn latency(provider: &str) -> String {
-    format!("portcullis.latency.provider.{}.ms", label(provider))
+#[cfg(test)]
+pub fn requests(client: &str, provider: &str, model: &str, status: u32, cache: &str) -> String {
+    with_requests(client, provider, model, status, cache, str::to_string)
 }
 
 /// Gauge: the Wasm linear memory of the filter's VMs, in bytes (each

@@ -5,12 +5,12 @@
 use crate::abi;
 use proxy_wasm::types::MetricType;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use fnv::FnvHashMap as HashMap;
 
 thread_local! {
-    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
+    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::default());
     /// Counter increments not yet handed to Envoy (see [`flush_counters`]).
-    static PENDING: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::new());
+    static PENDING: RefCell<HashMap<String, i64>> = RefCell::new(HashMap::default());
 }
 
 /// Metric id by name, defined on first use (ids are per VM).
@@ -47,14 +47,20 @@ pub fn count(name: &str, by: i64) {
 
 /// Hand the summed counter increments to Envoy (at each tick).
 pub fn flush_counters() {
-    let pending: Vec<(String, i64)> = PENDING.with(|p| {
-        p.try_borrow_mut()
-            .map(|mut p| p.drain().collect())
-            .unwrap_or_default()
-    });
-    for (name, by) in pending {
-        if let Some(id) = metric(MetricType::Counter, &name) {
-            let _ = abi::increment_metric(id, by);
+    PENDING.with(|p| {
+        let Ok(mut p) = p.try_borrow_mut() else {
+            return;
+        };
+        // Names stay (zeroed) so the next request finds its counter without
+        // allocating the name again.
+        for (name, by) in p.iter_mut() {
+            if *by == 0 {
+                continue;
+            }
+            if let Some(id) = metric(MetricType::Counter, name) {
+                let _ = abi::increment_metric(id, *by);
+            }
+            *by = 0;
         }
-    }
+    });
 }

@@ -98,7 +98,7 @@ impl<H: Host> RequestContext<H> {
             (Some(service), false) => self.check_global(service, client, asks, then),
             _ => match then {
                 Then::Hit { content_type, body } => Ok(self.answer_hit(content_type, &body)),
-                Then::Route { body_size } => self.first_attempt(body_size),
+                Then::Route { body_size } => self.first_attempt(body_size, now),
             },
         }
     }
@@ -241,12 +241,16 @@ impl<H: Host> RequestContext<H> {
 
     /// The first candidate whose breaker admits it goes through Envoy's
     /// router: the client's request, rewritten for that provider.
-    pub(crate) fn first_attempt(&mut self, body_size: usize) -> Result<Action, GatewayError> {
+    pub(crate) fn first_attempt(
+        &mut self,
+        body_size: usize,
+        now: u64,
+    ) -> Result<Action, GatewayError> {
         let loaded = self.loaded()?;
         let Some(flight) = self.flight.as_mut() else {
             return Err(GatewayError::internal("no request in flight"));
         };
-        let Some((provider, model_id)) = flight.admit_next(&self.host, &loaded.gw) else {
+        let Some((provider, model_id)) = flight.admit_next(&self.host, &loaded.gw, now) else {
             return Err(exhausted(
                 &flight.model_name,
                 &flight.tried,

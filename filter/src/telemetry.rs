@@ -99,22 +99,18 @@ impl<H: Host> RequestContext<H> {
     /// Requests by client, provider, model, status class and cache status;
     /// tokens; the gateway's latency.
     fn request_metrics(&self, r: &Record) {
-        self.host.count(
-            &metrics::requests(&r.client, &r.provider, &r.model, r.status, &r.cache),
-            1,
-        );
+        metrics::with_requests(&r.client, &r.provider, &r.model, r.status, &r.cache, |n| {
+            self.host.count(n, 1);
+        });
         if r.prompt_tokens.saturating_add(r.completion_tokens) > 0 {
             let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-            self.host.count(
-                &metrics::tokens_in(&r.provider, &r.model),
-                signed(r.prompt_tokens),
-            );
-            self.host.count(
-                &metrics::tokens_out(&r.provider, &r.model),
-                signed(r.completion_tokens),
-            );
+            metrics::with_tokens(metrics::TOKENS_IN, &r.provider, &r.model, |n| {
+                self.host.count(n, signed(r.prompt_tokens));
+            });
+            metrics::with_tokens(metrics::TOKENS_OUT, &r.provider, &r.model, |n| {
+                self.host.count(n, signed(r.completion_tokens));
+            });
         }
-        self.host
-            .histogram(&metrics::latency(&r.provider), r.latency_ms);
+        metrics::with_latency(&r.provider, |n| self.host.histogram(n, r.latency_ms));
     }
 }

@@ -2,6 +2,9 @@
 //! spread over CONNECTIONS keep-alive connections, as fast as they are
 //! answered (for the instruction counts of `make bench`, which need a fixed
 //! number of requests; wrk runs for a time). Prints `<N> <non-2xx>`.
+//! With `PORTCULLIS_LOAD_UNIQUE=1` every body differs (a 10-digit request
+//! number in the prompt, so the length stays the same): each request is a
+//! cache miss.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +23,13 @@ fn main() {
         "Bearer {}",
         args.get(4).map_or("sk-portcullis-demo", |s| s.as_str())
     );
+    let unique = std::env::var("PORTCULLIS_LOAD_UNIQUE").is_ok_and(|v| v == "1");
+    // Requests of one run differ from those of the run before (its warm-up).
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() % 100_000)
+        * 100_000;
+    let salt = u64::try_from(salt).unwrap_or(0);
     let next = Arc::new(AtomicU64::new(0));
     let bad = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..c)
@@ -27,12 +37,21 @@ fn main() {
             let (url, auth, next, bad) = (url.clone(), auth.clone(), next.clone(), bad.clone());
             std::thread::spawn(move || {
                 let agent = ureq::AgentBuilder::new().build();
-                while next.fetch_add(1, Ordering::Relaxed) < n {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let body = if unique {
+                        BODY.replace("please.", &format!("please {:010}.", salt + i))
+                    } else {
+                        BODY.to_string()
+                    };
                     let ok = agent
                         .post(&url)
                         .set("content-type", "application/json")
                         .set("authorization", &auth)
-                        .send_string(BODY)
+                        .send_string(&body)
                         .ok()
                         .and_then(|r| r.into_string().ok())
                         .is_some();
