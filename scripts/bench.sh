@@ -42,10 +42,12 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo)
 BASE_WASM="${BENCH_BASELINE_WASM:-}"
-VARIANTS=(bare route hit)
-FILTERS=(route hit)
+# miss: the cache on and every request a new prompt (a lookup that misses
+# and a store each: the target's "cache miss").
+VARIANTS=(bare route hit miss)
+FILTERS=(route hit miss)
 if [[ -n $BASE_WASM ]]; then VARIANTS+=(route0 hit0); FILTERS+=(route0 hit0); fi
 FLOOR="${BENCH_FLOOR:-1}"
 FLOOR_WASM="$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm"
@@ -62,6 +64,7 @@ grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench: cannot tu
 cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
 envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route/portcullis.yaml" "$WASM"
 envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit/portcullis.yaml" "$WASM"
+envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-miss/portcullis.yaml" "$WASM"
 if [[ $FLOOR == 1 ]]; then
   echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
   envoy/render-ecds.sh "$dir/plugin-floor.yaml" "$dir/ecds-floor/portcullis.yaml" "$FLOOR_WASM"
@@ -87,6 +90,18 @@ wrk.body = '$body'
 wrk.headers["content-type"] = "application/json"
 wrk.headers["authorization"] = "Bearer ${KEY[$v]}"
 LUA
+  if [[ $v == miss ]]; then
+    # A new prompt each request (same length): a 10-digit number, from a
+    # start that differs between runs.
+    cat >>"$dir/$v.lua" <<'LUA'
+local n = (os.time() % 100000) * 100000
+request = function()
+  n = n + 1
+  local b = string.gsub(wrk.body, "please%.", string.format("please %010d.", n))
+  return wrk.format(nil, nil, nil, b)
+end
+LUA
+  fi
   url="http://127.0.0.1:${PORT[$v]}/v1/chat/completions"
   code=$(curl -s -o /dev/null -w '%{http_code}' "$url" -H 'content-type: application/json' -H "authorization: Bearer ${KEY[$v]}" -d "$body")
   [[ $code == 200 ]] || { echo "bench: $v answered $code" >&2; exit 1; }
@@ -94,7 +109,7 @@ done
 # The hit gateway now holds the answer: check that it says so.
 curl -s -D - -o /dev/null "http://127.0.0.1:${PORT[hit]}/v1/chat/completions" -H 'content-type: application/json' \
   -H "authorization: Bearer ${KEY[hit]}" -d "$body" | grep -qi '^x-portcullis-cache: hit' || { echo "bench: no cache hit" >&2; exit 1; }
-cache_stat() { curl -s "http://127.0.0.1:${ADMIN[hit]}/stats?filter=wasmcustom.portcullis.cache.$1\$" | awk '{print $2}'; }
+cache_stat() { curl -s "http://127.0.0.1:${ADMIN[${2:-hit}]}/stats?filter=wasmcustom.portcullis.cache.$1\$" | awk '{print $2}'; }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run_wrk() { # variant -> "rps p50 p99 non2xx cpu_us_per_request"
@@ -115,8 +130,12 @@ run_wrk() { # variant -> "rps p50 p99 non2xx cpu_us_per_request"
 # Warm up (V8 compiles the module lazily and tiers it up under load).
 for v in "${VARIANTS[@]}"; do run_wrk $v >/dev/null; done
 
-table="| round | bare rps | bare p50 / p99 | route rps | route p50 / p99 | hit rps | hit p50 / p99 | route/bare | hit/bare |
-|---|---|---|---|---|---|---|---|---|"
+table="| round | bare rps | bare p50 / p99 | route rps | route p50 / p99 | hit rps | hit p50 / p99 | miss rps | miss p50 / p99 | route/bare | hit/bare | miss/bare |
+|---|---|---|---|---|---|---|---|---|---|---|---|"
+mr=(); fm=(); p99r=(); p99h=(); p99m=()
+# wrk's latency (e.g. 850.00us, 1.10ms) in microseconds; added = ours - bare.
+to_us() { awk -v x="$1" 'BEGIN {v = x + 0; if (x ~ /us$/) print v; else if (x ~ /ms$/) print v * 1000; else if (x ~ /s$/) print v * 1e6; else print v}'; }
+p99_added() { awk -v a="$(to_us "$1")" -v b="$(to_us "$2")" 'BEGIN {printf "%.0f", a - b}'; }
 rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=(); fr=(); fh=(); fb=(); fhb=()
 vs="| round | route0 rps | hit0 rps | route/route0 | hit/hit0 |
 |---|---|---|---|---|"
@@ -124,6 +143,9 @@ for r in $(seq 1 "$ROUNDS"); do
   read -r b_rps b_p50 b_p99 b_cpu < <(run_wrk bare)
   read -r r_rps r_p50 r_p99 r_cpu < <(run_wrk route)
   read -r h_rps h_p50 h_p99 h_cpu < <(run_wrk hit)
+  read -r m_rps m_p50 m_p99 m_cpu < <(run_wrk miss)
+  mr+=("$(awk -v a="$m_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+  p99r+=("$(p99_added "$r_p99" "$b_p99")"); p99h+=("$(p99_added "$h_p99" "$b_p99")"); p99m+=("$(p99_added "$m_p99" "$b_p99")")
   ratio_r=$(awk -v a="$r_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')
   ratio_h=$(awk -v a="$h_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')
   rr+=("$ratio_r"); hr+=("$ratio_h")
@@ -133,6 +155,7 @@ for r in $(seq 1 "$ROUNDS"); do
     read -r f_rps _ _ _ < <(run_wrk floor)
     read -r fh_rps _ _ _ < <(run_wrk floorhit)
     fr+=("$(awk -v a="$r_rps" -v b="$f_rps" 'BEGIN {printf "%.2f", a/b}')")
+    fm+=("$(awk -v a="$m_rps" -v b="$f_rps" 'BEGIN {printf "%.2f", a/b}')")
     fh+=("$(awk -v a="$h_rps" -v b="$fh_rps" 'BEGIN {printf "%.2f", a/b}')")
     fb+=("$(awk -v a="$f_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
     fhb+=("$(awk -v a="$fh_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
@@ -146,21 +169,23 @@ for r in $(seq 1 "$ROUNDS"); do
     bh+=("$(awk -v a="$h0_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
     vs+=$'\n'"| $r | $r0_rps | $h0_rps | ${vr[-1]}x | ${vh[-1]}x |"
   fi
-  table+=$'\n'"| $r | $b_rps | $b_p50 / $b_p99 | $r_rps | $r_p50 / $r_p99 | $h_rps | $h_p50 / $h_p99 | ${ratio_r}x | ${ratio_h}x |"
+  table+=$'\n'"| $r | $b_rps | $b_p50 / $b_p99 | $r_rps | $r_p50 / $r_p99 | $h_rps | $h_p50 / $h_p99 | $m_rps | $m_p50 / $m_p99 | ${ratio_r}x | ${ratio_h}x | ${mr[-1]}x |"
 done
 misses=$(cache_stat misses); hits=$(cache_stat hits)
 median_of() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'; }
 mkdir -p .run
 {
-  echo "bare vs filter (route: cache off; hit: cache hits): $CONNS connections, ${DURATION}s per run, $ROUNDS alternating rounds, $(date -u +%F)"
+  echo "bare vs filter (route: cache off; hit: cache hits; miss: cache on, a new prompt each request): $CONNS connections, ${DURATION}s per run, $ROUNDS alternating rounds, $(date -u +%F)"
   echo
   echo "$table"
   echo
   echo "Median route/bare: $(median_of "${rr[@]}")x (CPU per request: $(median_of "${rc[@]}")x)"
   echo "Median hit/bare:   $(median_of "${hr[@]}")x (CPU per request: $(median_of "${hc[@]}")x)"
+  echo "Median miss/bare:  $(median_of "${mr[@]}")x"
+  echo "Median p99 added over bare (us): route $(median_of "${p99r[@]}"), hit $(median_of "${p99h[@]}"), miss $(median_of "${p99m[@]}")"
   if [[ $FLOOR == 1 ]]; then
     echo "Floors (bench/floor, same rounds): routed floor/bare $(median_of "${fb[@]}")x, local-answer floor/bare $(median_of "${fhb[@]}")x"
-    echo "Median route/floor: $(median_of "${fr[@]}")x, hit/floorhit: $(median_of "${fh[@]}")x"
+    echo "Median route/floor: $(median_of "${fr[@]}")x, miss/floor: $(median_of "${fm[@]}")x, hit/floorhit: $(median_of "${fh[@]}")x"
   fi
   if [[ -n $BASE_WASM ]]; then
     echo
@@ -171,5 +196,6 @@ mkdir -p .run
     echo "Median route/route0: $(median_of "${vr[@]}")x, hit/hit0: $(median_of "${vh[@]}")x (baseline: route0/bare $(median_of "${br[@]}")x, hit0/bare $(median_of "${bh[@]}")x)"
   fi
   echo "Hit gateway over the whole run: $hits cache hits, $misses misses (the first request)"
+  echo "Miss gateway over the whole run: $(cache_stat misses miss) misses, $(cache_stat hits miss) hits, $(cache_stat stores miss) stores"
   echo "Request records in the collector: $(curl -s 'http://127.0.0.1:18152/v1/metrics/summary?since=0' | sed 's/.*"total":\([0-9]*\).*/\1/')"
 } | tee .run/bench-latest.md

@@ -148,9 +148,7 @@ impl Host for AbiHost {
     }
 
     fn add_to_gauge(&self, name: &str, by: i64) {
-        if let Some(id) = registry::metric(MetricType::Gauge, name) {
-            let _ = abi::increment_metric(id, by);
-        }
+        registry::add_to_gauge(name, by);
     }
 
     fn histogram(&self, name: &str, value: u64) {

@@ -102,6 +102,11 @@ pub struct Flight {
     pub cache_status: CacheStatus,
     /// Set when the answer is to be stored in the cache, under this key.
     pub cache_fill: Option<Hash>,
+    /// The set's index as the lookup read it: the store starts from it.
+    pub cache_seen: Option<portcullis_core::cache::Seen>,
+    /// The route and scope part of the worker's first-level key (set when
+    /// the answer may be held there once stored).
+    pub cache_head: Option<Vec<u8>>,
     /// The gateway asks a streaming provider for the usage chunk the client
     /// did not ask for; it is read, then dropped from what the client gets.
     pub usage_chunk: bool,
@@ -146,6 +151,8 @@ impl Flight {
             call: None,
             cache_status: CacheStatus::Off,
             cache_fill: None,
+            cache_seen: None,
+            cache_head: None,
             usage_chunk: false,
             experiment,
             price,

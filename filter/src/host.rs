@@ -74,7 +74,8 @@ pub trait Host: Store {
     fn count(&self, name: &str, by: i64);
     /// Set a gauge.
     fn gauge(&self, name: &str, value: u64);
-    /// Add to a gauge shared by the workers (each adds its own change).
+    /// Add to a gauge shared by the workers (each adds its own change;
+    /// summed in the VM, handed to Envoy at each tick).
     fn add_to_gauge(&self, name: &str, by: i64);
     fn histogram(&self, name: &str, value: u64);
     /// Queue a request record for the collector (never blocks, may drop).

@@ -52,6 +52,8 @@ fn with_name<R>(build: impl FnOnce(&mut String), then: impl FnOnce(&str) -> R) -
 
 pub const CACHE_HITS: &str = "portcullis.cache.hits";
 pub const CACHE_MISSES: &str = "portcullis.cache.misses";
+/// Hits answered from the worker's own copy (also counted in `hits`).
+pub const CACHE_WORKER_HITS: &str = "portcullis.cache.worker_hits";
 pub const CACHE_STORES: &str = "portcullis.cache.stores";
 pub const CACHE_EVICTIONS: &str = "portcullis.cache.evictions";
 pub const CACHE_TOO_LARGE: &str = "portcullis.cache.too_large";

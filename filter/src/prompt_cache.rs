@@ -4,11 +4,64 @@
 use crate::context::RequestContext;
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::cache::{self, CacheStatus, Directive, StoreOutcome};
+use portcullis_core::cache::local::Local;
+use portcullis_core::cache::{self, CacheConfig, CacheStatus, Directive, Found, Hash, StoreOutcome};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::sse;
 use proxy_wasm::types::{Action, LogLevel};
+use std::cell::RefCell;
+
+thread_local! {
+    /// This worker's copies of hot answers (`cache.worker_bytes`).
+    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
+}
+
+/// A new config: every set of the shared table gets its index (so every
+/// store is CAS-guarded), and the worker's copies go (answers may be keyed
+/// otherwise).
+pub fn configure(host: &impl Host, cfg: Option<&CacheConfig>) {
+    if let Some(c) = cfg {
+        if let Err(e) = cache::prepare(host, c) {
+            host.log(LogLevel::Warn, &format!("cache indexes not prepared: {e:?}"));
+        }
+    }
+    configure_local(cfg);
+}
+
+fn configure_local(cfg: Option<&CacheConfig>) {
+    LOCAL.with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            *l = cfg.map_or_else(Local::default, |c| Local::new(c.worker_bytes, c.worker_ttl_ms));
+        }
+    });
+}
+
+fn local_get(head: &[u8], body: &[u8], now: u64) -> Option<(Hash, Vec<u8>)> {
+    LOCAL.with(|l| {
+        let mut l = l.try_borrow_mut().ok()?;
+        l.get(&[head, body], now).map(|(k, a)| (k, a.to_vec()))
+    })
+}
+
+fn local_put(head: &[u8], body: &[u8], key: Hash, answer: &[u8], expires_ms: u64, now: u64) {
+    LOCAL.with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            l.put(&[head, body], key, answer, expires_ms, now);
+        }
+    });
+}
+
+/// What decides the key besides the body: the route and the scope, each
+/// with its length (so no two read alike).
+fn route_head(first_name: &str, model_id: &str, scope: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(first_name.len() + model_id.len() + 40);
+    for part in [first_name, model_id, scope.unwrap_or("\0")] {
+        out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        out.extend_from_slice(part.as_bytes());
+    }
+    out
+}
 
 impl<H: Host> RequestContext<H> {
     /// Look the request up; a hit is the answer to send. The key is the
@@ -49,32 +102,51 @@ impl<H: Host> RequestContext<H> {
             name
         };
         let scope = cfg.per_client.then_some(client.name.as_str());
-        let key = cache::key(
-            first_name,
-            first_model_id,
-            &flight.chat,
-            cfg.normalize,
-            scope,
-        )?;
-        flight.cache_fill = Some(key);
-        flight.cache_status = CacheStatus::Refresh;
-        if directive == Directive::Refresh {
-            return Ok(None);
-        }
-        flight.cache_status = CacheStatus::Miss;
-        let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
-        let stored = match cache::lookup(&self.host, cfg, &key, now) {
-            Ok(Some(stored)) => stored,
-            Ok(None) => {
-                self.host.count(metrics::CACHE_MISSES, 1);
+        let head = route_head(first_name, first_model_id, scope);
+        // This worker's copy first: no canonical key, no shared-data read.
+        let local = (directive == Directive::Normal)
+            .then(|| local_get(&head, flight.chat.body(), now))
+            .flatten();
+        let stored = if let Some((key, answer)) = local {
+            flight.cache_fill = Some(key);
+            flight.cache_status = CacheStatus::Miss;
+            self.host.count(metrics::CACHE_WORKER_HITS, 1);
+            answer
+        } else {
+            let key = cache::key(
+                first_name,
+                first_model_id,
+                &flight.chat,
+                cfg.normalize,
+                scope,
+            )?;
+            flight.cache_fill = Some(key);
+            flight.cache_status = CacheStatus::Refresh;
+            flight.cache_head = Some(head);
+            if directive == Directive::Refresh {
                 return Ok(None);
             }
-            Err(e) => {
-                self.host
-                    .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}"));
-                return Ok(None);
+            flight.cache_status = CacheStatus::Miss;
+            match cache::lookup_seen(&self.host, cfg, &key, now) {
+                Ok((Some(Found { answer, expires_ms }), _)) => {
+                    if let Some(head) = flight.cache_head.take() {
+                        local_put(&head, flight.chat.body(), key, &answer, expires_ms, now);
+                    }
+                    answer
+                }
+                Ok((None, seen)) => {
+                    flight.cache_seen = Some(seen);
+                    self.host.count(metrics::CACHE_MISSES, 1);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.host
+                        .log(LogLevel::Warn, &format!("cache lookup failed: {e:?}"));
+                    return Ok(None);
+                }
             }
         };
+        let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
         // The entry may come from a client with other output checks: this
         // client's run on it before it is replayed.
         let (answer, denied) = match self.check_whole_answer(&stored) {
@@ -116,11 +188,20 @@ impl<H: Host> RequestContext<H> {
         let Some(cfg) = loaded.gw.cache.as_ref() else {
             return;
         };
-        let Some(key) = self.flight.as_mut().and_then(|f| f.cache_fill.take()) else {
+        let Some(f) = self.flight.as_mut() else {
             return;
         };
-        match cache::insert(&self.host, cfg, &key, body, self.host.now_ms()) {
+        let Some(key) = f.cache_fill.take() else {
+            return;
+        };
+        let seen = f.cache_seen.take();
+        let now = self.host.now_ms();
+        match cache::insert_seen(&self.host, cfg, &key, body, now, seen) {
             Ok(StoreOutcome::Stored(st)) => {
+                if let Some(head) = f.cache_head.take() {
+                    let expires = now.saturating_add(cfg.ttl_ms);
+                    local_put(&head, f.chat.body(), key, body, expires, now);
+                }
                 self.host.count(metrics::CACHE_STORES, 1);
                 if st.evicted {
                     self.host.count(metrics::CACHE_EVICTIONS, 1);

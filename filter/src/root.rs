@@ -145,6 +145,7 @@ impl Root {
         admission::prepare(&host, &gw, day);
         self.prepared_day = day;
         shipper::configure(gw.log.as_ref());
+        crate::prompt_cache::configure(&host, gw.cache.as_ref());
         let tick = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         if let Err(s) = abi::set_tick_period_ms(u32::try_from(tick).unwrap_or(u32::MAX)) {
             host.log(

@@ -291,8 +291,9 @@ fn filling_ten_times_the_capacity_keeps_memory_bounded() {
     let at_capacity = allocated(&s);
     fill(64, 640);
     let after = allocated(&s);
-    let held = s.envoy.stat("wasmcustom.portcullis.cache.bytes").unwrap();
+    // Counters and the bytes gauge reach Envoy at the same tick.
     s.envoy.wait_stat("wasmcustom.portcullis.cache.stores", 640);
+    let held = s.envoy.stat("wasmcustom.portcullis.cache.bytes").unwrap();
     let evictions = s
         .envoy
         .stat("wasmcustom.portcullis.cache.evictions")
@@ -307,4 +308,28 @@ fn filling_ten_times_the_capacity_keeps_memory_bounded() {
         after < at_capacity + 1_000_000,
         "Envoy memory grew from {at_capacity} to {after}"
     );
+}
+
+/// A repeated request is answered from the worker's own copy (no canonical
+/// key, no shared-data read): counted in `worker_hits` as well as `hits`.
+/// The copy is found by the exact bytes: the same question written
+/// otherwise is a hit from the shared table first, then from its own copy.
+#[test]
+fn repeated_requests_are_answered_from_the_workers_copy_by_their_exact_bytes() {
+    let s = Stack::start(&plugin(ON), 1);
+    s.primary.script(json!([{"content": "only once"}]));
+    let body = r#"{"model":"gpt-4o-mini","temperature":0,"messages":[{"role":"user","content":"copy"}]}"#;
+    let reordered = r#"{"messages":[{"content":"copy","role":"user"}],"temperature":0,"model":"gpt-4o-mini"}"#;
+    let auth = format!("Bearer {DEMO_KEY}");
+    let ask = |b: &str| post(&s.envoy.url("/v1/chat/completions"), &[("authorization", auth.as_str())], b);
+    assert_eq!(ask(body).header("x-portcullis-cache"), Some("miss"));
+    for b in [body, reordered, reordered, body] {
+        let r = ask(b);
+        assert_eq!(r.header("x-portcullis-cache"), Some("hit"), "{b}");
+        assert_eq!(r.json()["choices"][0]["message"]["content"], "only once");
+    }
+    assert_eq!(s.primary.hits(), 1);
+    // Counters reach Envoy together at the VM's tick.
+    s.envoy.wait_stat("wasmcustom.portcullis.cache.hits", 4);
+    assert_eq!(s.envoy.stat("wasmcustom.portcullis.cache.worker_hits"), Some(3));
 }

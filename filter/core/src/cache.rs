@@ -29,6 +29,11 @@ pub struct CacheConfig {
     pub max_entry_bytes: usize,
     pub normalize: bool,
     pub per_client: bool,
+    /// Each worker's first level of hot answers ([`local`]): its budget in
+    /// bytes (0: off) and how long it trusts a copy without reading the
+    /// shared table again.
+    pub worker_bytes: usize,
+    pub worker_ttl_ms: u64,
 }
 
 impl CacheConfig {
@@ -234,6 +239,28 @@ pub fn choose_way(index: &[Way], hash: &Hash, now_ms: u64) -> (usize, bool) {
 
 use crate::keys::{cache_index as index_key, cache_slot as slot_key};
 
+/// At configure time: give every set an index (empty where missing), so
+/// every store is guarded by a CAS token, the first one in a set included.
+/// Indexes already there (a reload, another worker) are kept.
+pub fn prepare<S: Store + ?Sized>(store: &S, cfg: &CacheConfig) -> Result<(), StoreError> {
+    let empty = encode_index(&vec![Way::default(); cfg.ways as usize]);
+    for set in 0..cfg.sets {
+        let key = index_key(set);
+        if store.get(&key)?.0.is_none() {
+            store.set(&key, &empty, None)?;
+        }
+    }
+    Ok(())
+}
+
+/// A set's index as a lookup read it, with its CAS token: a store after a
+/// miss starts from it instead of reading the index again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    bytes: Option<Vec<u8>>,
+    cas: Option<u32>,
+}
+
 /// The stored completion for `hash`, if present and fresh. Two reads: the
 /// set's index, then the slot (whose own hash is checked, since a racing
 /// writer may have reused it).
@@ -243,19 +270,44 @@ pub fn lookup<S: Store + ?Sized>(
     hash: &Hash,
     now_ms: u64,
 ) -> Result<Option<Vec<u8>>, StoreError> {
+    lookup_seen(store, cfg, hash, now_ms).map(|(found, _)| found.map(|f| f.answer))
+}
+
+/// A stored answer as a lookup found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub answer: Vec<u8>,
+    pub expires_ms: u64,
+}
+
+/// [`lookup`], also handing back the entry's expiry and the index it read
+/// (for [`insert_seen`]).
+pub fn lookup_seen<S: Store + ?Sized>(
+    store: &S,
+    cfg: &CacheConfig,
+    hash: &Hash,
+    now_ms: u64,
+) -> Result<(Option<Found>, Seen), StoreError> {
     let set = set_of(hash, cfg.sets);
-    let (idx, _) = store.get(&index_key(set))?;
+    let (idx, cas) = store.get(&index_key(set))?;
     let index = decode_index(idx.as_deref(), cfg.ways);
-    let Some(way) = index
+    let seen = |bytes| Seen { bytes, cas };
+    let Some((way, expires_ms)) = index
         .iter()
-        .position(|w| &w.hash == hash && w.expires_ms > now_ms && !w.is_empty())
+        .enumerate()
+        .find(|(_, w)| &w.hash == hash && w.expires_ms > now_ms && !w.is_empty())
+        .map(|(i, w)| (i, w.expires_ms))
     else {
-        return Ok(None);
+        return Ok((None, seen(idx)));
     };
     let (slot, _) = store.get(&slot_key(set, way))?;
-    Ok(slot.and_then(|s| {
-        (s.get(..32) == Some(hash.as_slice())).then(|| s.get(32..).unwrap_or_default().to_vec())
-    }))
+    let found = slot.and_then(|s| {
+        (s.get(..32) == Some(hash.as_slice())).then(|| Found {
+            answer: s.get(32..).unwrap_or_default().to_vec(),
+            expires_ms,
+        })
+    });
+    Ok((found, seen(idx)))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,9 +323,10 @@ pub enum StoreOutcome {
     TooLarge,
 }
 
-/// Store a completion. The slot is written first, then the index by CAS: a
-/// reader never sees an index entry whose slot holds another hash's data as
-/// a hit, because the slot carries its hash.
+/// Store a completion: the set's index is claimed by CAS, then the slot is
+/// written. A reader between the two finds the slot's own hash differs
+/// from the index's and reads a miss, never another answer; a writer that
+/// loses the CAS writes nothing and reads the index again.
 pub fn insert<S: Store + ?Sized>(
     store: &S,
     cfg: &CacheConfig,
@@ -281,20 +334,35 @@ pub fn insert<S: Store + ?Sized>(
     body: &[u8],
     now_ms: u64,
 ) -> Result<StoreOutcome, StoreError> {
+    insert_seen(store, cfg, hash, body, now_ms, None)
+}
+
+/// [`insert`], starting from the index a lookup read (`seen`): when nothing
+/// changed the set since, the store costs no read.
+pub fn insert_seen<S: Store + ?Sized>(
+    store: &S,
+    cfg: &CacheConfig,
+    hash: &Hash,
+    body: &[u8],
+    now_ms: u64,
+    seen: Option<Seen>,
+) -> Result<StoreOutcome, StoreError> {
     if body.len() > cfg.max_entry_bytes || body.is_empty() {
         return Ok(StoreOutcome::TooLarge);
     }
     let set = set_of(hash, cfg.sets);
     let ikey = index_key(set);
-    let mut slot = Vec::with_capacity(SLOT_HEADER + body.len());
-    slot.extend_from_slice(hash);
-    slot.extend_from_slice(body);
+    let mut seen = seen;
     for _ in 0..MAX_CAS_TRIES {
-        let (idx, cas) = store.get(&ikey)?;
+        // A set that had no index yet has no CAS token to guard a write
+        // from a stale read: read it again.
+        let (idx, cas) = match seen.take().filter(|s| s.cas.is_some()) {
+            Some(s) => (s.bytes, s.cas),
+            None => store.get(&ikey)?,
+        };
         let mut index = decode_index(idx.as_deref(), cfg.ways);
         let (way, evicted) = choose_way(&index, hash, now_ms);
         let old_len = index.get(way).map(|w| i64::from(w.len)).unwrap_or(0);
-        store.set(&slot_key(set, way), &slot, None)?;
         if let Some(w) = index.get_mut(way) {
             *w = Way {
                 hash: *hash,
@@ -305,10 +373,14 @@ pub fn insert<S: Store + ?Sized>(
         }
         match store.set(&ikey, &encode_index(&index), cas) {
             Ok(()) => {
+                let mut slot = Vec::with_capacity(SLOT_HEADER + body.len());
+                slot.extend_from_slice(hash);
+                slot.extend_from_slice(body);
+                store.set(&slot_key(set, way), &slot, None)?;
                 return Ok(StoreOutcome::Stored(Stored {
                     evicted,
                     bytes_delta: body.len() as i64 - old_len,
-                }))
+                }));
             }
             Err(StoreError::CasMismatch) => continue,
             Err(e) => return Err(e),
@@ -341,6 +413,8 @@ pub fn directive(cache_control: Option<&str>) -> Directive {
         Directive::Normal
     }
 }
+
+pub mod local;
 
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,8 @@ const CFG: CacheConfig = CacheConfig {
     max_entry_bytes: 100,
     normalize: false,
     per_client: false,
+    worker_bytes: 0,
+    worker_ttl_ms: 0,
 };
 
 #[test]
@@ -215,4 +217,62 @@ fn cache_control_directives() {
     assert_eq!(directive(Some("no-cache")), Directive::Refresh);
     assert_eq!(directive(Some("max-age=0, No-Store")), Directive::Bypass);
     assert_eq!(directive(Some("max-age=10")), Directive::Normal);
+}
+
+#[test]
+fn a_store_from_the_index_its_lookup_read_keeps_what_others_stored_since() {
+    let s = MemStore::default();
+    let (a, b) = (h(1, 0), h(2, 0));
+    // The set's index exists (a set never written has no CAS token to
+    // guard a stale write, so its first store reads again).
+    insert(&s, &CFG, &h(9, 0), b"x", 0).unwrap();
+    let (found, seen) = lookup_seen(&s, &CFG, &a, 0).unwrap();
+    assert_eq!(found, None);
+    // Another worker stores b in the same set while a's answer is awaited.
+    insert(&s, &CFG, &b, b"b", 5).unwrap();
+    // a's store starts from the stale index: its CAS fails, it reads again
+    // and takes another way, so b survives.
+    assert!(matches!(
+        insert_seen(&s, &CFG, &a, b"a", 10, Some(seen)).unwrap(),
+        StoreOutcome::Stored(_)
+    ));
+    assert_eq!(lookup(&s, &CFG, &a, 11).unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(lookup(&s, &CFG, &b, 11).unwrap().as_deref(), Some(&b"b"[..]));
+    // With nothing in between, the index the lookup read is the one stored
+    // over (in another set, with one way taken).
+    let (c, d) = (h(3, 1), h(4, 1));
+    insert(&s, &CFG, &c, b"c", 12).unwrap();
+    let (_, seen) = lookup_seen(&s, &CFG, &d, 12).unwrap();
+    insert_seen(&s, &CFG, &d, b"d", 12, Some(seen)).unwrap();
+    for (k, v) in [(&a, &b"a"[..]), (&b, b"b"), (&c, b"c"), (&d, b"d")] {
+        assert_eq!(lookup(&s, &CFG, k, 13).unwrap().as_deref(), Some(v));
+    }
+}
+
+#[test]
+fn an_index_claimed_before_its_slot_is_written_reads_as_a_miss() {
+    let s = MemStore::default();
+    let (a, b) = (h(1, 0), h(2, 0));
+    insert(&s, &CFG, &a, b"a", 0).unwrap();
+    // b's writer claimed way 0 (a's, as if a had expired) and has not yet
+    // written the slot, which still holds a's answer.
+    let (idx, cas) = s.get(&index_key(0)).unwrap();
+    let mut index = decode_index(idx.as_deref(), CFG.ways);
+    index[0].hash = b;
+    s.set(&index_key(0), &encode_index(&index), cas).unwrap();
+    assert_eq!(lookup(&s, &CFG, &b, 1).unwrap(), None);
+}
+
+#[test]
+fn prepare_gives_every_set_an_index_and_keeps_those_there() {
+    let s = MemStore::default();
+    let a = h(1, 2);
+    insert(&s, &CFG, &a, b"a", 0).unwrap();
+    prepare(&s, &CFG).unwrap();
+    for set in 0..CFG.sets {
+        let (idx, cas) = s.get(&index_key(set)).unwrap();
+        assert_eq!(idx.map(|b| b.len()), Some(CFG.ways as usize * WAY_LEN));
+        assert!(cas.is_some(), "set {set} has a CAS token");
+    }
+    assert_eq!(lookup(&s, &CFG, &a, 1).unwrap().as_deref(), Some(&b"a"[..]));
 }

@@ -231,6 +231,11 @@ pub(super) struct RawCache {
     pub(super) normalize: bool,
     #[serde(default = "default_cache_scope")]
     pub(super) scope: String,
+    /// Default: an eighth of `max_bytes`, at most 1 MiB.
+    #[serde(default)]
+    pub(super) worker_bytes: Option<usize>,
+    #[serde(default = "default_cache_worker_ttl_ms")]
+    pub(super) worker_ttl_ms: u64,
 }
 
 impl Default for RawCache {
@@ -243,6 +248,8 @@ impl Default for RawCache {
             ttl_s: default_cache_ttl_s(),
             normalize: false,
             scope: default_cache_scope(),
+            worker_bytes: None,
+            worker_ttl_ms: default_cache_worker_ttl_ms(),
         }
     }
 }
@@ -252,6 +259,9 @@ fn default_cache_bytes() -> usize {
 }
 fn default_cache_entry_bytes() -> usize {
     64 << 10
+}
+fn default_cache_worker_ttl_ms() -> u64 {
+    1000
 }
 fn default_cache_ways() -> u32 {
     4

@@ -133,6 +133,10 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
     if c.ways == 0 || c.ttl_s == 0 {
         problems.push("cache: `ways` and `ttl_s` must be at least 1".into());
     }
+    let worker_bytes = c.worker_bytes.unwrap_or((c.max_bytes / 8).min(1 << 20));
+    if worker_bytes > c.max_bytes {
+        problems.push("cache: `worker_bytes` (each worker's copies of hot answers) must not exceed `max_bytes`".into());
+    }
     if !c.enabled {
         return None;
     }
@@ -144,5 +148,7 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
         max_entry_bytes: c.max_entry_bytes,
         normalize: c.normalize,
         per_client,
+        worker_bytes,
+        worker_ttl_ms: c.worker_ttl_ms,
     })
 }
