@@ -917,13 +917,17 @@ fn a_miss_reads_the_cache_index_once_and_a_repeat_reads_no_shared_data() {
 #[test]
 #[ignore]
 fn profile_routed_requests() {
-    let g = shipped(false);
+    // PROFILE_CACHE=1: the cache on, so all but the first are hits.
+    let g = shipped(std::env::var("PROFILE_CACHE").is_ok_and(|v| v == "1"));
+    crate::prompt_cache::configure(&g.host, g.loaded.gw.cache.as_ref());
     for _ in 0..2000 {
         let (mut ctx, _) = g.chat(
             &[("content-type", "application/json"), ("user-agent", "wrk")],
             SHIPPED_BODY,
         );
-        router_answers(&mut ctx, "200", ANSWER);
+        if ctx.host.sent().is_none() {
+            router_answers(&mut ctx, "200", ANSWER);
+        }
         ctx.on_log();
     }
 }

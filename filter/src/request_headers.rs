@@ -7,7 +7,24 @@ use crate::context::{Phase, RequestContext};
 use crate::host::{Host, Part};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::routing::{authenticate, model_info, models_list};
+use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
+use std::cell::RefCell;
+
+thread_local! {
+    /// This worker's hashes of keys that authenticated.
+    static KEY_HASHES: RefCell<KeyHashes> = RefCell::new(KeyHashes::default());
+}
+
+/// Authenticate with the worker's remembered key hashes.
+fn authenticate<'g>(
+    gw: &'g portcullis_core::config::Gateway,
+    authorization: Option<&str>,
+) -> Result<([u8; 32], &'g portcullis_core::config::Client), GatewayError> {
+    KEY_HASHES.with(|k| match k.try_borrow_mut() {
+        Ok(mut known) => authenticate_with(gw, authorization, &mut known),
+        Err(_) => authenticate_with(gw, authorization, &mut KeyHashes::default()),
+    })
+}
 use proxy_wasm::types::Action;
 use std::borrow::Cow;
 

@@ -19,12 +19,56 @@ pub fn authenticate<'g>(
     gw: &'g Gateway,
     authorization: Option<&str>,
 ) -> Result<([u8; 32], &'g Client), GatewayError> {
+    authenticate_with(gw, authorization, &mut KeyHashes::default())
+}
+
+/// [`authenticate`], remembering the hashes of keys that authenticated.
+pub fn authenticate_with<'g>(
+    gw: &'g Gateway,
+    authorization: Option<&str>,
+    known: &mut KeyHashes,
+) -> Result<([u8; 32], &'g Client), GatewayError> {
     let key = bearer_key(authorization).ok_or_else(GatewayError::missing_key)?;
-    let hash: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-    gw.clients
-        .get(&hash)
-        .map(|c| (hash, c))
-        .ok_or_else(GatewayError::unknown_key)
+    let remembered = known.get(key.as_bytes());
+    let hash: [u8; 32] = remembered.unwrap_or_else(|| Sha256::digest(key.as_bytes()).into());
+    let client = gw.clients.get(&hash).ok_or_else(GatewayError::unknown_key)?;
+    if remembered.is_none() {
+        known.put(key.as_bytes(), hash);
+    }
+    Ok((hash, client))
+}
+
+/// The SHA-256 of client keys that authenticated, so a worker hashes each
+/// key once (a hash is ~1 us in Wasm). Only keys some config accepted are
+/// kept (unknown keys cannot fill it), at most [`KeyHashes::MAX`]; a
+/// hash does not depend on the config, so a reload keeps them, and a key
+/// a reload removed still fails at the config's own lookup.
+#[derive(Default)]
+pub struct KeyHashes {
+    map: hashbrown::HashMap<Box<[u8]>, [u8; 32], fnv::FnvBuildHasher>,
+}
+
+impl KeyHashes {
+    pub const MAX: usize = 4096;
+
+    fn get(&self, key: &[u8]) -> Option<[u8; 32]> {
+        self.map.get(key).copied()
+    }
+
+    fn put(&mut self, key: &[u8], hash: [u8; 32]) {
+        if self.map.len() >= Self::MAX {
+            self.map.clear();
+        }
+        self.map.insert(key.into(), hash);
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
 }
 
 /// The decision for one request: the model and the providers to try, in order.

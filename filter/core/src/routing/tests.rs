@@ -205,3 +205,32 @@ fn percent_decoding_of_a_path_segment() {
     assert_eq!(percent_decode("%zz%4"), "%zz%4");
     assert_eq!(percent_decode("%FF"), "%FF", "not UTF-8: as it came");
 }
+
+#[test]
+fn remembered_key_hashes_are_only_accepted_keys_and_the_config_still_decides() {
+    let mut g = gw();
+    let hash: [u8; 32] = Sha256::digest(b"sk-demo").into();
+    let client = Client {
+        name: "real".into(),
+        allowed: None,
+        limits: Default::default(),
+        allow_overrides: false,
+    };
+    g.clients.insert(hash, client);
+    let mut known = KeyHashes::default();
+    assert!(authenticate_with(&g, Some("Bearer sk-other"), &mut known).is_err());
+    assert!(known.is_empty(), "an unknown key is not remembered");
+    for _ in 0..2 {
+        let (h, c) = authenticate_with(&g, Some("Bearer sk-demo"), &mut known).unwrap();
+        assert_eq!((h, c.name.as_str()), (hash, "real"));
+        assert_eq!(known.len(), 1);
+    }
+    // A reload that removed the client: the remembered hash finds nothing.
+    g.clients.remove(&hash);
+    assert_eq!(
+        authenticate_with(&g, Some("Bearer sk-demo"), &mut known)
+            .unwrap_err()
+            .status,
+        401
+    );
+}
