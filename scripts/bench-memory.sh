@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
-WASM="$PWD/target/wasm32-wasip1/release/portcullis_filter.wasm"
+WASM="${BENCH_WASM:-$PWD/target/wasm32-wasip1/release/portcullis_filter.wasm}"
 command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null); }
 cargo build --release -q -p portcullis-tests --bin portcullis-mock
 cargo build --release -q -p portcullis-collector --bin portcullis-collector

@@ -196,6 +196,6 @@ mkdir -p .run
     echo "Median route/route0: $(median_of "${vr[@]}")x, hit/hit0: $(median_of "${vh[@]}")x (baseline: route0/bare $(median_of "${br[@]}")x, hit0/bare $(median_of "${bh[@]}")x)"
   fi
   echo "Hit gateway over the whole run: $hits cache hits, $misses misses (the first request)"
-  echo "Miss gateway over the whole run: $(cache_stat misses miss) misses, $(cache_stat hits miss) hits, $(cache_stat stores miss) stores"
+  echo "Miss gateway over the whole run: $(cache_stat misses miss) misses, $(cache_stat hits miss | grep . || echo 0) hits, $(cache_stat stores miss) stores"
   echo "Request records in the collector: $(curl -s 'http://127.0.0.1:18152/v1/metrics/summary?since=0' | sed 's/.*"total":\([0-9]*\).*/\1/')"
 } | tee .run/bench-latest.md

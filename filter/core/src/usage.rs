@@ -133,6 +133,9 @@ pub struct AnswerCopy {
     bytes: Vec<u8>,
     keep: usize,
     whole: bool,
+    /// Whether anyone wants the answer whole (`keep` > 0): when not, only
+    /// its usage is read, from the tail, without parsing the rest.
+    wanted: bool,
 }
 
 /// Bytes kept from the end of an answer too large to keep whole.
@@ -144,6 +147,7 @@ impl AnswerCopy {
             bytes: Vec::new(),
             keep: keep.max(TAIL),
             whole: true,
+            wanted: keep > 0,
         }
     }
 
@@ -160,7 +164,7 @@ impl AnswerCopy {
 
     /// The usage it reports, and the whole answer if it was kept whole.
     pub fn finish(self) -> (Option<Usage>, Option<Vec<u8>>) {
-        if self.whole {
+        if self.whole && self.wanted {
             (Usage::from_body(&self.bytes), Some(self.bytes))
         } else {
             (Usage::from_tail(&self.bytes), None)
@@ -285,5 +289,16 @@ mod tests {
         let (usage, whole) = copy.finish();
         assert_eq!(usage.map(|u| u.total()), Some(15));
         assert_eq!(whole, None, "too large to keep whole");
+    }
+
+    #[test]
+    fn an_answer_nobody_keeps_is_read_for_its_usage_only() {
+        let mut copy = AnswerCopy::new(0);
+        for chunk in ANSWER.as_bytes().chunks(7) {
+            copy.push(chunk);
+        }
+        let (usage, whole) = copy.finish();
+        assert_eq!(usage, Usage::from_body(ANSWER.as_bytes()));
+        assert_eq!(whole, None);
     }
 }
