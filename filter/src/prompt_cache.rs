@@ -5,7 +5,9 @@ use crate::context::RequestContext;
 use crate::host::Host;
 use crate::metrics;
 use portcullis_core::cache::local::Local;
-use portcullis_core::cache::{self, CacheConfig, CacheStatus, Directive, Found, Hash, StoreOutcome};
+use portcullis_core::cache::{
+    self, CacheConfig, CacheStatus, Directive, Found, Hash, StoreOutcome,
+};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::sse;
@@ -23,7 +25,10 @@ thread_local! {
 pub fn configure(host: &impl Host, cfg: Option<&CacheConfig>) {
     if let Some(c) = cfg {
         if let Err(e) = cache::prepare(host, c) {
-            host.log(LogLevel::Warn, &format!("cache indexes not prepared: {e:?}"));
+            host.log(
+                LogLevel::Warn,
+                &format!("cache indexes not prepared: {e:?}"),
+            );
         }
     }
     configure_local(cfg);
@@ -32,7 +37,9 @@ pub fn configure(host: &impl Host, cfg: Option<&CacheConfig>) {
 fn configure_local(cfg: Option<&CacheConfig>) {
     LOCAL.with(|l| {
         if let Ok(mut l) = l.try_borrow_mut() {
-            *l = cfg.map_or_else(Local::default, |c| Local::new(c.worker_bytes, c.worker_ttl_ms));
+            *l = cfg.map_or_else(Local::default, |c| {
+                Local::new(c.worker_bytes, c.worker_ttl_ms)
+            });
         }
     });
 }

@@ -3,9 +3,9 @@
 //! them to Envoy.
 
 use crate::abi;
+use fnv::FnvHashMap as HashMap;
 use proxy_wasm::types::MetricType;
 use std::cell::RefCell;
-use fnv::FnvHashMap as HashMap;
 
 thread_local! {
     static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::default());
@@ -62,10 +62,7 @@ pub fn flush_counters() {
     flush(&PENDING_GAUGES, MetricType::Gauge);
 }
 
-fn flush(
-    pending: &'static std::thread::LocalKey<RefCell<HashMap<String, i64>>>,
-    kind: MetricType,
-) {
+fn flush(pending: &'static std::thread::LocalKey<RefCell<HashMap<String, i64>>>, kind: MetricType) {
     pending.with(|p| {
         let Ok(mut p) = p.try_borrow_mut() else {
             return;

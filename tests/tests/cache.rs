@@ -318,10 +318,18 @@ fn filling_ten_times_the_capacity_keeps_memory_bounded() {
 fn repeated_requests_are_answered_from_the_workers_copy_by_their_exact_bytes() {
     let s = Stack::start(&plugin(ON), 1);
     s.primary.script(json!([{"content": "only once"}]));
-    let body = r#"{"model":"gpt-4o-mini","temperature":0,"messages":[{"role":"user","content":"copy"}]}"#;
-    let reordered = r#"{"messages":[{"content":"copy","role":"user"}],"temperature":0,"model":"gpt-4o-mini"}"#;
+    let body =
+        r#"{"model":"gpt-4o-mini","temperature":0,"messages":[{"role":"user","content":"copy"}]}"#;
+    let reordered =
+        r#"{"messages":[{"content":"copy","role":"user"}],"temperature":0,"model":"gpt-4o-mini"}"#;
     let auth = format!("Bearer {DEMO_KEY}");
-    let ask = |b: &str| post(&s.envoy.url("/v1/chat/completions"), &[("authorization", auth.as_str())], b);
+    let ask = |b: &str| {
+        post(
+            &s.envoy.url("/v1/chat/completions"),
+            &[("authorization", auth.as_str())],
+            b,
+        )
+    };
     assert_eq!(ask(body).header("x-portcullis-cache"), Some("miss"));
     for b in [body, reordered, reordered, body] {
         let r = ask(b);
@@ -331,5 +339,8 @@ fn repeated_requests_are_answered_from_the_workers_copy_by_their_exact_bytes() {
     assert_eq!(s.primary.hits(), 1);
     // Counters reach Envoy together at the VM's tick.
     s.envoy.wait_stat("wasmcustom.portcullis.cache.hits", 4);
-    assert_eq!(s.envoy.stat("wasmcustom.portcullis.cache.worker_hits"), Some(3));
+    assert_eq!(
+        s.envoy.stat("wasmcustom.portcullis.cache.worker_hits"),
+        Some(3)
+    );
 }

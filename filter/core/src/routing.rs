@@ -31,7 +31,10 @@ pub fn authenticate_with<'g>(
     let key = bearer_key(authorization).ok_or_else(GatewayError::missing_key)?;
     let remembered = known.get(key.as_bytes());
     let hash: [u8; 32] = remembered.unwrap_or_else(|| Sha256::digest(key.as_bytes()).into());
-    let client = gw.clients.get(&hash).ok_or_else(GatewayError::unknown_key)?;
+    let client = gw
+        .clients
+        .get(&hash)
+        .ok_or_else(GatewayError::unknown_key)?;
     if remembered.is_none() {
         known.put(key.as_bytes(), hash);
     }

@@ -125,7 +125,14 @@ impl Local {
     /// Hold a copy of an answer stored (or found) in the shared table under
     /// `key`, until `expires_ms` at the latest. Answers larger than a
     /// quarter of the budget are not held.
-    pub fn put(&mut self, parts: &Parts<'_>, key: Hash, answer: &[u8], expires_ms: u64, now_ms: u64) {
+    pub fn put(
+        &mut self,
+        parts: &Parts<'_>,
+        key: Hash,
+        answer: &[u8],
+        expires_ms: u64,
+        now_ms: u64,
+    ) {
         if self.max_bytes == 0 || self.ttl_ms == 0 {
             return;
         }
@@ -218,7 +225,10 @@ mod tests {
         assert!(l.get(&a, 1_099).is_some());
         assert!(l.get(&a, 1_100).is_none(), "held ttl_ms");
         assert!(l.get(&b, 499).is_some());
-        assert!(l.get(&b, 500).is_none(), "not past the shared entry's expiry");
+        assert!(
+            l.get(&b, 500).is_none(),
+            "not past the shared entry's expiry"
+        );
         assert!(l.is_empty() && l.bytes() == 0);
     }
 
@@ -241,7 +251,10 @@ mod tests {
             l.put(&[b"same".as_slice()], key(1), &i.to_le_bytes(), u64::MAX, 0);
         }
         assert!(l.order.len() <= l.len() * 2 + 16);
-        assert_eq!(l.get(&[b"same".as_slice()], 1).map(|(_, a)| a.to_vec()), Some(999u32.to_le_bytes().to_vec()));
+        assert_eq!(
+            l.get(&[b"same".as_slice()], 1).map(|(_, a)| a.to_vec()),
+            Some(999u32.to_le_bytes().to_vec())
+        );
     }
 
     #[test]

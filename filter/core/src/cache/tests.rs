@@ -236,8 +236,14 @@ fn a_store_from_the_index_its_lookup_read_keeps_what_others_stored_since() {
         insert_seen(&s, &CFG, &a, b"a", 10, Some(seen)).unwrap(),
         StoreOutcome::Stored(_)
     ));
-    assert_eq!(lookup(&s, &CFG, &a, 11).unwrap().as_deref(), Some(&b"a"[..]));
-    assert_eq!(lookup(&s, &CFG, &b, 11).unwrap().as_deref(), Some(&b"b"[..]));
+    assert_eq!(
+        lookup(&s, &CFG, &a, 11).unwrap().as_deref(),
+        Some(&b"a"[..])
+    );
+    assert_eq!(
+        lookup(&s, &CFG, &b, 11).unwrap().as_deref(),
+        Some(&b"b"[..])
+    );
     // With nothing in between, the index the lookup read is the one stored
     // over (in another set, with one way taken).
     let (c, d) = (h(3, 1), h(4, 1));
