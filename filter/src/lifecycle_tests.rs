@@ -89,15 +89,6 @@ impl Gateway {
         self.send_chat(headers, body, false)
     }
 
-    /// `chat`, keeping the trace of host calls.
-    fn chat_traced(
-        &self,
-        headers: &[(&str, &str)],
-        body: &str,
-    ) -> (RequestContext<FakeHost>, Action) {
-        self.send_chat(headers, body, true)
-    }
-
     fn send_chat(
         &self,
         headers: &[(&str, &str)],
@@ -847,19 +838,27 @@ fn shipped(cache: bool) -> Gateway {
     Gateway::new(&yaml)
 }
 
-/// One request of the shipped config through its answer and log: the
-/// calls it made into Envoy.
-fn traced(g: &Gateway) -> Vec<String> {
-    let (mut ctx, a) = g.chat_traced(
+/// One request of the shipped config through its answer (from the cache
+/// or the router) and its log.
+fn serve(g: &Gateway, tracing: bool) -> RequestContext<FakeHost> {
+    let (mut ctx, a) = g.send_chat(
         &[("content-type", "application/json"), ("user-agent", "wrk")],
         SHIPPED_BODY,
+        tracing,
     );
     if ctx.host.sent().is_none() {
         assert_eq!(a, Action::Continue);
         router_answers(&mut ctx, "200", ANSWER);
+    } else {
+        assert_eq!(sent_json(&ctx).0, 200, "a cache hit");
     }
     ctx.on_log();
-    ctx.host.host_calls()
+    ctx
+}
+
+/// The calls one request made into Envoy.
+fn traced(g: &Gateway) -> Vec<String> {
+    serve(g, true).host.host_calls()
 }
 
 /// Each call into Envoy costs about a microsecond (issue 15): a routed
@@ -868,7 +867,7 @@ fn traced(g: &Gateway) -> Vec<String> {
 #[test]
 fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
     let g = shipped(false);
-    let mut first = vec![
+    let first = vec![
         "get_map request",
         "get_current_time ",
         "get_buffer request",
@@ -888,8 +887,33 @@ fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
         "record_metric portcullis.latency.provider.primary.ms",
     ];
     assert_eq!(traced(&g), first);
-    first.retain(|c| !c.contains("breaker"));
-    assert_eq!(traced(&g), first, "the breaker's clean read is trusted");
+    let trusted: Vec<&str> = first
+        .iter()
+        .copied()
+        .filter(|c| !c.contains("breaker"))
+        .collect();
+    assert_eq!(traced(&g), trusted, "the breaker's clean read is trusted");
+    // For 100 ms: then it is read again.
+    g.host.state.borrow_mut().now_ms += crate::breakers::CLEAN_TTL_MS;
+    assert_eq!(traced(&g), first, "read again after 100 ms");
+    assert_eq!(traced(&g), trusted);
+    // A failure this worker sees ends the trust at once.
+    let (mut ctx, _) = g.chat(&[], SHIPPED_BODY);
+    assert_eq!(router_answers(&mut ctx, "503", "down"), Action::Pause);
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    ctx.host
+        .set_body_bytes(Part::CallResponse, ANSWER.as_bytes());
+    ctx.on_call_response(1, ANSWER.len());
+    assert_eq!(sent_json(&ctx).0, 200, "the backup answered");
+    let after = traced(&g);
+    assert_eq!(after[4], first[4], "read again after a failure: {after:#?}");
+    assert!(
+        after.contains(&"set_shared_data portcullis:breaker:primary".to_string()),
+        "the success clears the failure it counted: {after:#?}"
+    );
+    assert_eq!(traced(&g), first, "clean again: read once more");
+    assert_eq!(traced(&g), trusted, "then trusted");
 }
 
 /// A miss reads the set's index once (the store starts from that read);
@@ -921,13 +945,24 @@ fn profile_routed_requests() {
     let g = shipped(std::env::var("PROFILE_CACHE").is_ok_and(|v| v == "1"));
     crate::prompt_cache::configure(&g.host, g.loaded.gw.cache.as_ref());
     for _ in 0..2000 {
-        let (mut ctx, _) = g.chat(
-            &[("content-type", "application/json"), ("user-agent", "wrk")],
-            SHIPPED_BODY,
-        );
-        if ctx.host.sent().is_none() {
-            router_answers(&mut ctx, "200", ANSWER);
-        }
-        ctx.on_log();
+        serve(&g, false);
     }
+}
+
+/// `worker_bytes: 0`: no copies, so a repeat is a hit from the shared table.
+#[test]
+fn without_worker_copies_a_repeat_reads_the_shared_table() {
+    let yaml = include_str!("../../envoy/plugin.yaml")
+        .replace("  scope: shared", "  scope: shared\n  worker_bytes: 0");
+    let g = Gateway::new(&yaml);
+    let cfg = g.loaded.gw.cache.as_ref().unwrap();
+    assert_eq!(cfg.worker_bytes, 0);
+    crate::prompt_cache::configure(&g.host, Some(cfg));
+    traced(&g);
+    let hit = traced(&g);
+    let reads = hit
+        .iter()
+        .filter(|c| c.starts_with("get_shared_data portcullis:cache:"));
+    assert_eq!(reads.count(), 2, "the index and the slot: {hit:#?}");
+    assert!(hit.contains(&"send_http_response ".to_string()), "{hit:#?}");
 }

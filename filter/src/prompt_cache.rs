@@ -109,11 +109,14 @@ impl<H: Host> RequestContext<H> {
             name
         };
         let scope = cfg.per_client.then_some(client.name.as_str());
-        let head = route_head(first_name, first_model_id, scope);
+        // Nothing to key when the worker keeps no copies.
+        let head = (cfg.worker_bytes > 0 && cfg.worker_ttl_ms > 0)
+            .then(|| route_head(first_name, first_model_id, scope));
         // This worker's copy first: no canonical key, no shared-data read.
-        let local = (directive == Directive::Normal)
-            .then(|| local_get(&head, flight.chat.body(), now))
-            .flatten();
+        let local = head
+            .as_deref()
+            .filter(|_| directive == Directive::Normal)
+            .and_then(|h| local_get(h, flight.chat.body(), now));
         let stored = if let Some((key, answer)) = local {
             flight.cache_fill = Some(key);
             flight.cache_status = CacheStatus::Miss;
@@ -129,7 +132,7 @@ impl<H: Host> RequestContext<H> {
             )?;
             flight.cache_fill = Some(key);
             flight.cache_status = CacheStatus::Refresh;
-            flight.cache_head = Some(head);
+            flight.cache_head = head;
             if directive == Directive::Refresh {
                 return Ok(None);
             }

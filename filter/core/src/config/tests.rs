@@ -82,6 +82,20 @@ fn cache_is_off_by_default_and_sized_from_bytes() {
         (c.sets, c.ways, c.per_client, c.ttl_ms),
         (16, 4, true, 3_600_000)
     );
+    // Each worker's copies: an eighth of the table, at most 1 MiB, held 1 s.
+    assert_eq!((c.worker_bytes, c.worker_ttl_ms), (131_072, 1000));
+    let big = on.replace("max_bytes: 1048576", "max_bytes: 67108864");
+    let c = compile(big.as_bytes()).unwrap().cache.unwrap();
+    assert_eq!(c.worker_bytes, 1 << 20);
+    let set = on.replace(
+        "scope: client",
+        "scope: client, worker_bytes: 0, worker_ttl_ms: 250",
+    );
+    let c = compile(set.as_bytes()).unwrap().cache.unwrap();
+    assert_eq!((c.worker_bytes, c.worker_ttl_ms), (0, 250));
+    let over = on.replace("scope: client", "scope: client, worker_bytes: 2097152");
+    let err = compile(over.as_bytes()).unwrap_err();
+    assert!(err.contains("`worker_bytes`"), "{err}");
     let bad = format!("{GOOD}cache: {{enabled: true, max_bytes: 10, max_entry_bytes: 100, scope: team, size: 1}}\n");
     let err = compile(bad.as_bytes()).unwrap_err();
     assert!(
