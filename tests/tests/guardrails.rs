@@ -85,6 +85,44 @@ fn an_email_is_denied_for_one_client_and_redacted_for_another() {
     );
 }
 
+/// The placements that once slipped past a redacting check: a value split
+/// across two text parts, a message's `name`, an assistant's tool-call
+/// arguments. Each arrives at the provider redacted.
+#[test]
+fn values_split_across_parts_in_names_and_in_tool_call_arguments_are_redacted() {
+    let s = stack("allow");
+    let body = json!({"model": "mini", "messages": [
+        {"role": "user", "name": "carol@example.com", "content": [
+            {"type": "text", "text": "mail alice@exa"}, {"type": "text", "text": "mple.com please"}]},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "send", "arguments": "{\"to\":\"bob@example.com\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"}]});
+    let r = s.chat(MINI_KEY, &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reqs = s.primary.requests();
+    let sent = &reqs.last().expect("the request reached the provider")["body"]["messages"];
+    assert_eq!(sent[0]["name"], "[REDACTED:email]");
+    assert_eq!(sent[0]["content"][0]["text"], "mail [REDACTED:email]");
+    assert_eq!(sent[0]["content"][1]["text"], " please");
+    let args: Value = serde_json::from_str(
+        sent[1]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(args, json!({"to": "[REDACTED:email]"}));
+    let text = sent.to_string();
+    for leaked in ["carol", "alice", "bob@"] {
+        assert!(
+            !text.contains(leaked),
+            "{leaked} reached the provider: {text}"
+        );
+    }
+    // The deny check reads the same placements.
+    let r = s.chat(DEMO_KEY, &body.to_string());
+    assert_openai_error(&r, 400, "guardrail_denied");
+}
+
 #[test]
 fn an_output_check_denies_plain_and_streamed_answers_and_redacts_across_chunks() {
     let s = stack("allow");

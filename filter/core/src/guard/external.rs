@@ -11,7 +11,8 @@
 //! status, a body that does not read, or no answer within the check's
 //! `timeout_ms` is a guard failure: its `failure_mode` decides.
 
-use super::{redact, request_texts, Span};
+use super::texts::{self, request_slots};
+use super::Span;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -38,7 +39,8 @@ pub fn request(stage: &str, check: &str, client: &str, model: &str, text: &str) 
 
 /// The prompt's texts as one text for the guard.
 pub fn joined_text(doc: &mut Map<String, Value>) -> String {
-    let texts = request_texts(doc);
+    let slots = request_slots(doc);
+    let texts = texts::texts(&slots);
     let mut out = String::new();
     for (i, t) in texts.iter().enumerate() {
         if i > 0 {
@@ -100,9 +102,8 @@ pub fn answer(status: Option<u16>, body: &[u8]) -> Result<Answer, String> {
 
 /// Replace every listed text in the prompt's texts; the number replaced.
 pub fn apply_redactions(doc: &mut Map<String, Value>, label: &str, targets: &[String]) -> u32 {
-    let mut hits: u32 = 0;
-    for t in request_texts(doc) {
-        let mut spans: Vec<Span<'_>> = Vec::new();
+    let mut slots = request_slots(doc);
+    texts::rewrite(&mut slots, &mut |t: &str, spans: &mut Vec<Span<'_>>| {
         for target in targets {
             spans.extend(t.match_indices(target.as_str()).map(|(start, m)| Span {
                 start,
@@ -110,10 +111,5 @@ pub fn apply_redactions(doc: &mut Map<String, Value>, label: &str, targets: &[St
                 label,
             }));
         }
-        if !spans.is_empty() {
-            hits = hits.saturating_add(u32::try_from(spans.len()).unwrap_or(u32::MAX));
-            *t = redact(t, &mut spans);
-        }
-    }
-    hits
+    })
 }

@@ -17,6 +17,7 @@ pub mod schema;
 pub mod stream;
 #[cfg(test)]
 mod tests;
+pub mod texts;
 
 use crate::error::GatewayError;
 use serde::Serialize;
@@ -283,31 +284,6 @@ pub fn redact(text: &str, spans: &mut [Span<'_>]) -> String {
     out
 }
 
-/// Every text of a request the checks read, to rewrite: message contents,
-/// as strings or as `text` parts.
-pub fn request_texts(doc: &mut Map<String, Value>) -> Vec<&mut String> {
-    let mut out = Vec::new();
-    if let Some(Value::Array(msgs)) = doc.get_mut("messages") {
-        for m in msgs {
-            match m.get_mut("content") {
-                Some(Value::String(s)) => out.push(s),
-                Some(Value::Array(parts)) => {
-                    for p in parts {
-                        if p.get("type").and_then(Value::as_str) != Some("text") {
-                            continue;
-                        }
-                        if let Some(Value::String(s)) = p.get_mut("text") {
-                            out.push(s);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    out
-}
-
 /// Every text of a chat completion the checks read, to rewrite: each
 /// choice's content.
 pub fn answer_texts(doc: &mut Value) -> Vec<&mut String> {
@@ -475,14 +451,25 @@ pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) 
         model,
         json_wanted: false,
     };
-    let texts = read::prompt_texts(body);
-    let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
-    let (mut out, redactors) = run(g, Stage::Input, active, &facts, &borrowed);
+    // The one reader of a request's texts (`texts`): what the checks read
+    // is what the rewrite redacts.
+    let Ok(mut doc) = serde_json::from_slice::<Map<String, Value>>(body) else {
+        return run(g, Stage::Input, active, &facts, &[]).0;
+    };
+    let mut slots = texts::request_slots(&mut doc);
+    let (mut out, redactors) = {
+        let texts = texts::texts(&slots);
+        let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        run(g, Stage::Input, active, &facts, &borrowed)
+    };
     if out.changed && out.denied.is_none() {
-        if let Ok(mut doc) = serde_json::from_slice::<Map<String, Value>>(body) {
-            apply_redactions(&redactors, &mut request_texts(&mut doc));
-            out.rewritten = Some(doc);
-        }
+        texts::rewrite(&mut slots, &mut |t, spans| {
+            for c in &redactors {
+                c.spans(t, spans);
+            }
+        });
+        drop(slots);
+        out.rewritten = Some(doc);
     }
     out
 }

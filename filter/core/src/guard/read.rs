@@ -1,59 +1,27 @@
-//! The texts the checks read, borrowed from the JSON without building a
-//! tree (the common case: nothing to rewrite). Strings without escapes are
-//! borrowed; others are unescaped once. Anything that is not a string where
-//! text is expected is skipped, as the tree walkers of the rewrite skip it.
+//! An answer's texts, borrowed from the JSON without building a tree (the
+//! common case: nothing to rewrite). Strings without escapes are borrowed;
+//! others are unescaped once. Anything that is not a string where text is
+//! expected is skipped, as the tree walker of the rewrite skips it. (A
+//! request's texts are read by `texts`, one reader for checks and rewrite.)
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
 
-/// What a value read as: text, a list of texts (content parts), a part, or
-/// nothing the checks read.
+/// What a value read as: text, or nothing the checks read.
 enum Read<'a> {
     Text(Cow<'a, str>),
-    Texts(Vec<Cow<'a, str>>),
-    /// A content part: its `type` is `text`, and its `text`.
-    Part(bool, Option<Cow<'a, str>>),
     Nothing,
 }
 
-/// Reads any value; `parts`: a list is content parts (else skipped).
-struct Reader {
-    parts: bool,
-}
+/// Reads any value (a list is skipped).
+struct Reader;
 
 impl<'de> de::DeserializeSeed<'de> for Reader {
     type Value = Read<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
-    }
-}
-
-/// Keys of a content part.
-enum PartKey {
-    Type,
-    Text,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for PartKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = PartKey;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, k: &str) -> Result<PartKey, E> {
-                Ok(match k {
-                    "type" => PartKey::Type,
-                    "text" => PartKey::Text,
-                    _ => PartKey::Other,
-                })
-            }
-        }
-        d.deserialize_identifier(KeyVisitor)
     }
 }
 
@@ -87,66 +55,13 @@ impl<'de> Visitor<'de> for Reader {
         Ok(Read::Nothing)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        if !self.parts {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            return Ok(Read::Nothing);
-        }
-        let mut out = Vec::new();
-        while let Some(part) = seq.next_element_seed(Reader { parts: false })? {
-            if let Read::Part(true, Some(t)) = part {
-                out.push(t);
-            }
-        }
-        Ok(Read::Texts(out))
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Read::Nothing)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut is_text, mut text) = (false, None);
-        while let Some(k) = map.next_key::<PartKey>()? {
-            let v = match k {
-                PartKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-                _ => map.next_value_seed(Reader { parts: false })?,
-            };
-            match (k, v) {
-                (PartKey::Type, Read::Text(t)) => is_text = t == "text",
-                (PartKey::Text, Read::Text(t)) => text = Some(t),
-                _ => {}
-            }
-        }
-        Ok(Read::Part(is_text, text))
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Read::Nothing)
     }
-}
-
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default, deserialize_with = "content")]
-    content: Vec<Cow<'a, str>>,
-}
-
-fn content<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Cow<'de, str>>, D::Error> {
-    Ok(
-        match de::DeserializeSeed::deserialize(Reader { parts: true }, d)? {
-            Read::Text(t) => vec![t],
-            Read::Texts(t) => t,
-            _ => Vec::new(),
-        },
-    )
-}
-
-#[derive(Deserialize)]
-struct Request<'a> {
-    #[serde(borrow, default)]
-    messages: Vec<Message<'a>>,
-}
-
-/// The prompt's texts: each message's content, as a string or its `text`
-/// parts (empty when the body does not read, which the parser refused).
-pub fn prompt_texts(body: &[u8]) -> Vec<Cow<'_, str>> {
-    serde_json::from_slice::<Request<'_>>(body)
-        .map(|r| r.messages.into_iter().flat_map(|m| m.content).collect())
-        .unwrap_or_default()
 }
 
 #[derive(Deserialize)]
@@ -156,12 +71,10 @@ struct AnswerMessage<'a> {
 }
 
 fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
-    Ok(
-        match de::DeserializeSeed::deserialize(Reader { parts: false }, d)? {
-            Read::Text(t) => Some(t),
-            _ => None,
-        },
-    )
+    Ok(match de::DeserializeSeed::deserialize(Reader, d)? {
+        Read::Text(t) => Some(t),
+        _ => None,
+    })
 }
 
 #[derive(Deserialize)]
@@ -193,14 +106,6 @@ mod tests {
     use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-
-    #[test]
-    fn prompt_texts_are_strings_and_text_parts_only() {
-        let body = br#"{"model":"m","messages":[{"role":"system","content":"a\nb"},{"role":"user","content":[{"type":"text","text":"c"},{"text":"no type","type":"image"},{"type":"text","text":7},"odd"]},{"role":"user","content":null},{"role":"user"},{"content":{"x":1}}],"x":[1,{"y":2}]}"#;
-        let t = prompt_texts(body);
-        assert_eq!(t, ["a\nb", "c"]);
-        assert!(matches!(t[1], Cow::Borrowed(_)), "no escapes: borrowed");
-    }
 
     #[test]
     fn answer_texts_are_each_choices_content() {

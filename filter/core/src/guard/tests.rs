@@ -385,3 +385,103 @@ fn redaction_merges_overlapping_spans() {
         "[REDACTED:b]45[REDACTED:c]9".replace("45", "67")
     );
 }
+
+fn scrubber() -> crate::config::Gateway {
+    gateway(
+        r#"
+  input:
+    - {name: scrub, pii: [email, card], action: redact}
+"#,
+    )
+}
+
+fn scrubbed(body: Value) -> Map<String, Value> {
+    let gw = scrubber();
+    let g = gw.guardrails.as_ref().unwrap();
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &bytes(&body));
+    assert!(out.changed, "nothing found in {body}");
+    out.rewritten.unwrap()
+}
+
+#[test]
+fn a_value_split_across_adjacent_text_parts_is_redacted_in_each_part() {
+    let d = scrubbed(
+        json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "mail alice@exa"}, {"type": "text", "text": "mple.com now, card 41111111"},
+        {"type": "text", "text": "11111111 thanks"}]}]}),
+    );
+    let parts = &d["messages"][0]["content"];
+    assert_eq!(parts[0]["text"], "mail [REDACTED:email]");
+    assert_eq!(parts[1]["text"], " now, card [REDACTED:card]");
+    assert_eq!(parts[2]["text"], " thanks");
+    let joined: String = (0..3).map(|i| parts[i]["text"].as_str().unwrap()).collect();
+    assert_eq!(
+        joined,
+        "mail [REDACTED:email] now, card [REDACTED:card] thanks"
+    );
+}
+
+#[test]
+fn parts_split_by_an_image_are_read_apart() {
+    let gw = scrubber();
+    let g = gw.guardrails.as_ref().unwrap();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "alice@exa"}, {"type": "image_url", "image_url": {"url": "u"}},
+        {"type": "text", "text": "mple.com"}]}]});
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &bytes(&body));
+    assert!(
+        !out.changed,
+        "not adjacent: the model does not read them as one"
+    );
+}
+
+#[test]
+fn names_tool_call_arguments_and_anthropic_blocks_are_read() {
+    let d = scrubbed(json!({"model": "m", "messages": [
+        {"role": "user", "name": "alice@example.com", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "send", "arguments": "{\"to\":\"bob\\u0040example.com\",\"n\":[1,\"4111 1111 1111 1111\"]}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sent to bob@example.com"}]}));
+    assert_eq!(d["messages"][0]["name"], "[REDACTED:email]");
+    let args: Value = serde_json::from_str(
+        d["messages"][1]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        args,
+        json!({"to": "[REDACTED:email]", "n": [1, "[REDACTED:card]"]})
+    );
+    assert_eq!(d["messages"][2]["content"], "sent to [REDACTED:email]");
+
+    let d = scrubbed(
+        json!({"model": "m", "system": [{"type": "text", "text": "admin is root@exa"}, {"type": "text", "text": "mple.com"}],
+        "messages": [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"deep": {"to": ["x@example.com"]}}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "ok y@example.com"}]}]}]}),
+    );
+    assert_eq!(d["system"][0]["text"], "admin is [REDACTED:email]");
+    assert_eq!(d["system"][1]["text"], "");
+    assert_eq!(
+        d["messages"][0]["content"][0]["input"]["deep"]["to"][0],
+        "[REDACTED:email]"
+    );
+    assert_eq!(
+        d["messages"][1]["content"][0]["content"][0]["text"],
+        "ok [REDACTED:email]"
+    );
+}
+
+#[test]
+fn arguments_that_are_not_json_are_read_as_text() {
+    let d = scrubbed(
+        json!({"model": "m", "messages": [{"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "to: a@example.com"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}),
+    );
+    assert_eq!(
+        d["messages"][0]["tool_calls"][0]["function"]["arguments"],
+        "to: [REDACTED:email]"
+    );
+}

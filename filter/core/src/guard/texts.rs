@@ -1,0 +1,250 @@
+//! Every text of a request the provider's model reads, enumerated once for
+//! every check (built-in and external) and for the rewrite that redacts:
+//!
+//! - `system` (Anthropic: a string or text blocks) and `instructions`
+//!   (Responses);
+//! - each message's `content` (a string, or blocks: adjacent text parts are
+//!   read joined, as the model reads them, so a value split across two
+//!   parts is still one match), its `name`;
+//! - assistant `tool_calls[].function.arguments` (and the legacy
+//!   `function_call.arguments`): the JSON document in that string is read
+//!   value by value (escapes decoded), or as plain text when it is not JSON;
+//! - Anthropic `tool_use` inputs (every string inside) and `tool_result`
+//!   contents (a string or blocks, read like a message's content).
+//!
+//! A new field the model reads is added here once.
+
+use super::Span;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+/// One place the model reads text from.
+pub enum Slot<'a> {
+    /// A whole string.
+    One(&'a mut String),
+    /// Adjacent text parts, read joined (no separator).
+    Parts(Vec<&'a mut String>),
+    /// A string holding a JSON document (tool-call arguments).
+    Json(&'a mut String),
+}
+
+/// Block types whose `text` the model reads.
+const TEXT_BLOCKS: &[&str] = &["text", "input_text", "output_text"];
+
+/// Every text slot of a request document (chat completions, messages).
+pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
+    let mut out = Vec::new();
+    for (key, v) in doc.iter_mut() {
+        match (key.as_str(), v) {
+            ("system" | "instructions", v) => content_slots(v, &mut out),
+            ("messages", Value::Array(msgs)) => {
+                for m in msgs.iter_mut() {
+                    message_slots(m, &mut out);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn message_slots<'a>(m: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+    let Value::Object(m) = m else { return };
+    for (key, v) in m.iter_mut() {
+        match (key.as_str(), v) {
+            ("content", v) => content_slots(v, out),
+            ("name", Value::String(s)) => out.push(Slot::One(s)),
+            ("tool_calls", Value::Array(calls)) => {
+                for c in calls.iter_mut() {
+                    if let Some(Value::String(a)) = c.pointer_mut("/function/arguments") {
+                        out.push(Slot::Json(a));
+                    }
+                }
+            }
+            ("function_call", v) => {
+                if let Some(Value::String(a)) = v.get_mut("arguments") {
+                    out.push(Slot::Json(a));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A content value: a string, or a list of blocks.
+fn content_slots<'a>(v: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+    match v {
+        Value::String(s) => out.push(Slot::One(s)),
+        Value::Array(blocks) => block_slots(blocks, out),
+        _ => {}
+    }
+}
+
+fn block_slots<'a>(blocks: &'a mut [Value], out: &mut Vec<Slot<'a>>) {
+    let mut run: Vec<&'a mut String> = Vec::new();
+    for b in blocks.iter_mut() {
+        let Value::Object(b) = b else {
+            flush(&mut run, out);
+            continue;
+        };
+        let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
+        if TEXT_BLOCKS.contains(&kind) {
+            if let Some(Value::String(t)) = b.get_mut("text") {
+                run.push(t);
+            }
+            continue;
+        }
+        flush(&mut run, out);
+        match kind {
+            "tool_use" => {
+                if let Some(input) = b.get_mut("input") {
+                    string_leaves(input, out);
+                }
+            }
+            "tool_result" => {
+                if let Some(c) = b.get_mut("content") {
+                    content_slots(c, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    flush(&mut run, out);
+}
+
+fn flush<'a>(run: &mut Vec<&'a mut String>, out: &mut Vec<Slot<'a>>) {
+    match run.len() {
+        0 => {}
+        1 => {
+            if let Some(s) = run.pop() {
+                out.push(Slot::One(s));
+            }
+        }
+        _ => out.push(Slot::Parts(std::mem::take(run))),
+    }
+}
+
+/// Every string inside a JSON value (object keys are not read).
+fn string_leaves<'a>(v: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+    match v {
+        Value::String(s) => out.push(Slot::One(s)),
+        Value::Array(items) => items.iter_mut().for_each(|i| string_leaves(i, out)),
+        Value::Object(m) => m.values_mut().for_each(|i| string_leaves(i, out)),
+        _ => {}
+    }
+}
+
+fn strings_in<'s>(v: &Value, out: &mut Vec<Cow<'s, str>>) {
+    match v {
+        Value::String(s) => out.push(Cow::Owned(s.clone())),
+        Value::Array(items) => items.iter().for_each(|i| strings_in(i, out)),
+        Value::Object(m) => m.values().for_each(|i| strings_in(i, out)),
+        _ => {}
+    }
+}
+
+/// The texts the checks read, one per slot (a JSON slot: one per string
+/// inside it).
+pub fn texts<'s>(slots: &'s [Slot<'_>]) -> Vec<Cow<'s, str>> {
+    let mut out = Vec::with_capacity(slots.len());
+    for s in slots {
+        match s {
+            Slot::One(t) => out.push(Cow::Borrowed(t.as_str())),
+            Slot::Parts(ps) => out.push(Cow::Owned(ps.iter().map(|p| p.as_str()).collect())),
+            Slot::Json(t) => match serde_json::from_str::<Value>(t) {
+                Ok(v) => strings_in(&v, &mut out),
+                Err(_) => out.push(Cow::Borrowed(t.as_str())),
+            },
+        }
+    }
+    out
+}
+
+/// Rewrite every slot with the spans `find` gives for its text (each span
+/// replaced by `[REDACTED:<label>]`; a span across parts is removed from
+/// each, the label left in the part where it starts). The number of spans.
+pub fn rewrite<'c>(slots: &mut [Slot<'_>], find: &mut dyn FnMut(&str, &mut Vec<Span<'c>>)) -> u32 {
+    let mut spans = Vec::new();
+    let mut hits: u32 = 0;
+    let count = |hits: &mut u32, spans: &Vec<Span<'c>>| {
+        *hits = hits.saturating_add(u32::try_from(spans.len()).unwrap_or(u32::MAX));
+    };
+    for slot in slots.iter_mut() {
+        match slot {
+            Slot::One(t) => {
+                spans.clear();
+                find(t, &mut spans);
+                count(&mut hits, &spans);
+                if !spans.is_empty() {
+                    **t = super::redact(t, &mut spans);
+                }
+            }
+            Slot::Parts(parts) => {
+                let joined: String = parts.iter().map(|p| p.as_str()).collect();
+                spans.clear();
+                find(&joined, &mut spans);
+                count(&mut hits, &spans);
+                if !spans.is_empty() {
+                    redact_parts(&joined, parts, &mut spans);
+                }
+            }
+            Slot::Json(t) => {
+                let Ok(mut v) = serde_json::from_str::<Value>(t) else {
+                    spans.clear();
+                    find(t, &mut spans);
+                    count(&mut hits, &spans);
+                    if !spans.is_empty() {
+                        **t = super::redact(t, &mut spans);
+                    }
+                    continue;
+                };
+                let mut leaves = Vec::new();
+                string_leaves(&mut v, &mut leaves);
+                let n = rewrite(&mut leaves, find);
+                drop(leaves);
+                if n > 0 {
+                    hits = hits.saturating_add(n);
+                    if let Ok(s) = serde_json::to_string(&v) {
+                        **t = s;
+                    }
+                }
+            }
+        }
+    }
+    hits
+}
+
+/// Spans found in the joined text, applied to the parts it was joined from.
+fn redact_parts(joined: &str, parts: &mut [&mut String], spans: &mut [Span<'_>]) {
+    spans.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
+    // Overlapping spans merge into the first (as `redact` does).
+    let mut merged: Vec<Span<'_>> = Vec::with_capacity(spans.len());
+    for s in spans.iter() {
+        match merged.last_mut() {
+            Some(last) if s.start < last.end => last.end = last.end.max(s.end),
+            _ => merged.push(*s),
+        }
+    }
+    let mut part_start = 0usize;
+    for p in parts.iter_mut() {
+        let part_end = part_start.saturating_add(p.len());
+        let mut out = String::with_capacity(p.len());
+        let mut at = part_start;
+        for s in merged
+            .iter()
+            .filter(|s| s.start < part_end && s.end > part_start)
+        {
+            let cut = s.start.max(part_start);
+            out.push_str(joined.get(at..cut).unwrap_or_default());
+            if s.start >= part_start {
+                out.push_str("[REDACTED:");
+                out.push_str(s.label);
+                out.push(']');
+            }
+            at = s.end.min(part_end);
+        }
+        out.push_str(joined.get(at..part_end).unwrap_or_default());
+        **p = out;
+        part_start = part_end;
+    }
+}
