@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: run redis postgres images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -25,14 +25,14 @@ test: tools wasm lint unit wasm-unit fuzz-smoke integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools redis postgres wasm chromium sdk images-if-docker
+integration: tools redis postgres cacerts wasm chromium sdk images-if-docker
 	cargo build -p portcullis-collector -p portcullis-limiter
 	cargo test -p portcullis-limiter --tests
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
 
+# The core's tests natively and on wasm32; both counts printed, equal.
 wasm-unit: $(WBG_RUNNER)
-	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(abspath $(WBG_RUNNER))" \
-	  cargo test -p portcullis-core --target wasm32-unknown-unknown
+	scripts/wasm-unit.sh "$(abspath $(WBG_RUNNER))"
 
 lint:
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -106,6 +106,11 @@ images-if-docker:
 redis:
 	@command -v redis-server >/dev/null || \
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null))
+
+# The CA bundle the documented TLS provider cluster names (Debian's package).
+cacerts:
+	@test -f /etc/ssl/certs/ca-certificates.crt || \
+	  (apt-get install -y -qq ca-certificates >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq ca-certificates >/dev/null))
 
 # PostgreSQL for the collector's fleet mode (Debian's package; the tests
 # start their own servers from its binaries).

@@ -122,12 +122,68 @@ pub fn sse(data: &[u8]) {
     }
 }
 
-/// The plugin config compiler: a config compiles, or is refused with a
-/// message; the same bytes always give the same verdict.
+/// The plugin config compiler. A config that compiles resolves every name
+/// its YAML gives: each client by its key hash, each model and alias to the
+/// model that declares it. A config that is refused names every unknown key
+/// of the top level, of each provider and of each client.
 pub fn config(data: &[u8]) {
+    let yaml = std::str::from_utf8(data)
+        .ok()
+        .and_then(|t| serde_yaml::from_str::<serde_yaml::Value>(t).ok());
     match config::compile(data) {
-        Ok(_) => assert!(config::compile(data).is_ok()),
-        Err(msg) => assert!(!msg.is_empty(), "a refusal without a message"),
+        Ok(gw) => {
+            assert!(config::compile(data).is_ok(), "the same bytes, another verdict");
+            if let Some(y) = &yaml {
+                compiled_names_resolve(y, &gw);
+            }
+        }
+        Err(msg) => {
+            assert!(!msg.is_empty(), "a refusal without a message");
+            if let Some(y) = &yaml {
+                unknown_keys_are_named(y, &msg);
+            }
+        }
+    }
+}
+
+fn compiled_names_resolve(y: &serde_yaml::Value, gw: &config::Gateway) {
+    let seq = |v: &serde_yaml::Value, k: &str| v.get(k).and_then(|s| s.as_sequence()).cloned().unwrap_or_default();
+    for c in seq(y, "clients") {
+        let (Some(name), Some(hash)) = (c["name"].as_str(), c["key_sha256"].as_str()) else { continue };
+        let hash = config::parse_sha256_hex(hash).expect("a compiled client's key hash parses");
+        assert_eq!(gw.clients.get(&hash).map(|c| c.name.as_str()), Some(name), "client {name} does not resolve");
+    }
+    for p in seq(y, "providers") {
+        for m in seq(&p, "models") {
+            let Some(name) = m["name"].as_str() else { continue };
+            let model = gw.names.get(name).and_then(|&i| gw.models.get(i));
+            assert_eq!(model.map(|m| m.name.as_str()), Some(name), "model {name} does not resolve");
+            for a in seq(&m, "aliases") {
+                let Some(alias) = a.as_str() else { continue };
+                let by_alias = gw.names.get(alias).and_then(|&i| gw.models.get(i));
+                assert!(by_alias.is_some_and(|m| m.name == alias || m.aliases.iter().any(|x| x == alias)),
+                    "alias {alias} of {name} does not resolve");
+            }
+        }
+    }
+}
+
+fn unknown_keys_are_named(y: &serde_yaml::Value, msg: &str) {
+    let named = |at: &str, v: &serde_yaml::Value, allowed: &[&str]| {
+        let Some(m) = v.as_mapping() else { return };
+        for k in m.keys() {
+            let Some(k) = k.as_str() else { continue };
+            if !allowed.contains(&k) {
+                assert!(msg.contains(&format!("{at}: unknown key `{k}`")), "unknown key {at}.{k} not named in: {msg}");
+            }
+        }
+    };
+    named("config", y, &config::section_keys(&[]).expect("top-level keys"));
+    for (list, section) in [("providers", "providers[]"), ("clients", "clients[]")] {
+        let allowed = config::section_keys(&[section]).expect("section keys");
+        for (i, item) in y.get(list).and_then(|s| s.as_sequence()).into_iter().flatten().enumerate() {
+            named(&format!("{list}[{i}]"), item, &allowed);
+        }
     }
 }
 
@@ -179,9 +235,10 @@ pub fn since(data: &[u8]) {
     }
 }
 
-/// The rate limit service's answer: whatever comes back is a verdict (an
-/// admission only when the service said OK), and a request encodes for any
-/// client name and numbers.
+/// The rate limit service's protocol: whatever comes back is a verdict (an
+/// admission only when the service said OK); a request encodes for any
+/// client name and numbers, and decodes to the descriptors and hits it was
+/// made of.
 pub fn rls(data: &[u8]) {
     use portcullis_core::rls::{self, Limit, Verdict};
     let descriptors = usize::from(data.first().copied().unwrap_or(0) % 4);
@@ -193,10 +250,75 @@ pub fn rls(data: &[u8]) {
     }
     let name = String::from_utf8_lossy(answer);
     let n = u32::from_le_bytes([0, 1, 2, 3].map(|i| data.get(i).copied().unwrap_or(0)));
-    for limit in [Limit::RequestsPerMinute, Limit::TokensPerMinute, Limit::BudgetPerDay(u64::from(n))] {
-        let m = rls::encode_request(&[limit.descriptor(&name, n)], n);
-        assert!(m.len() > name.len());
+    let limits = [Limit::RequestsPerMinute, Limit::TokensPerMinute, Limit::BudgetPerDay(u64::from(n))];
+    let sent: Vec<_> = limits.iter().map(|l| l.descriptor(&name, n)).collect();
+    let m = rls::encode_request(&sent, n);
+    let (domain, got, hits) = decode_rls_request(&m).expect("an encoded request decodes");
+    assert_eq!(domain, rls::DOMAIN.as_bytes());
+    assert_eq!(hits, u64::from(n.max(1)), "hits_addend (at least 1)");
+    let want: Vec<RlsDescriptor> = sent
+        .iter()
+        .map(|d| {
+            let entries = d.entries.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+            (entries, u64::from(d.requests_per_unit), d.unit as u64)
+        })
+        .collect();
+    assert_eq!(got, want, "the descriptors decode as they were encoded");
+}
+
+/// A descriptor as read back: entries (key, value), requests per unit, unit.
+type RlsDescriptor = (Vec<(Vec<u8>, Vec<u8>)>, u64, u64);
+
+/// `RateLimitRequest` read with the wire reader alone, independently of the
+/// encoder: (domain, descriptors, hits_addend).
+fn decode_rls_request(m: &[u8]) -> Option<(Vec<u8>, Vec<RlsDescriptor>, u64)> {
+    use portcullis_core::pb::{Reader, Value as W};
+    fn fields(b: &[u8]) -> Option<Vec<(u64, W<'_>)>> {
+        let mut r = Reader::new(b);
+        let mut out = Vec::new();
+        while let Some(f) = r.field().ok()? {
+            out.push(f);
+        }
+        Some(out)
     }
+    let (mut domain, mut descriptors, mut hits) = (Vec::new(), Vec::new(), 0);
+    for (n, v) in fields(m)? {
+        match (n, v) {
+            (1, W::Bytes(b)) => domain = b.to_vec(),
+            (3, W::Varint(h)) => hits = h,
+            (2, W::Bytes(d)) => {
+                let (mut entries, mut rpu, mut unit) = (Vec::new(), 0, 0);
+                for (dn, dv) in fields(d)? {
+                    match (dn, dv) {
+                        (1, W::Bytes(e)) => {
+                            let (mut k, mut v) = (Vec::new(), Vec::new());
+                            for (en, ev) in fields(e)? {
+                                match (en, ev) {
+                                    (1, W::Bytes(b)) => k = b.to_vec(),
+                                    (2, W::Bytes(b)) => v = b.to_vec(),
+                                    _ => return None,
+                                }
+                            }
+                            entries.push((k, v));
+                        }
+                        (2, W::Bytes(l)) => {
+                            for (ln, lv) in fields(l)? {
+                                match (ln, lv) {
+                                    (1, W::Varint(x)) => rpu = x,
+                                    (2, W::Varint(x)) => unit = x,
+                                    _ => return None,
+                                }
+                            }
+                        }
+                        _ => return None,
+                    }
+                }
+                descriptors.push((entries, rpu, unit));
+            }
+            _ => return None,
+        }
+    }
+    Some((domain, descriptors, hits))
 }
 
 /// Guardrails on a request and on a stream: no panic on any prompt or
@@ -269,7 +391,9 @@ pub fn anthropic(data: &[u8]) {
         }
     }
     let stream = b.unwrap_or(a);
-    let _ = anthropic::answer(stream, 1);
+    if let Some(out) = anthropic::answer(stream, 1) {
+        answer_round_trips(stream, &out);
+    }
     let _ = anthropic::error(stream, 400);
     let run = |split: usize| {
         let mut s = Stream::new(1, true);
@@ -282,4 +406,34 @@ pub fn anthropic(data: &[u8]) {
     let whole = run(stream.len());
     let split = usize::from(stream.first().copied().unwrap_or(0));
     assert_eq!(whole, run(split), "a split stream translates differently");
+}
+
+/// A translated Anthropic answer keeps its text (the text blocks joined),
+/// every tool call (id, name, input as JSON arguments, in order) and its
+/// usage (prompt = input + cache reads + cache writes).
+fn answer_round_trips(anthropic: &[u8], openai: &[u8]) {
+    let a: Value = serde_json::from_slice(anthropic).expect("translated: it was JSON");
+    let o: Value = serde_json::from_slice(openai).expect("the translation is JSON");
+    let blocks = a["content"].as_array().expect("translated: it had content");
+    let kind = |b: &&Value, t: &str| b.get("type").and_then(Value::as_str) == Some(t);
+    let text: String = blocks.iter().filter(|b| kind(b, "text")).filter_map(|b| b["text"].as_str()).collect();
+    let uses: Vec<&Value> = blocks.iter().filter(|b| kind(b, "tool_use")).collect();
+    let message = &o["choices"][0]["message"];
+    if !(text.is_empty() && !uses.is_empty()) {
+        assert_eq!(message["content"].as_str(), Some(text.as_str()), "the text changed");
+    }
+    let calls = message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
+    assert_eq!(calls.len(), uses.len(), "tool calls lost or made up");
+    for (call, u) in calls.iter().zip(&uses) {
+        assert_eq!(call["id"], u.get("id").cloned().unwrap_or(Value::Null));
+        assert_eq!(call["function"]["name"], u.get("name").cloned().unwrap_or(Value::Null));
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments are a string"))
+            .expect("arguments are JSON");
+        assert_eq!(Some(&args), u.get("input").or(Some(&serde_json::json!({}))), "a tool input changed");
+    }
+    let n = |k: &str| a["usage"].get(k).and_then(Value::as_u64).unwrap_or(0);
+    let prompt = n("input_tokens").saturating_add(n("cache_read_input_tokens")).saturating_add(n("cache_creation_input_tokens"));
+    assert_eq!(o["usage"]["prompt_tokens"].as_u64(), Some(prompt), "prompt tokens");
+    assert_eq!(o["usage"]["completion_tokens"].as_u64(), Some(n("output_tokens")), "completion tokens");
+    assert_eq!(o["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(n("cache_read_input_tokens")));
 }

@@ -137,14 +137,23 @@ fn miss_then_hits_on_both_workers_without_reaching_the_provider() {
 #[test]
 fn normalization_is_off_by_default_and_on_when_configured() {
     let off = Stack::start(&plugin(ON), 1);
-    ask_with(&off, &chat("Hello   World"), &[]);
+    let first = ask_with(&off, &chat("Hello   World"), &[]);
+    assert_eq!(
+        (first.status, first.header("x-portcullis-cache")),
+        (200, Some("miss"))
+    );
     assert_eq!(
         ask_with(&off, &chat("hello world"), &[]).header("x-portcullis-cache"),
         Some("miss")
     );
+    assert_eq!(off.primary.hits(), 2, "both prompts reached the provider");
 
     let on = Stack::start(&plugin(&format!("{ON}\n  normalize: true")), 1);
-    ask_with(&on, &chat("Hello   World"), &[]);
+    let first = ask_with(&on, &chat("Hello   World"), &[]);
+    assert_eq!(
+        (first.status, first.header("x-portcullis-cache")),
+        (200, Some("miss"))
+    );
     assert_eq!(
         ask_with(&on, &chat("hello world"), &[]).header("x-portcullis-cache"),
         Some("hit")

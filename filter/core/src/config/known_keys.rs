@@ -92,7 +92,17 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     ),
 ];
 
+/// The keys the section at `path` accepts (as in [`SECTIONS`]: `[]` is
+/// "providers[]"), for tests that check what the compiler reports.
+pub fn section_keys(path: &[&str]) -> Option<Vec<&'static str>> {
+    SECTIONS
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, keys)| keys())
+}
+
 pub(super) fn check(v: &mut Value, problems: &mut Vec<String>) {
+    untag(v, "", problems);
     if !v.is_mapping() {
         problems.push(
             "plugin config must be a mapping with `providers`, `routing`, `clients`, `limits`"
@@ -102,6 +112,35 @@ pub(super) fn check(v: &mut Value, problems: &mut Vec<String>) {
     }
     for (path, keys) in SECTIONS {
         check_at(v, path, String::new(), &keys(), problems);
+    }
+}
+
+/// YAML tags (`!name`) mean nothing in the plugin config, and a tagged
+/// mapping would slip past the key checks: each is reported, then removed
+/// so the rest is still checked.
+fn untag(v: &mut Value, at: &str, problems: &mut Vec<String>) {
+    if let Value::Tagged(t) = v {
+        let place = if at.is_empty() { "config" } else { at };
+        problems.push(format!(
+            "{place}: YAML tag `{}` is not accepted (remove it)",
+            t.tag
+        ));
+        let inner = std::mem::replace(&mut t.value, Value::Null);
+        *v = inner;
+        return untag(v, at, problems);
+    }
+    match v {
+        Value::Mapping(m) => {
+            for (k, child) in m.iter_mut() {
+                untag(child, &join(at, k.as_str().unwrap_or("?")), problems);
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                untag(item, &format!("{at}[{i}]"), problems);
+            }
+        }
+        _ => {}
     }
 }
 

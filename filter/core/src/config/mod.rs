@@ -12,6 +12,7 @@ mod build;
 mod clients;
 mod guardrails;
 mod known_keys;
+pub use known_keys::section_keys;
 mod models;
 mod policy;
 mod raw;

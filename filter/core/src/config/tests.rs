@@ -354,3 +354,18 @@ fn global_limit_problems_are_reported_together() {
         assert!(e.contains(want), "{want} missing from: {e}");
     }
 }
+
+#[test]
+fn yaml_tags_are_refused_and_the_tagged_mapping_is_still_checked() {
+    let text =
+        format!("!custom\n{}", GOOD.trim_start()).replace("clients:\n", "bogus: 1\nclients:\n");
+    let err = compile(text.as_bytes()).unwrap_err();
+    assert!(
+        err.contains("config: YAML tag `!custom` is not accepted"),
+        "{err}"
+    );
+    assert!(err.contains("config: unknown key `bogus`"), "{err}");
+    let nested = GOOD.replace("  - name: limited\n", "  - !x\n    name: limited\n");
+    let err = compile(nested.as_bytes()).unwrap_err();
+    assert!(err.contains("clients[1]: YAML tag `!x`"), "{err}");
+}

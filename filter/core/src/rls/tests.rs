@@ -1,5 +1,7 @@
 use super::*;
 use crate::pb;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 #[test]
 fn dates_of_day_numbers() {

@@ -1,7 +1,9 @@
 //! The mock's Anthropic mode: `POST <prefix>/messages` checks what
-//! Anthropic's API checks (the key in `x-api-key`, `anthropic-version`,
-//! `max_tokens`, roles, block shapes, every `tool_result` answering a
-//! `tool_use` of the turn before) and answers with real-shaped messages,
+//! Anthropic's API checks (the table in `tests/MOCK.md`: the key in
+//! `x-api-key`, a known `anthropic-version`, known top-level fields,
+//! `max_tokens` of at least 1, roles, block shapes, non-empty text, every
+//! `tool_use` with an id and a name and answered by a `tool_result` in the
+//! next turn, every `tool_result` answering one) and answers with real-shaped messages,
 //! streams (message_start, content blocks with text and input_json deltas,
 //! ping, message_delta with cumulative usage, message_stop), usage and
 //! errors (`{"type":"error","error":{...}}`).
@@ -25,13 +27,52 @@ fn error(status: u16, kind: &str, message: &str) -> Response<Body> {
     )
 }
 
-/// What a real Messages endpoint would refuse, in its words.
+/// The top-level fields the Messages API accepts ("Extra inputs are not
+/// permitted" for any other).
+const FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "metadata",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "context_management",
+];
+
+/// The `anthropic-version` values the API knows.
+const VERSIONS: &[&str] = &["2023-06-01", "2023-01-01"];
+
+/// What a real Messages endpoint would refuse, in its words (`Value::Null`:
+/// the body was not JSON).
 fn check(req: &Value) -> Result<(), String> {
+    let Some(fields) = req.as_object() else {
+        return Err(
+            "There was an error parsing the body of your request: not a JSON object".into(),
+        );
+    };
+    if let Some(extra) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(format!("{extra}: Extra inputs are not permitted"));
+    }
     if !req.get("model").is_some_and(Value::is_string) {
         return Err("model: Field required".into());
     }
-    if !req.get("max_tokens").is_some_and(Value::is_u64) {
-        return Err("max_tokens: Field required".into());
+    match req.get("max_tokens").map(Value::as_u64) {
+        None => return Err("max_tokens: Field required".into()),
+        Some(None) => return Err("max_tokens: Input should be a valid integer".into()),
+        Some(Some(0)) => {
+            return Err("max_tokens: Input should be greater than or equal to 1".into())
+        }
+        Some(Some(_)) => {}
     }
     let msgs = req
         .get("messages")
@@ -56,10 +97,19 @@ fn check(req: &Value) -> Result<(), String> {
             Some(Value::Array(b)) => b.clone(),
             _ => return Err(format!("messages.{i}.content: Field required")),
         };
+        if m.get("content").and_then(Value::as_str) == Some("") {
+            return Err(format!(
+                "messages.{i}: text content blocks must be non-empty"
+            ));
+        }
         let mut uses_here = Vec::new();
+        let mut answered = Vec::new();
         for (j, b) in blocks.iter().enumerate() {
             let at = format!("messages.{i}.content.{j}");
             match b.get("type").and_then(Value::as_str) {
+                Some("text") if b.get("text").and_then(Value::as_str) == Some("") => {
+                    return Err(format!("{at}: text content blocks must be non-empty"));
+                }
                 Some("text") if b.get("text").is_some_and(Value::is_string) => {}
                 Some("image") => {
                     let kind = b.pointer("/source/type").and_then(Value::as_str);
@@ -70,6 +120,14 @@ fn check(req: &Value) -> Result<(), String> {
                 Some("tool_use") if role == "assistant" => {
                     if !b.get("input").is_some_and(Value::is_object) {
                         return Err(format!("{at}.input: Input should be a valid dictionary"));
+                    }
+                    for field in ["id", "name"] {
+                        if b.get(field)
+                            .and_then(Value::as_str)
+                            .is_none_or(str::is_empty)
+                        {
+                            return Err(format!("{at}.{field}: Field required"));
+                        }
                     }
                     uses_here.push(
                         b.get("id")
@@ -85,6 +143,7 @@ fn check(req: &Value) -> Result<(), String> {
                             "{at}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
                         ));
                     }
+                    answered.push(id.to_string());
                 }
                 other => {
                     return Err(format!(
@@ -92,6 +151,17 @@ fn check(req: &Value) -> Result<(), String> {
                     ))
                 }
             }
+        }
+        let unanswered: Vec<&str> = tool_uses
+            .iter()
+            .filter(|u| !answered.contains(u))
+            .map(String::as_str)
+            .collect();
+        if !unanswered.is_empty() {
+            return Err(format!(
+                "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                unanswered.join(", ")
+            ));
         }
         tool_uses = uses_here;
     }
@@ -107,7 +177,10 @@ pub async fn messages(
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let version = req.headers().get("anthropic-version").is_some();
+    let version = req
+        .headers()
+        .get("anthropic-version")
+        .map(|v| v.to_str().unwrap_or("").to_string());
     let (path, headers) = super::request_facts(&req);
     let (parsed, step) = super::receive(&state, &path, headers, req.into_body()).await?;
     if let Some(expected) = &state.api_key {
@@ -115,12 +188,22 @@ pub async fn messages(
             return Ok(error(401, "authentication_error", "invalid x-api-key"));
         }
     }
-    if !version {
-        return Ok(error(
-            400,
-            "invalid_request_error",
-            "anthropic-version: header is required",
-        ));
+    match version.as_deref() {
+        None => {
+            return Ok(error(
+                400,
+                "invalid_request_error",
+                "anthropic-version: header is required",
+            ))
+        }
+        Some(v) if !VERSIONS.contains(&v) => {
+            return Ok(error(
+                400,
+                "invalid_request_error",
+                &format!("anthropic-version: invalid version {v:?}"),
+            ))
+        }
+        Some(_) => {}
     }
     if let Err(why) = check(&parsed) {
         return Ok(error(400, "invalid_request_error", &why));

@@ -30,10 +30,14 @@
 //!   — Azure OpenAI (key in `api-key`). Steps add `tool_call`
 //!   (`{"name","input"}`), `cache_read` and `stream_error` there.
 //!
+//! Every mode refuses what the real API refuses, in its own error shape:
+//! the table of checks is `tests/MOCK.md` (a test sends each bad request).
+//!
 //! Usage: `portcullis-mock [--port N] [--name NAME] [--api-key KEY]`; prints
 //! `portcullis-mock <name> listening on 127.0.0.1:<port>` once ready.
 
 mod anthropic;
+mod openai_checks;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -267,6 +271,10 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
                 &json!({"error": {"message": "mock: wrong provider key", "type": "invalid_request_error", "code": "invalid_api_key"}}),
             ));
         }
+    }
+    // What OpenAI refuses, the mock refuses (tests/MOCK.md).
+    if let Err(openai_checks::Refusal(status, body)) = openai_checks::check(&parsed) {
+        return Ok(json_response(status, &body));
     }
     let status = step.status.unwrap_or(200);
     if let Some(raw) = step.body {

@@ -1,0 +1,447 @@
+//! The mock refuses what the real providers refuse: one case per row of
+//! `tests/MOCK.md`, each sending the bad request and expecting the
+//! provider's own status and error shape. A good request of each mode is
+//! accepted, so the checks do not refuse everything.
+
+use portcullis_tests::{post, repo_root, Mock, Resp};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+
+const KEY: &str = "sk-provider";
+
+struct Case {
+    mode: Mode,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+    status: u16,
+    /// In the error's `type` or `code` (OpenAI) / `error.type` (Anthropic).
+    kind: Option<&'static str>,
+    /// In the error's message.
+    says: &'static str,
+}
+
+#[derive(Clone, Copy)]
+enum Mode {
+    OpenAi,
+    Azure,
+    AzureNoVersion,
+    Anthropic,
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn openai(body: Value, status: u16, kind: Option<&'static str>, says: &'static str) -> Case {
+    Case {
+        mode: Mode::OpenAi,
+        headers: Vec::new(),
+        body: body.to_string(),
+        status,
+        kind,
+        says,
+    }
+}
+
+fn anthropic(body: Value, status: u16, kind: Option<&'static str>, says: &'static str) -> Case {
+    Case {
+        mode: Mode::Anthropic,
+        headers: Vec::new(),
+        body: body.to_string(),
+        status,
+        kind,
+        says,
+    }
+}
+
+fn claude(messages: Value) -> Value {
+    json!({"model": "claude", "max_tokens": 10, "messages": messages})
+}
+
+fn tool_use(id: Option<&str>, name: Option<&str>) -> Value {
+    let mut b = json!({"type": "tool_use", "input": {"q": 1}});
+    if let Some(id) = id {
+        b["id"] = json!(id);
+    }
+    if let Some(name) = name {
+        b["name"] = json!(name);
+    }
+    json!({"role": "assistant", "content": [b]})
+}
+
+fn cases() -> Vec<(&'static str, Case)> {
+    let chat = |extra: Value| {
+        let mut b = json!({"model": "gpt-4o", "messages": [user("hi")]});
+        if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        b
+    };
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+    let invalid = Some("invalid_request_error");
+    vec![
+        (
+            "openai-wrong-key",
+            Case {
+                headers: vec![("authorization", "Bearer sk-other".into())],
+                ..openai(
+                    chat(json!({})),
+                    401,
+                    Some("invalid_api_key"),
+                    "wrong provider key",
+                )
+            },
+        ),
+        (
+            "openai-not-json",
+            Case {
+                body: "{not json".into(),
+                ..openai(json!({}), 400, invalid, "could not parse the JSON body")
+            },
+        ),
+        (
+            "openai-unknown-field",
+            openai(
+                chat(json!({"temprature": 1})),
+                400,
+                invalid,
+                "Unrecognized request argument supplied: temprature",
+            ),
+        ),
+        (
+            "openai-no-model",
+            openai(
+                json!({"messages": [user("hi")]}),
+                400,
+                invalid,
+                "you must provide a model parameter",
+            ),
+        ),
+        (
+            "openai-no-messages",
+            openai(
+                json!({"model": "gpt-4o"}),
+                400,
+                Some("missing_required_parameter"),
+                "'messages'",
+            ),
+        ),
+        (
+            "openai-empty-messages",
+            openai(
+                chat(json!({"messages": []})),
+                400,
+                Some("empty_array"),
+                "empty array",
+            ),
+        ),
+        (
+            "openai-bad-role",
+            openai(
+                chat(json!({"messages": [{"role": "robot", "content": "x"}]})),
+                400,
+                Some("invalid_value"),
+                "'robot'",
+            ),
+        ),
+        (
+            "openai-stream-options-without-stream",
+            openai(
+                chat(json!({"stream_options": {"include_usage": true}})),
+                400,
+                invalid,
+                "only allowed when 'stream' is enabled",
+            ),
+        ),
+        (
+            "openai-tool-without-call-id",
+            openai(
+                chat(
+                    json!({"messages": [user("hi"), call.clone(), {"role": "tool", "content": "r"}]}),
+                ),
+                400,
+                Some("missing_required_parameter"),
+                "tool_call_id",
+            ),
+        ),
+        (
+            "openai-tool-result-without-call",
+            openai(
+                chat(
+                    json!({"messages": [user("hi"), {"role": "tool", "tool_call_id": "call_9", "content": "r"}]}),
+                ),
+                400,
+                invalid,
+                "must be a response to a preceeding message with 'tool_calls'",
+            ),
+        ),
+        (
+            "openai-tool-calls-unanswered",
+            openai(
+                chat(json!({"messages": [user("hi"), call.clone(), user("and?")]})),
+                400,
+                invalid,
+                "did not have response messages: call_1",
+            ),
+        ),
+        (
+            "azure-no-api-version",
+            Case {
+                mode: Mode::AzureNoVersion,
+                ..openai(chat(json!({})), 404, None, "api-version")
+            },
+        ),
+        (
+            "azure-wrong-key",
+            Case {
+                mode: Mode::Azure,
+                headers: vec![("api-key", "sk-other".into())],
+                ..openai(
+                    chat(json!({})),
+                    401,
+                    Some("invalid_api_key"),
+                    "wrong provider key",
+                )
+            },
+        ),
+        (
+            "azure-unknown-field",
+            Case {
+                mode: Mode::Azure,
+                ..openai(
+                    chat(json!({"foo": 1})),
+                    400,
+                    invalid,
+                    "Unrecognized request argument supplied: foo",
+                )
+            },
+        ),
+        (
+            "anthropic-wrong-key",
+            Case {
+                headers: vec![("x-api-key", "sk-other".into())],
+                ..anthropic(
+                    claude(json!([user("hi")])),
+                    401,
+                    Some("authentication_error"),
+                    "x-api-key",
+                )
+            },
+        ),
+        (
+            "anthropic-no-version",
+            Case {
+                headers: vec![("anthropic-version", String::new())],
+                ..anthropic(
+                    claude(json!([user("hi")])),
+                    400,
+                    invalid,
+                    "anthropic-version",
+                )
+            },
+        ),
+        (
+            "anthropic-unknown-version",
+            Case {
+                headers: vec![("anthropic-version", "2099-01-01".into())],
+                ..anthropic(claude(json!([user("hi")])), 400, invalid, "invalid version")
+            },
+        ),
+        (
+            "anthropic-not-json",
+            Case {
+                body: "{not json".into(),
+                ..anthropic(json!({}), 400, invalid, "error parsing the body")
+            },
+        ),
+        (
+            "anthropic-unknown-field",
+            anthropic(
+                json!({"model": "claude", "max_tokens": 10, "messages": [user("hi")], "n": 2}),
+                400,
+                invalid,
+                "n: Extra inputs are not permitted",
+            ),
+        ),
+        (
+            "anthropic-no-max-tokens",
+            anthropic(
+                json!({"model": "claude", "messages": [user("hi")]}),
+                400,
+                invalid,
+                "max_tokens: Field required",
+            ),
+        ),
+        (
+            "anthropic-max-tokens-zero",
+            anthropic(
+                json!({"model": "claude", "max_tokens": 0, "messages": [user("hi")]}),
+                400,
+                invalid,
+                "greater than or equal to 1",
+            ),
+        ),
+        (
+            "anthropic-bad-role",
+            anthropic(
+                claude(json!([{"role": "system", "content": "be nice"}, user("hi")])),
+                400,
+                invalid,
+                "'user' or 'assistant'",
+            ),
+        ),
+        (
+            "anthropic-empty-text",
+            anthropic(
+                claude(json!([{"role": "user", "content": [{"type": "text", "text": ""}]}])),
+                400,
+                invalid,
+                "must be non-empty",
+            ),
+        ),
+        (
+            "anthropic-empty-string-content",
+            anthropic(
+                claude(json!([{"role": "user", "content": ""}])),
+                400,
+                invalid,
+                "must be non-empty",
+            ),
+        ),
+        (
+            "anthropic-tool-use-without-id",
+            anthropic(
+                claude(json!([user("hi"), tool_use(None, Some("f"))])),
+                400,
+                invalid,
+                "id: Field required",
+            ),
+        ),
+        (
+            "anthropic-tool-use-without-name",
+            anthropic(
+                claude(json!([user("hi"), tool_use(Some("toolu_1"), None)])),
+                400,
+                invalid,
+                "name: Field required",
+            ),
+        ),
+        (
+            "anthropic-tool-use-unanswered",
+            anthropic(
+                claude(json!([
+                    user("hi"),
+                    tool_use(Some("toolu_1"), Some("f")),
+                    user("and?")
+                ])),
+                400,
+                invalid,
+                "without `tool_result` blocks immediately after: toolu_1",
+            ),
+        ),
+        (
+            "anthropic-tool-result-orphan",
+            anthropic(
+                claude(
+                    json!([user("hi"), {"role": "assistant", "content": "ok"}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "r"}]}]),
+                ),
+                400,
+                invalid,
+                "unexpected `tool_use_id`",
+            ),
+        ),
+    ]
+}
+
+fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -> Resp {
+    let (path, mut headers): (&str, Vec<(&str, String)>) = match mode {
+        Mode::OpenAi => (
+            "/v1/chat/completions",
+            vec![("authorization", format!("Bearer {KEY}"))],
+        ),
+        Mode::Azure => (
+            "/openai/deployments/d/chat/completions?api-version=2024-10-21",
+            vec![("api-key", KEY.into())],
+        ),
+        Mode::AzureNoVersion => (
+            "/openai/deployments/d/chat/completions",
+            vec![("api-key", KEY.into())],
+        ),
+        Mode::Anthropic => (
+            "/v1/messages",
+            vec![
+                ("x-api-key", KEY.into()),
+                ("anthropic-version", "2023-06-01".into()),
+            ],
+        ),
+    };
+    headers.push(("content-type", "application/json".into()));
+    for (k, v) in extra {
+        headers.retain(|(h, _)| h != k);
+        // An empty value stands for "header left out".
+        if !v.is_empty() {
+            headers.push((k, v.clone()));
+        }
+    }
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    post(&mock.url(path), &h, body)
+}
+
+fn rows_of_the_table() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(repo_root().join("tests/MOCK.md")).unwrap();
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
+    let mock = Mock::start(env!("CARGO_BIN_EXE_portcullis-mock"), "strict", Some(KEY));
+    let cases = cases();
+    let names: BTreeSet<String> = cases.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(
+        names,
+        rows_of_the_table(),
+        "tests/MOCK.md and the cases disagree"
+    );
+    let mut wrong = Vec::new();
+    for (name, c) in &cases {
+        let r = send(&mock, c.mode, &c.headers, &c.body);
+        let v = r.json();
+        let (kind, message) = match c.mode {
+            Mode::Anthropic => {
+                assert_eq!(
+                    v["type"], "error",
+                    "{name}: Anthropic's error shape: {}",
+                    r.body
+                );
+                (
+                    vec![v["error"]["type"].clone()],
+                    v["error"]["message"].as_str().unwrap_or("").to_string(),
+                )
+            }
+            _ => (
+                vec![v["error"]["type"].clone(), v["error"]["code"].clone()],
+                v["error"]["message"].as_str().unwrap_or("").to_string(),
+            ),
+        };
+        let kind_ok = c.kind.is_none_or(|k| kind.iter().any(|x| x == k));
+        if r.status != c.status || !kind_ok || !message.contains(c.says) {
+            wrong.push(format!("{name}: got {} {}", r.status, r.body));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "refusals not as the real API's:\n{}",
+        wrong.join("\n")
+    );
+    // Good requests of each mode pass the same checks.
+    let good_chat = json!({"model": "gpt-4o", "messages": [user("hi"), {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "r"}], "stream": true, "stream_options": {"include_usage": true}}).to_string();
+    assert_eq!(send(&mock, Mode::OpenAi, &[], &good_chat).status, 200);
+    assert_eq!(send(&mock, Mode::Azure, &[], &good_chat).status, 200);
+    let good_claude = claude(json!([user("hi"), tool_use(Some("toolu_1"), Some("f")), {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "r"}]}])).to_string();
+    let r = send(&mock, Mode::Anthropic, &[], &good_claude);
+    assert_eq!(r.status, 200, "{}", r.body);
+}
