@@ -57,6 +57,7 @@ done
 cat <<MSG
 portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, dashboard http://127.0.0.1:9090/dashboard, logs in .run/logs/). Try:
   curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
+  curl -s http://127.0.0.1:10000/v1/embeddings -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"text-embedding-3-small","input":["hello","world"]}'
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
 wait -n "${pids[@]}" || true

@@ -16,8 +16,8 @@ use crate::reading::Reader;
 use portcullis_core::attempt::{classify, classify_call, Outcome};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
+use portcullis_core::providers;
 use portcullis_core::sse;
-use portcullis_core::translate::{self, anthropic};
 use proxy_wasm::types::Action;
 
 /// Whether a response's headers say its body is content-encoded.
@@ -54,29 +54,33 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let wants_usage = self.wants_usage(&loaded.gw);
-        let messages_api = self.request.messages_api;
+        let api = self.request.api;
         let Some(f) = self.flight.as_mut() else {
             return;
         };
         let stream = f.chat.stream;
         let encoded = is_encoded(resp);
-        let translates = !messages_api
-            && f.current
-                .as_ref()
-                .and_then(|c| loaded.gw.providers.get(c.provider))
-                .is_some_and(translate::translates_answers);
+        let translated_by = f
+            .current
+            .as_ref()
+            .and_then(|c| loaded.gw.providers.get(c.provider))
+            .filter(|p| providers::translates(p, api))
+            .map(|p| providers::format(&p.schema));
         f.hold = false;
         f.translation = None;
-        if translates && !encoded {
-            if status == 200 && stream {
-                let emit_usage = f.chat.include_usage || f.usage_chunk;
-                let now_s = self.host.now_ms() / 1000;
-                f.translation = Some(Translation::Stream(anthropic::Stream::new(
-                    now_s, emit_usage,
-                )));
-            } else {
-                f.translation = Some(Translation::Whole { status });
-                f.hold = true;
+        if let Some(format) = translated_by.filter(|_| !encoded) {
+            let translated_stream = (status == 200 && stream)
+                .then(|| {
+                    let emit_usage = f.chat.include_usage || f.usage_chunk;
+                    format.stream(self.host.now_ms() / 1000, emit_usage)
+                })
+                .flatten();
+            match translated_stream {
+                Some(s) => f.translation = Some(Translation::Stream(s)),
+                None => {
+                    f.translation = Some(Translation::Whole { status, format });
+                    f.hold = true;
+                }
             }
         }
         if status != 200 || encoded {
@@ -98,7 +102,7 @@ impl<H: Host> RequestContext<H> {
             0
         };
         let keep = if store { cache_max } else { 0 }.max(content_max);
-        f.reader = if messages_api && stream {
+        f.reader = if api.streams_anthropic_events() && stream {
             // Passed on as it is; only its usage is read.
             wants_usage.then(Reader::messages_stream)
         } else {
@@ -143,17 +147,18 @@ impl<H: Host> RequestContext<H> {
     fn whole_answer(&mut self, body: Vec<u8>) -> Result<Vec<u8>, GatewayError> {
         let now_s = self.host.now_ms() / 1000;
         match self.flight.as_ref().and_then(|f| f.translation.as_ref()) {
-            Some(Translation::Whole { status: 200 }) => {
-                anthropic::answer(&body, now_s).ok_or_else(|| {
-                    GatewayError::new(
-                        502,
-                        "api_error",
-                        "provider_bad_answer",
-                        "The provider's answer could not be read as a message.",
-                    )
-                })
-            }
-            Some(Translation::Whole { status }) => Ok(anthropic::error(&body, *status)),
+            Some(Translation::Whole {
+                status: 200,
+                format,
+            }) => format.answer(&body, now_s).ok_or_else(|| {
+                GatewayError::new(
+                    502,
+                    "api_error",
+                    "provider_bad_answer",
+                    "The provider's answer could not be read as a message.",
+                )
+            }),
+            Some(Translation::Whole { status, format }) => Ok(format.error(&body, *status)),
             _ => Ok(body),
         }
     }

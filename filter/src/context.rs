@@ -14,6 +14,7 @@ use crate::admission::{Finish, Held};
 use crate::flight::Flight;
 use crate::host::Host;
 use crate::loaded::Loaded;
+use portcullis_core::api::Api;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::ratelimit::Take;
@@ -69,9 +70,8 @@ pub struct ClientRequest {
     pub authority: String,
     pub cache_control: Option<String>,
     pub has_content_type: bool,
-    /// `POST /v1/messages`: Anthropic's API shape, passed to Anthropic
-    /// providers as it is; errors in Anthropic's shape.
-    pub messages_api: bool,
+    /// The inbound API (decided by the path; its errors' shape).
+    pub api: Api,
     /// The request headers conditional routes read.
     pub rule_headers: Vec<(String, String)>,
     /// `x-portcullis-pin-provider`: the provider a client asks for.
@@ -167,11 +167,7 @@ impl<H: Host> RequestContext<H> {
             .as_deref()
             .map(|r| vec![("retry-after", r)])
             .unwrap_or_default();
-        let body = if self.request.messages_api {
-            err.anthropic_body()
-        } else {
-            err.body()
-        };
+        let body = self.request.api.error_body(err);
         self.reply(err.status, &extra, &body)
     }
 

@@ -11,9 +11,9 @@ use portcullis_core::attempt::{Cause, Skip};
 use portcullis_core::breaker::Admission;
 use portcullis_core::cache::{CacheStatus, Hash};
 use portcullis_core::config::Gateway;
+use portcullis_core::providers;
 use portcullis_core::ratelimit::Price;
 use portcullis_core::request::ChatRequest;
-use portcullis_core::translate::anthropic;
 
 /// The provider currently tried, and whether it is a half-open probe.
 #[derive(Debug, Clone)]
@@ -55,12 +55,16 @@ pub struct Call {
     pub timeout_ms: u64,
 }
 
-/// How the answering provider's answer becomes OpenAI's shape.
+/// How the answering provider's answer becomes the pivot's shape.
 pub enum Translation {
-    /// A whole answer (or error) of this status, translated at its end.
-    Whole { status: u16 },
+    /// A whole answer (or error) of this status, translated at its end by
+    /// the provider's format.
+    Whole {
+        status: u16,
+        format: &'static dyn providers::Format,
+    },
     /// A stream, translated event by event.
-    Stream(anthropic::Stream),
+    Stream(providers::Stream),
 }
 
 pub struct Flight {

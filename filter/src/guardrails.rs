@@ -42,9 +42,9 @@ impl<H: Host> RequestContext<H> {
         let model = flight.model;
         let active = g.active(Stage::Input, &client.name, model);
         let out_active = g.active(Stage::Output, &client.name, model);
-        // Output checks read chat completions; Messages answers pass as
-        // they are (README).
-        if !out_active.is_empty() && !self.request.messages_api {
+        // Output checks read chat completions' texts; other APIs' answers
+        // pass as they are (README).
+        if !out_active.is_empty() && self.request.api.has_completion_text() {
             // The tree is built only when a schema check could use it.
             let schema = out_active
                 .iter()
@@ -301,7 +301,7 @@ impl<H: Host> RequestContext<H> {
     /// The prompt as the checks left it is the request from now on (the
     /// cache key, the estimate and every provider see it).
     fn use_rewritten(&mut self, doc: &Document) -> Result<(), GatewayError> {
-        let chat = ChatRequest::from_document(doc)?;
+        let chat = ChatRequest::from_document(self.request.api, doc)?;
         if let Some(f) = self.flight.as_mut() {
             f.chat = chat;
             f.rewritten = true;

@@ -58,7 +58,7 @@ impl Gateway {
             .providers
             .iter()
             .map(|p| {
-                Some(portcullis_core::translate::credential(
+                Some(portcullis_core::providers::credential(
                     p,
                     &format!("sk-{}", p.name),
                 ))

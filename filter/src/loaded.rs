@@ -3,7 +3,7 @@
 
 use crate::host::Host;
 use portcullis_core::config::Gateway;
-use portcullis_core::translate;
+use portcullis_core::providers;
 use proxy_wasm::types::LogLevel;
 
 /// A compiled config plus what it needs from the VM environment.
@@ -23,7 +23,7 @@ impl Loaded {
             .map(|p| {
                 let env = p.api_key_env.as_ref()?;
                 match std::env::var(env) {
-                    Ok(v) if !v.is_empty() => Some(translate::credential(p, &v)),
+                    Ok(v) if !v.is_empty() => Some(providers::credential(p, &v)),
                     _ => {
                         host.log(
                             LogLevel::Warn,

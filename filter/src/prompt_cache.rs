@@ -94,19 +94,20 @@ impl<H: Host> RequestContext<H> {
         let Some((first, first_model_id)) = flight.candidates.first() else {
             return Ok(None);
         };
-        if self.request.messages_api && flight.chat.stream {
+        let api = self.request.api;
+        if flight.chat.stream && !api.replays_streams() {
             // A stored answer is replayed as OpenAI's stream only.
             return Ok(None);
         }
         let name = gw.providers.get(*first).map_or("", |p| p.name.as_str());
-        // Messages answers are stored apart: the same body to the same
+        // Each API's answers are stored apart: the same body to the same
         // provider is another answer in another shape.
-        let messages_name;
-        let first_name = if self.request.messages_api {
-            messages_name = format!("messages:{name}");
-            messages_name.as_str()
-        } else {
+        let namespaced;
+        let first_name = if api.cache_namespace().is_empty() {
             name
+        } else {
+            namespaced = format!("{}{name}", api.cache_namespace());
+            namespaced.as_str()
         };
         let scope = cfg.per_client.then_some(client.name.as_str());
         // Nothing to key when the worker keeps no copies.

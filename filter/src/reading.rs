@@ -3,8 +3,8 @@
 //! is dropped), a whole answer is copied (whole up to `keep` bytes, past
 //! that only its tail, where `usage` is). Nothing is held back.
 
+use portcullis_core::providers::anthropic::StreamUsage;
 use portcullis_core::sse::Relay;
-use portcullis_core::translate::anthropic::StreamUsage;
 use portcullis_core::usage::{AnswerCopy, Usage};
 
 pub enum Reader {

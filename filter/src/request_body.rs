@@ -12,6 +12,7 @@ use crate::metrics;
 use portcullis_core::attempt::exhausted;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
+use portcullis_core::providers;
 use portcullis_core::ratelimit;
 use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{resolve, Route};
@@ -35,7 +36,7 @@ impl<H: Host> RequestContext<H> {
             .host
             .body(Part::Request, body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
-        let chat = ChatRequest::parse(&body)?;
+        let chat = ChatRequest::parse_for(self.request.api, &body)?;
         let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
         // One clock read for the body phase (cache expiry, limits).
         let now = self.host.now_ms();
@@ -63,9 +64,7 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.flight = Some(self.flight_for(gw, chat, route));
-        if self.request.messages_api {
-            self.messages_only(gw)?;
-        }
+        self.serving_api_only(gw)?;
         if self.input_guardrails(gw, client, body_size)? == Guarded::Wait {
             return Ok(Action::Pause);
         }
@@ -127,16 +126,17 @@ impl<H: Host> RequestContext<H> {
         global_limits::asks(client, reserve, now, held)
     }
 
-    /// `/v1/messages` reaches the model's Anthropic providers only, with
-    /// the client's body as it is.
-    fn messages_only(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+    /// Only providers whose format serves the request's API are candidates
+    /// (`providers::reach`).
+    fn serving_api_only(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+        let api = self.request.api;
         let Some(f) = self.flight.as_mut() else {
             return Ok(());
         };
         f.candidates.retain(|(p, _)| {
             gw.providers
                 .get(*p)
-                .is_some_and(portcullis_core::translate::translates_answers)
+                .is_some_and(|p| providers::serves(p, api))
         });
         if f.candidates.is_empty() {
             return Err(GatewayError::new(
@@ -144,8 +144,9 @@ impl<H: Host> RequestContext<H> {
                 "invalid_request_error",
                 "model_not_found",
                 format!(
-                    "The model `{}` has no Anthropic provider: /v1/messages reaches Anthropic providers only (use /v1/chat/completions for the others).",
-                    f.chat.model
+                    "The model `{}` has no provider that serves {} (see which provider formats serve which API in the docs).",
+                    f.chat.model,
+                    api.path()
                 ),
             ));
         }
@@ -160,7 +161,7 @@ impl<H: Host> RequestContext<H> {
             return Err(GatewayError::internal("no request in flight"));
         };
         // A Messages stream always carries its usage.
-        flight.usage_chunk = !self.request.messages_api
+        flight.usage_chunk = self.request.api.asks_usage_chunk()
             && flight.chat.needs_usage_request()
             && (flight.cache_fill.is_some() || wants_usage);
         if gw.log.as_ref().is_some_and(|l| l.include_content) {

@@ -5,6 +5,7 @@
 use crate::admission;
 use crate::context::{Phase, RequestContext};
 use crate::host::{Host, Part};
+use portcullis_core::api::{self, Api};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
@@ -101,8 +102,8 @@ impl<H: Host> RequestContext<H> {
                 let body = model_info(gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
-            ("POST", "/v1/chat/completions" | "/v1/messages") => {
-                self.request.messages_api = path == "/v1/messages";
+            ("POST", p) if Api::of_path(p).is_some() => {
+                self.request.api = Api::of_path(p).unwrap_or_default();
                 self.request.path = path.to_string();
                 self.request.authority = f.authority.into_owned();
                 self.chat_headers(gw, authorization, f.content_length, end_of_stream)?;
@@ -116,7 +117,13 @@ impl<H: Host> RequestContext<H> {
                 self.phase = Phase::ChatBody;
                 Ok(Action::Pause)
             }
-            (method, _) => Err(GatewayError::not_found_path(method, path)),
+            (method, _) => {
+                // Under an API's path, the 404 is in that API's shape.
+                if let Some(api) = api::ALL.iter().find(|a| path.starts_with(a.path())) {
+                    self.request.api = *api;
+                }
+                Err(GatewayError::not_found_path(method, path))
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use crate::host::{Host, Part};
 use crate::loaded::Loaded;
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::translate;
+use portcullis_core::providers;
 use proxy_wasm::types::{LogLevel, Status};
 
 pub struct UpstreamRequest<'a> {
@@ -45,19 +45,12 @@ impl<H: Host> RequestContext<H> {
             .flight
             .as_mut()
             .ok_or_else(|| GatewayError::internal("no request in flight"))?;
-        let prepared = if self.request.messages_api {
-            // Anthropic's shape to an Anthropic provider: only the model id.
-            translate::Prepared {
-                body: (model_id != flight.chat.model).then(|| flight.chat.body_for(model_id)),
-                dropped: Vec::new(),
-            }
-        } else {
-            translate::request_body(p, &flight.chat, model_id, flight.usage_chunk)?
-        };
+        let api = self.request.api;
+        let prepared = providers::request_body(p, api, &flight.chat, model_id, flight.usage_chunk)?;
         flight.dropped = prepared.dropped;
         Ok(UpstreamRequest {
             cluster: &p.cluster,
-            path: translate::chat_path(p, model_id),
+            path: providers::path(p, api, model_id),
             authority: &p.host,
             timeout_ms: p.timeout_ms,
             credential: loaded
@@ -70,7 +63,7 @@ impl<H: Host> RequestContext<H> {
                 None if flight.rewritten => Some(flight.chat.body().to_vec()),
                 body => body,
             },
-            extra: translate::extra_headers(p),
+            extra: providers::extra_headers(p),
             retries: p.retries.as_ref(),
         })
     }

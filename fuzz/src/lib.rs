@@ -336,7 +336,7 @@ pub fn guard(data: &[u8]) {
         let active = g.active(Stage::Input, "c", 0);
         let out = guard::check_input(g, &active, 0, r.body());
         if let Some(doc) = &out.rewritten {
-            ChatRequest::from_document(doc).expect("a redacted request is still accepted");
+            ChatRequest::from_document(portcullis_core::api::Api::ChatCompletions, doc).expect("a redacted request is still accepted");
         }
         assert_eq!(out.rewritten.is_some(), out.changed && out.denied.is_none(), "a redaction always rewrites");
     }
@@ -376,7 +376,7 @@ guardrails:
 /// refused with a 400; any answer, error or stream reads or is refused
 /// without a panic; a stream translates the same whole or split anywhere.
 pub fn anthropic(data: &[u8]) {
-    use portcullis_core::translate::anthropic::{self, Options, Stream};
+    use portcullis_core::providers::anthropic::{self, Options, Stream};
     let (a, b) = two(data);
     if let Ok(r) = ChatRequest::parse(a) {
         for drop_unsupported in [false, true] {

@@ -26,6 +26,7 @@ enum Mode {
     Azure,
     AzureNoVersion,
     Anthropic,
+    Embeddings,
 }
 
 fn user(text: &str) -> Value {
@@ -183,6 +184,67 @@ fn cases() -> Vec<(&'static str, Case)> {
                 invalid,
                 "did not have response messages: call_1",
             ),
+        ),
+        (
+            "embeddings-wrong-key",
+            Case {
+                mode: Mode::Embeddings,
+                headers: vec![("authorization", "Bearer sk-other".into())],
+                ..openai(
+                    json!({"model": "e", "input": "x"}),
+                    401,
+                    Some("invalid_api_key"),
+                    "wrong provider key",
+                )
+            },
+        ),
+        (
+            "embeddings-no-input",
+            Case {
+                mode: Mode::Embeddings,
+                ..openai(
+                    json!({"model": "e"}),
+                    400,
+                    Some("missing_required_parameter"),
+                    "'input'",
+                )
+            },
+        ),
+        (
+            "embeddings-empty-input",
+            Case {
+                mode: Mode::Embeddings,
+                ..openai(
+                    json!({"model": "e", "input": ""}),
+                    400,
+                    invalid,
+                    "'$.input' is invalid",
+                )
+            },
+        ),
+        (
+            "embeddings-bad-encoding",
+            Case {
+                mode: Mode::Embeddings,
+                ..openai(
+                    json!({"model": "e", "input": "x", "encoding_format": "int8"}),
+                    400,
+                    Some("invalid_value"),
+                    "encoding_format",
+                )
+            },
+        ),
+        (
+            "embeddings-unknown-field",
+            Case {
+                mode: Mode::Embeddings,
+                ..openai(
+                    json!({"model": "e", "input": "x", "messages": []}),
+                    400,
+                    invalid,
+                    "Unrecognized request argument supplied: messages",
+                )
+            },
         ),
         (
             "azure-no-api-version",
@@ -359,6 +421,10 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             "/v1/chat/completions",
             vec![("authorization", format!("Bearer {KEY}"))],
         ),
+        Mode::Embeddings => (
+            "/v1/embeddings",
+            vec![("authorization", format!("Bearer {KEY}"))],
+        ),
         Mode::Azure => (
             "/openai/deployments/d/chat/completions?api-version=2024-10-21",
             vec![("api-key", KEY.into())],
@@ -444,4 +510,17 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
     let good_claude = claude(json!([user("hi"), tool_use(Some("toolu_1"), Some("f")), {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "r"}]}])).to_string();
     let r = send(&mock, Mode::Anthropic, &[], &good_claude);
     assert_eq!(r.status, 200, "{}", r.body);
+    let good = json!({"model": "e", "input": ["a b", [1, 2, 3]], "encoding_format": "base64", "dimensions": 4});
+    let r = send(&mock, Mode::Embeddings, &[], &good.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(
+        (
+            v["data"][1]["index"].as_u64(),
+            v["usage"]["prompt_tokens"].as_u64()
+        ),
+        (Some(1), Some(5))
+    );
+    // 4 f32 in base64: 16 bytes, 24 characters.
+    assert_eq!(v["data"][0]["embedding"].as_str().map(str::len), Some(24));
 }

@@ -91,7 +91,11 @@ fn the_openai_sdk_uses_an_anthropic_backed_model_without_noticing() {
     );
     assert_eq!(r.status, 404, "{}", r.body);
     assert_eq!(r.json()["error"]["type"], "not_found_error");
-    assert!(r.body.contains("no Anthropic provider"), "{}", r.body);
+    assert!(
+        r.body.contains("no provider that serves /v1/messages"),
+        "{}",
+        r.body
+    );
 }
 
 #[test]

@@ -75,7 +75,7 @@ fn main() -> Result<(), String> {
 /// Anthropic's Messages API: a 2 KB chat request translated, a whole
 /// answer back, and a 100-event stream back (each figure per request).
 fn translations() -> Result<(), String> {
-    use portcullis_core::translate::anthropic;
+    use portcullis_core::providers::anthropic;
     let sentence = "Summarise the quarterly report in plain words for the board, please. ";
     let mut text = String::new();
     while text.len() < 1900 {

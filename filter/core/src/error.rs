@@ -98,7 +98,10 @@ impl GatewayError {
             404,
             "invalid_request_error",
             "unknown_url",
-            format!("Unrecognized request URL ({method} {path}). This gateway serves POST /v1/chat/completions, GET /v1/models and GET /v1/models/{{model}}."),
+            format!(
+                "Unrecognized request URL ({method} {path}). This gateway serves {}, GET /v1/models/{{model}}.",
+                crate::api::served_paths()
+            ),
         )
     }
 

@@ -5,6 +5,7 @@
 //! natively and on wasm32 alike.
 
 pub mod aimd;
+pub mod api;
 pub mod attempt;
 pub mod breaker;
 pub mod cache;
@@ -16,6 +17,7 @@ pub mod headers;
 pub mod keys;
 pub mod le;
 pub mod pb;
+pub mod providers;
 pub mod ratelimit;
 pub mod record;
 pub mod request;
@@ -26,5 +28,4 @@ pub mod sse;
 pub mod store;
 pub mod strategy;
 pub mod strict;
-pub mod translate;
 pub mod usage;

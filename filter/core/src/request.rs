@@ -12,6 +12,7 @@
 //! model id into the client's bytes at the span serde borrowed, so every
 //! other byte reaches the provider as the client sent it.
 
+use crate::api::{Api, Required};
 use crate::error::GatewayError;
 use crate::strict::{self, Messages};
 use serde_json::value::RawValue;
@@ -33,8 +34,11 @@ pub struct ChatRequest {
     pub stream: bool,
     /// `stream_options.include_usage` as the client sent it.
     pub include_usage: bool,
-    /// `max_completion_tokens`, else `max_tokens`, if given.
+    /// `max_completion_tokens`, else `max_tokens`, if given (embeddings:
+    /// 0, they produce no tokens).
     pub max_tokens: Option<u64>,
+    /// The inbound API the body was read for.
+    pub api: Api,
 }
 
 fn invalid_json(detail: impl std::fmt::Display) -> GatewayError {
@@ -116,17 +120,41 @@ fn check_messages(messages: Option<Messages>) -> Result<(), GatewayError> {
     }
 }
 
+/// `input` must be a non-empty string or a non-empty array.
+fn check_input(input: Option<&RawValue>) -> Result<(), GatewayError> {
+    let bad = |code, message: &str| Err(GatewayError::bad_request(code, message.to_string()));
+    let Some(raw) = input else {
+        return bad("missing_input", "Missing required parameter: `input`.");
+    };
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::String(s)) if !s.is_empty() => Ok(()),
+        Ok(Value::Array(items)) if !items.is_empty() => Ok(()),
+        _ => bad(
+            "invalid_input",
+            "`input` must be a non-empty string, or a non-empty array of strings or of token arrays.",
+        ),
+    }
+}
+
 impl ChatRequest {
-    /// Parse and check the fields the gateway relies on; the rest is the
-    /// provider's business and passes through untouched.
+    /// Parse a chat completion (see [`ChatRequest::parse_for`]).
     pub fn parse(body: &[u8]) -> Result<Self, GatewayError> {
+        Self::parse_for(Api::ChatCompletions, body)
+    }
+
+    /// Parse and check the fields the gateway relies on for an API; the
+    /// rest is the provider's business and passes through untouched.
+    pub fn parse_for(api: Api, body: &[u8]) -> Result<Self, GatewayError> {
         let text = json_object_text(body)?;
         // Anything serde cannot read exactly (a number out of range, a lone
         // surrogate, nesting past its limit) is refused here, before any
         // step could see a partial document.
         let peek = strict::read(text).map_err(invalid_json)?;
         let (model, model_span) = model_of(body, peek.model)?;
-        check_messages(peek.messages)?;
+        match api.required() {
+            Required::Messages => check_messages(peek.messages)?,
+            Required::Input => check_input(peek.input)?,
+        }
         let stream = match peek.stream.map(|r| r.get()) {
             None | Some("null") | Some("false") => false,
             Some("true") => true,
@@ -144,7 +172,20 @@ impl ChatRequest {
             .unwrap_or(false);
         let count =
             |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<u64>(r.get()).ok());
-        let max_tokens = count(peek.max_completion_tokens).or(count(peek.max_tokens));
+        let max_tokens = if api.streams() {
+            count(peek.max_completion_tokens).or(count(peek.max_tokens))
+        } else {
+            Some(0)
+        };
+        if stream && !api.streams() {
+            return Err(GatewayError::bad_request(
+                "invalid_stream",
+                format!(
+                    "{} answers are not streamed: leave out `stream`.",
+                    api.path()
+                ),
+            ));
+        }
         Ok(Self {
             body: body.to_vec(),
             doc: OnceCell::new(),
@@ -153,14 +194,16 @@ impl ChatRequest {
             stream,
             include_usage,
             max_tokens,
+            api,
         })
     }
 
-    /// A request rebuilt from a document (the prompt as guardrails left it).
-    pub fn from_document(doc: &Document) -> Result<Self, GatewayError> {
+    /// A request of an API rebuilt from a document (the prompt as
+    /// guardrails left it).
+    pub fn from_document(api: Api, doc: &Document) -> Result<Self, GatewayError> {
         let body = serde_json::to_vec(doc)
             .map_err(|e| GatewayError::internal(format!("request rewrite: {e}")))?;
-        Self::parse(&body)
+        Self::parse_for(api, &body)
     }
 
     /// The body to send to a provider: the client's bytes with the provider's

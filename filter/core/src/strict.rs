@@ -18,6 +18,8 @@ pub struct Fields<'a> {
     pub stream_options: Option<&'a RawValue>,
     pub max_tokens: Option<&'a RawValue>,
     pub max_completion_tokens: Option<&'a RawValue>,
+    /// Embeddings' `input`.
+    pub input: Option<&'a RawValue>,
 }
 
 /// What `messages` holds.
@@ -98,6 +100,7 @@ enum Key {
     StreamOptions,
     MaxTokens,
     MaxCompletionTokens,
+    Input,
     Other,
 }
 
@@ -117,6 +120,7 @@ impl<'de> Deserialize<'de> for Key {
                     "stream_options" => Key::StreamOptions,
                     "max_tokens" => Key::MaxTokens,
                     "max_completion_tokens" => Key::MaxCompletionTokens,
+                    "input" => Key::Input,
                     _ => Key::Other,
                 })
             }
@@ -163,6 +167,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
                             &mut f.max_completion_tokens,
                             "max_completion_tokens",
                         )?,
+                        Key::Input => take(&mut map, &mut f.input, "input")?,
                         Key::Messages if f.messages.is_some() => {
                             return Err(de::Error::custom("duplicate field `messages`"))
                         }

@@ -230,7 +230,7 @@ mod tests {
         let want = Some(usage);
         assert_eq!(Usage::from_body(b), want);
         assert_eq!(Usage::from_tail(b), want);
-        let translated = crate::translate::anthropic::usage(
+        let translated = crate::providers::anthropic::usage(
             &serde_json::from_slice::<Value>(b).unwrap()["usage"],
         );
         assert_eq!(

@@ -84,7 +84,7 @@ pub enum Schema {
     /// Anthropic's Messages API.
     Anthropic {
         version: String,
-        options: crate::translate::anthropic::Options,
+        options: crate::providers::anthropic::Options,
     },
 }
 

@@ -482,7 +482,7 @@ impl RawProvider {
                         .anthropic_version
                         .clone()
                         .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
-                    options: crate::translate::anthropic::Options {
+                    options: crate::providers::anthropic::Options {
                         default_max_tokens: self.default_max_tokens.unwrap_or(4096),
                         drop_unsupported: self.drop_unsupported,
                     },

@@ -43,7 +43,7 @@ fn good_config_compiles_with_models_in_chain_order() {
     assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
     assert_eq!(g.auto.len(), 2);
     assert_eq!(
-        crate::translate::chat_path(&g.providers[1], "m"),
+        crate::providers::path(&g.providers[1], crate::api::Api::ChatCompletions, "m"),
         "/openai/v1/chat/completions"
     );
     assert_eq!(g.max_body_bytes, 1 << 20);

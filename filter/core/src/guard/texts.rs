@@ -2,7 +2,7 @@
 //! every check (built-in and external) and for the rewrite that redacts:
 //!
 //! - `system` (Anthropic: a string or text blocks) and `instructions`
-//!   (Responses);
+//!   (Responses); embeddings' `input` (a string or strings);
 //! - each message's `content` (a string, or blocks: adjacent text parts are
 //!   read joined, as the model reads them, so a value split across two
 //!   parts is still one match), its `name`;
@@ -37,6 +37,15 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
     for (key, v) in doc.iter_mut() {
         match (key.as_str(), v) {
             ("system" | "instructions", v) => content_slots(v, &mut out),
+            // Embeddings: a string or strings (token arrays are not text).
+            ("input", Value::String(s)) => out.push(Slot::One(s)),
+            ("input", Value::Array(items)) => {
+                for i in items.iter_mut() {
+                    if let Value::String(s) = i {
+                        out.push(Slot::One(s));
+                    }
+                }
+            }
             ("messages", Value::Array(msgs)) => {
                 for m in msgs.iter_mut() {
                     message_slots(m, &mut out);

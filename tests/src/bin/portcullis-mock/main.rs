@@ -27,7 +27,8 @@
 //!   each logged request has `at_ms` (Unix time, ms).
 //! - `POST <prefix>/messages` — Anthropic's Messages API (see `anthropic.rs`);
 //!   `POST <prefix>/openai/deployments/<d>/chat/completions?api-version=…`
-//!   — Azure OpenAI (key in `api-key`). Steps add `tool_call`
+//!   — Azure OpenAI (key in `api-key`); `POST <prefix>/embeddings` and
+//!   Azure's `.../embeddings` — embeddings (see `embeddings.rs`). Steps add `tool_call`
 //!   (`{"name","input"}`), `cache_read` and `stream_error` there.
 //!
 //! Every mode refuses what the real API refuses, in its own error shape:
@@ -37,6 +38,7 @@
 //! `portcullis-mock <name> listening on 127.0.0.1:<port>` once ready.
 
 mod anthropic;
+mod embeddings;
 mod openai_checks;
 
 use bytes::Bytes;
@@ -236,21 +238,38 @@ fn estimate_tokens(messages: &Value) -> u64 {
     n.max(1)
 }
 
+/// The key an OpenAI-shaped request carries, as a bearer value: Azure's
+/// (deployments in the path) in `api-key`, OpenAI's in `authorization`.
+fn openai_auth(req: &Request<Incoming>, path: &str) -> Option<String> {
+    let (header, bearer) = if path.contains("/openai/deployments/") {
+        ("api-key", true)
+    } else {
+        ("authorization", false)
+    };
+    let v = req.headers().get(header)?.to_str().ok()?;
+    Some(if bearer {
+        format!("Bearer {v}")
+    } else {
+        v.to_string()
+    })
+}
+
+/// OpenAI's 401 when the mock expects a key and `auth` is not it.
+fn wrong_key(state: &State, auth: Option<&str>) -> Option<Response<Body>> {
+    let expected = state.api_key.as_ref()?;
+    (auth != Some(format!("Bearer {expected}").as_str())).then(|| {
+        json_response(
+            401,
+            &json!({"error": {"message": "mock: wrong provider key", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+        )
+    })
+}
+
 async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
     let (path, headers) = request_facts(&req);
     // Azure OpenAI: deployments in the path, `api-version`, `api-key`.
     let azure = path.contains("/openai/deployments/");
-    let auth = if azure {
-        req.headers()
-            .get("api-key")
-            .and_then(|v| v.to_str().ok())
-            .map(|k| format!("Bearer {k}"))
-    } else {
-        req.headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
+    let auth = openai_auth(&req, &path);
     if azure && !path.contains("api-version=") {
         return Ok(json_response(
             404,
@@ -264,13 +283,8 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             "scripted reset",
         ));
     }
-    if let Some(expected) = &state.api_key {
-        if auth.as_deref() != Some(format!("Bearer {expected}").as_str()) {
-            return Ok(json_response(
-                401,
-                &json!({"error": {"message": "mock: wrong provider key", "type": "invalid_request_error", "code": "invalid_api_key"}}),
-            ));
-        }
+    if let Some(refusal) = wrong_key(&state, auth.as_deref()) {
+        return Ok(refusal);
     }
     // What OpenAI refuses, the mock refuses (tests/MOCK.md).
     if let Err(openai_checks::Refusal(status, body)) = openai_checks::check(&parsed) {
@@ -497,6 +511,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         control(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/chat/completions") {
         chat(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/embeddings") {
+        embeddings::embeddings(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/messages") {
         anthropic::messages(state, req).await
     } else {

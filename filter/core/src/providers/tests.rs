@@ -30,6 +30,16 @@ fn anthropic_schema(drop_unsupported: bool) -> Schema {
     }
 }
 
+/// A chat completion's body for a provider.
+fn request_body_for(
+    p: &Provider,
+    c: &ChatRequest,
+    model_id: &str,
+    usage_chunk: bool,
+) -> Result<Prepared, GatewayError> {
+    request_body(p, Api::ChatCompletions, c, model_id, usage_chunk)
+}
+
 fn chat(v: Value) -> ChatRequest {
     ChatRequest::parse(&serde_json::to_vec(&v).unwrap()).unwrap()
 }
@@ -37,21 +47,27 @@ fn chat(v: Value) -> ChatRequest {
 #[test]
 fn openai_is_the_identity_but_for_the_model_id_and_the_usage_request() {
     let p = provider("/v1/", Schema::OpenAi);
-    assert_eq!(chat_path(&p, "m"), "/v1/chat/completions");
+    assert_eq!(path(&p, Api::ChatCompletions, "m"), "/v1/chat/completions");
     let c =
         ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#).unwrap();
     assert_eq!(
-        request_body(&p, &c, "m", true).unwrap(),
+        request_body(&p, Api::ChatCompletions, &c, "m", true).unwrap(),
         Prepared::default()
     );
-    let body = request_body(&p, &c, "m-2024", false).unwrap().body.unwrap();
+    let body = request_body(&p, Api::ChatCompletions, &c, "m-2024", false)
+        .unwrap()
+        .body
+        .unwrap();
     assert_eq!(
         body,
         br#"{"model":"m-2024","messages":[{"role":"user","content":"x"}]}"#
     );
     let s =
         chat(json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": true}));
-    let body = request_body(&p, &s, "m", true).unwrap().body.unwrap();
+    let body = request_body(&p, Api::ChatCompletions, &s, "m", true)
+        .unwrap()
+        .body
+        .unwrap();
     assert!(String::from_utf8(body)
         .unwrap()
         .contains(r#""include_usage":true"#));
@@ -70,18 +86,18 @@ fn azure_uses_deployments_api_version_and_api_key() {
         },
     );
     assert_eq!(
-        chat_path(&p, "gpt 4o/mini"),
+        path(&p, Api::ChatCompletions, "gpt 4o/mini"),
         "/openai/deployments/gpt%204o%2Fmini/chat/completions?api-version=2024-10-21"
     );
     assert_eq!(credential(&p, "k"), ("api-key", "k".to_string()));
-    assert!(extra_headers(&p).is_empty() && !translates_answers(&p));
+    assert!(extra_headers(&p).is_empty() && !translates(&p, Api::ChatCompletions));
 }
 
 /// Golden table: OpenAI requests and the Messages requests they become.
 #[test]
 fn requests_translate_to_messages() {
     let p = provider("/v1", anthropic_schema(false));
-    assert_eq!(chat_path(&p, "claude"), "/v1/messages");
+    assert_eq!(path(&p, Api::ChatCompletions, "claude"), "/v1/messages");
     assert_eq!(credential(&p, "k"), ("x-api-key", "k".to_string()));
     assert_eq!(
         extra_headers(&p),
@@ -135,15 +151,27 @@ fn requests_translate_to_messages() {
         ),
     ];
     for (from, want) in cases {
-        let got = request_body(&p, &chat(from.clone()), "claude-x", false).unwrap();
+        let got = request_body(
+            &p,
+            Api::ChatCompletions,
+            &chat(from.clone()),
+            "claude-x",
+            false,
+        )
+        .unwrap();
         let v: Value = serde_json::from_slice(&got.body.unwrap()).unwrap();
         assert_eq!(v, want, "from {from}");
     }
     let c = chat(
         json!({"model": "c", "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}}}),
     );
-    let v: Value =
-        serde_json::from_slice(&request_body(&p, &c, "m", false).unwrap().body.unwrap()).unwrap();
+    let v: Value = serde_json::from_slice(
+        &request_body(&p, Api::ChatCompletions, &c, "m", false)
+            .unwrap()
+            .body
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(v["tool_choice"], json!({"type": "tool", "name": "f"}));
 }
 
@@ -153,18 +181,19 @@ fn unsupported_fields_are_named_or_dropped_when_the_provider_says_so() {
         json!({"model": "c", "messages": [{"role": "user", "content": "x"}],
         "logprobs": true, "n": 2, "seed": 1, "response_format": {"type": "json_object"}}),
     );
-    let err = request_body(&provider("/v1", anthropic_schema(false)), &c, "m", false).unwrap_err();
+    let err =
+        request_body_for(&provider("/v1", anthropic_schema(false)), &c, "m", false).unwrap_err();
     assert_eq!(err.status, 400);
     for f in ["logprobs", "n", "seed", "response_format"] {
         assert!(err.message.contains(f), "{f} in {}", err.message);
     }
-    let ok = request_body(&provider("/v1", anthropic_schema(true)), &c, "m", false).unwrap();
+    let ok = request_body_for(&provider("/v1", anthropic_schema(true)), &c, "m", false).unwrap();
     assert_eq!(ok.dropped, ["logprobs", "n", "response_format", "seed"]);
     let harmless = chat(
         json!({"model": "c", "messages": [{"role": "user", "content": "x"}],
         "logprobs": false, "n": 1, "response_format": {"type": "text"}}),
     );
-    assert!(request_body(
+    assert!(request_body_for(
         &provider("/v1", anthropic_schema(false)),
         &harmless,
         "m",
@@ -318,4 +347,25 @@ fn malformed_streams_end_cleanly_or_with_an_error() {
     let c = chunks(&out);
     assert_eq!(c[0]["choices"][0]["delta"]["content"], "a");
     assert_eq!(c[1]["error"]["code"], "provider_stream_error");
+}
+
+#[test]
+fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
+    let p = provider("/v1", Schema::OpenAi);
+    assert_eq!(path(&p, Api::Embeddings, "e"), "/v1/embeddings");
+    let az = provider(
+        "",
+        Schema::AzureOpenAi {
+            api_version: "2024-10-21".into(),
+        },
+    );
+    assert_eq!(
+        path(&az, Api::Embeddings, "text embed"),
+        "/openai/deployments/text%20embed/embeddings?api-version=2024-10-21"
+    );
+    let a = provider("/v1", anthropic_schema(false));
+    assert!(serves(&p, Api::Embeddings) && serves(&az, Api::Embeddings));
+    assert!(!serves(&a, Api::Embeddings));
+    assert!(!serves(&p, Api::Messages) && serves(&a, Api::Messages));
+    assert!(translates(&a, Api::ChatCompletions) && !translates(&a, Api::Messages));
 }

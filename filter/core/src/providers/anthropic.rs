@@ -2,11 +2,65 @@
 //! request, a whole answer, a stream (event by event, split anywhere across
 //! network chunks), and errors.
 
+use crate::api::Api;
+use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
+use crate::request::ChatRequest;
 use crate::sse::SseParser;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
+
+/// Anthropic's Messages API as a provider format: `/v1/messages` passes
+/// to it as it is, chat completions are translated both ways.
+pub struct Anthropic;
+
+impl super::Format for Anthropic {
+    fn path(&self, p: &Provider, _api: Api, _model_id: &str) -> String {
+        format!("{}/messages", super::base(p))
+    }
+
+    fn translate_request(
+        &self,
+        p: &Provider,
+        chat: &ChatRequest,
+        model_id: &str,
+    ) -> Result<super::Prepared, GatewayError> {
+        let Schema::Anthropic { options, .. } = &p.schema else {
+            return Err(GatewayError::internal(
+                "an Anthropic provider without its options",
+            ));
+        };
+        let (body, dropped) = request(chat.document()?, model_id, options)?;
+        Ok(super::Prepared {
+            body: Some(body),
+            dropped,
+        })
+    }
+
+    fn credential(&self, key: &str) -> (&'static str, String) {
+        ("x-api-key", key.to_string())
+    }
+
+    fn extra_headers(&self, p: &Provider) -> Vec<(&'static str, String)> {
+        match &p.schema {
+            Schema::Anthropic { version, .. } => vec![("anthropic-version", version.clone())],
+            _ => Vec::new(),
+        }
+    }
+
+    fn answer(&self, body: &[u8], created: u64) -> Option<Vec<u8>> {
+        answer(body, created)
+    }
+
+    fn error(&self, body: &[u8], status: u16) -> Vec<u8> {
+        error(body, status)
+    }
+
+    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::Stream> {
+        Some(super::Stream::Anthropic(Stream::new(created, emit_usage)))
+    }
+}
 
 /// What the translation needs of the provider's config.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,176 @@
+//! The inbound APIs, one module each: which requests they are, what their
+//! body must hold, the shape of their errors, where their cached answers
+//! live apart. The API is decided once, from the request's method and path,
+//! and carried as a value ([`Api`]); which provider formats serve which API
+//! is one table, [`crate::providers::reach`].
+//!
+//! Adding an inbound API: a module here, a variant of [`Api`] and its line
+//! in each `match` below, its line in the reach table.
+
+pub mod chat_completions;
+pub mod embeddings;
+pub mod messages;
+
+use crate::error::GatewayError;
+
+/// An inbound API the gateway serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Api {
+    /// `POST /v1/chat/completions` (OpenAI).
+    #[default]
+    ChatCompletions,
+    /// `POST /v1/messages` (Anthropic).
+    Messages,
+    /// `POST /v1/embeddings` (OpenAI).
+    Embeddings,
+}
+
+/// Whose error body a client of an API reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    OpenAi,
+    Anthropic,
+}
+
+/// Every API, for listings (the 404 for an unknown path).
+pub const ALL: &[Api] = &[Api::ChatCompletions, Api::Messages, Api::Embeddings];
+
+impl Api {
+    /// The API a `POST` to this path (query and trailing `/` removed) is.
+    pub fn of_path(path: &str) -> Option<Api> {
+        ALL.iter().copied().find(|a| a.path() == path)
+    }
+
+    /// Its path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => chat_completions::PATH,
+            Api::Messages => messages::PATH,
+            Api::Embeddings => embeddings::PATH,
+        }
+    }
+
+    /// A short name, for metric labels, records and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat_completions",
+            Api::Messages => "messages",
+            Api::Embeddings => "embeddings",
+        }
+    }
+
+    pub fn error_shape(self) -> ErrorShape {
+        match self {
+            Api::Messages => ErrorShape::Anthropic,
+            Api::ChatCompletions | Api::Embeddings => ErrorShape::OpenAi,
+        }
+    }
+
+    /// An error as this API's clients read it.
+    pub fn error_body(self, e: &GatewayError) -> Vec<u8> {
+        match self.error_shape() {
+            ErrorShape::OpenAi => e.body(),
+            ErrorShape::Anthropic => e.anthropic_body(),
+        }
+    }
+
+    /// The body's own required field besides `model`, checked by the
+    /// request parser: what it is called and what it must hold.
+    pub fn required(self) -> Required {
+        match self {
+            Api::ChatCompletions | Api::Messages => Required::Messages,
+            Api::Embeddings => Required::Input,
+        }
+    }
+
+    /// Whether the gateway may ask a stream of this API for its usage chunk
+    /// (`stream_options.include_usage`: chat completions only; a Messages
+    /// stream always carries its usage).
+    pub fn asks_usage_chunk(self) -> bool {
+        matches!(self, Api::ChatCompletions)
+    }
+
+    /// Whether a streamed answer is Anthropic's events passed through as
+    /// they are (read for usage only), rather than OpenAI's chunks.
+    pub fn streams_anthropic_events(self) -> bool {
+        matches!(self, Api::Messages)
+    }
+
+    /// Whether a request of this API can ask for a stream.
+    pub fn streams(self) -> bool {
+        !matches!(self, Api::Embeddings)
+    }
+
+    /// Prefix of the cache's route for this API: the same body to the same
+    /// provider is another answer in another API. Chat completions keep
+    /// the empty prefix (their keys are as before).
+    pub fn cache_namespace(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "",
+            Api::Messages => "messages:",
+            Api::Embeddings => "embeddings:",
+        }
+    }
+
+    /// Whether a stored answer of this API can be replayed as a stream
+    /// (chat completions only: as OpenAI's chunks).
+    pub fn replays_streams(self) -> bool {
+        matches!(self, Api::ChatCompletions)
+    }
+
+    /// Whether a completion's text is read from its answers (output
+    /// guardrails, the record's completion); embeddings have none.
+    pub fn has_completion_text(self) -> bool {
+        matches!(self, Api::ChatCompletions)
+    }
+}
+
+/// The field a body must hold besides `model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Required {
+    /// `messages`: a non-empty array.
+    Messages,
+    /// `input`: a non-empty string or a non-empty array.
+    Input,
+}
+
+/// The paths the gateway answers, for the 404 of any other.
+pub fn served_paths() -> String {
+    let mut out = String::from("GET /v1/models");
+    for a in ALL {
+        out.push_str(", POST ");
+        out.push_str(a.path());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn each_api_is_found_by_its_path_and_nothing_else_is() {
+        for a in ALL {
+            assert_eq!(Api::of_path(a.path()), Some(*a));
+        }
+        assert_eq!(Api::of_path("/v1/responses/x"), None);
+        assert_eq!(Api::of_path("/v1/chat/completion"), None);
+        assert_eq!(
+            served_paths(),
+            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings"
+        );
+    }
+
+    #[test]
+    fn messages_errors_are_anthropic_shaped_and_the_others_openai_shaped() {
+        let e = GatewayError::model_not_found("m");
+        let a: serde_json::Value = serde_json::from_slice(&Api::Messages.error_body(&e)).unwrap();
+        assert_eq!(a["type"], "error");
+        for api in [Api::ChatCompletions, Api::Embeddings] {
+            let o: serde_json::Value = serde_json::from_slice(&api.error_body(&e)).unwrap();
+            assert_eq!(o["error"]["code"], "model_not_found");
+        }
+    }
+}

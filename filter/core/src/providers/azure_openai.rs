@@ -1,0 +1,28 @@
+//! Azure OpenAI: OpenAI's bodies, with the deployment (the model id) in the
+//! path, `api-version` in the query and the key in `api-key`.
+
+use super::{base, endpoint, path_segment, Format};
+use crate::api::Api;
+use crate::config::{Provider, Schema};
+
+pub struct AzureOpenAi;
+
+impl Format for AzureOpenAi {
+    fn path(&self, p: &Provider, api: Api, model_id: &str) -> String {
+        let version = match &p.schema {
+            Schema::AzureOpenAi { api_version } => api_version.as_str(),
+            _ => "",
+        };
+        format!(
+            "{}/openai/deployments/{}/{}?api-version={}",
+            base(p),
+            path_segment(model_id),
+            endpoint(api),
+            path_segment(version)
+        )
+    }
+
+    fn credential(&self, key: &str) -> (&'static str, String) {
+        ("api-key", key.to_string())
+    }
+}

@@ -1,0 +1,216 @@
+//! The provider formats, one module each behind one trait ([`Format`]):
+//! the upstream path for an inbound API and model, the request for that
+//! provider (the credential step last, given the final body, so request
+//! signing fits), and the answers translated back (whole, stream, error).
+//! OpenAI's chat completions are the pivot: OpenAI-compatible servers take
+//! the client's request as it is with the provider's model id spliced in;
+//! Azure OpenAI differs in its path and credential header only; Anthropic's
+//! Messages API is translated both ways from chat completions.
+//!
+//! Which inbound API reaches which format is one table, [`reach`]. Adding a
+//! provider format: a module here implementing [`Format`], its line in
+//! [`format`] and in [`reach`], a `Schema` variant for its config, a mock
+//! mode and its tests.
+
+pub mod anthropic;
+pub mod azure_openai;
+pub mod openai;
+
+use crate::api::Api;
+use crate::config::{Provider, Schema};
+use crate::error::GatewayError;
+use crate::request::ChatRequest;
+
+/// A provider's request, ready to send.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// The body for the provider; `None`: the client's bytes as they are.
+    pub body: Option<Vec<u8>>,
+    /// Fields dropped because the provider cannot honour them (told to the
+    /// client in a response header).
+    pub dropped: Vec<String>,
+}
+
+/// How a provider format serves an inbound API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// In the API's own shape (the model id spliced in).
+    Direct,
+    /// Translated from chat completions, answers translated back.
+    Translated,
+    /// Not at all: such a provider is no candidate for that API.
+    No,
+}
+
+/// The table: which inbound API reaches which provider format.
+pub fn reach(schema: &Schema, api: Api) -> Reach {
+    use Reach::*;
+    match (schema, api) {
+        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::ChatCompletions | Api::Embeddings) => {
+            Direct
+        }
+        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::Messages) => No,
+        (Schema::Anthropic { .. }, Api::ChatCompletions) => Translated,
+        (Schema::Anthropic { .. }, Api::Messages) => Direct,
+        (Schema::Anthropic { .. }, Api::Embeddings) => No,
+    }
+}
+
+/// A provider format.
+pub trait Format: Sync {
+    /// The provider's endpoint for an API and model id.
+    fn path(&self, p: &Provider, api: Api, model_id: &str) -> String;
+
+    /// The body for a request that reaches this format [`Reach::Translated`]
+    /// (a chat request in the pivot's shape).
+    fn translate_request(
+        &self,
+        _p: &Provider,
+        _chat: &ChatRequest,
+        _model_id: &str,
+    ) -> Result<Prepared, GatewayError> {
+        Err(GatewayError::internal(
+            "this provider format translates nothing",
+        ))
+    }
+
+    /// The credential header for the provider's key.
+    fn credential(&self, key: &str) -> (&'static str, String);
+
+    /// Headers the provider's API requires besides the credential.
+    fn extra_headers(&self, _p: &Provider) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// A whole translated answer in the pivot's shape; `None` when it does
+    /// not read.
+    fn answer(&self, body: &[u8], _created: u64) -> Option<Vec<u8>> {
+        Some(body.to_vec())
+    }
+
+    /// A translated error in the pivot's shape (same status).
+    fn error(&self, body: &[u8], _status: u16) -> Vec<u8> {
+        body.to_vec()
+    }
+
+    /// A translated stream, event by event.
+    fn stream(&self, _created: u64, _emit_usage: bool) -> Option<Stream> {
+        None
+    }
+}
+
+/// The format of a provider: the registry.
+pub fn format(schema: &Schema) -> &'static dyn Format {
+    match schema {
+        Schema::OpenAi => &openai::OpenAi,
+        Schema::AzureOpenAi { .. } => &azure_openai::AzureOpenAi,
+        Schema::Anthropic { .. } => &anthropic::Anthropic,
+    }
+}
+
+/// A stream being translated to the pivot's chunks (one variant per
+/// format that translates streams).
+#[derive(Debug)]
+pub enum Stream {
+    Anthropic(anthropic::Stream),
+}
+
+impl Stream {
+    /// The pivot's chunks for these bytes of the provider's stream.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
+        match self {
+            Stream::Anthropic(s) => s.push(bytes),
+        }
+    }
+
+    /// What is left at the stream's end.
+    pub fn finish(&mut self) -> Vec<u8> {
+        match self {
+            Stream::Anthropic(s) => s.finish(),
+        }
+    }
+}
+
+/// Whether a provider serves an API at all.
+pub fn serves(p: &Provider, api: Api) -> bool {
+    reach(&p.schema, api) != Reach::No
+}
+
+/// Whether a provider's answers to an API are translated back.
+pub fn translates(p: &Provider, api: Api) -> bool {
+    reach(&p.schema, api) == Reach::Translated
+}
+
+/// The provider's endpoint for an API and model id.
+pub fn path(p: &Provider, api: Api, model_id: &str) -> String {
+    format(&p.schema).path(p, api, model_id)
+}
+
+/// The body for a provider. `usage_chunk`: ask a streaming OpenAI-shaped
+/// provider for its final usage chunk (the gateway reads it; the client gets
+/// it only if it asked).
+pub fn request_body(
+    p: &Provider,
+    api: Api,
+    req: &ChatRequest,
+    model_id: &str,
+    usage_chunk: bool,
+) -> Result<Prepared, GatewayError> {
+    match reach(&p.schema, api) {
+        Reach::Translated => format(&p.schema).translate_request(p, req, model_id),
+        Reach::Direct => {
+            // Only chat completions have the usage chunk to ask for.
+            let ask = usage_chunk && api == Api::ChatCompletions;
+            if model_id == req.model && !(ask && req.needs_usage_request()) {
+                return Ok(Prepared::default());
+            }
+            Ok(Prepared {
+                body: Some(req.body_for_with(model_id, ask)?),
+                dropped: Vec::new(),
+            })
+        }
+        Reach::No => Err(GatewayError::internal(format!(
+            "routing chose provider `{}`, which does not serve {}",
+            p.name,
+            api.path()
+        ))),
+    }
+}
+
+/// The credential header for a provider key.
+pub fn credential(p: &Provider, key: &str) -> (&'static str, String) {
+    format(&p.schema).credential(key)
+}
+
+/// Headers the provider's API requires besides the credential.
+pub fn extra_headers(p: &Provider) -> Vec<(&'static str, String)> {
+    format(&p.schema).extra_headers(p)
+}
+
+/// Base path without its trailing `/`.
+fn base(p: &Provider) -> &str {
+    p.base_path.trim_end_matches('/')
+}
+
+/// A model id or version inside a path: anything but unreserved
+/// characters percent-encoded.
+fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The last path segment of an API (`/v1/chat/completions` ->
+/// `chat/completions`), as OpenAI-shaped providers name their endpoints.
+fn endpoint(api: Api) -> &'static str {
+    api.path().strip_prefix("/v1/").unwrap_or(api.path())
+}
+
+#[cfg(test)]
+mod tests;
