@@ -64,21 +64,20 @@ impl<H: Host> RequestContext<H> {
             .current
             .as_ref()
             .and_then(|c| loaded.gw.providers.get(c.provider))
-            .filter(|p| providers::translates(p, api))
-            .map(|p| providers::format(&p.schema));
+            .and_then(|p| providers::back(p, api));
         f.hold = false;
         f.translation = None;
-        if let Some(format) = translated_by.filter(|_| !encoded) {
+        if let Some(back) = translated_by.filter(|_| !encoded) {
             let translated_stream = (status == 200 && stream)
                 .then(|| {
                     let emit_usage = f.chat.include_usage || f.usage_chunk;
-                    format.stream(self.host.now_ms() / 1000, emit_usage)
+                    back.stream(self.host.now_ms() / 1000, emit_usage)
                 })
                 .flatten();
             match translated_stream {
                 Some(s) => f.translation = Some(Translation::Stream(s)),
                 None => {
-                    f.translation = Some(Translation::Whole { status, format });
+                    f.translation = Some(Translation::Whole { status, back });
                     f.hold = true;
                 }
             }
@@ -147,18 +146,17 @@ impl<H: Host> RequestContext<H> {
     fn whole_answer(&mut self, body: Vec<u8>) -> Result<Vec<u8>, GatewayError> {
         let now_s = self.host.now_ms() / 1000;
         match self.flight.as_ref().and_then(|f| f.translation.as_ref()) {
-            Some(Translation::Whole {
-                status: 200,
-                format,
-            }) => format.answer(&body, now_s).ok_or_else(|| {
-                GatewayError::new(
-                    502,
-                    "api_error",
-                    "provider_bad_answer",
-                    "The provider's answer could not be read as a message.",
-                )
-            }),
-            Some(Translation::Whole { status, format }) => Ok(format.error(&body, *status)),
+            Some(Translation::Whole { status: 200, back }) => {
+                back.answer(&body, now_s).ok_or_else(|| {
+                    GatewayError::new(
+                        502,
+                        "api_error",
+                        "provider_bad_answer",
+                        "The provider's answer could not be read as a message.",
+                    )
+                })
+            }
+            Some(Translation::Whole { status, back }) => Ok(back.error(&body, *status)),
             _ => Ok(body),
         }
     }

@@ -59,10 +59,7 @@ pub struct Call {
 pub enum Translation {
     /// A whole answer (or error) of this status, translated at its end by
     /// the provider's format.
-    Whole {
-        status: u16,
-        format: &'static dyn providers::Format,
-    },
+    Whole { status: u16, back: providers::Back },
     /// A stream, translated event by event.
     Stream(providers::Stream),
 }

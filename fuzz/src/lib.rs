@@ -437,3 +437,55 @@ fn answer_round_trips(anthropic: &[u8], openai: &[u8]) {
     assert_eq!(o["usage"]["completion_tokens"].as_u64(), Some(n("output_tokens")), "completion tokens");
     assert_eq!(o["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(n("cache_read_input_tokens")));
 }
+
+/// Anthropic's Messages API through the pivot: any Messages request
+/// translates to a chat completion the gateway accepts, or is a 400; any
+/// chat answer reads as a message or is refused; a chat stream translates
+/// the same whole or split anywhere, and always ends (stop or error).
+pub fn messages(data: &[u8]) {
+    use portcullis_core::api::messages::{self, FromChatStream};
+    let (a, b) = two(data);
+    if let Ok(doc) = serde_json::from_slice::<serde_json::Map<String, Value>>(a) {
+        match messages::to_chat(&doc, "gpt-x") {
+            Ok((body, _)) => {
+                let chat = ChatRequest::parse(&body);
+                let has_messages = doc.get("messages").and_then(Value::as_array).is_some_and(|m| !m.is_empty());
+                if has_messages {
+                    // Every message became at least one chat message, unless
+                    // all its blocks were dropped reasoning.
+                    let v: Value = serde_json::from_slice(&body).expect("the translation is JSON");
+                    assert_eq!(v["model"], "gpt-x");
+                    if let Ok(c) = chat {
+                        assert_eq!(c.model, "gpt-x");
+                    }
+                }
+            }
+            Err(e) => assert_eq!(e.status, 400, "{}", e.message),
+        }
+    }
+    let stream = b.unwrap_or(a);
+    if let Some(out) = messages::answer_from_chat(stream) {
+        let v: Value = serde_json::from_slice(&out).expect("the message is JSON");
+        assert_eq!(v["type"], "message");
+    }
+    let _ = messages::error_from_chat(stream, 500);
+    let run = |split: usize| {
+        let mut s = FromChatStream::new();
+        let (x, y) = stream.split_at(split.min(stream.len()));
+        let mut out = s.push(x);
+        out.extend(s.push(y));
+        out.extend(s.finish());
+        out
+    };
+    let whole = run(stream.len());
+    let text = String::from_utf8(whole.clone()).expect("events are UTF-8");
+    assert!(
+        text.is_empty() || text.contains("event: message_stop") || text.contains("event: error"),
+        "a stream that never ends: {text}"
+    );
+    if text.contains("event: message_stop") {
+        assert!(text.starts_with("event: message_start"), "a message stopped before it started: {text}");
+    }
+    let split = usize::from(stream.first().copied().unwrap_or(0));
+    assert_eq!(whole, run(split), "a split stream translates differently");
+}

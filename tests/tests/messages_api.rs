@@ -150,3 +150,132 @@ fn messages_fall_back_between_anthropic_providers_and_are_cached_apart() {
     assert_eq!(r.json()["type"], "error");
     assert_eq!(r.json()["error"]["type"], "authentication_error");
 }
+
+/// Claude Code and Anthropic-SDK applications reach any model: `gpt-4o-mini`
+/// is served by OpenAI-compatible providers only, so `/v1/messages` goes
+/// through the pivot (a chat completion to the provider, the answer and the
+/// stream translated back into Anthropic's shape).
+#[test]
+fn the_anthropic_sdk_uses_an_openai_backed_model_without_noticing() {
+    let dir = TempDir::new("messages-pivot-records");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(
+        &test_plugin().replace("flush_interval_ms: 250", "flush_interval_ms: 100"),
+        2,
+        false,
+        c.grpc_port,
+    );
+    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
+    s.primary.script(json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "chunk_delay_ms": 5},
+        {"content": "Checking.", "tool_call": tool},
+        {"content": "Checking.", "tool_call": tool},
+        {"status": 400}
+    ]));
+    let v = sdk_script(
+        "anthropic_sdk_check.py",
+        &[&s.envoy.url(""), DEMO_KEY, "gpt-4o-mini"],
+    );
+    assert_eq!(
+        v["create"],
+        json!({"text": "Hi there friend", "stop": "end_turn", "input": 9, "output": 3, "type": "message"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"text": "Hi there friend", "output": 3, "stop": "end_turn"})
+    );
+    for k in ["tool", "tool_stream"] {
+        assert_eq!(
+            v[k],
+            json!({"name": "get_weather", "input": {"city": "Paris"}, "stop": "tool_use"}),
+            "{k}"
+        );
+    }
+    let e = &v["errors"];
+    assert_eq!(
+        (&e["provider_400"]["class"], &e["provider_400"]["type"]),
+        (&json!("BadRequestError"), &json!("invalid_request_error"))
+    );
+    assert_eq!(e["bad_key"]["class"], "AuthenticationError");
+    assert_eq!(e["unknown_model"]["class"], "NotFoundError");
+    // The provider got a chat completion: system first, its model id, the
+    // tools as functions, a stream asking for its usage chunk.
+    let reqs = s.primary.requests();
+    let first = &reqs[0];
+    assert_eq!(first["path"], "/v1/chat/completions");
+    assert_eq!(
+        first["body"]["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    assert_eq!(first["body"]["max_tokens"], 100);
+    assert_eq!(
+        first["headers"]["authorization"],
+        format!("Bearer {PRIMARY_KEY}")
+    );
+    assert_eq!(
+        reqs[1]["body"]["stream_options"],
+        json!({"include_usage": true})
+    );
+    assert_eq!(
+        reqs[2]["body"]["tools"][0]["function"]["name"],
+        "get_weather"
+    );
+    // Records: the usage read from the translated answers and stream.
+    let records = poll_until(Duration::from_secs(30), "the records", || {
+        let r = c.recent(50);
+        (r.iter().filter(|x| x["status"] == 200).count() >= 4).then_some(r)
+    });
+    let mut ok: Vec<&Value> = records.iter().filter(|x| x["status"] == 200).collect();
+    ok.sort_by_key(|x| x["time_ms"].as_i64());
+    assert_eq!(
+        (&ok[0]["prompt_tokens"], &ok[0]["completion_tokens"]),
+        (&json!(9), &json!(3))
+    );
+    assert_eq!(
+        (&ok[1]["prompt_tokens"], &ok[1]["completion_tokens"]),
+        (&json!(9), &json!(3))
+    );
+    assert_eq!(ok[1]["stream"], true);
+}
+
+/// A tool result turn through the pivot, a cut stream, and an unknown path
+/// under /v1/messages answered in Anthropic's shape.
+#[test]
+fn messages_through_the_pivot_carry_tool_results_and_end_cut_streams_clearly() {
+    let s = Stack::start(&test_plugin(), 1);
+    let body = json!({"model": "gpt-4o-mini", "max_tokens": 20, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]});
+    let r = messages(&s, DEMO_KEY, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["type"], "message");
+    let sent = &s.primary.requests()[0]["body"]["messages"];
+    assert_eq!(sent[1]["tool_calls"][0]["id"], "toolu_1");
+    assert_eq!(
+        sent[2],
+        json!({"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"})
+    );
+
+    // A stream that ends before its finish reason.
+    let cut = "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    s.primary.script(json!([{ "body": cut }]));
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = messages(&s, DEMO_KEY, &streamed);
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("event: message_start"), "{}", r.body);
+    assert!(r.body.contains("\"text\":\"Hi\""), "{}", r.body);
+    assert!(r.body.contains("event: error"), "{}", r.body);
+    assert!(!r.body.contains("message_stop"), "{}", r.body);
+
+    let r = post(
+        &s.envoy.url("/v1/messages/nope"),
+        &[("x-api-key", DEMO_KEY)],
+        "{}",
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.json()["error"]["type"], "not_found_error");
+}

@@ -118,6 +118,48 @@ impl Api {
         matches!(self, Api::ChatCompletions)
     }
 
+    /// This API's request as a chat completion for `model_id` (the pivot),
+    /// and the fields dropped on the way.
+    pub fn to_pivot(
+        self,
+        doc: &crate::request::Document,
+        model_id: &str,
+    ) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
+        match self {
+            Api::Messages => messages::to_chat(doc, model_id),
+            Api::ChatCompletions | Api::Embeddings => Err(GatewayError::internal(format!(
+                "{} is not translated to chat completions",
+                self.path()
+            ))),
+        }
+    }
+
+    /// A whole chat completion as this API's answer.
+    pub fn answer_from_pivot(self, body: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Api::Messages => messages::answer_from_chat(body),
+            Api::ChatCompletions | Api::Embeddings => Some(body.to_vec()),
+        }
+    }
+
+    /// A chat provider's error as this API's error (same status).
+    pub fn error_from_pivot(self, body: &[u8], status: u16) -> Vec<u8> {
+        match self {
+            Api::Messages => messages::error_from_chat(body, status),
+            Api::ChatCompletions | Api::Embeddings => body.to_vec(),
+        }
+    }
+
+    /// A chat completions stream as this API's stream.
+    pub fn stream_from_pivot(self) -> Option<crate::providers::Stream> {
+        match self {
+            Api::Messages => Some(crate::providers::Stream::ChatToMessages(
+                messages::FromChatStream::new(),
+            )),
+            Api::ChatCompletions | Api::Embeddings => None,
+        }
+    }
+
     /// Whether a completion's text is read from its answers (output
     /// guardrails, the record's completion); embeddings have none.
     pub fn has_completion_text(self) -> bool {

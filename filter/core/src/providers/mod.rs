@@ -38,6 +38,10 @@ pub enum Reach {
     Direct,
     /// Translated from chat completions, answers translated back.
     Translated,
+    /// Through the pivot: the inbound API's request translated to a chat
+    /// completion (sent to the format as chat completions), its answers
+    /// translated back into the API's shape.
+    ViaPivot,
     /// Not at all: such a provider is no candidate for that API.
     No,
 }
@@ -49,7 +53,7 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::ChatCompletions | Api::Embeddings) => {
             Direct
         }
-        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::Messages) => No,
+        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::Messages) => ViaPivot,
         (Schema::Anthropic { .. }, Api::ChatCompletions) => Translated,
         (Schema::Anthropic { .. }, Api::Messages) => Direct,
         (Schema::Anthropic { .. }, Api::Embeddings) => No,
@@ -108,18 +112,20 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
     }
 }
 
-/// A stream being translated to the pivot's chunks (one variant per
-/// format that translates streams).
+/// A stream being translated back to the client's API: a format's stream
+/// to the pivot's chunks, or the pivot's chunks to an inbound API's events.
 #[derive(Debug)]
 pub enum Stream {
     Anthropic(anthropic::Stream),
+    ChatToMessages(crate::api::messages::FromChatStream),
 }
 
 impl Stream {
-    /// The pivot's chunks for these bytes of the provider's stream.
+    /// The client's events for these bytes of the provider's stream.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
         match self {
             Stream::Anthropic(s) => s.push(bytes),
+            Stream::ChatToMessages(s) => s.push(bytes),
         }
     }
 
@@ -127,7 +133,60 @@ impl Stream {
     pub fn finish(&mut self) -> Vec<u8> {
         match self {
             Stream::Anthropic(s) => s.finish(),
+            Stream::ChatToMessages(s) => s.finish(),
         }
+    }
+}
+
+/// Who turns a provider's answer back into the client's API's shape.
+#[derive(Clone, Copy)]
+pub enum Back {
+    /// The provider's format, to the pivot (the client speaks it).
+    Format(&'static dyn Format),
+    /// The inbound API, from the pivot (the provider speaks it).
+    Api(Api),
+}
+
+impl Back {
+    /// A whole answer; `None` when it does not read.
+    pub fn answer(&self, body: &[u8], created: u64) -> Option<Vec<u8>> {
+        match self {
+            Back::Format(f) => f.answer(body, created),
+            Back::Api(a) => a.answer_from_pivot(body),
+        }
+    }
+
+    /// An error answer (same status).
+    pub fn error(&self, body: &[u8], status: u16) -> Vec<u8> {
+        match self {
+            Back::Format(f) => f.error(body, status),
+            Back::Api(a) => a.error_from_pivot(body, status),
+        }
+    }
+
+    /// A stream, event by event.
+    pub fn stream(&self, created: u64, emit_usage: bool) -> Option<Stream> {
+        match self {
+            Back::Format(f) => f.stream(created, emit_usage),
+            Back::Api(a) => a.stream_from_pivot(),
+        }
+    }
+}
+
+/// Who translates a provider's answers to an API back, if anyone.
+pub fn back(p: &Provider, api: Api) -> Option<Back> {
+    match reach(&p.schema, api) {
+        Reach::Translated => Some(Back::Format(format(&p.schema))),
+        Reach::ViaPivot => Some(Back::Api(api)),
+        Reach::Direct | Reach::No => None,
+    }
+}
+
+/// The API a provider is asked in for a request of `api`.
+fn upstream_api(p: &Provider, api: Api) -> Api {
+    match reach(&p.schema, api) {
+        Reach::ViaPivot => Api::ChatCompletions,
+        _ => api,
     }
 }
 
@@ -138,12 +197,12 @@ pub fn serves(p: &Provider, api: Api) -> bool {
 
 /// Whether a provider's answers to an API are translated back.
 pub fn translates(p: &Provider, api: Api) -> bool {
-    reach(&p.schema, api) == Reach::Translated
+    back(p, api).is_some()
 }
 
 /// The provider's endpoint for an API and model id.
 pub fn path(p: &Provider, api: Api, model_id: &str) -> String {
-    format(&p.schema).path(p, api, model_id)
+    format(&p.schema).path(p, upstream_api(p, api), model_id)
 }
 
 /// The body for a provider. `usage_chunk`: ask a streaming OpenAI-shaped
@@ -158,6 +217,13 @@ pub fn request_body(
 ) -> Result<Prepared, GatewayError> {
     match reach(&p.schema, api) {
         Reach::Translated => format(&p.schema).translate_request(p, req, model_id),
+        Reach::ViaPivot => {
+            let (body, dropped) = api.to_pivot(req.document()?, model_id)?;
+            Ok(Prepared {
+                body: Some(body),
+                dropped,
+            })
+        }
         Reach::Direct => {
             // Only chat completions have the usage chunk to ask for.
             let ask = usage_chunk && api == Api::ChatCompletions;

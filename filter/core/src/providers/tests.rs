@@ -366,6 +366,14 @@ fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
     let a = provider("/v1", anthropic_schema(false));
     assert!(serves(&p, Api::Embeddings) && serves(&az, Api::Embeddings));
     assert!(!serves(&a, Api::Embeddings));
-    assert!(!serves(&p, Api::Messages) && serves(&a, Api::Messages));
+    assert!(serves(&p, Api::Messages) && serves(&a, Api::Messages));
     assert!(translates(&a, Api::ChatCompletions) && !translates(&a, Api::Messages));
+    // Messages reach OpenAI-shaped providers through the pivot: asked at
+    // their chat endpoint, answered back in Anthropic's shape.
+    assert!(translates(&p, Api::Messages) && translates(&az, Api::Messages));
+    assert_eq!(path(&p, Api::Messages, "g"), "/v1/chat/completions");
+    assert_eq!(
+        path(&az, Api::Messages, "g"),
+        "/openai/deployments/g/chat/completions?api-version=2024-10-21"
+    );
 }

@@ -28,8 +28,10 @@
 //! - `POST <prefix>/messages` — Anthropic's Messages API (see `anthropic.rs`);
 //!   `POST <prefix>/openai/deployments/<d>/chat/completions?api-version=…`
 //!   — Azure OpenAI (key in `api-key`); `POST <prefix>/embeddings` and
-//!   Azure's `.../embeddings` — embeddings (see `embeddings.rs`). Steps add `tool_call`
-//!   (`{"name","input"}`), `cache_read` and `stream_error` there.
+//!   Azure's `.../embeddings` — embeddings (see `embeddings.rs`). A step's
+//!   `tool_call` (`{"name","input"}`) answers with that call when the
+//!   request offers tools; `cache_read` and `stream_error` apply to the
+//!   Anthropic mode.
 //!
 //! Every mode refuses what the real API refuses, in its own error shape:
 //! the table of checks is `tests/MOCK.md` (a test sends each bad request).
@@ -79,7 +81,8 @@ struct Step {
     /// Label the (unchanged) answer with this `content-encoding`, as a
     /// provider that compresses would.
     content_encoding: Option<String>,
-    /// Anthropic mode: answer with this tool call when the request has tools.
+    /// Answer with this tool call when the request has tools (OpenAI and
+    /// Anthropic modes).
     tool_call: Option<ToolCall>,
     /// Anthropic mode: cache reads in the usage.
     cache_read: Option<u64>,
@@ -337,13 +340,24 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .get("stream")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    // A scripted tool call, when the request offers tools.
+    let tool = step
+        .tool_call
+        .clone()
+        .filter(|_| parsed.get("tools").is_some_and(Value::is_array));
+    let finish = if tool.is_some() { "tool_calls" } else { "stop" };
     if !stream {
+        let mut message = json!({"role": "assistant", "content": content});
+        if let Some(t) = &tool {
+            message["tool_calls"] = json!([{"id": "call_mock_1", "type": "function",
+                "function": {"name": t.name, "arguments": t.input.to_string()}}]);
+        }
         let mut r = with_note(
             json_response(
                 200,
                 &json!({
                     "id": id, "object": "chat.completion", "created": 1_700_000_000u64, "model": model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": null}],
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
                     "usage": usage_json,
                 }),
             ),
@@ -371,7 +385,19 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     for w in words {
         events.push(chunk(json!({"content": w}), Value::Null));
     }
-    events.push(chunk(json!({}), json!("stop")));
+    if let Some(t) = &tool {
+        let args = t.input.to_string();
+        let (a, b) = args.split_at(args.len() / 2);
+        events.push(chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_mock_1", "type": "function", "function": {"name": t.name, "arguments": a}}]}),
+            Value::Null,
+        ));
+        events.push(chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
+            Value::Null,
+        ));
+    }
+    events.push(chunk(json!({}), json!(finish)));
     if include_usage {
         let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
             "choices": [], "usage": usage_json});
