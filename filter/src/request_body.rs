@@ -65,6 +65,9 @@ impl<H: Host> RequestContext<H> {
         };
         self.flight = Some(self.flight_for(gw, chat, route));
         self.serving_api_only(gw)?;
+        if let Some(action) = self.answer_locally(gw)? {
+            return Ok(action);
+        }
         if self.input_guardrails(gw, client, body_size)? == Guarded::Wait {
             return Ok(Action::Pause);
         }
@@ -79,13 +82,19 @@ impl<H: Host> RequestContext<H> {
         now: u64,
         body_size: usize,
     ) -> Result<Action, GatewayError> {
-        let hit = self.cache_lookup(gw, client, now)?;
-        if hit.is_none() {
+        // A free request (a token count) takes no tokens and is not cached.
+        let free = self.request.api.free();
+        let hit = if free {
+            None
+        } else {
+            self.cache_lookup(gw, client, now)?
+        };
+        if hit.is_none() && !free {
             self.admit_limits(client, now)?;
         }
         // Global reservations go on the hold first: the answer's usage is
         // then wanted for them too.
-        let asks = self.global_asks(gw, client, hit.is_none(), now)?;
+        let asks = self.global_asks(gw, client, hit.is_none() && !free, now)?;
         if hit.is_none() {
             self.prepare_upstream(gw)?;
         }
@@ -151,6 +160,28 @@ impl<H: Host> RequestContext<H> {
             ));
         }
         Ok(())
+    }
+
+    /// The gateway's own answer when the model's first provider answers
+    /// this API locally (a token count estimated for a model whose provider
+    /// cannot count).
+    fn answer_locally(&mut self, gw: &Gateway) -> Result<Option<Action>, GatewayError> {
+        let api = self.request.api;
+        let Some(f) = self.flight.as_ref() else {
+            return Ok(None);
+        };
+        let local = f
+            .candidates
+            .first()
+            .and_then(|(p, _)| gw.providers.get(*p))
+            .is_some_and(|p| providers::answered_locally(p, api));
+        if !local {
+            return Ok(None);
+        }
+        let Some((body, (name, value))) = api.local_answer(f.chat.document()?) else {
+            return Ok(None);
+        };
+        Ok(Some(self.reply(200, &[(name, value)], &body)))
     }
 
     /// What the answer will need: the usage chunk of a stream, the prompt

@@ -39,6 +39,11 @@ use = [b for b in final.content if b.type == "tool_use"][0]
 out["tool_stream"] = {"name": use.name, "input": use.input, "stop": final.stop_reason}
 
 
+c = client.messages.count_tokens(model=model, system="Be brief.", messages=msgs)
+raw = client.messages.with_raw_response.count_tokens(model=model, messages=msgs)
+out["count"] = {"input_tokens": c.input_tokens, "estimated": raw.headers.get("x-portcullis-estimated")}
+
+
 def error_of(fn):
     try:
         fn()

@@ -85,6 +85,9 @@ fn the_anthropic_sdk_works_through_the_gateway() {
         v["tool_stream"],
         json!({"name": "get_weather", "input": {"city": "Paris"}, "stop": "tool_use"})
     );
+    // count_tokens passes to the Anthropic provider, which counts (the
+    // mock: a token a word and 3 a message).
+    assert_eq!(v["count"], json!({"input_tokens": 5, "estimated": null}));
     let e = &v["errors"];
     assert_eq!(e["provider_400"]["class"], "BadRequestError");
     assert_eq!(e["provider_400"]["type"], "invalid_request_error");
@@ -192,6 +195,9 @@ fn the_anthropic_sdk_uses_an_openai_backed_model_without_noticing() {
             "{k}"
         );
     }
+    // No provider of this model counts: the gateway estimates ("Be brief."
+    // and "Say hi": 15 characters, 4 tokens, and 3 for the message).
+    assert_eq!(v["count"], json!({"input_tokens": 7, "estimated": "true"}));
     let e = &v["errors"];
     assert_eq!(
         (&e["provider_400"]["class"], &e["provider_400"]["type"]),

@@ -27,6 +27,7 @@ enum Mode {
     AzureNoVersion,
     Anthropic,
     Embeddings,
+    CountTokens,
 }
 
 fn user(text: &str) -> Value {
@@ -184,6 +185,18 @@ fn cases() -> Vec<(&'static str, Case)> {
                 invalid,
                 "did not have response messages: call_1",
             ),
+        ),
+        (
+            "anthropic-count-tokens-max-tokens",
+            Case {
+                mode: Mode::CountTokens,
+                ..anthropic(
+                    claude(json!([user("hi")])),
+                    400,
+                    invalid,
+                    "max_tokens: Extra inputs are not permitted",
+                )
+            },
         ),
         (
             "embeddings-wrong-key",
@@ -421,6 +434,13 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             "/v1/chat/completions",
             vec![("authorization", format!("Bearer {KEY}"))],
         ),
+        Mode::CountTokens => (
+            "/v1/messages/count_tokens",
+            vec![
+                ("x-api-key", KEY.into()),
+                ("anthropic-version", "2023-06-01".into()),
+            ],
+        ),
         Mode::Embeddings => (
             "/v1/embeddings",
             vec![("authorization", format!("Bearer {KEY}"))],
@@ -477,7 +497,7 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
         let r = send(&mock, c.mode, &c.headers, &c.body);
         let v = r.json();
         let (kind, message) = match c.mode {
-            Mode::Anthropic => {
+            Mode::Anthropic | Mode::CountTokens => {
                 assert_eq!(
                     v["type"], "error",
                     "{name}: Anthropic's error shape: {}",

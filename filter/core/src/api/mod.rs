@@ -8,6 +8,7 @@
 //! in each `match` below, its line in the reach table.
 
 pub mod chat_completions;
+pub mod count_tokens;
 pub mod embeddings;
 pub mod messages;
 
@@ -23,6 +24,8 @@ pub enum Api {
     Messages,
     /// `POST /v1/embeddings` (OpenAI).
     Embeddings,
+    /// `POST /v1/messages/count_tokens` (Anthropic).
+    CountTokens,
 }
 
 /// Whose error body a client of an API reads.
@@ -33,7 +36,12 @@ pub enum ErrorShape {
 }
 
 /// Every API, for listings (the 404 for an unknown path).
-pub const ALL: &[Api] = &[Api::ChatCompletions, Api::Messages, Api::Embeddings];
+pub const ALL: &[Api] = &[
+    Api::ChatCompletions,
+    Api::Messages,
+    Api::Embeddings,
+    Api::CountTokens,
+];
 
 impl Api {
     /// The API a `POST` to this path (query and trailing `/` removed) is.
@@ -47,6 +55,7 @@ impl Api {
             Api::ChatCompletions => chat_completions::PATH,
             Api::Messages => messages::PATH,
             Api::Embeddings => embeddings::PATH,
+            Api::CountTokens => count_tokens::PATH,
         }
     }
 
@@ -56,12 +65,13 @@ impl Api {
             Api::ChatCompletions => "chat_completions",
             Api::Messages => "messages",
             Api::Embeddings => "embeddings",
+            Api::CountTokens => "count_tokens",
         }
     }
 
     pub fn error_shape(self) -> ErrorShape {
         match self {
-            Api::Messages => ErrorShape::Anthropic,
+            Api::Messages | Api::CountTokens => ErrorShape::Anthropic,
             Api::ChatCompletions | Api::Embeddings => ErrorShape::OpenAi,
         }
     }
@@ -78,7 +88,7 @@ impl Api {
     /// request parser: what it is called and what it must hold.
     pub fn required(self) -> Required {
         match self {
-            Api::ChatCompletions | Api::Messages => Required::Messages,
+            Api::ChatCompletions | Api::Messages | Api::CountTokens => Required::Messages,
             Api::Embeddings => Required::Input,
         }
     }
@@ -98,7 +108,7 @@ impl Api {
 
     /// Whether a request of this API can ask for a stream.
     pub fn streams(self) -> bool {
-        !matches!(self, Api::Embeddings)
+        !matches!(self, Api::Embeddings | Api::CountTokens)
     }
 
     /// Prefix of the cache's route for this API: the same body to the same
@@ -109,6 +119,7 @@ impl Api {
             Api::ChatCompletions => "",
             Api::Messages => "messages:",
             Api::Embeddings => "embeddings:",
+            Api::CountTokens => "count_tokens:",
         }
     }
 
@@ -127,10 +138,12 @@ impl Api {
     ) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
         match self {
             Api::Messages => messages::to_chat(doc, model_id),
-            Api::ChatCompletions | Api::Embeddings => Err(GatewayError::internal(format!(
-                "{} is not translated to chat completions",
-                self.path()
-            ))),
+            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => {
+                Err(GatewayError::internal(format!(
+                    "{} is not translated to chat completions",
+                    self.path()
+                )))
+            }
         }
     }
 
@@ -138,7 +151,7 @@ impl Api {
     pub fn answer_from_pivot(self, body: &[u8]) -> Option<Vec<u8>> {
         match self {
             Api::Messages => messages::answer_from_chat(body),
-            Api::ChatCompletions | Api::Embeddings => Some(body.to_vec()),
+            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => Some(body.to_vec()),
         }
     }
 
@@ -146,7 +159,7 @@ impl Api {
     pub fn error_from_pivot(self, body: &[u8], status: u16) -> Vec<u8> {
         match self {
             Api::Messages => messages::error_from_chat(body, status),
-            Api::ChatCompletions | Api::Embeddings => body.to_vec(),
+            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => body.to_vec(),
         }
     }
 
@@ -156,7 +169,29 @@ impl Api {
             Api::Messages => Some(crate::providers::Stream::ChatToMessages(
                 messages::FromChatStream::new(),
             )),
-            Api::ChatCompletions | Api::Embeddings => None,
+            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => None,
+        }
+    }
+
+    /// Whether the request is free at the provider (a count, not a
+    /// completion): no token limit or budget is taken, nothing cached.
+    pub fn free(self) -> bool {
+        matches!(self, Api::CountTokens)
+    }
+
+    /// The gateway's own answer for a model whose provider format answers
+    /// this API [`crate::providers::Reach::Local`]ly: its body and the
+    /// header that marks it.
+    pub fn local_answer(
+        self,
+        doc: &crate::request::Document,
+    ) -> Option<(Vec<u8>, (&'static str, &'static str))> {
+        match self {
+            Api::CountTokens => Some((
+                count_tokens::answer(doc),
+                (count_tokens::ESTIMATED_HEADER, "true"),
+            )),
+            Api::ChatCompletions | Api::Messages | Api::Embeddings => None,
         }
     }
 
@@ -201,7 +236,7 @@ mod tests {
         assert_eq!(Api::of_path("/v1/chat/completion"), None);
         assert_eq!(
             served_paths(),
-            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings"
+            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens"
         );
     }
 

@@ -16,8 +16,11 @@ use std::borrow::Cow;
 pub struct Anthropic;
 
 impl super::Format for Anthropic {
-    fn path(&self, p: &Provider, _api: Api, _model_id: &str) -> String {
-        format!("{}/messages", super::base(p))
+    fn path(&self, p: &Provider, api: Api, _model_id: &str) -> String {
+        match api {
+            Api::CountTokens => format!("{}/messages/count_tokens", super::base(p)),
+            _ => format!("{}/messages", super::base(p)),
+        }
     }
 
     fn translate_request(

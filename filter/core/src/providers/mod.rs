@@ -42,6 +42,8 @@ pub enum Reach {
     /// completion (sent to the format as chat completions), its answers
     /// translated back into the API's shape.
     ViaPivot,
+    /// Answered by the gateway itself (an estimate), never sent.
+    Local,
     /// Not at all: such a provider is no candidate for that API.
     No,
 }
@@ -57,6 +59,8 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Anthropic { .. }, Api::ChatCompletions) => Translated,
         (Schema::Anthropic { .. }, Api::Messages) => Direct,
         (Schema::Anthropic { .. }, Api::Embeddings) => No,
+        (Schema::Anthropic { .. }, Api::CountTokens) => Direct,
+        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::CountTokens) => Local,
     }
 }
 
@@ -178,7 +182,7 @@ pub fn back(p: &Provider, api: Api) -> Option<Back> {
     match reach(&p.schema, api) {
         Reach::Translated => Some(Back::Format(format(&p.schema))),
         Reach::ViaPivot => Some(Back::Api(api)),
-        Reach::Direct | Reach::No => None,
+        Reach::Direct | Reach::Local | Reach::No => None,
     }
 }
 
@@ -193,6 +197,11 @@ fn upstream_api(p: &Provider, api: Api) -> Api {
 /// Whether a provider serves an API at all.
 pub fn serves(p: &Provider, api: Api) -> bool {
     reach(&p.schema, api) != Reach::No
+}
+
+/// Whether the gateway answers an API itself for this provider's models.
+pub fn answered_locally(p: &Provider, api: Api) -> bool {
+    reach(&p.schema, api) == Reach::Local
 }
 
 /// Whether a provider's answers to an API are translated back.
@@ -235,7 +244,7 @@ pub fn request_body(
                 dropped: Vec::new(),
             })
         }
-        Reach::No => Err(GatewayError::internal(format!(
+        Reach::Local | Reach::No => Err(GatewayError::internal(format!(
             "routing chose provider `{}`, which does not serve {}",
             p.name,
             api.path()

@@ -55,18 +55,44 @@ const VERSIONS: &[&str] = &["2023-06-01", "2023-01-01"];
 /// What a real Messages endpoint would refuse, in its words (`Value::Null`:
 /// the body was not JSON).
 fn check(req: &Value) -> Result<(), String> {
+    check_as(req, true)
+}
+
+/// `counting`: a token count's body (no `max_tokens`, fewer fields).
+fn check_as(req: &Value, completion: bool) -> Result<(), String> {
     let Some(fields) = req.as_object() else {
         return Err(
             "There was an error parsing the body of your request: not a JSON object".into(),
         );
     };
-    if let Some(extra) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    let allowed = |k: &str| {
+        FIELDS.contains(&k)
+            && (completion
+                || !matches!(
+                    k,
+                    "max_tokens"
+                        | "stream"
+                        | "stop_sequences"
+                        | "temperature"
+                        | "top_p"
+                        | "top_k"
+                        | "metadata"
+                        | "service_tier"
+                        | "container"
+                ))
+    };
+    if let Some(extra) = fields.keys().find(|k| !allowed(k)) {
         return Err(format!("{extra}: Extra inputs are not permitted"));
     }
     if !req.get("model").is_some_and(Value::is_string) {
         return Err("model: Field required".into());
     }
-    match req.get("max_tokens").map(Value::as_u64) {
+    match req
+        .get("max_tokens")
+        .map(Value::as_u64)
+        .filter(|_| completion)
+    {
+        None if !completion => {}
         None => return Err("max_tokens: Field required".into()),
         Some(None) => return Err("max_tokens: Input should be a valid integer".into()),
         Some(Some(0)) => {
@@ -166,6 +192,71 @@ fn check(req: &Value) -> Result<(), String> {
         tool_uses = uses_here;
     }
     Ok(())
+}
+
+/// `POST <prefix>/messages/count_tokens`: the same checks as a message (less
+/// `max_tokens`), answered with the mock's count: a token per word of the
+/// texts and 3 per message.
+pub async fn count_tokens(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
+    let key = req
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let version = req.headers().get("anthropic-version").is_some();
+    let (path, headers) = super::request_facts(&req);
+    // Counted and logged, but no scripted step is used (a count is not an
+    // answer the tests script).
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes();
+    state.hits.fetch_add(1, Ordering::Relaxed);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    super::log_request(&state, &path, headers, &parsed);
+    if state
+        .api_key
+        .as_ref()
+        .is_some_and(|k| key.as_deref() != Some(k.as_str()))
+    {
+        return Ok(error(401, "authentication_error", "invalid x-api-key"));
+    }
+    if !version {
+        return Ok(error(
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        ));
+    }
+    if let Err(why) = check_as(&parsed, false) {
+        return Ok(error(400, "invalid_request_error", &why));
+    }
+    let msgs = parsed
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let words: usize = msgs
+        .iter()
+        .map(|m| match m.get("content") {
+            Some(Value::String(s)) => s.split_whitespace().count(),
+            Some(Value::Array(b)) => b
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .map(|t| t.split_whitespace().count())
+                .sum(),
+            _ => 0,
+        })
+        .sum();
+    Ok(json_response(
+        200,
+        &json!({"input_tokens": words + 3 * msgs.len()}),
+    ))
 }
 
 pub async fn messages(

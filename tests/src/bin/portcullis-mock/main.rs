@@ -539,6 +539,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         chat(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/embeddings") {
         embeddings::embeddings(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/messages/count_tokens") {
+        anthropic::count_tokens(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/messages") {
         anthropic::messages(state, req).await
     } else {
