@@ -17,6 +17,7 @@ use portcullis_core::attempt::{classify, classify_call, Outcome};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::providers;
+use portcullis_core::secrets;
 use portcullis_core::sse;
 use proxy_wasm::types::Action;
 
@@ -35,6 +36,31 @@ fn status_of(headers: &Headers) -> Option<u16> {
 }
 
 impl<H: Host> RequestContext<H> {
+    /// The key the gateway gave the answering provider (to scrub from what
+    /// it answers).
+    fn answering_secret(&self) -> Option<&str> {
+        let provider = self.flight.as_ref()?.current.as_ref()?.provider;
+        self.loaded.as_ref()?.secrets.get(provider)?.as_deref()
+    }
+
+    /// Header values that quote the provider's key, scrubbed.
+    fn scrubbed_headers(&self, resp: &Headers) -> Vec<(String, Vec<u8>)> {
+        let Some(secret) = self.answering_secret() else {
+            return Vec::new();
+        };
+        resp.iter()
+            .filter_map(|(k, v)| Some((k.clone(), secrets::scrub(v, secret)?)))
+            .collect()
+    }
+
+    /// An error body that quotes the provider's key, scrubbed.
+    fn scrubbed_error(&self, status: u16, body: &[u8]) -> Option<Vec<u8>> {
+        if status < 400 {
+            return None;
+        }
+        secrets::scrub(body, self.answering_secret()?)
+    }
+
     /// An answer's status and headers arrived; decide how to read it.
     fn answer_begin(&mut self, status: u16, resp: &Headers) {
         self.phase = Phase::Responding;
@@ -55,6 +81,7 @@ impl<H: Host> RequestContext<H> {
         };
         let wants_usage = self.wants_usage(&loaded.gw);
         let api = self.request.api;
+        let has_secret = self.answering_secret().is_some();
         let Some(f) = self.flight.as_mut() else {
             return;
         };
@@ -84,8 +111,12 @@ impl<H: Host> RequestContext<H> {
         }
         if status != 200 || encoded {
             // Not read: an error, or compressed (passed on untouched, the
-            // reservation stands).
+            // reservation stands). An error is held whole to scrub the
+            // provider's key from it.
             f.cache_fill = None;
+            if status >= 400 && !encoded && has_secret {
+                f.hold = true;
+            }
             return;
         }
         if f.output.is_some() && !stream {
@@ -259,6 +290,12 @@ impl<H: Host> RequestContext<H> {
         for (k, _) in resp.iter().filter(|(k, _)| headers::is_gateway_header(k)) {
             let _ = self.host.set_header(Part::Response, k, None);
         }
+        // The provider's key never goes back, even in a debug header.
+        for (k, v) in self.scrubbed_headers(resp) {
+            let _ = self
+                .host
+                .set_header(Part::Response, &k, Some(&String::from_utf8_lossy(&v)));
+        }
         for (k, v) in self.gateway_headers() {
             let _ = self.host.add_header(Part::Response, k, &v);
         }
@@ -372,6 +409,10 @@ impl<H: Host> RequestContext<H> {
             body.clone_from(new);
             changed = true;
         }
+        if let Some(clean) = self.scrubbed_error(self.log.status, &body) {
+            body = clean;
+            changed = true;
+        }
         if let Some(out) = self.answer_chunk(&body, true) {
             body = out;
             changed = true;
@@ -436,6 +477,9 @@ impl<H: Host> RequestContext<H> {
         if let Ok(Some(new)) = &checked {
             body.clone_from(new);
         }
+        if let Some(clean) = self.scrubbed_error(status, &body) {
+            body = clean;
+        }
         if let Some(out) = self.answer_chunk(&body, true) {
             body = out;
         }
@@ -444,6 +488,14 @@ impl<H: Host> RequestContext<H> {
             self.fail(&e);
             return;
         }
+        let scrubbed = self.scrubbed_headers(&resp);
+        let resp: Headers = resp
+            .into_iter()
+            .map(|(k, v)| match scrubbed.iter().find(|(s, _)| *s == k) {
+                Some((_, clean)) => (k, clean.clone()),
+                None => (k, v),
+            })
+            .collect();
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &[u8])> = resp
             .iter()

@@ -54,21 +54,29 @@ impl Gateway {
     fn new(yaml: &str) -> Self {
         let gw = compile(yaml.as_bytes()).unwrap();
         // Each provider's key in its schema's header, as `Loaded` does.
+        let secrets: Vec<Option<String>> = gw
+            .providers
+            .iter()
+            .map(|p| Some(format!("sk-{}", p.name)))
+            .collect();
         let credentials = gw
             .providers
             .iter()
-            .map(|p| {
-                Some(portcullis_core::providers::credential(
-                    p,
-                    &format!("sk-{}", p.name),
-                ))
+            .zip(&secrets)
+            .map(|(p, k)| {
+                k.as_ref()
+                    .map(|k| portcullis_core::providers::credential(p, k))
             })
             .collect();
         let host = FakeHost::default();
         host.state.borrow_mut().now_ms = 1_700_000_000_000;
         Self {
             host,
-            loaded: Rc::new(Loaded { gw, credentials }),
+            loaded: Rc::new(Loaded {
+                gw,
+                credentials,
+                secrets,
+            }),
         }
     }
 

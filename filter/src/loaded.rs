@@ -13,17 +13,20 @@ pub struct Loaded {
     /// from the VM environment at configure time (never from the plugin
     /// config), by provider index.
     pub credentials: Vec<Option<(&'static str, String)>>,
+    /// Each provider's key as read, to scrub from what it answers
+    /// (`portcullis_core::secrets`), by provider index.
+    pub secrets: Vec<Option<String>>,
 }
 
 impl Loaded {
     pub fn new(gw: Gateway, host: &impl Host) -> Self {
-        let credentials = gw
+        let secrets: Vec<Option<String>> = gw
             .providers
             .iter()
             .map(|p| {
                 let env = p.api_key_env.as_ref()?;
                 match std::env::var(env) {
-                    Ok(v) if !v.is_empty() => Some(providers::credential(p, &v)),
+                    Ok(v) if !v.is_empty() => Some(v),
                     _ => {
                         host.log(
                             LogLevel::Warn,
@@ -38,6 +41,16 @@ impl Loaded {
                 }
             })
             .collect();
-        Self { gw, credentials }
+        let credentials = gw
+            .providers
+            .iter()
+            .zip(&secrets)
+            .map(|(p, key)| key.as_ref().map(|k| providers::credential(p, k)))
+            .collect();
+        Self {
+            gw,
+            credentials,
+            secrets,
+        }
     }
 }

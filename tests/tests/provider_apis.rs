@@ -83,19 +83,15 @@ fn the_openai_sdk_uses_an_anthropic_backed_model_without_noticing() {
     let turn = &reqs[4]["body"]["messages"];
     assert_eq!(turn[2]["content"][0]["type"], "tool_result");
     assert_eq!(s.primary.hits(), 0);
-    // /v1/messages reaches Anthropic providers only.
+    // /v1/messages reaches an OpenAI-backed model too, through the pivot.
     let r = post(
         &s.envoy.url("/v1/messages"),
         &[("x-api-key", DEMO_KEY)],
         &json!({"model": "gpt-4o", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).to_string(),
     );
-    assert_eq!(r.status, 404, "{}", r.body);
-    assert_eq!(r.json()["error"]["type"], "not_found_error");
-    assert!(
-        r.body.contains("no provider that serves /v1/messages"),
-        "{}",
-        r.body
-    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["type"], "message");
+    assert_eq!(s.primary.hits(), 1);
 }
 
 #[test]

@@ -24,6 +24,7 @@ pub mod request;
 pub mod rls;
 mod robustness;
 pub mod routing;
+pub mod secrets;
 pub mod sse;
 pub mod store;
 pub mod strategy;

@@ -294,14 +294,14 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         return Ok(json_response(status, &body));
     }
     let status = step.status.unwrap_or(200);
+    let note = step.note_latin1.as_deref();
     if let Some(raw) = step.body {
         let mut r = json_response(status, &Value::Null);
         *r.body_mut() = Full::new(Bytes::from(raw))
             .map_err(|never| match never {})
             .boxed();
-        return Ok(r);
+        return Ok(with_note(r, note));
     }
-    let note = step.note_latin1.as_deref();
     let encoding = step.content_encoding.clone();
     if status != 200 {
         let mut r = with_note(
