@@ -34,8 +34,12 @@ wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 
 # The request log must never fail a request, so the collector is restarted
 # when it exits instead of taking the gateway down with it.
+# Its HTTP API and dashboard need a read token (made once, kept in .run/).
+[ -s .run/collector-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/collector-token)
+TOKEN=$(cat .run/collector-token)
 scripts/keep-running.sh collector \
-  "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db >>.run/logs/collector.log 2>&1 & pids+=($!)
+  "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db \
+  --read-token-file .run/collector-token >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
 
 # Limits scoped `global` (see README): Redis holds the counters, the
@@ -55,7 +59,8 @@ until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http:
 done
 
 cat <<MSG
-portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, dashboard http://127.0.0.1:9090/dashboard, logs in .run/logs/). Try:
+portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, logs in .run/logs/).
+Dashboard: http://127.0.0.1:9090/dashboard (read token: $TOKEN; the collector's API takes it as 'Authorization: Bearer $TOKEN'). Try:
   curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
   curl -s http://127.0.0.1:10000/v1/embeddings -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"text-embedding-3-small","input":["hello","world"]}'
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.

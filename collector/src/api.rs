@@ -20,6 +20,21 @@ pub struct Api {
     pub stats: Arc<Stats>,
 }
 
+/// The routes behind the access checks (`access`: the Host allow-list and
+/// the read token).
+pub fn router_with(api: Api, access: crate::access::Access) -> Router {
+    let access = Arc::new(access);
+    router(api)
+        .route(
+            "/login",
+            axum::routing::post(crate::access::login).with_state(access.clone()),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            crate::access::guard,
+        ))
+}
+
 pub fn router(api: Api) -> Router {
     Router::new()
         .route(

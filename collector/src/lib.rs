@@ -1,6 +1,7 @@
 //! Portcullis collector: request records over gRPC into SQLite, with a query
 //! API, Prometheus metrics and a dashboard.
 
+pub mod access;
 pub mod api;
 pub mod db;
 pub mod grpc;

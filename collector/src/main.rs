@@ -1,8 +1,11 @@
 //! portcullis-collector: `--grpc ADDR --http ADDR --db PATH|postgres://... [--retention-days N]
-//! [--retention-records N] [--queue N]`.
+//! [--retention-records N] [--queue N] [--read-token-file PATH] [--allowed-hosts NAME,...]`.
 //! Prints `portcullis-collector grpc=<addr> http=<addr>` once both listen.
+//! HTTP answers only to its own host names, and with a read token file
+//! only to requests that carry the token (`access`).
 
-use portcullis_collector::api::{router, Api};
+use portcullis_collector::access::Access;
+use portcullis_collector::api::{router_with, Api};
 use portcullis_collector::db::{connect, migrate};
 use portcullis_collector::grpc::Ingest;
 use portcullis_collector::proto::collector_server::CollectorServer;
@@ -43,6 +46,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(256);
 
+    let token = arg(&args, "--read-token-file")
+        .map(|p| {
+            std::fs::read_to_string(&p)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| format!("--read-token-file {p}: {e}"))
+        })
+        .transpose()?;
+    if token.as_deref() == Some("") {
+        return Err("--read-token-file: the file is empty".into());
+    }
+    let hosts: Vec<String> = arg(&args, "--allowed-hosts")
+        .map(|h| h.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+
     let mut conn = connect(&db)?;
     migrate(&mut conn)?;
     let writer = Writer::start(conn, queue, retention);
@@ -51,7 +68,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         reader,
         stats: writer.stats.clone(),
     };
-    tokio::runtime::Runtime::new()?.block_on(serve(grpc_addr, http_addr, writer, api))
+    tokio::runtime::Runtime::new()?.block_on(serve(
+        grpc_addr,
+        http_addr,
+        writer,
+        api,
+        (hosts, token),
+    ))
 }
 
 async fn serve(
@@ -59,6 +82,7 @@ async fn serve(
     http_addr: String,
     writer: Writer,
     api: Api,
+    (hosts, token): (Vec<String>, Option<String>),
 ) -> Result<(), Box<dyn std::error::Error>> {
     let grpc_listener = tokio::net::TcpListener::bind(&grpc_addr).await?;
     let http_listener = tokio::net::TcpListener::bind(&http_addr).await?;
@@ -71,7 +95,8 @@ async fn serve(
     let grpc = tonic::transport::Server::builder()
         .add_service(CollectorServer::new(Ingest { writer }))
         .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc_listener));
-    let http = axum::serve(http_listener, router(api));
+    let access = Access::new(http_listener.local_addr()?, &hosts, token);
+    let http = axum::serve(http_listener, router_with(api, access));
     tokio::select! {
         r = grpc => r?,
         r = http => r?,

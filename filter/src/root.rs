@@ -181,6 +181,13 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
+        let env = std::env::var("PORTCULLIS_MAX_CONFIG_BYTES").ok();
+        let limit = portcullis_core::config::max_config_bytes(env.as_deref());
+        if let Some(msg) = portcullis_core::config::too_large(plugin_configuration_size, limit) {
+            // Refused before it is copied into the VM.
+            AbiHost.log(LogLevel::Error, &msg);
+            return false;
+        }
         let bytes = match abi::get_buffer(
             BufferType::PluginConfiguration,
             0,

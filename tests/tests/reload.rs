@@ -57,3 +57,27 @@ fn new_weights_apply_live_and_a_bad_config_is_rejected_while_the_old_one_serves(
         "every problem is logged in one message"
     );
 }
+
+/// A plugin config over the size limit (4 MiB by default) is refused before
+/// it is read into the VM, with a message naming its size and the limit;
+/// the previous config keeps serving.
+#[test]
+fn an_oversize_config_is_refused_naming_its_size_and_the_old_one_serves() {
+    let s = Stack::start(&test_plugin(), 1);
+    let fails = s.envoy.stat(FAIL).unwrap_or(0);
+    // A valid config padded past the limit with a YAML comment.
+    let big = format!("{}\n# {}\n", test_plugin(), "x".repeat(5 << 20));
+    s.envoy.reload(&big);
+    poll_until(Duration::from_secs(30), "config_fail to rise", || {
+        (s.envoy.stat(FAIL).unwrap_or(0) > fails).then_some(())
+    });
+    assert_eq!(
+        s.chat(DEMO_KEY, &chat_body("mini", "still here")).status,
+        200
+    );
+    let log = s.envoy.log();
+    assert!(
+        log.contains("over the limit of 4194304 bytes"),
+        "the refusal names the limit"
+    );
+}

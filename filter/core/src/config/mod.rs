@@ -260,6 +260,27 @@ pub struct Policy {
     pub fallback_on: Vec<crate::attempt::Class>,
 }
 
+/// Largest plugin config compiled unless the VM's environment says
+/// otherwise (`PORTCULLIS_MAX_CONFIG_BYTES`): a larger one is refused before
+/// it is even read into the VM, so a huge config cannot take its memory.
+pub const DEFAULT_MAX_CONFIG_BYTES: usize = 4 << 20;
+
+/// The refusal of a config of `size` bytes over `limit`, if it is.
+pub fn too_large(size: usize, limit: usize) -> Option<String> {
+    (size > limit).then(|| {
+        format!(
+            "plugin config rejected: it is {size} bytes, over the limit of {limit} bytes (raise PORTCULLIS_MAX_CONFIG_BYTES in the VM's environment, vm_config.environment_variables, to allow it)"
+        )
+    })
+}
+
+/// The config size limit from the VM environment's value, if it reads.
+pub fn max_config_bytes(env: Option<&str>) -> usize {
+    env.and_then(|v| v.trim().parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(DEFAULT_MAX_CONFIG_BYTES)
+}
+
 /// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
 /// On failure, the error lists every problem found, one per line.
 pub fn compile(text: &[u8]) -> Result<Gateway, String> {

@@ -369,3 +369,17 @@ fn yaml_tags_are_refused_and_the_tagged_mapping_is_still_checked() {
     let err = compile(nested.as_bytes()).unwrap_err();
     assert!(err.contains("clients[1]: YAML tag `!x`"), "{err}");
 }
+
+#[test]
+fn a_config_over_the_size_limit_is_refused_naming_both_sizes() {
+    assert_eq!(too_large(10, 10), None);
+    let msg = too_large(5_000_001, DEFAULT_MAX_CONFIG_BYTES).unwrap();
+    assert!(
+        msg.contains("5000001 bytes") && msg.contains("4194304 bytes"),
+        "{msg}"
+    );
+    assert_eq!(max_config_bytes(None), DEFAULT_MAX_CONFIG_BYTES);
+    assert_eq!(max_config_bytes(Some(" 1024 ")), 1024);
+    assert_eq!(max_config_bytes(Some("0")), DEFAULT_MAX_CONFIG_BYTES);
+    assert_eq!(max_config_bytes(Some("lots")), DEFAULT_MAX_CONFIG_BYTES);
+}
