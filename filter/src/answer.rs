@@ -102,7 +102,7 @@ impl<H: Host> RequestContext<H> {
                 })
                 .flatten();
             match translated_stream {
-                Some(s) => f.translation = Some(Translation::Stream(s)),
+                Some(s) => f.translation = Some(Translation::Stream(Box::new(s))),
                 None => {
                     f.translation = Some(Translation::Whole { status, back });
                     f.hold = true;
@@ -135,6 +135,8 @@ impl<H: Host> RequestContext<H> {
         f.reader = if api.streams_anthropic_events() && stream {
             // Passed on as it is; only its usage is read.
             wants_usage.then(Reader::messages_stream)
+        } else if api.streams_response_events() && stream {
+            wants_usage.then(Reader::responses_stream)
         } else {
             Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep)
         };

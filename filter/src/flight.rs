@@ -61,7 +61,7 @@ pub enum Translation {
     /// the provider's format.
     Whole { status: u16, back: providers::Back },
     /// A stream, translated event by event.
-    Stream(providers::Stream),
+    Stream(Box<providers::Stream>),
 }
 
 pub struct Flight {

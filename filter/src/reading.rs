@@ -13,6 +13,8 @@ pub enum Reader {
     /// A stream of Anthropic's Messages API (`/v1/messages`), read for its
     /// usage only.
     Messages(StreamUsage),
+    /// A stream of Responses events, read for its usage only.
+    Responses(portcullis_core::api::responses::StreamUsage),
 }
 
 impl Reader {
@@ -41,6 +43,10 @@ impl Reader {
         Reader::Messages(StreamUsage::default())
     }
 
+    pub fn responses_stream() -> Reader {
+        Reader::Responses(portcullis_core::api::responses::StreamUsage::default())
+    }
+
     /// Bytes as they pass; `Some` when what the client gets differs.
     pub fn chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
         match self {
@@ -59,6 +65,10 @@ impl Reader {
                 usage.push(bytes);
                 None
             }
+            Reader::Responses(usage) => {
+                usage.push(bytes);
+                None
+            }
         }
     }
 
@@ -72,6 +82,7 @@ impl Reader {
             ),
             Reader::Whole(copy) => copy.finish(),
             Reader::Messages(usage) => (usage.usage(), None),
+            Reader::Responses(usage) => (usage.usage(), None),
         }
     }
 }

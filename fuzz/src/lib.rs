@@ -489,3 +489,53 @@ pub fn messages(data: &[u8]) {
     let split = usize::from(stream.first().copied().unwrap_or(0));
     assert_eq!(whole, run(split), "a split stream translates differently");
 }
+
+/// The Responses API through the pivot: any Responses request translates
+/// to a chat completion the gateway accepts, or is a 400; any chat answer
+/// reads as a response or is refused; a chat stream translates the same
+/// whole or split anywhere, numbers its events in order and always ends
+/// (completed, incomplete or failed).
+pub fn responses(data: &[u8]) {
+    use portcullis_core::api::responses::{self, FromChatStream};
+    let (a, b) = two(data);
+    if let Ok(doc) = serde_json::from_slice::<serde_json::Map<String, Value>>(a) {
+        match responses::to_chat(&doc, "gpt-x") {
+            Ok((body, _)) => {
+                let v: Value = serde_json::from_slice(&body).expect("the translation is JSON");
+                assert_eq!(v["model"], "gpt-x");
+                assert!(v["messages"].is_array());
+            }
+            Err(e) => assert_eq!(e.status, 400, "{}", e.message),
+        }
+    }
+    let stream = b.unwrap_or(a);
+    if let Some(out) = responses::answer_from_chat(stream) {
+        let v: Value = serde_json::from_slice(&out).expect("the response is JSON");
+        assert_eq!(v["object"], "response");
+    }
+    let run = |split: usize| {
+        let mut s = FromChatStream::new(1);
+        let (x, y) = stream.split_at(split.min(stream.len()));
+        let mut out = s.push(x);
+        out.extend(s.push(y));
+        out.extend(s.finish());
+        out
+    };
+    let whole = run(stream.len());
+    let text = String::from_utf8(whole.clone()).expect("events are UTF-8");
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| serde_json::from_str(e.split_once("\ndata: ").expect("an event has data").1).expect("event data is JSON"))
+        .collect();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], i as u64, "events out of order");
+    }
+    let last = events.last().and_then(|e| e["type"].as_str()).unwrap_or("");
+    assert!(
+        matches!(last, "response.completed" | "response.incomplete" | "response.failed"),
+        "a stream that never ends: {text}"
+    );
+    let split = usize::from(stream.first().copied().unwrap_or(0));
+    assert_eq!(whole, run(split), "a split stream translates differently");
+}

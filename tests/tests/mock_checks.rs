@@ -3,7 +3,7 @@
 //! provider's own status and error shape. A good request of each mode is
 //! accepted, so the checks do not refuse everything.
 
-use portcullis_tests::{post, repo_root, Mock, Resp};
+use portcullis_tests::{get, post, repo_root, Mock, Resp};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -28,6 +28,7 @@ enum Mode {
     Anthropic,
     Embeddings,
     CountTokens,
+    Responses,
 }
 
 fn user(text: &str) -> Value {
@@ -195,6 +196,37 @@ fn cases() -> Vec<(&'static str, Case)> {
                     400,
                     invalid,
                     "max_tokens: Extra inputs are not permitted",
+                )
+            },
+        ),
+        (
+            "responses-no-input",
+            Case {
+                mode: Mode::Responses,
+                ..openai(json!({"model": "m"}), 400, Some("invalid_value"), "'input'")
+            },
+        ),
+        (
+            "responses-unknown-field",
+            Case {
+                mode: Mode::Responses,
+                ..openai(
+                    json!({"model": "m", "input": "x", "messages": []}),
+                    400,
+                    Some("unknown_parameter"),
+                    "'messages'",
+                )
+            },
+        ),
+        (
+            "responses-unknown-previous",
+            Case {
+                mode: Mode::Responses,
+                ..openai(
+                    json!({"model": "m", "input": "x", "previous_response_id": "resp_none"}),
+                    404,
+                    Some("previous_response_not_found"),
+                    "resp_none",
                 )
             },
         ),
@@ -434,6 +466,10 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             "/v1/chat/completions",
             vec![("authorization", format!("Bearer {KEY}"))],
         ),
+        Mode::Responses => (
+            "/v1/responses",
+            vec![("authorization", format!("Bearer {KEY}"))],
+        ),
         Mode::CountTokens => (
             "/v1/messages/count_tokens",
             vec![
@@ -471,6 +507,18 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
     }
     let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     post(&mock.url(path), &h, body)
+}
+
+/// A DELETE with a bearer key, by a raw exchange: the body.
+fn to_delete(url: &str, auth: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "DELETE {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: {auth}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }
 
 fn rows_of_the_table() -> BTreeSet<String> {
@@ -540,6 +588,29 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
             v["usage"]["prompt_tokens"].as_u64()
         ),
         (Some(1), Some(5))
+    );
+    // The Responses API keeps what it answered: read, listed, deleted.
+    let r = send(
+        &mock,
+        Mode::Responses,
+        &[],
+        &json!({"model": "m", "input": "hi"}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let auth = format!("Bearer {KEY}");
+    let h = [("authorization", auth.as_str())];
+    assert_eq!(
+        get(&mock.url(&format!("/v1/responses/{id}")), &h).json()["id"],
+        id.as_str()
+    );
+    let items = get(&mock.url(&format!("/v1/responses/{id}/input_items")), &h).json();
+    assert_eq!(items["data"][0]["content"][0]["text"], "hi");
+    let del = to_delete(&mock.url(&format!("/v1/responses/{id}")), &auth);
+    assert!(del.contains("\"deleted\":true"), "{del}");
+    assert_eq!(
+        get(&mock.url(&format!("/v1/responses/{id}")), &h).status,
+        404
     );
     // 4 f32 in base64: 16 bytes, 24 characters.
     assert_eq!(v["data"][0]["embedding"].as_str().map(str::len), Some(24));

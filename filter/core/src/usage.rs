@@ -33,6 +33,12 @@ struct Counts {
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
+    // The Responses API's details (its counts are `input_tokens` and
+    // `output_tokens`, cached tokens included in the input).
+    #[serde(default)]
+    input_tokens_details: Option<Detail>,
+    #[serde(default)]
+    output_tokens_details: Option<Detail>,
 }
 
 #[derive(Deserialize)]
@@ -94,6 +100,19 @@ impl Usage {
 impl From<Counts> for Usage {
     fn from(c: Counts) -> Usage {
         if c.prompt_tokens.is_none() && (c.input_tokens.is_some() || c.output_tokens.is_some()) {
+            if let Some(d) = c.input_tokens_details {
+                // Responses: the input already counts its cached tokens.
+                return Usage {
+                    prompt: c.input_tokens.unwrap_or(0),
+                    completion: c.output_tokens.unwrap_or(0),
+                    cached: d.cached_tokens.unwrap_or(0),
+                    reasoning: c
+                        .output_tokens_details
+                        .and_then(|d| d.reasoning_tokens)
+                        .unwrap_or(0),
+                    cache_write: d.cache_creation_tokens.unwrap_or(0),
+                };
+            }
             let read = c.cache_read_input_tokens.unwrap_or(0);
             let write = c.cache_creation_input_tokens.unwrap_or(0);
             return Usage {

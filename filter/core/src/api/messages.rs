@@ -424,123 +424,19 @@ impl FromChatStream {
 
     /// The events for these bytes of the provider's stream.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        if self.ended {
-            return out;
-        }
-        self.parser.push(bytes);
-        if self.parser.overflowed {
-            return self.fail("The provider's stream has an event too large to read.");
-        }
-        while let Some((_, data)) = self.parser.next_event() {
-            let Some(d) = data else { continue };
-            if d.trim() == "[DONE]" {
-                out.extend(self.end());
-                break;
-            }
-            let Ok(chunk) = serde_json::from_str::<Value>(&d) else {
-                continue;
-            };
-            out.extend(self.chunk(&chunk));
-            if self.ended {
-                break;
-            }
-        }
-        out
+        super::push_chat(self, bytes)
     }
 
-    /// At the stream's end: an error event if it never finished.
+    /// At the stream's end: a failure event if it never finished.
     pub fn finish(&mut self) -> Vec<u8> {
-        if self.ended {
-            return Vec::new();
-        }
-        if self.stop.is_some() {
-            return self.end();
-        }
-        self.fail("The provider's stream ended before the answer was complete.")
+        super::finish_chat(self)
     }
-
-    fn fail(&mut self, message: &str) -> Vec<u8> {
+    fn fail_with(&mut self, message: &str) -> Vec<u8> {
         self.ended = true;
         event(
             "error",
             &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
         )
-    }
-
-    fn chunk(&mut self, c: &Value) -> Vec<u8> {
-        let mut out = Vec::new();
-        if let Some(e) = c.get("error") {
-            let message = e
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("The provider's stream failed.");
-            return self.fail(message);
-        }
-        if !self.started {
-            self.started = true;
-            let start = json!({"type": "message_start", "message": {
-                "id": message_id(c.get("id")), "type": "message", "role": "assistant",
-                "model": c.get("model").cloned().unwrap_or(Value::Null), "content": [],
-                "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}});
-            out.extend(event("message_start", &start));
-        }
-        if let Some(u) = c.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(u.clone());
-        }
-        let Some(choice) = c
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        else {
-            return out;
-        };
-        let delta = choice.get("delta");
-        if let Some(t) = delta
-            .and_then(|d| d.get("content"))
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-        {
-            let index = self.block(true, None, &mut out);
-            out.extend(event(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index,
-                "delta": {"type": "text_delta", "text": t}}),
-            ));
-        }
-        for call in delta
-            .and_then(|d| d.get("tool_calls"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let tool = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let index = match self.tools.iter().find(|(t, _)| *t == tool) {
-                Some((_, i)) => *i,
-                None => {
-                    let i = self.block(false, Some(call), &mut out);
-                    self.tools.push((tool, i));
-                    i
-                }
-            };
-            if let Some(args) = call
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .filter(|a| !a.is_empty())
-            {
-                out.extend(event(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": args}}),
-                ));
-            }
-        }
-        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.stop = Some(stop_reason(f));
-            out.extend(self.close());
-        }
-        out
     }
 
     /// The open block if it is of this kind (text), else a new one; its index.
@@ -577,9 +473,9 @@ impl FromChatStream {
     }
 
     /// `message_delta` with the stop reason and the usage, `message_stop`.
-    fn end(&mut self) -> Vec<u8> {
+    fn on_end(&mut self) -> Vec<u8> {
         if !self.started {
-            return self.fail("The provider's stream ended without an answer.");
+            return self.fail_with("The provider's stream ended without an answer.");
         }
         self.ended = true;
         let mut out = self.close();
@@ -592,6 +488,77 @@ impl FromChatStream {
         ));
         out.extend(event("message_stop", &json!({"type": "message_stop"})));
         out
+    }
+}
+
+impl super::FromChat for FromChatStream {
+    fn parser(&mut self) -> &mut SseParser {
+        &mut self.parser
+    }
+    fn ended(&self) -> bool {
+        self.ended
+    }
+    fn started(&self) -> bool {
+        self.started
+    }
+    fn finished(&self) -> bool {
+        self.stop.is_some()
+    }
+    fn start(&mut self, c: &Value) -> Vec<u8> {
+        self.started = true;
+        let start = json!({"type": "message_start", "message": {
+            "id": message_id(c.get("id")), "type": "message", "role": "assistant",
+            "model": c.get("model").cloned().unwrap_or(Value::Null), "content": [],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}});
+        event("message_start", &start)
+    }
+    fn usage(&mut self, u: &Value) {
+        self.usage = Some(u.clone());
+    }
+    fn text(&mut self, t: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let index = self.block(true, None, &mut out);
+        out.extend(event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index,
+            "delta": {"type": "text_delta", "text": t}}),
+        ));
+        out
+    }
+    fn call(&mut self, call: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        let tool = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let index = match self.tools.iter().find(|(t, _)| *t == tool) {
+            Some((_, i)) => *i,
+            None => {
+                let i = self.block(false, Some(call), &mut out);
+                self.tools.push((tool, i));
+                i
+            }
+        };
+        if let Some(args) = call
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+        {
+            out.extend(event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": args}}),
+            ));
+        }
+        out
+    }
+    fn finish_reason(&mut self, reason: &str) -> Vec<u8> {
+        self.stop = Some(stop_reason(reason));
+        self.close()
+    }
+    fn end(&mut self) -> Vec<u8> {
+        self.on_end()
+    }
+    fn fail(&mut self, message: &str) -> Vec<u8> {
+        self.fail_with(message)
     }
 }
 

@@ -11,6 +11,7 @@ pub mod chat_completions;
 pub mod count_tokens;
 pub mod embeddings;
 pub mod messages;
+pub mod responses;
 
 use crate::error::GatewayError;
 
@@ -26,6 +27,8 @@ pub enum Api {
     Embeddings,
     /// `POST /v1/messages/count_tokens` (Anthropic).
     CountTokens,
+    /// `POST /v1/responses` (OpenAI).
+    Responses,
 }
 
 /// Whose error body a client of an API reads.
@@ -41,6 +44,7 @@ pub const ALL: &[Api] = &[
     Api::Messages,
     Api::Embeddings,
     Api::CountTokens,
+    Api::Responses,
 ];
 
 impl Api {
@@ -56,6 +60,7 @@ impl Api {
             Api::Messages => messages::PATH,
             Api::Embeddings => embeddings::PATH,
             Api::CountTokens => count_tokens::PATH,
+            Api::Responses => responses::PATH,
         }
     }
 
@@ -66,13 +71,14 @@ impl Api {
             Api::Messages => "messages",
             Api::Embeddings => "embeddings",
             Api::CountTokens => "count_tokens",
+            Api::Responses => "responses",
         }
     }
 
     pub fn error_shape(self) -> ErrorShape {
         match self {
             Api::Messages | Api::CountTokens => ErrorShape::Anthropic,
-            Api::ChatCompletions | Api::Embeddings => ErrorShape::OpenAi,
+            Api::ChatCompletions | Api::Embeddings | Api::Responses => ErrorShape::OpenAi,
         }
     }
 
@@ -89,7 +95,7 @@ impl Api {
     pub fn required(self) -> Required {
         match self {
             Api::ChatCompletions | Api::Messages | Api::CountTokens => Required::Messages,
-            Api::Embeddings => Required::Input,
+            Api::Embeddings | Api::Responses => Required::Input,
         }
     }
 
@@ -106,6 +112,12 @@ impl Api {
         matches!(self, Api::Messages)
     }
 
+    /// Whether a streamed answer is Responses events (read for usage from
+    /// `response.completed`).
+    pub fn streams_response_events(self) -> bool {
+        matches!(self, Api::Responses)
+    }
+
     /// Whether a request of this API can ask for a stream.
     pub fn streams(self) -> bool {
         !matches!(self, Api::Embeddings | Api::CountTokens)
@@ -120,6 +132,7 @@ impl Api {
             Api::Messages => "messages:",
             Api::Embeddings => "embeddings:",
             Api::CountTokens => "count_tokens:",
+            Api::Responses => "responses:",
         }
     }
 
@@ -138,6 +151,7 @@ impl Api {
     ) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
         match self {
             Api::Messages => messages::to_chat(doc, model_id),
+            Api::Responses => responses::to_chat(doc, model_id),
             Api::ChatCompletions | Api::Embeddings | Api::CountTokens => {
                 Err(GatewayError::internal(format!(
                     "{} is not translated to chat completions",
@@ -151,6 +165,7 @@ impl Api {
     pub fn answer_from_pivot(self, body: &[u8]) -> Option<Vec<u8>> {
         match self {
             Api::Messages => messages::answer_from_chat(body),
+            Api::Responses => responses::answer_from_chat(body),
             Api::ChatCompletions | Api::Embeddings | Api::CountTokens => Some(body.to_vec()),
         }
     }
@@ -159,15 +174,20 @@ impl Api {
     pub fn error_from_pivot(self, body: &[u8], status: u16) -> Vec<u8> {
         match self {
             Api::Messages => messages::error_from_chat(body, status),
-            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => body.to_vec(),
+            Api::ChatCompletions | Api::Embeddings | Api::CountTokens | Api::Responses => {
+                body.to_vec()
+            }
         }
     }
 
     /// A chat completions stream as this API's stream.
-    pub fn stream_from_pivot(self) -> Option<crate::providers::Stream> {
+    pub fn stream_from_pivot(self, created: u64) -> Option<crate::providers::Stream> {
         match self {
             Api::Messages => Some(crate::providers::Stream::ChatToMessages(
                 messages::FromChatStream::new(),
+            )),
+            Api::Responses => Some(crate::providers::Stream::ChatToResponses(
+                responses::FromChatStream::new(created),
             )),
             Api::ChatCompletions | Api::Embeddings | Api::CountTokens => None,
         }
@@ -191,7 +211,7 @@ impl Api {
                 count_tokens::answer(doc),
                 (count_tokens::ESTIMATED_HEADER, "true"),
             )),
-            Api::ChatCompletions | Api::Messages | Api::Embeddings => None,
+            Api::ChatCompletions | Api::Messages | Api::Embeddings | Api::Responses => None,
         }
     }
 
@@ -200,6 +220,109 @@ impl Api {
     pub fn has_completion_text(self) -> bool {
         matches!(self, Api::ChatCompletions)
     }
+}
+
+/// A translator of the pivot's stream (chat completion chunks) into an
+/// API's events: what it does when the answer starts, with text, with a
+/// tool call's piece, at the finish reason, at `[DONE]`, on a failure.
+/// [`push_chat`] reads the chunks and [`finish_chat`] ends the stream the
+/// same way for every API.
+pub(crate) trait FromChat {
+    fn parser(&mut self) -> &mut crate::sse::SseParser;
+    fn ended(&self) -> bool;
+    fn started(&self) -> bool;
+    /// A finish reason was seen (the answer is whole).
+    fn finished(&self) -> bool;
+    /// The first chunk (its id and model).
+    fn start(&mut self, c: &serde_json::Value) -> Vec<u8>;
+    fn usage(&mut self, u: &serde_json::Value);
+    fn text(&mut self, t: &str) -> Vec<u8>;
+    /// A piece of a tool call (`delta.tool_calls[]`).
+    fn call(&mut self, call: &serde_json::Value) -> Vec<u8>;
+    fn finish_reason(&mut self, reason: &str) -> Vec<u8>;
+    fn end(&mut self) -> Vec<u8>;
+    fn fail(&mut self, message: &str) -> Vec<u8>;
+}
+
+/// One chunk, read for what every translator needs.
+fn chat_chunk<T: FromChat>(t: &mut T, c: &serde_json::Value) -> Vec<u8> {
+    use serde_json::Value;
+    if let Some(e) = c.get("error") {
+        let message = e
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("The provider's stream failed.");
+        return t.fail(message);
+    }
+    let mut out = if t.started() { Vec::new() } else { t.start(c) };
+    if let Some(u) = c.get("usage").filter(|u| u.is_object()) {
+        t.usage(u);
+    }
+    let Some(choice) = c
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+    else {
+        return out;
+    };
+    let delta = choice.get("delta");
+    if let Some(text) = delta
+        .and_then(|d| d.get("content"))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    {
+        out.extend(t.text(text));
+    }
+    for call in delta
+        .and_then(|d| d.get("tool_calls"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.extend(t.call(call));
+    }
+    if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+        out.extend(t.finish_reason(f));
+    }
+    out
+}
+
+/// The events for these bytes of the provider's stream.
+pub(crate) fn push_chat<T: FromChat>(t: &mut T, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    if t.ended() {
+        return out;
+    }
+    t.parser().push(bytes);
+    if t.parser().overflowed {
+        return t.fail("The provider's stream has an event too large to read.");
+    }
+    while let Some((_, data)) = t.parser().next_event() {
+        let Some(d) = data else { continue };
+        if d.trim() == "[DONE]" {
+            out.extend(t.end());
+            break;
+        }
+        let Ok(chunk) = serde_json::from_str::<serde_json::Value>(&d) else {
+            continue;
+        };
+        out.extend(chat_chunk(t, &chunk));
+        if t.ended() {
+            break;
+        }
+    }
+    out
+}
+
+/// At the stream's end: the end when the answer finished, else a failure.
+pub(crate) fn finish_chat<T: FromChat>(t: &mut T) -> Vec<u8> {
+    if t.ended() {
+        return Vec::new();
+    }
+    if t.finished() {
+        return t.end();
+    }
+    t.fail("The provider's stream ended before the answer was complete.")
 }
 
 /// The field a body must hold besides `model`.
@@ -236,7 +359,7 @@ mod tests {
         assert_eq!(Api::of_path("/v1/chat/completion"), None);
         assert_eq!(
             served_paths(),
-            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens"
+            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens, POST /v1/responses"
         );
     }
 

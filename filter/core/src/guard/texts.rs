@@ -2,7 +2,9 @@
 //! every check (built-in and external) and for the rewrite that redacts:
 //!
 //! - `system` (Anthropic: a string or text blocks) and `instructions`
-//!   (Responses); embeddings' `input` (a string or strings);
+//!   (Responses); `input` (embeddings: a string or strings; Responses:
+//!   message items read like messages, function calls' arguments, call
+//!   outputs);
 //! - each message's `content` (a string, or blocks: adjacent text parts are
 //!   read joined, as the model reads them, so a value split across two
 //!   parts is still one match), its `name`;
@@ -41,9 +43,7 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
             ("input", Value::String(s)) => out.push(Slot::One(s)),
             ("input", Value::Array(items)) => {
                 for i in items.iter_mut() {
-                    if let Value::String(s) = i {
-                        out.push(Slot::One(s));
-                    }
+                    input_item_slots(i, &mut out);
                 }
             }
             ("messages", Value::Array(msgs)) => {
@@ -55,6 +55,31 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
         }
     }
     out
+}
+
+/// An item of `input`: a string (embeddings), or a Responses item: a
+/// message, a function call (its arguments) or a call's output.
+fn input_item_slots<'a>(item: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+    let kind = match item.get("type").and_then(Value::as_str) {
+        Some("function_call") => 1,
+        Some("function_call_output") => 2,
+        _ => 0,
+    };
+    match (kind, item) {
+        (_, Value::String(s)) => out.push(Slot::One(s)),
+        (1, Value::Object(o)) => {
+            if let Some(Value::String(a)) = o.get_mut("arguments") {
+                out.push(Slot::Json(a));
+            }
+        }
+        (2, Value::Object(o)) => {
+            if let Some(v) = o.get_mut("output") {
+                content_slots(v, out);
+            }
+        }
+        (_, m @ Value::Object(_)) => message_slots(m, out),
+        _ => {}
+    }
 }
 
 fn message_slots<'a>(m: &'a mut Value, out: &mut Vec<Slot<'a>>) {

@@ -1,5 +1,6 @@
 //! Azure OpenAI: OpenAI's bodies, with the deployment (the model id) in the
-//! path, `api-version` in the query and the key in `api-key`.
+//! path (Responses: `/openai/responses`, the model in the body),
+//! `api-version` in the query and the key in `api-key`.
 
 use super::{base, endpoint, path_segment, Format};
 use crate::api::Api;
@@ -13,6 +14,14 @@ impl Format for AzureOpenAi {
             Schema::AzureOpenAi { api_version } => api_version.as_str(),
             _ => "",
         };
+        if api == Api::Responses {
+            // Responses name the model in the body, not by deployment path.
+            return format!(
+                "{}/openai/responses?api-version={}",
+                base(p),
+                path_segment(version)
+            );
+        }
         format!(
             "{}/openai/deployments/{}/{}?api-version={}",
             base(p),

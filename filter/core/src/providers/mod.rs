@@ -61,6 +61,8 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Anthropic { .. }, Api::Embeddings) => No,
         (Schema::Anthropic { .. }, Api::CountTokens) => Direct,
         (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::CountTokens) => Local,
+        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::Responses) => Direct,
+        (Schema::Anthropic { .. }, Api::Responses) => ViaPivot,
     }
 }
 
@@ -122,6 +124,9 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
 pub enum Stream {
     Anthropic(anthropic::Stream),
     ChatToMessages(crate::api::messages::FromChatStream),
+    ChatToResponses(crate::api::responses::FromChatStream),
+    /// A format's stream to the pivot, then the pivot to the API.
+    Chain(Box<Stream>, Box<Stream>),
 }
 
 impl Stream {
@@ -130,6 +135,11 @@ impl Stream {
         match self {
             Stream::Anthropic(s) => s.push(bytes),
             Stream::ChatToMessages(s) => s.push(bytes),
+            Stream::ChatToResponses(s) => s.push(bytes),
+            Stream::Chain(first, then) => {
+                let pivot = first.push(bytes);
+                then.push(&pivot)
+            }
         }
     }
 
@@ -138,6 +148,13 @@ impl Stream {
         match self {
             Stream::Anthropic(s) => s.finish(),
             Stream::ChatToMessages(s) => s.finish(),
+            Stream::ChatToResponses(s) => s.finish(),
+            Stream::Chain(first, then) => {
+                let pivot = first.finish();
+                let mut out = then.push(&pivot);
+                out.extend(then.finish());
+                out
+            }
         }
     }
 }
@@ -147,8 +164,9 @@ impl Stream {
 pub enum Back {
     /// The provider's format, to the pivot (the client speaks it).
     Format(&'static dyn Format),
-    /// The inbound API, from the pivot (the provider speaks it).
-    Api(Api),
+    /// The inbound API, from the pivot; first the provider's format to the
+    /// pivot when it speaks another (`None`: it speaks the pivot).
+    Api(Option<&'static dyn Format>, Api),
 }
 
 impl Back {
@@ -156,7 +174,8 @@ impl Back {
     pub fn answer(&self, body: &[u8], created: u64) -> Option<Vec<u8>> {
         match self {
             Back::Format(f) => f.answer(body, created),
-            Back::Api(a) => a.answer_from_pivot(body),
+            Back::Api(None, a) => a.answer_from_pivot(body),
+            Back::Api(Some(f), a) => a.answer_from_pivot(&f.answer(body, created)?),
         }
     }
 
@@ -164,7 +183,8 @@ impl Back {
     pub fn error(&self, body: &[u8], status: u16) -> Vec<u8> {
         match self {
             Back::Format(f) => f.error(body, status),
-            Back::Api(a) => a.error_from_pivot(body, status),
+            Back::Api(None, a) => a.error_from_pivot(body, status),
+            Back::Api(Some(f), a) => a.error_from_pivot(&f.error(body, status), status),
         }
     }
 
@@ -172,7 +192,11 @@ impl Back {
     pub fn stream(&self, created: u64, emit_usage: bool) -> Option<Stream> {
         match self {
             Back::Format(f) => f.stream(created, emit_usage),
-            Back::Api(a) => a.stream_from_pivot(),
+            Back::Api(None, a) => a.stream_from_pivot(created),
+            Back::Api(Some(f), a) => Some(Stream::Chain(
+                Box::new(f.stream(created, true)?),
+                Box::new(a.stream_from_pivot(created)?),
+            )),
         }
     }
 }
@@ -181,9 +205,15 @@ impl Back {
 pub fn back(p: &Provider, api: Api) -> Option<Back> {
     match reach(&p.schema, api) {
         Reach::Translated => Some(Back::Format(format(&p.schema))),
-        Reach::ViaPivot => Some(Back::Api(api)),
+        Reach::ViaPivot => Some(Back::Api(pivot_format(p), api)),
         Reach::Direct | Reach::Local | Reach::No => None,
     }
+}
+
+/// The provider's format when it does not speak the pivot itself (its
+/// chat completions are translated).
+fn pivot_format(p: &Provider) -> Option<&'static dyn Format> {
+    (reach(&p.schema, Api::ChatCompletions) == Reach::Translated).then(|| format(&p.schema))
 }
 
 /// The API a provider is asked in for a request of `api`.
@@ -227,11 +257,19 @@ pub fn request_body(
     match reach(&p.schema, api) {
         Reach::Translated => format(&p.schema).translate_request(p, req, model_id),
         Reach::ViaPivot => {
-            let (body, dropped) = api.to_pivot(req.document()?, model_id)?;
-            Ok(Prepared {
-                body: Some(body),
-                dropped,
-            })
+            let (body, mut dropped) = api.to_pivot(req.document()?, model_id)?;
+            let Some(f) = pivot_format(p) else {
+                return Ok(Prepared {
+                    body: Some(body),
+                    dropped,
+                });
+            };
+            // Two hops: the pivot's request, then the format's.
+            let chat = ChatRequest::parse(&body)?;
+            let mut prepared = f.translate_request(p, &chat, model_id)?;
+            dropped.append(&mut prepared.dropped);
+            prepared.dropped = dropped;
+            Ok(prepared)
         }
         Reach::Direct => {
             // Only chat completions have the usage chunk to ask for.

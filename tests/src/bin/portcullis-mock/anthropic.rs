@@ -208,17 +208,8 @@ pub async fn count_tokens(
         .map(str::to_string);
     let version = req.headers().get("anthropic-version").is_some();
     let (path, headers) = super::request_facts(&req);
-    // Counted and logged, but no scripted step is used (a count is not an
-    // answer the tests script).
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(io::Error::other)?
-        .to_bytes();
-    state.hits.fetch_add(1, Ordering::Relaxed);
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    super::log_request(&state, &path, headers, &parsed);
+    // No scripted step is used: a count is not an answer the tests script.
+    let parsed = super::receive_quiet(&state, &path, headers, req.into_body()).await?;
     if state
         .api_key
         .as_ref()

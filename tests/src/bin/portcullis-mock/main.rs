@@ -42,6 +42,7 @@
 mod anthropic;
 mod embeddings;
 mod openai_checks;
+mod responses;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -152,6 +153,20 @@ async fn receive(
     Ok((parsed, step))
 }
 
+/// A request read, counted and logged, without using a scripted step.
+async fn receive_quiet(
+    state: &State,
+    path: &str,
+    headers: serde_json::Map<String, Value>,
+    body: Incoming,
+) -> Result<Value, io::Error> {
+    let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
+    state.hits.fetch_add(1, Ordering::Relaxed);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    log_request(state, path, headers, &parsed);
+    Ok(parsed)
+}
+
 /// The next scripted step, else the default one.
 fn next_step(state: &State) -> Step {
     state
@@ -192,6 +207,8 @@ struct State {
     hits: AtomicU64,
     log: Mutex<VecDeque<Value>>,
     release: Notify,
+    /// Responses kept by id (the Responses API is stateful), with their input.
+    responses: Mutex<std::collections::HashMap<String, (Value, Value)>>,
 }
 
 const LOG_KEEP: usize = 64;
@@ -244,7 +261,7 @@ fn estimate_tokens(messages: &Value) -> u64 {
 /// The key an OpenAI-shaped request carries, as a bearer value: Azure's
 /// (deployments in the path) in `api-key`, OpenAI's in `authorization`.
 fn openai_auth(req: &Request<Incoming>, path: &str) -> Option<String> {
-    let (header, bearer) = if path.contains("/openai/deployments/") {
+    let (header, bearer) = if path.contains("/openai/") {
         ("api-key", true)
     } else {
         ("authorization", false)
@@ -537,6 +554,10 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         control(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/chat/completions") {
         chat(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/responses") {
+        responses::create(state, req).await
+    } else if path.contains("/responses/") {
+        responses::by_id(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/embeddings") {
         embeddings::embeddings(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/messages/count_tokens") {
@@ -587,6 +608,7 @@ fn main() -> io::Result<()> {
             hits: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
             release: Notify::new(),
+            responses: Mutex::new(std::collections::HashMap::new()),
         });
         loop {
             let (sock, _) = listener.accept().await?;

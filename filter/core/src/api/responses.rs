@@ -1,0 +1,690 @@
+//! OpenAI's Responses API, `POST /v1/responses` (the OpenAI Agents SDK's
+//! default, Codex's wire API). OpenAI and Azure providers get it in its own
+//! shape, every field passed as it is (the model id spliced in). Any other
+//! provider is reached through the pivot: the request is translated to a
+//! chat completion ([`to_chat`]) and the answer back ([`answer_from_chat`],
+//! [`FromChatStream`]); what a stateless translation cannot honour
+//! (`previous_response_id`, `background`, `conversation`, built-in tools)
+//! is a 400 naming it. Usage comes from the answer's `usage` or the
+//! `response.completed` event ([`StreamUsage`]).
+
+use crate::error::GatewayError;
+use crate::sse::SseParser;
+use serde_json::{json, Map, Value};
+
+pub const PATH: &str = "/v1/responses";
+
+fn bad(message: impl Into<String>) -> GatewayError {
+    GatewayError::bad_request("invalid_request_for_provider", message)
+}
+
+/// Fields the translation reads.
+const READ: &[&str] = &[
+    "model",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "stream",
+    "text",
+    "user",
+];
+/// Fields dropped (named in `x-portcullis-dropped`): no chat equivalent,
+/// nothing lost for the answer's content.
+const DROPPED: &[&str] = &[
+    "store",
+    "metadata",
+    "include",
+    "truncation",
+    "reasoning",
+    "prompt_cache_key",
+    "safety_identifier",
+    "service_tier",
+    "top_logprobs",
+    "stream_options",
+];
+/// Stateful features a translated provider cannot honour.
+const REFUSED: &[&str] = &[
+    "previous_response_id",
+    "background",
+    "conversation",
+    "prompt",
+];
+
+/// A Responses request as a chat completion for `model_id`, and the
+/// fields dropped.
+pub fn to_chat(
+    doc: &Map<String, Value>,
+    model_id: &str,
+) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
+    let mut dropped = Vec::new();
+    for (k, v) in doc {
+        let k = k.as_str();
+        if REFUSED.contains(&k) && !v.is_null() && v != &Value::Bool(false) {
+            return Err(bad(format!(
+                "`{k}` needs a provider that keeps responses (an OpenAI Responses API); this model's provider is reached by translation: send the whole conversation in `input` instead."
+            )));
+        }
+        if DROPPED.contains(&k) {
+            dropped.push(k.to_string());
+        } else if !READ.contains(&k) && !REFUSED.contains(&k) {
+            return Err(bad(format!("`{k}` cannot be served by this model's provider (it is reached by translation): remove it.")));
+        }
+    }
+    let mut out = Map::new();
+    out.insert("model".into(), json!(model_id));
+    let mut messages = Vec::new();
+    if let Some(i) = doc
+        .get("instructions")
+        .and_then(Value::as_str)
+        .filter(|i| !i.is_empty())
+    {
+        messages.push(json!({"role": "system", "content": i}));
+    }
+    match doc.get("input") {
+        Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                input_item(i, item, &mut messages)?;
+            }
+        }
+        _ => return Err(bad("`input` must be a string or a list of items.")),
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    if let Some(m) = doc.get("max_output_tokens").filter(|v| !v.is_null()) {
+        out.insert("max_tokens".into(), m.clone());
+    }
+    for k in ["temperature", "top_p", "parallel_tool_calls", "user"] {
+        if let Some(v) = doc.get(k).filter(|v| !v.is_null()) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    if let Some(tools) = doc
+        .get("tools")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty())
+    {
+        out.insert(
+            "tools".into(),
+            Value::Array(tools.iter().map(tool).collect::<Result<_, _>>()?),
+        );
+    }
+    if let Some(c) = doc.get("tool_choice").filter(|v| !v.is_null()) {
+        out.insert("tool_choice".into(), tool_choice(c)?);
+    }
+    if let Some(f) = doc.get("text").and_then(|t| t.get("format")) {
+        if let Some(rf) = response_format(f)? {
+            out.insert("response_format".into(), rf);
+        }
+    }
+    if doc.get("stream") == Some(&Value::Bool(true)) {
+        out.insert("stream".into(), Value::Bool(true));
+        out.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    let body =
+        serde_json::to_vec(&out).map_err(|e| GatewayError::internal(format!("translate: {e}")))?;
+    Ok((body, dropped))
+}
+
+/// One input item as chat messages (function calls join the assistant
+/// message before them).
+fn input_item(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), GatewayError> {
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
+    match kind {
+        "message" => {
+            let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
+            if !matches!(role, "user" | "assistant" | "system" | "developer") {
+                return Err(bad(format!("input.{i}.role `{role}` is not user, assistant, system or developer.")));
+            }
+            let content = content(i, role, item.get("content"))?;
+            out.push(json!({"role": role, "content": content}));
+        }
+        "function_call" => {
+            let call = json!({
+                "id": item.get("call_id").cloned().unwrap_or(Value::Null),
+                "type": "function",
+                "function": {
+                    "name": item.get("name").cloned().unwrap_or(Value::Null),
+                    "arguments": item.get("arguments").cloned().unwrap_or_else(|| json!("{}")),
+                },
+            });
+            let joins = out.last().is_some_and(|m| {
+                m.get("role").and_then(Value::as_str) == Some("assistant")
+            });
+            match out.last_mut().filter(|_| joins) {
+                Some(Value::Object(m)) => {
+                    let calls = m.entry("tool_calls").or_insert_with(|| json!([]));
+                    if let Some(a) = calls.as_array_mut() {
+                        a.push(call);
+                    }
+                }
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        "function_call_output" => {
+            let output = match item.get("output") {
+                Some(Value::String(s)) => json!(s),
+                Some(Value::Array(parts)) => json!(parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n")),
+                _ => json!(""),
+            };
+            out.push(json!({"role": "tool", "tool_call_id": item.get("call_id").cloned().unwrap_or(Value::Null), "content": output}));
+        }
+        // One model's reasoning is not sent to another.
+        "reasoning" => {}
+        other => {
+            return Err(bad(format!(
+                "input.{i}: item type `{other}` cannot be served by this model's provider (it is reached by translation)."
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// A message item's content as chat content.
+fn content(i: usize, role: &str, c: Option<&Value>) -> Result<Value, GatewayError> {
+    let parts = match c {
+        Some(Value::String(s)) => return Ok(json!(s)),
+        Some(Value::Array(p)) => p,
+        _ => {
+            return Err(bad(format!(
+                "input.{i}.content must be a string or a list of parts."
+            )))
+        }
+    };
+    let mut out = Vec::new();
+    for p in parts {
+        match p.get("type").and_then(Value::as_str) {
+            Some("input_text" | "output_text" | "text") => {
+                out.push(json!({"type": "text", "text": p.get("text").cloned().unwrap_or(json!(""))}))
+            }
+            Some("input_image") => match p.get("image_url").and_then(Value::as_str) {
+                Some(url) => out.push(json!({"type": "image_url", "image_url": {"url": url}})),
+                None => return Err(bad(format!("input.{i}: an image by `file_id` needs a provider that keeps files."))),
+            },
+            other => {
+                return Err(bad(format!(
+                    "input.{i}: content part `{}` cannot be served by this model's provider (it is reached by translation).",
+                    other.unwrap_or("?")
+                )))
+            }
+        }
+    }
+    // An assistant's content (and a system's) is plain text in chat.
+    if role != "user" {
+        let text: String = out
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        return Ok(json!(text));
+    }
+    Ok(Value::Array(out))
+}
+
+fn tool(t: &Value) -> Result<Value, GatewayError> {
+    let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
+    if kind != "function" {
+        return Err(bad(format!(
+            "Tool type `{kind}` is built into OpenAI's Responses API; this model's provider (reached by translation) cannot run it."
+        )));
+    }
+    let mut f = Map::new();
+    for k in ["name", "description", "parameters", "strict"] {
+        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+            f.insert(k.into(), v.clone());
+        }
+    }
+    Ok(json!({"type": "function", "function": f}))
+}
+
+fn tool_choice(c: &Value) -> Result<Value, GatewayError> {
+    match c {
+        Value::String(_) => Ok(c.clone()),
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => Ok(
+            json!({"type": "function", "function": {"name": o.get("name").cloned().unwrap_or(Value::Null)}}),
+        ),
+        _ => Err(bad(
+            "`tool_choice` must be auto, none, required or a function.",
+        )),
+    }
+}
+
+/// `text.format` as chat's `response_format` (`None`: plain text).
+fn response_format(f: &Value) -> Result<Option<Value>, GatewayError> {
+    match f.get("type").and_then(Value::as_str) {
+        None | Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
+        Some("json_schema") => {
+            let mut s = Map::new();
+            for k in ["name", "schema", "strict", "description"] {
+                if let Some(v) = f.get(k).filter(|v| !v.is_null()) {
+                    s.insert(k.into(), v.clone());
+                }
+            }
+            Ok(Some(json!({"type": "json_schema", "json_schema": s})))
+        }
+        Some(other) => Err(bad(format!(
+            "`text.format` type `{other}` is not text, json_object or json_schema."
+        ))),
+    }
+}
+
+/// Responses' usage from chat's.
+fn usage(u: Option<&Value>) -> Value {
+    let n = |p: &str| {
+        u.and_then(|u| u.pointer(p))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let (input, output) = (n("/prompt_tokens"), n("/completion_tokens"));
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": n("/prompt_tokens_details/cached_tokens")},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": n("/completion_tokens_details/reasoning_tokens")},
+        "total_tokens": input.saturating_add(output),
+    })
+}
+
+/// A response object around its output items.
+fn response(
+    id: &str,
+    model: &Value,
+    created: u64,
+    status: &str,
+    output: Vec<Value>,
+    usage: Option<Value>,
+    incomplete: bool,
+) -> Value {
+    json!({
+        "id": id, "object": "response", "created_at": created, "status": status,
+        "error": null,
+        "incomplete_details": if incomplete { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "instructions": null, "metadata": {}, "model": model, "output": output,
+        "parallel_tool_calls": true, "temperature": null, "top_p": null,
+        "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
+        "usage": usage.unwrap_or(Value::Null),
+    })
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": id, "status": status, "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn call_item(call_id: &Value, name: &Value, arguments: &str, status: &str) -> Value {
+    let id = format!("fc_{}", call_id.as_str().unwrap_or("call"));
+    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status})
+}
+
+/// A whole chat completion as a response; `None` when it does not read.
+pub fn answer_from_chat(body: &[u8]) -> Option<Vec<u8>> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let choice = v.get("choices")?.as_array()?.first()?;
+    let msg = choice.get("message")?;
+    let chat_id = v.get("id").and_then(Value::as_str).unwrap_or("gateway");
+    let mut output = Vec::new();
+    if let Some(t) = msg
+        .get("content")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    {
+        output.push(message_item(&format!("msg_{chat_id}"), t, "completed"));
+    }
+    for c in msg
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let args = c
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .unwrap_or("{}");
+        output.push(call_item(
+            c.get("id").unwrap_or(&Value::Null),
+            c.pointer("/function/name").unwrap_or(&Value::Null),
+            args,
+            "completed",
+        ));
+    }
+    let length = choice.get("finish_reason").and_then(Value::as_str) == Some("length");
+    let created = v.get("created").and_then(Value::as_u64).unwrap_or(0);
+    let out = response(
+        &format!("resp_{chat_id}"),
+        v.get("model").unwrap_or(&Value::Null),
+        created,
+        if length { "incomplete" } else { "completed" },
+        output,
+        Some(usage(v.get("usage"))),
+        length,
+    );
+    serde_json::to_vec(&out).ok()
+}
+
+/// One output item being streamed.
+#[derive(Debug)]
+enum Item {
+    Message {
+        id: String,
+        text: String,
+    },
+    Call {
+        call_id: Value,
+        name: Value,
+        arguments: String,
+    },
+}
+
+/// A chat completions stream as Responses events, chunk by chunk (split
+/// anywhere, it reads the same).
+#[derive(Debug, Default)]
+pub struct FromChatStream {
+    parser: SseParser,
+    created: u64,
+    id: String,
+    model: Value,
+    started: bool,
+    /// Items done, and the one open.
+    done: Vec<Value>,
+    open: Option<Item>,
+    /// Chat tool index -> output index.
+    tools: Vec<(u64, usize)>,
+    usage: Option<Value>,
+    finish: Option<String>,
+    sequence: u64,
+    ended: bool,
+}
+
+impl FromChatStream {
+    pub fn new(created: u64) -> Self {
+        Self {
+            created,
+            ..Self::default()
+        }
+    }
+
+    fn event(&mut self, kind: &str, mut v: Value) -> Vec<u8> {
+        if let Some(o) = v.as_object_mut() {
+            o.insert("type".into(), json!(kind));
+            o.insert("sequence_number".into(), json!(self.sequence));
+        }
+        self.sequence = self.sequence.saturating_add(1);
+        format!("event: {kind}\ndata: {v}\n\n").into_bytes()
+    }
+
+    fn snapshot(&self, status: &str, usage: Option<Value>) -> Value {
+        response(
+            &self.id,
+            &self.model,
+            self.created,
+            status,
+            self.done.clone(),
+            usage,
+            false,
+        )
+    }
+
+    /// The events for these bytes of the provider's stream.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
+        super::push_chat(self, bytes)
+    }
+
+    /// At the stream's end: a failure event if it never finished.
+    pub fn finish(&mut self) -> Vec<u8> {
+        super::finish_chat(self)
+    }
+    fn fail_with(&mut self, message: &str) -> Vec<u8> {
+        self.ended = true;
+        let mut r = self.snapshot("failed", None);
+        if let Some(o) = r.as_object_mut() {
+            o.insert(
+                "error".into(),
+                json!({"code": "server_error", "message": message}),
+            );
+        }
+        self.event("response.failed", json!({"response": r}))
+    }
+
+    fn on_start(&mut self, c: &Value) -> Vec<u8> {
+        self.started = true;
+        self.id = format!(
+            "resp_{}",
+            c.get("id").and_then(Value::as_str).unwrap_or("gateway")
+        );
+        self.model = c.get("model").cloned().unwrap_or(Value::Null);
+        let r = self.snapshot("in_progress", None);
+        let mut out = self.event("response.created", json!({"response": r}));
+        let r = self.snapshot("in_progress", None);
+        out.extend(self.event("response.in_progress", json!({"response": r})));
+        out
+    }
+
+    fn on_text(&mut self, t: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        if !matches!(self.open, Some(Item::Message { .. })) {
+            out.extend(self.close());
+            let id = format!("msg_{}", self.id.trim_start_matches("resp_"));
+            let index = self.done.len();
+            out.extend(self.event("response.output_item.added", json!({"output_index": index,
+                "item": {"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []}})));
+            out.extend(self.event("response.content_part.added", json!({"item_id": id, "output_index": index,
+                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+            self.open = Some(Item::Message {
+                id,
+                text: String::new(),
+            });
+        }
+        let index = self.done.len();
+        let id = match self.open.as_mut() {
+            Some(Item::Message { id, text }) => {
+                text.push_str(t);
+                id.clone()
+            }
+            _ => String::new(),
+        };
+        out.extend(self.event(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": index,
+            "content_index": 0, "delta": t}),
+        ));
+        out
+    }
+
+    fn on_call(&mut self, call: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        let tool = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+        if !self.tools.iter().any(|(t, _)| *t == tool) {
+            out.extend(self.close());
+            let index = self.done.len();
+            self.tools.push((tool, index));
+            let call_id = call.get("id").cloned().unwrap_or(Value::Null);
+            let name = call
+                .pointer("/function/name")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let item = call_item(&call_id, &name, "", "in_progress");
+            out.extend(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+            self.open = Some(Item::Call {
+                call_id,
+                name,
+                arguments: String::new(),
+            });
+        }
+        if let Some(a) = call
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+        {
+            let index = self.done.len();
+            let item_id = match self.open.as_mut() {
+                Some(Item::Call {
+                    call_id, arguments, ..
+                }) => {
+                    arguments.push_str(a);
+                    format!("fc_{}", call_id.as_str().unwrap_or("call"))
+                }
+                _ => String::new(),
+            };
+            out.extend(self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": item_id,
+                "output_index": index, "delta": a}),
+            ));
+        }
+        out
+    }
+
+    /// The open item's closing events; it joins the done items.
+    fn close(&mut self) -> Vec<u8> {
+        let index = self.done.len();
+        let mut out = Vec::new();
+        match self.open.take() {
+            None => return out,
+            Some(Item::Message { id, text }) => {
+                out.extend(self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": index,
+                    "content_index": 0, "text": text}),
+                ));
+                out.extend(self.event("response.content_part.done", json!({"item_id": id, "output_index": index,
+                    "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}})));
+                let item = message_item(&id, &text, "completed");
+                out.extend(self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item.clone()}),
+                ));
+                self.done.push(item);
+            }
+            Some(Item::Call {
+                call_id,
+                name,
+                arguments,
+            }) => {
+                let item = call_item(&call_id, &name, &arguments, "completed");
+                let item_id = item.get("id").cloned().unwrap_or(Value::Null);
+                out.extend(self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": item_id,
+                    "output_index": index, "arguments": arguments}),
+                ));
+                out.extend(self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item.clone()}),
+                ));
+                self.done.push(item);
+            }
+        }
+        out
+    }
+
+    fn on_end(&mut self) -> Vec<u8> {
+        if !self.started {
+            return self.fail_with("The provider's stream ended without an answer.");
+        }
+        let mut out = self.close();
+        self.ended = true;
+        let usage = usage(self.usage.as_ref());
+        let length = self.finish.as_deref() == Some("length");
+        let (kind, status) = if length {
+            ("response.incomplete", "incomplete")
+        } else {
+            ("response.completed", "completed")
+        };
+        let r = response(
+            &self.id,
+            &self.model,
+            self.created,
+            status,
+            self.done.clone(),
+            Some(usage),
+            length,
+        );
+        out.extend(self.event(kind, json!({"response": r})));
+        out
+    }
+}
+
+/// The usage of a Responses stream (passed through or translated): from
+/// its `response.completed` (or `incomplete`, `failed`) event.
+#[derive(Debug, Default)]
+pub struct StreamUsage {
+    parser: SseParser,
+    usage: Option<crate::usage::Usage>,
+}
+
+impl StreamUsage {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.parser.push(bytes);
+        while let Some((_, data)) = self.parser.next_event() {
+            let Some(d) = data else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(&d) else {
+                continue;
+            };
+            let last = matches!(
+                v.get("type").and_then(Value::as_str),
+                Some("response.completed" | "response.incomplete" | "response.failed")
+            );
+            if let Some(u) = v.pointer("/response/usage").filter(|_| last) {
+                self.usage = crate::usage::Usage::from_usage(u);
+            }
+        }
+    }
+
+    pub fn usage(&self) -> Option<crate::usage::Usage> {
+        self.usage
+    }
+}
+
+impl super::FromChat for FromChatStream {
+    fn parser(&mut self) -> &mut SseParser {
+        &mut self.parser
+    }
+    fn ended(&self) -> bool {
+        self.ended
+    }
+    fn started(&self) -> bool {
+        self.started
+    }
+    fn finished(&self) -> bool {
+        self.finish.is_some()
+    }
+    fn start(&mut self, c: &Value) -> Vec<u8> {
+        self.on_start(c)
+    }
+    fn usage(&mut self, u: &Value) {
+        self.usage = Some(u.clone());
+    }
+    fn text(&mut self, t: &str) -> Vec<u8> {
+        self.on_text(t)
+    }
+    fn call(&mut self, call: &Value) -> Vec<u8> {
+        self.on_call(call)
+    }
+    fn finish_reason(&mut self, reason: &str) -> Vec<u8> {
+        self.finish = Some(reason.to_string());
+        self.close()
+    }
+    fn end(&mut self) -> Vec<u8> {
+        self.on_end()
+    }
+    fn fail(&mut self, message: &str) -> Vec<u8> {
+        self.fail_with(message)
+    }
+}
+
+#[cfg(test)]
+mod tests;

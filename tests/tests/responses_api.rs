@@ -1,0 +1,152 @@
+//! `POST /v1/responses` in real Envoy with the official OpenAI SDK: passed
+//! through to an OpenAI-backed model (every field as sent, the provider
+//! keeps responses, `previous_response_id` works), and translated for an
+//! Anthropic-backed one (through chat completions: answers, streams of
+//! Responses events, function calls and their outputs, structured output;
+//! stateful features refused by name). Usage reaches the records either way.
+mod common;
+use common::*;
+use portcullis_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The backup speaks Anthropic's API and serves `claude-sonnet`.
+fn plugin() -> String {
+    test_plugin()
+        .replace("    host: backup.mock\n", "    host: backup.mock\n    schema: anthropic\n    drop_unsupported: true\n")
+        .replace(
+            "      - name: llama-3.1-8b\n",
+            "      - name: llama-3.1-8b\n      - name: claude-sonnet\n        id: claude-sonnet-4-5\n",
+        )
+        .replace("flush_interval_ms: 250", "flush_interval_ms: 100")
+}
+
+fn script(m: &Mock) {
+    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
+    m.script(json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        {"content": "Checking.", "tool_call": tool},
+        {"content": "It is sunny."},
+        {"content": "{\"a\": 1}"}
+    ]));
+}
+
+#[test]
+fn the_openai_sdk_uses_responses_passed_through_to_an_openai_backed_model() {
+    let dir = TempDir::new("responses-records");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(&plugin(), 2, false, c.grpc_port);
+    script(&s.primary);
+    let v = sdk_script(
+        "responses_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, "gpt-4o-mini", "1"],
+    );
+    assert_eq!(
+        v["create"],
+        json!({"text": "Hi there friend", "status": "completed", "input": 9, "output": 3, "object": "response"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"text": "Hi there friend", "final": "Hi there friend", "output": 3, "first": "response.created", "last": "response.completed"})
+    );
+    assert_eq!(
+        v["tool"],
+        json!({"name": "get_weather", "arguments": {"city": "Paris"}})
+    );
+    assert_eq!(
+        v["tool_result"],
+        json!({"text": "It is sunny.", "status": "completed"})
+    );
+    assert_eq!(v["structured"], json!({"text": "{\"a\": 1}"}));
+    assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
+    // The provider said it does not know that response: its 404 as it was.
+    assert_eq!(v["errors"]["stale_previous"]["status"], 404);
+    // Passed through: the client's body with the provider's key.
+    let reqs = s.primary.requests();
+    let first = &reqs[0];
+    assert_eq!(first["path"], "/v1/responses");
+    assert_eq!(first["body"]["instructions"], "Be brief.");
+    assert_eq!(
+        first["headers"]["authorization"],
+        format!("Bearer {PRIMARY_KEY}")
+    );
+    assert!(reqs
+        .iter()
+        .any(|r| r["body"]["previous_response_id"].is_string()));
+    let records = poll_until(Duration::from_secs(30), "the records", || {
+        let r = c.recent(50);
+        (r.iter().filter(|x| x["status"] == 200).count() >= 5).then_some(r)
+    });
+    let mut ok: Vec<&Value> = records.iter().filter(|x| x["status"] == 200).collect();
+    ok.sort_by_key(|x| x["time_ms"].as_i64());
+    for (i, r) in ok.iter().take(2).enumerate() {
+        assert_eq!(
+            (&r["prompt_tokens"], &r["completion_tokens"]),
+            (&json!(9), &json!(3)),
+            "record {i}"
+        );
+    }
+    assert_eq!(ok[1]["stream"], true);
+}
+
+#[test]
+fn the_openai_sdk_uses_responses_translated_for_an_anthropic_backed_model() {
+    let dir = TempDir::new("responses-translated");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(&plugin(), 2, false, c.grpc_port);
+    script(&s.backup);
+    let v = sdk_script(
+        "responses_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, "claude-sonnet", "0"],
+    );
+    assert_eq!(
+        v["create"],
+        json!({"text": "Hi there friend", "status": "completed", "input": 9, "output": 3, "object": "response"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"text": "Hi there friend", "final": "Hi there friend", "output": 3, "first": "response.created", "last": "response.completed"})
+    );
+    assert_eq!(
+        v["tool"],
+        json!({"name": "get_weather", "arguments": {"city": "Paris"}})
+    );
+    assert_eq!(
+        v["tool_result"],
+        json!({"text": "It is sunny.", "status": "completed"})
+    );
+    assert_eq!(v["structured"], json!({"text": "{\"a\": 1}"}));
+    let stale = &v["errors"]["stale_previous"];
+    assert_eq!(stale["status"], 400);
+    assert!(
+        stale["message"]
+            .as_str()
+            .unwrap()
+            .contains("previous_response_id"),
+        "{stale}"
+    );
+    // Translated twice: Responses to chat completions to Anthropic's Messages.
+    let reqs = s.backup.requests();
+    assert_eq!(reqs[0]["path"], "/v1/messages");
+    assert_eq!(reqs[0]["body"]["system"], "Be brief.");
+    assert_eq!(reqs[0]["body"]["model"], "claude-sonnet-4-5");
+    let turn = &reqs[3]["body"]["messages"];
+    assert_eq!(turn[1]["content"][0]["type"], "tool_use");
+    assert_eq!(turn[2]["content"][0]["type"], "tool_result");
+    assert_eq!(s.primary.hits(), 0);
+    let records = poll_until(Duration::from_secs(30), "the records", || {
+        let r = c.recent(50);
+        (r.iter().filter(|x| x["status"] == 200).count() >= 5).then_some(r)
+    });
+    let mut ok: Vec<&Value> = records.iter().filter(|x| x["status"] == 200).collect();
+    ok.sort_by_key(|x| x["time_ms"].as_i64());
+    assert_eq!(
+        (&ok[0]["prompt_tokens"], &ok[0]["completion_tokens"]),
+        (&json!(9), &json!(3))
+    );
+    assert_eq!(
+        (&ok[1]["prompt_tokens"], &ok[1]["completion_tokens"]),
+        (&json!(9), &json!(3))
+    );
+}
