@@ -49,7 +49,7 @@ scripts/keep-running.sh limiter \
   "$LIMITER" --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 >>.run/logs/limiter.log 2>&1 & pids+=($!)
 
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
-OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup \
+OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
   "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"
@@ -62,6 +62,8 @@ cat <<MSG
 portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, logs in .run/logs/).
 Dashboard: http://127.0.0.1:9090/dashboard (read token: $TOKEN; the collector's API takes it as 'Authorization: Bearer $TOKEN'). Try:
   curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
+  curl -s http://127.0.0.1:10000/v1/responses -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"claude-sonnet","input":"Hello!"}'
+  curl -s http://127.0.0.1:10000/v1/messages -H 'x-api-key: sk-portcullis-demo' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","max_tokens":100,"messages":[{"role":"user","content":"Hello!"}]}'
   curl -s http://127.0.0.1:10000/v1/embeddings -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"text-embedding-3-small","input":["hello","world"]}'
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG

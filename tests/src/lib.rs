@@ -835,13 +835,29 @@ pub fn dead_port() -> u16 {
 }
 
 /// The shipped plugin config with the prompt cache off, so that tests
-/// counting provider hits see every request reach a provider. Cache tests
-/// turn it on.
+/// counting provider hits see every request reach a provider (cache tests
+/// turn it on), and without the demo's Anthropic-format provider (tests
+/// that want one make their own): two providers, `primary` and `backup`.
 pub fn test_plugin() -> String {
     let p = shipped_plugin();
     assert!(
         p.contains("cache:\n  enabled: true"),
         "envoy/plugin.yaml: cache section changed; update the harness"
+    );
+    let (start, end) = (
+        p.find("  # demo: an Anthropic-format provider")
+            .expect("envoy/plugin.yaml: the demo provider's start marker"),
+        p.find("  # end of demo provider\n")
+            .expect("envoy/plugin.yaml: the demo provider's end marker"),
+    );
+    let mut p = format!(
+        "{}{}",
+        &p[..start],
+        &p[end + "  # end of demo provider\n".len()..]
+    );
+    p = p.replace(
+        "chain: [primary, backup, claude]",
+        "chain: [primary, backup]",
     );
     p.replace("cache:\n  enabled: true", "cache:\n  enabled: false")
 }

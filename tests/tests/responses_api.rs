@@ -150,3 +150,53 @@ fn the_openai_sdk_uses_responses_translated_for_an_anthropic_backed_model() {
         (&json!(9), &json!(3))
     );
 }
+
+/// What `make run` ships serves every API out of the box: Responses to the
+/// demo's Anthropic-format model (two hops), Messages to an OpenAI-backed
+/// one (the pivot), embeddings, chat completions.
+#[test]
+fn the_shipped_config_serves_every_api() {
+    let s = Stack::start(&shipped_plugin(), 1);
+    let auth = format!("Bearer {DEMO_KEY}");
+    let bearer = [("authorization", auth.as_str())];
+    let r = post(
+        &s.envoy.url("/v1/responses"),
+        &bearer,
+        &json!({"model": "claude-sonnet", "input": "Hello!"}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["object"], "response");
+    assert_eq!(r.header("x-portcullis-provider"), Some("claude"));
+    let anthropic = [("x-api-key", DEMO_KEY), ("anthropic-version", "2023-06-01")];
+    let r = post(&s.envoy.url("/v1/messages"), &anthropic,
+        &json!({"model": "gpt-4o-mini", "max_tokens": 100, "messages": [{"role": "user", "content": "Hello!"}]}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["type"], "message");
+    let r = post(&s.envoy.url("/v1/messages"), &anthropic,
+        &json!({"model": "claude-sonnet", "max_tokens": 100, "messages": [{"role": "user", "content": "Hello!"}]}).to_string());
+    assert_eq!(
+        (r.status, r.header("x-portcullis-provider")),
+        (200, Some("claude")),
+        "{}",
+        r.body
+    );
+    let r = post(
+        &s.envoy.url("/v1/embeddings"),
+        &bearer,
+        &json!({"model": "text-embedding-3-small", "input": "x"}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.chat(DEMO_KEY, &chat_body("auto", "Hello!"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_ne!(
+        r.header("x-portcullis-model"),
+        Some("text-embedding-3-small")
+    );
+    // The Anthropic-format provider got Anthropic's API with its key.
+    let reqs = s.primary.requests();
+    let m = reqs
+        .iter()
+        .find(|r| r["path"] == "/v1/messages")
+        .expect("a Messages request");
+    assert_eq!(m["headers"]["x-api-key"], PRIMARY_KEY);
+}

@@ -51,6 +51,8 @@ impl Stack {
             env: vec![
                 ("OPENAI_API_KEY", PRIMARY_KEY),
                 ("BACKUP_API_KEY", BACKUP_KEY),
+                // The shipped demo's Anthropic-format provider is the primary mock.
+                ("ANTHROPIC_API_KEY", PRIMARY_KEY),
             ],
         });
         Stack {
