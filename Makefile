@@ -82,12 +82,16 @@ envoy: $(if $(ENVOY_BIN),,$(VENV)/bin/envoy)
 OPENAI_SDK_VERSION := 3.57.0
 # The official Anthropic Python SDK, for the /v1/messages test.
 ANTHROPIC_SDK_VERSION := 2.14.0
+# The OpenAI Agents SDK, for the agent-through-the-gateway test.
+AGENTS_SDK_VERSION := 0.24.0
 sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet openai==$(OPENAI_SDK_VERSION)
 	@$(VENV)/bin/python -c "import anthropic, sys; sys.exit(anthropic.__version__ != '$(ANTHROPIC_SDK_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet anthropic==$(ANTHROPIC_SDK_VERSION)
+	@$(VENV)/bin/python -c "import agents.version as v, sys; sys.exit(v.__version__ != '$(AGENTS_SDK_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet openai-agents==$(AGENTS_SDK_VERSION)
 
 # The fleet's images (docker-compose.yml). `make images`: stand-in bases made
 # here without a registry (debootstrap); `make images BASES=public`: from

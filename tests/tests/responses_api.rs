@@ -200,3 +200,24 @@ fn the_shipped_config_serves_every_api() {
         .expect("a Messages request");
     assert_eq!(m["headers"]["x-api-key"], PRIMARY_KEY);
 }
+
+/// The OpenAI Agents SDK (its default: the Responses API) runs an agent
+/// with one tool through the gateway: passed through to an OpenAI-backed
+/// model, and translated for an Anthropic-backed one.
+#[test]
+fn an_openai_agents_sdk_agent_with_a_tool_runs_through_the_gateway() {
+    let s = Stack::start(&plugin(), 1);
+    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
+    for (mock, model) in [(&s.primary, "gpt-4o-mini"), (&s.backup, "claude-sonnet")] {
+        mock.script(json!([{"content": "Checking.", "tool_call": tool}, {"content": "It is sunny in Paris."}]));
+        let v = sdk_script("agents_check.py", &[&s.envoy.url("/v1"), DEMO_KEY, model]);
+        assert_eq!(
+            v,
+            json!({"final": "It is sunny in Paris.", "calls": ["Paris"]}),
+            "{model}"
+        );
+    }
+    // The second turn carried the tool's output back.
+    let last = s.backup.requests().last().unwrap()["body"]["messages"].to_string();
+    assert!(last.contains("sunny in Paris"), "{last}");
+}
