@@ -94,6 +94,7 @@ impl<H: Host> RequestContext<H> {
             .and_then(|p| providers::back(p, api));
         f.hold = false;
         f.translation = None;
+        f.remember_response = api.keeps_responses() && status == 200 && translated_by.is_none();
         if let Some(back) = translated_by.filter(|_| !encoded) {
             let translated_stream = (status == 200 && stream)
                 .then(|| {
@@ -148,6 +149,9 @@ impl<H: Host> RequestContext<H> {
     /// Bytes of the answer as they pass; `Some` when what the client gets
     /// differs (a stream without the usage chunk only the gateway asked for).
     fn answer_chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
+        if self.flight.as_ref().is_some_and(|f| f.remember_response) {
+            self.remember_response(bytes);
+        }
         let f = self.flight.as_mut()?;
         let translated = match f.translation.as_mut() {
             Some(Translation::Stream(s)) => {
@@ -336,6 +340,7 @@ impl<H: Host> RequestContext<H> {
         }
         let reads = self.flight.as_ref().is_some_and(|f| {
             f.reader.is_some()
+                || f.remember_response
                 || f.translation.is_some()
                 || f.output.as_ref().is_some_and(|o| o.stream.is_some())
         });

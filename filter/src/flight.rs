@@ -66,6 +66,9 @@ pub enum Translation {
 
 pub struct Flight {
     pub chat: ChatRequest,
+    /// The answer is a response a provider keeps: remember which provider
+    /// made it (read from its first bytes).
+    pub remember_response: bool,
     /// Tries Envoy's retries added to the attempts (not counted against
     /// `max_attempts`, which counts providers).
     pub retried: u32,
@@ -132,6 +135,7 @@ impl Flight {
         Self {
             chat,
             retried: 0,
+            remember_response: false,
             min_context: None,
             refusal: None,
             retry_after_ms: None,

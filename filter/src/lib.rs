@@ -52,6 +52,7 @@ mod reading;
 mod registry;
 mod request_body;
 mod request_headers;
+mod responses_by_id;
 mod root;
 mod shipper;
 mod telemetry;

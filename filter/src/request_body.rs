@@ -65,6 +65,9 @@ impl<H: Host> RequestContext<H> {
         };
         self.flight = Some(self.flight_for(gw, chat, route));
         self.serving_api_only(gw)?;
+        if self.request.api.keeps_responses() {
+            self.pin_to_previous_response(gw)?;
+        }
         if let Some(action) = self.answer_locally(gw)? {
             return Ok(action);
         }

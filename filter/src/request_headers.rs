@@ -102,6 +102,23 @@ impl<H: Host> RequestContext<H> {
                 let body = model_info(gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
+            ("GET" | "DELETE", p)
+                if p.starts_with(Api::Responses.path())
+                    && p.len() > Api::Responses.path().len() =>
+            {
+                // A kept response, at the provider that made it.
+                authenticate(gw, authorization)?;
+                let full = f.path.to_string();
+                self.request.path = path.to_string();
+                self.request.authority = f.authority.into_owned();
+                for (k, _) in all
+                    .iter()
+                    .filter(|(k, _)| headers::removed_before_routing(k))
+                {
+                    let _ = self.host.set_header(Part::Request, k, None);
+                }
+                self.response_by_id(gw, &full)
+            }
             ("POST", p) if Api::of_path(p).is_some() => {
                 self.request.api = Api::of_path(p).unwrap_or_default();
                 self.request.path = path.to_string();

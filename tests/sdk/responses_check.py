@@ -46,6 +46,18 @@ else:
              result]
     r2 = client.responses.create(model=model, input=convo, tools=tools)
 out["tool_result"] = {"text": r2.output_text, "status": r2.status}
+if chained:
+    # A kept response, read back by id through the gateway, then deleted.
+    got = client.responses.retrieve(r2.id)
+    items = client.responses.input_items.list(r2.id)
+    deleted = client.responses.delete(r2.id)
+    try:
+        client.responses.retrieve(r2.id)
+        after = None
+    except openai.APIStatusError as e:
+        after = e.status_code
+    out["by_id"] = {"same": got.id == r2.id, "text": got.output_text, "items": len(items.data),
+                    "deleted": deleted is None or getattr(deleted, "deleted", True), "after_delete": after}
 
 r = client.responses.create(model=model, input="A JSON object please",
                             text={"format": {"type": "json_schema", "name": "answer",
@@ -64,5 +76,6 @@ def error_of(fn):
 out["errors"] = {
     "unknown_model": error_of(lambda: client.responses.create(model="no-such-model", input="x")),
     "stale_previous": error_of(lambda: client.responses.create(model=model, previous_response_id="resp_gone", input="x")),
+    "unknown_id": error_of(lambda: client.responses.retrieve("resp_never_made")),
 }
 print(json.dumps(out))

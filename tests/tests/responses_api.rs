@@ -62,6 +62,16 @@ fn the_openai_sdk_uses_responses_passed_through_to_an_openai_backed_model() {
     assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
     // The provider said it does not know that response: its 404 as it was.
     assert_eq!(v["errors"]["stale_previous"]["status"], 404);
+    // Read back by id at the provider that made it, listed, deleted.
+    assert_eq!(
+        v["by_id"],
+        json!({"same": true, "text": "It is sunny.", "items": 1, "deleted": true, "after_delete": 404})
+    );
+    assert_eq!(v["errors"]["unknown_id"]["status"], 404);
+    assert!(v["errors"]["unknown_id"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("does not know"));
     // Passed through: the client's body with the provider's key.
     let reqs = s.primary.requests();
     let first = &reqs[0];
@@ -220,4 +230,47 @@ fn an_openai_agents_sdk_agent_with_a_tool_runs_through_the_gateway() {
     // The second turn carried the tool's output back.
     let last = s.backup.requests().last().unwrap()["body"]["messages"].to_string();
     assert!(last.contains("sunny in Paris"), "{last}");
+}
+
+/// A request chained with `previous_response_id` goes to the provider that
+/// made that response, even when another is first in the chain, and never
+/// falls back to one that lacks the conversation.
+#[test]
+fn a_chained_request_goes_to_the_provider_that_made_its_previous_response() {
+    let s = Stack::start(&test_plugin(), 1);
+    let auth = format!("Bearer {DEMO_KEY}");
+    let bearer = [("authorization", auth.as_str())];
+    let create = |body: Value| post(&s.envoy.url("/v1/responses"), &bearer, &body.to_string());
+    // llama-3.1-8b is the backup's alone: its response lives there.
+    let r = create(json!({"model": "llama-3.1-8b", "input": "hi"}));
+    assert_eq!(
+        (r.status, r.header("x-portcullis-provider")),
+        (200, Some("backup")),
+        "{}",
+        r.body
+    );
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    // mini is served by both, primary first: chained, it goes to the backup.
+    let r = create(json!({"model": "mini", "previous_response_id": id, "input": "and?"}));
+    assert_eq!(
+        (r.status, r.header("x-portcullis-provider")),
+        (200, Some("backup")),
+        "{}",
+        r.body
+    );
+    assert_eq!(s.primary.hits(), 0);
+    // A response of the primary, chained while the primary fails: an error
+    // naming it, not a fallback to the backup (which lacks the conversation).
+    let r = create(json!({"model": "gpt-4o", "input": "hi"}));
+    let first = r.json()["id"].as_str().unwrap().to_string();
+    s.primary.script(json!([{"status": 503}]));
+    let backup_hits = s.backup.hits();
+    let r = create(json!({"model": "mini", "previous_response_id": first, "input": "and?"}));
+    assert_openai_error(&r, 502, "upstream_failed");
+    assert!(r.body.contains("primary: HTTP 503"), "{}", r.body);
+    assert_eq!(
+        s.backup.hits(),
+        backup_hits,
+        "no fallback without the conversation"
+    );
 }

@@ -49,6 +49,11 @@ pub fn busy(provider: &str, vm: u64) -> String {
 /// The VMs publishing requests in flight, with when each last said so.
 pub const BUSY_VMS: &str = "portcullis:busy:vms";
 
+/// One slot of the table of which provider made which response.
+pub fn response_slot(slot: u32) -> String {
+    format!("portcullis:resp:{slot}")
+}
+
 /// The config generation shared by the workers.
 pub const CONFIG_GENERATION: &str = "portcullis:config_generation";
 

@@ -4,6 +4,7 @@
 //! (time, header facts, body bytes) and returns decisions, so it is tested
 //! natively and on wasm32 alike.
 
+pub mod affinity;
 pub mod aimd;
 pub mod api;
 pub mod attempt;

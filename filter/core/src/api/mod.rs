@@ -118,6 +118,12 @@ impl Api {
         matches!(self, Api::Responses)
     }
 
+    /// Whether the providers that serve this API directly keep what they
+    /// answer (a response is read back by id, and chained to).
+    pub fn keeps_responses(self) -> bool {
+        matches!(self, Api::Responses)
+    }
+
     /// Whether a request of this API can ask for a stream.
     pub fn streams(self) -> bool {
         !matches!(self, Api::Embeddings | Api::CountTokens)

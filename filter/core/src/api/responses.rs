@@ -618,6 +618,44 @@ impl FromChatStream {
     }
 }
 
+/// The id of the response an answer carries, read from its first bytes (a
+/// response object, or a stream whose first event is `response.created`:
+/// either way the first `"id"` is the response's).
+pub fn response_id(head: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = b"\"id\"";
+    let head = head.get(..head.len().min(2048))?;
+    let at = head.windows(KEY.len()).position(|w| w == KEY)?;
+    let rest = head.get(at.checked_add(KEY.len())?..)?;
+    let rest = std::str::from_utf8(rest).ok().or_else(|| {
+        // Cut inside a character: what reads is enough.
+        let valid = std::str::from_utf8(rest).err()?.valid_up_to();
+        std::str::from_utf8(rest.get(..valid)?).ok()
+    })?;
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
+    let id = rest.get(..rest.find('"')?)?;
+    (!id.is_empty() && !id.contains('\\')).then_some(id)
+}
+
+/// The response a request is chained to (`previous_response_id`).
+pub fn previous_id(doc: &Map<String, Value>) -> Option<&str> {
+    doc.get("previous_response_id").and_then(Value::as_str)
+}
+
+/// `/v1/responses/{id}` and `/v1/responses/{id}/input_items`: the id and
+/// what follows it (`""` or `/input_items`).
+pub fn by_id(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix(PATH)?.strip_prefix('/')?;
+    let (id, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    (!id.is_empty() && matches!(tail, "" | "/input_items")).then_some((id, tail))
+}
+
 /// The usage of a Responses stream (passed through or translated): from
 /// its `response.completed` (or `incomplete`, `failed`) event.
 #[derive(Debug, Default)]

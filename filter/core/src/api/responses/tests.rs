@@ -168,3 +168,25 @@ fn a_cut_stream_ends_with_response_failed() {
     assert_eq!(ev.last().unwrap()["type"], "response.failed");
     assert_eq!(ev.last().unwrap()["response"]["status"], "failed");
 }
+
+#[test]
+fn the_response_id_is_read_from_an_answer_or_a_streams_first_event() {
+    assert_eq!(
+        response_id(br#"{"id":"resp_1","object":"response"}"#),
+        Some("resp_1")
+    );
+    assert_eq!(
+        response_id(b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\": \"resp_2\",\"object\""),
+        Some("resp_2")
+    );
+    assert_eq!(response_id(br#"{"object":"response","id":"#), None);
+    assert_eq!(response_id(br#"{"id":""}"#), None);
+    assert_eq!(by_id("/v1/responses/resp_1"), Some(("resp_1", "")));
+    assert_eq!(
+        by_id("/v1/responses/resp_1/input_items"),
+        Some(("resp_1", "/input_items"))
+    );
+    assert_eq!(by_id("/v1/responses/resp_1/cancel"), None);
+    assert_eq!(by_id("/v1/responses/"), None);
+    assert_eq!(by_id("/v1/responses"), None);
+}

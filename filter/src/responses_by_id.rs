@@ -1,0 +1,143 @@
+//! The Responses API is stateful: a response lives at the provider that
+//! made it. The gateway remembers which provider that was (a bounded table
+//! in shared data, `portcullis_core::affinity`), so that
+//! `GET`/`DELETE /v1/responses/{id}` and `.../input_items` reach it, and a
+//! request chained with `previous_response_id` goes to it too — never
+//! silently elsewhere, where the conversation does not exist.
+
+use crate::context::{Phase, RequestContext};
+use crate::host::Host;
+use crate::upstream::UpstreamRequest;
+use portcullis_core::affinity;
+use portcullis_core::api::responses;
+use portcullis_core::config::Gateway;
+use portcullis_core::error::GatewayError;
+use portcullis_core::keys;
+use portcullis_core::providers;
+use proxy_wasm::types::{Action, LogLevel};
+
+impl<H: Host> RequestContext<H> {
+    /// The first bytes of a kept response: remember its provider.
+    pub(crate) fn remember_response(&mut self, head: &[u8]) {
+        let Some(f) = self.flight.as_mut() else {
+            return;
+        };
+        f.remember_response = false;
+        let Some(id) = responses::response_id(head) else {
+            return;
+        };
+        let Some(provider) = self.answering_provider() else {
+            return;
+        };
+        let now = self.host.now_ms();
+        let Some(entry) = affinity::encode(id, &provider, now) else {
+            return;
+        };
+        let key = keys::response_slot(affinity::slot(id));
+        if let Err(e) = self.host.set(&key, &entry, None) {
+            self.host.log(
+                LogLevel::Warn,
+                &format!("cannot remember response {id}: {e:?}"),
+            );
+        }
+    }
+
+    /// The provider (by index) that made a response, if the gateway knows.
+    pub(crate) fn response_provider(&self, gw: &Gateway, id: &str) -> Option<usize> {
+        let key = keys::response_slot(affinity::slot(id));
+        let (entry, _) = self.host.get(&key).ok()?;
+        let name = affinity::provider_of(&entry?, id, self.host.now_ms())?;
+        gw.providers.iter().position(|p| p.name == name)
+    }
+
+    /// `GET`/`DELETE /v1/responses/{id}[/input_items]`: to the provider
+    /// that made it, as the client sent it (with that provider's key).
+    pub(crate) fn response_by_id(
+        &mut self,
+        gw: &Gateway,
+        path_and_query: &str,
+    ) -> Result<Action, GatewayError> {
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        let Some((id, tail)) = responses::by_id(path.trim_end_matches('/')) else {
+            return Err(GatewayError::not_found_path("GET", path));
+        };
+        let Some(index) = self.response_provider(gw, id) else {
+            return Err(GatewayError::new(
+                404,
+                "invalid_request_error",
+                "response_not_found",
+                format!("The gateway does not know response `{id}`: it remembers which provider made each response for 24 hours, and this one is unknown or older."),
+            ));
+        };
+        let loaded = self.loaded()?;
+        let p = loaded
+            .gw
+            .providers
+            .get(index)
+            .ok_or_else(|| GatewayError::internal("a remembered provider is gone"))?;
+        let base = providers::path(p, portcullis_core::api::Api::Responses, "");
+        let mut upstream_path = match base.split_once('?') {
+            Some((b, q)) => format!("{b}/{id}{tail}?{q}"),
+            None => format!("{base}/{id}{tail}"),
+        };
+        if let Some(q) = query {
+            upstream_path.push(if upstream_path.contains('?') {
+                '&'
+            } else {
+                '?'
+            });
+            upstream_path.push_str(q);
+        }
+        let up = UpstreamRequest {
+            cluster: &p.cluster,
+            path: upstream_path,
+            authority: &p.host,
+            timeout_ms: p.timeout_ms,
+            credential: loaded
+                .credentials
+                .get(index)
+                .and_then(Option::as_ref)
+                .map(|(name, value)| (*name, value.as_str())),
+            body: None,
+            extra: providers::extra_headers(p),
+            retries: None,
+        };
+        self.request.has_content_type = true;
+        self.send_through_router(&up, 0)?;
+        // Passed on as it is: nothing of it is read.
+        self.phase = Phase::Done;
+        Ok(Action::Continue)
+    }
+
+    /// A request chained with `previous_response_id` goes only to the
+    /// provider that made that response, when the gateway knows it: no
+    /// fallback to a provider without the conversation.
+    pub(crate) fn pin_to_previous_response(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+        let Some(f) = self.flight.as_ref() else {
+            return Ok(());
+        };
+        let Some(previous) = responses::previous_id(f.chat.document()?).map(str::to_string) else {
+            return Ok(());
+        };
+        let Some(index) = self.response_provider(gw, &previous) else {
+            return Ok(());
+        };
+        let Some(f) = self.flight.as_mut() else {
+            return Ok(());
+        };
+        f.candidates.retain(|(p, _)| *p == index);
+        if f.candidates.is_empty() {
+            let name = gw.providers.get(index).map_or("", |p| p.name.as_str());
+            return Err(GatewayError::new(
+                400,
+                "invalid_request_error",
+                "previous_response_elsewhere",
+                format!("`previous_response_id` {previous} was made by provider `{name}`, which does not serve model `{}` here: chain to a response of this model's provider, or send the whole conversation in `input`.", f.chat.model),
+            ));
+        }
+        Ok(())
+    }
+}
