@@ -37,9 +37,12 @@ wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 # Its HTTP API and dashboard need a read token (made once, kept in .run/).
 [ -s .run/collector-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/collector-token)
 TOKEN=$(cat .run/collector-token)
+# Records come only from this gateway: Envoy sends the ingest token.
+[ -s .run/ingest-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/ingest-token)
 scripts/keep-running.sh collector \
   "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db \
-  --read-token-file .run/collector-token >>.run/logs/collector.log 2>&1 & pids+=($!)
+  --read-token-file .run/collector-token --ingest-token-file .run/ingest-token \
+  >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
 
 # Limits scoped `global` (see README): Redis holds the counters, the
@@ -50,6 +53,7 @@ scripts/keep-running.sh limiter \
 
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
+  PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" \
   "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"

@@ -98,7 +98,8 @@ async fn metrics(State(api): State<Api>) -> Response {
          # TYPE portcullis_collector_batches_total counter\nportcullis_collector_batches_total {}\n\
          # TYPE portcullis_collector_queue_depth gauge\nportcullis_collector_queue_depth {}\n\
          # TYPE portcullis_collector_commit_seconds summary\nportcullis_collector_commit_seconds_sum {}\nportcullis_collector_commit_seconds_count {}\n\
-         # TYPE portcullis_collector_failed_commits_total counter\nportcullis_collector_failed_commits_total {}\n",
+         # TYPE portcullis_collector_failed_commits_total counter\nportcullis_collector_failed_commits_total {}\n\
+         # TYPE portcullis_collector_ingest_unauthenticated_total counter\nportcullis_collector_ingest_unauthenticated_total {}\n",
         s.ingested.load(Ordering::Relaxed),
         s.duplicates.load(Ordering::Relaxed),
         s.rejected.load(Ordering::Relaxed),
@@ -107,6 +108,7 @@ async fn metrics(State(api): State<Api>) -> Response {
         micros as f64 / 1e6,
         commits,
         s.failed_commits.load(Ordering::Relaxed),
+        s.unauthenticated.load(Ordering::Relaxed),
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }

@@ -1,4 +1,8 @@
-//! The gRPC ingest service.
+//! The gRPC ingest service. With a token (`--ingest-token-file`), a call
+//! must carry `authorization: Bearer <token>` in its metadata (the filter
+//! sends it from Envoy's environment, `PORTCULLIS_INGEST_TOKEN`); any other
+//! is refused (`UNAUTHENTICATED`) and counted, so a local process cannot
+//! forge records (any client, any cost) into the log and the spend.
 
 use crate::proto::collector_server::Collector;
 use crate::proto::{Ack, RecordBatch};
@@ -7,11 +11,40 @@ use tonic::{Request, Response, Status};
 
 pub struct Ingest {
     pub writer: Writer,
+    pub token: Option<String>,
+}
+
+/// Equal, in time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Ingest {
+    fn authorized<T>(&self, request: &Request<T>) -> bool {
+        let Some(token) = self.token.as_deref() else {
+            return true;
+        };
+        let sent = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .and_then(|v| v.strip_prefix(b"Bearer "));
+        sent.is_some_and(|s| same(s, token.as_bytes()))
+    }
 }
 
 #[tonic::async_trait]
 impl Collector for Ingest {
     async fn ingest(&self, request: Request<RecordBatch>) -> Result<Response<Ack>, Status> {
+        if !self.authorized(&request) {
+            self.writer
+                .stats
+                .unauthenticated
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(Status::unauthenticated(
+                "this collector takes records only with its ingest token",
+            ));
+        }
         let batch = request.into_inner();
         if batch.records.iter().any(|r| r.request_id.is_empty()) {
             return Err(Status::invalid_argument("every record needs a request_id"));
@@ -74,6 +107,7 @@ mod tests {
         let stats = writer.stats.clone();
         let ingest = Ingest {
             writer: writer.clone(),
+            token: None,
         };
 
         // Another connection holds the write lock: the writer thread takes

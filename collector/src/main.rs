@@ -1,5 +1,6 @@
 //! portcullis-collector: `--grpc ADDR --http ADDR --db PATH|postgres://... [--retention-days N]
-//! [--retention-records N] [--queue N] [--read-token-file PATH] [--allowed-hosts NAME,...]`.
+//! [--retention-records N] [--queue N] [--read-token-file PATH] [--allowed-hosts NAME,...]
+//! [--ingest-token-file PATH]`.
 //! Prints `portcullis-collector grpc=<addr> http=<addr>` once both listen.
 //! HTTP answers only to its own host names, and with a read token file
 //! only to requests that carry the token (`access`).
@@ -56,6 +57,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if token.as_deref() == Some("") {
         return Err("--read-token-file: the file is empty".into());
     }
+    let ingest_token = arg(&args, "--ingest-token-file")
+        .map(|p| {
+            std::fs::read_to_string(&p)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| format!("--ingest-token-file {p}: {e}"))
+        })
+        .transpose()?;
+    if ingest_token.as_deref() == Some("") {
+        return Err("--ingest-token-file: the file is empty".into());
+    }
     let hosts: Vec<String> = arg(&args, "--allowed-hosts")
         .map(|h| h.split(',').map(str::to_string).collect())
         .unwrap_or_default();
@@ -74,6 +85,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         writer,
         api,
         (hosts, token),
+        ingest_token,
     ))
 }
 
@@ -83,6 +95,7 @@ async fn serve(
     writer: Writer,
     api: Api,
     (hosts, token): (Vec<String>, Option<String>),
+    ingest_token: Option<String>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let grpc_listener = tokio::net::TcpListener::bind(&grpc_addr).await?;
     let http_listener = tokio::net::TcpListener::bind(&http_addr).await?;
@@ -93,7 +106,10 @@ async fn serve(
     );
 
     let grpc = tonic::transport::Server::builder()
-        .add_service(CollectorServer::new(Ingest { writer }))
+        .add_service(CollectorServer::new(Ingest {
+            writer,
+            token: ingest_token,
+        }))
         .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc_listener));
     let access = Access::new(http_listener.local_addr()?, &hosts, token);
     let http = axum::serve(http_listener, router_with(api, access));

@@ -93,6 +93,8 @@ pub struct Stats {
     pub commit_micros_total: AtomicU64,
     pub commits: AtomicU64,
     pub failed_commits: AtomicU64,
+    /// Ingest calls refused for a missing or wrong token.
+    pub unauthenticated: AtomicU64,
 }
 
 pub type Ack = Result<(u32, u32), String>;

@@ -92,6 +92,10 @@ pub struct Shipper {
     /// When the last "not sent" warning was logged, and failures since.
     warned_ms: Option<u64>,
     unwarned: u64,
+    /// `authorization` for the collector (`Bearer <token>`), from the VM
+    /// environment's `PORTCULLIS_INGEST_TOKEN`, read once; never from the
+    /// plugin config.
+    credential: Option<Option<Vec<u8>>>,
 }
 
 impl Shipper {
@@ -106,6 +110,15 @@ impl Shipper {
             self.reported_drops = dropped;
         }
         let Some(cfg) = cfg else { return };
+        let credential = self
+            .credential
+            .get_or_insert_with(|| {
+                std::env::var("PORTCULLIS_INGEST_TOKEN")
+                    .ok()
+                    .filter(|t| !t.trim().is_empty())
+                    .map(|t| format!("Bearer {}", t.trim()).into_bytes())
+            })
+            .clone();
         while self.in_flight.len() < MAX_IN_FLIGHT {
             let batch = take(cfg.batch_size);
             if batch.is_empty() {
@@ -115,7 +128,10 @@ impl Shipper {
                 &cfg.cluster,
                 "portcullis.v1.Collector",
                 "Ingest",
-                vec![],
+                credential
+                    .as_deref()
+                    .map(|c| vec![("authorization", c)])
+                    .unwrap_or_default(),
                 Some(&encode_batch(&batch)),
                 Duration::from_millis(cfg.timeout_ms),
             ) {

@@ -161,7 +161,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let addr = listener.local_addr()?;
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(CollectorServer::new(Ingest { writer }))
+                .add_service(CollectorServer::new(Ingest {
+                    writer,
+                    token: None,
+                }))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
         );
         let per_client = total / clients;

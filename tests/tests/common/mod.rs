@@ -5,6 +5,7 @@ pub const DEMO_KEY: &str = "sk-portcullis-demo";
 pub const MINI_KEY: &str = "sk-portcullis-mini";
 pub const PRIMARY_KEY: &str = "sk-primary-provider";
 pub const BACKUP_KEY: &str = "sk-backup-provider";
+pub const INGEST_TOKEN: &str = "ingest-token-for-tests";
 
 pub fn mock(name: &str, api_key: Option<&str>) -> Mock {
     Mock::start(env!("CARGO_BIN_EXE_portcullis-mock"), name, api_key)
@@ -53,6 +54,8 @@ impl Stack {
                 ("BACKUP_API_KEY", BACKUP_KEY),
                 // The shipped demo's Anthropic-format provider is the primary mock.
                 ("ANTHROPIC_API_KEY", PRIMARY_KEY),
+                // The collector tests that require it check it.
+                ("PORTCULLIS_INGEST_TOKEN", INGEST_TOKEN),
             ],
         });
         Stack {
