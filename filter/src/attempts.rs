@@ -47,7 +47,7 @@ impl<H: Host> RequestContext<H> {
         if matches!(outcome, Outcome::Success) && loaded.gw.policy.uses_latency {
             let now = self.host.now_ms();
             let took = now.saturating_sub(cur.started_ms);
-            crate::policy::note_latency(
+            crate::policy_state::note_latency(
                 &self.host,
                 &loaded.gw,
                 cur.provider,

@@ -39,7 +39,7 @@ impl Current {
             return;
         };
         if std::mem::take(&mut self.busy) {
-            crate::policy::add_busy(host, &p.name, -1);
+            crate::policy_state::add_busy(host, &p.name, -1);
         }
         if std::mem::take(&mut self.slot) {
             crate::concurrency::release(host, p);
@@ -213,7 +213,7 @@ impl Flight {
                     self.attempts = self.attempts.saturating_add(1);
                     let busy = gw.policy.uses_busy;
                     if busy {
-                        crate::policy::add_busy(host, &p.name, 1);
+                        crate::policy_state::add_busy(host, &p.name, 1);
                     }
                     if let Some(prev) = self.current.as_mut() {
                         prev.release_busy(host, gw);

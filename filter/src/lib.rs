@@ -18,17 +18,19 @@
 //! | `global`, `global_limits` | limits counted by the rate limit service |
 //! | `flight`, `attempts`, `breakers` | candidates, breakers, fallback callouts |
 //! | `concurrency` | adaptive concurrency per provider (AIMD) in shared data |
-//! | `policy` | conditional routes, strategies, pinned providers; latencies and requests in flight |
+//! | `policy` | conditional routes, strategies, pinned providers |
+//! | `policy_state` | the state strategies read: latencies, requests in flight |
+//! | `responses_by_id` | which provider made each response: by-id requests, chaining |
 //! | `upstream` | the one request builder for every attempt |
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
 //! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
 //! | `host`, `abi_host`, `registry`, `abi` | the host trait and Envoy behind it |
 //!
 //! Imports run one way: the steps (`request_*`, `prompt_cache`, `attempts`,
-//! `upstream`, `answer`, `telemetry`) and `root` use `context`; `context`
-//! uses only the state types (`flight`, `reading`, `admission`,
-//! `global_limits`, `guard_state`, `loaded`)
-//! and the host.
+//! `upstream`, `answer`, `telemetry`, `policy`, `responses_by_id`) and `root`
+//! use `context`; `context` uses only the state types (`flight`, `reading`,
+//! `admission`, `global_limits`, `guard_state`, `loaded`, `policy_state`)
+//! and the host, and no state type uses a step: there is no import cycle.
 
 mod abi;
 mod abi_host;
@@ -47,6 +49,7 @@ mod host;
 mod loaded;
 mod metrics;
 mod policy;
+mod policy_state;
 mod prompt_cache;
 mod reading;
 mod registry;

@@ -139,7 +139,7 @@ impl Root {
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
         let host = AbiHost;
         breakers::prepare(&host, &gw);
-        crate::policy::prepare(&host, &gw);
+        crate::policy_state::prepare(&host, &gw);
         crate::concurrency::prepare(&host, &gw);
         let day = ratelimit::day_of(host.now_ms());
         admission::prepare(&host, &gw, day);
@@ -231,7 +231,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = AbiHost.now_ms();
         if let Some(l) = self.loaded.as_ref() {
-            crate::policy::publish_busy(&AbiHost, &l.gw, now, self.next_roll());
+            crate::policy_state::publish_busy(&AbiHost, &l.gw, now, self.next_roll());
         }
         let day = ratelimit::day_of(now);
         if let Some(l) = self.loaded.as_ref().filter(|_| day != self.prepared_day) {
