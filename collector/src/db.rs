@@ -5,39 +5,17 @@
 //! each one's SQL.
 
 use crate::pg;
-use crate::rollup::{Counts, Dims};
+use crate::proto::RequestRecord;
+use crate::rollup::{Counts, Dims, Known};
+pub use crate::rollup::{Table, ROLLUP_TABLES};
+use crate::sqlite;
+pub use crate::types::{DbError, Recent, Result, RECENT_COLUMNS};
 use rusqlite::params;
-use std::fmt;
 
 pub enum Db {
     Sqlite(rusqlite::Connection),
     Postgres(Box<postgres::Client>),
 }
-
-#[derive(Debug)]
-pub struct DbError(pub String);
-
-impl fmt::Display for DbError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for DbError {}
-
-impl From<rusqlite::Error> for DbError {
-    fn from(e: rusqlite::Error) -> Self {
-        DbError(format!("sqlite: {e}"))
-    }
-}
-
-impl From<postgres::Error> for DbError {
-    fn from(e: postgres::Error) -> Self {
-        DbError(format!("postgres: {e}"))
-    }
-}
-
-pub type Result<T> = std::result::Result<T, DbError>;
 
 /// Whether `--db` names a PostgreSQL database.
 pub fn is_postgres(spec: &str) -> bool {
@@ -49,7 +27,7 @@ pub fn connect(spec: &str) -> Result<Db> {
     if is_postgres(spec) {
         Ok(Db::Postgres(Box::new(pg::connect(spec)?)))
     } else {
-        Ok(Db::Sqlite(crate::store::open(spec.as_ref())?))
+        Ok(Db::Sqlite(sqlite::open(spec.as_ref())?))
     }
 }
 
@@ -57,104 +35,38 @@ pub fn connect(spec: &str) -> Result<Db> {
 /// once on PostgreSQL: they take turns).
 pub fn migrate(db: &mut Db) -> Result<usize> {
     match db {
-        Db::Sqlite(c) => Ok(crate::store::migrate(c)?),
+        Db::Sqlite(c) => Ok(sqlite::migrate(c)?),
         Db::Postgres(c) => pg::migrate(c),
     }
 }
 
-/// Every table of rollups (what an age limit prunes beside the records).
-pub const ROLLUP_TABLES: [&str; 4] = [
-    "rollup_minute",
-    "rollup_hour",
-    "failures_minute",
-    "failures_hour",
-];
-
-/// The rollup tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Table {
-    Minute,
-    Hour,
-}
-
-impl Table {
-    pub fn name(self) -> &'static str {
-        match self {
-            Table::Minute => "rollup_minute",
-            Table::Hour => "rollup_hour",
-        }
-    }
-
-    /// The failed attempts at this table's grain.
-    pub fn failures(self) -> &'static str {
-        match self {
-            Table::Minute => "failures_minute",
-            Table::Hour => "failures_hour",
-        }
-    }
-}
-
-/// One request as the recent-requests API shows it.
-pub struct Recent {
-    pub request_id: String,
-    pub time_ms: i64,
-    pub client: String,
-    pub requested_model: String,
-    pub model: String,
-    pub provider: String,
-    pub experiment: String,
-    pub arm: String,
-    pub cache: String,
-    pub attempts: String,
-    pub status: i64,
-    pub error: String,
-    pub latency_ms: i64,
-    pub ttfb_ms: i64,
-    pub stream: bool,
-    pub prompt_tokens: i64,
-    pub completion_tokens: i64,
-    pub cached_tokens: i64,
-    pub reasoning_tokens: i64,
-    pub cost_micros: i64,
-    pub limited_by: String,
-    pub guardrails: String,
-}
-
-impl Recent {
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "request_id": self.request_id,
-            "time_ms": self.time_ms,
-            "client": self.client,
-            "requested_model": self.requested_model,
-            "model": self.model,
-            "provider": self.provider,
-            "experiment": self.experiment,
-            "arm": self.arm,
-            "cache": self.cache,
-            "attempts": serde_json::from_str::<serde_json::Value>(&self.attempts).unwrap_or_default(),
-            "status": self.status,
-            "error": self.error,
-            "latency_ms": self.latency_ms,
-            "ttfb_ms": self.ttfb_ms,
-            "stream": self.stream,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cached_tokens": self.cached_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-            "cost_usd": self.cost_micros as f64 / 1e6,
-            "limited_by": self.limited_by,
-            "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
-        })
-    }
-}
-
-/// The columns of [`Recent`], in its order (both databases).
-pub const RECENT_COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
-     status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
-     reasoning_tokens, cost_micros, limited_by, guardrails";
-
 impl Db {
+    /// Store batches in one transaction (with their rollups): per batch,
+    /// (stored, duplicates). `known`: the SQLite writer's cache of rollup
+    /// rows (PostgreSQL keeps none: another collector may write too).
+    pub fn write(
+        &mut self,
+        batches: &[&[RequestRecord]],
+        known: &mut Known,
+    ) -> Result<Vec<(u32, u32)>> {
+        match self {
+            Db::Sqlite(conn) => Ok(sqlite::write(conn, batches, known)?),
+            Db::Postgres(c) => pg::write(c, batches),
+        }
+    }
+
+    /// One prune step: at most `step` records (and rollup rows) older than
+    /// `cutoff` or past `max_records`; whether more is left.
+    pub fn prune_step(&mut self, cutoff: Option<i64>, max_records: Option<i64>, step: i64) -> bool {
+        match self {
+            Db::Sqlite(conn) => sqlite::prune_step(conn, cutoff, max_records, step),
+            Db::Postgres(c) => pg::prune_step(c, cutoff, max_records, step).unwrap_or_else(|e| {
+                eprintln!("portcullis-collector: retention prune failed: {e}");
+                false
+            }),
+        }
+    }
+
     /// Rollup rows of `table` with `lo <= start_ms < hi`.
     pub fn rollup_rows(
         &mut self,
@@ -278,7 +190,7 @@ impl Db {
             Db::Postgres(c) => Ok(c
                 .query_one("SELECT COUNT(*) FROM requests", &[])?
                 .try_get(0)?),
-            Db::Sqlite(conn) => Ok(crate::store::count(conn)?),
+            Db::Sqlite(conn) => Ok(sqlite::count(conn)?),
         }
     }
 }

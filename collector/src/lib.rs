@@ -8,8 +8,10 @@ pub mod grpc;
 pub mod pg;
 pub mod rollup;
 pub mod since;
+pub mod sqlite;
 pub mod store;
 pub mod summary;
+pub mod types;
 
 #[allow(
     clippy::all,

@@ -9,14 +9,15 @@
 //! so concurrent collectors never lose an update nor deadlock; no writer
 //! keeps rows in memory (another may have changed them).
 
-use crate::db::{DbError, Recent, Result, Table};
 use crate::proto::RequestRecord;
 use crate::rollup::{failure_upsert, Counts, Dims, Pending};
+use crate::rollup::{Table, ROLLUP_TABLES};
+use crate::types::{DbError, Recent, Result};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Transaction};
 use std::collections::HashSet;
 
-/// SQLite's schema (`store::MIGRATIONS`, the one list of versions) in
+/// SQLite's schema (`sqlite::MIGRATIONS`, the one list of versions) in
 /// PostgreSQL's types; `portcullis_schema` says how many ran.
 fn dialect(sqlite: &str) -> String {
     sqlite
@@ -45,7 +46,7 @@ pub fn migrate(c: &mut Client) -> Result<usize> {
         tx.execute("INSERT INTO portcullis_schema (version) VALUES (0)", &[])?;
     }
     let current = usize::try_from(current.unwrap_or(0)).unwrap_or(0);
-    let migrations = crate::store::MIGRATIONS;
+    let migrations = crate::sqlite::MIGRATIONS;
     for (i, m) in migrations.iter().enumerate().skip(current) {
         tx.batch_execute(&dialect(m))?;
         let v = i64::try_from(i + 1).unwrap_or(i64::MAX);
@@ -180,7 +181,7 @@ pub fn write(c: &mut Client, batches: &[&[RequestRecord]]) -> Result<Vec<(u32, u
             } else if same(&mut tx, r)? {
                 false
             } else {
-                let id = format!("{}~{:016x}", r.request_id, crate::store::fingerprint(r));
+                let id = format!("{}~{:016x}", r.request_id, crate::sqlite::fingerprint(r));
                 insert(&mut tx, &[(id, r)])?.len() == 1
             };
             if new {
@@ -361,7 +362,7 @@ pub fn prune_step(
             &[&cutoff, &step],
         )?;
         more |= i(n) == step;
-        for t in crate::db::ROLLUP_TABLES {
+        for t in ROLLUP_TABLES {
             let sql = format!(
                 "DELETE FROM {t} WHERE ctid IN (SELECT ctid FROM {t} WHERE start_ms < $1 LIMIT $2)"
             );

@@ -7,10 +7,41 @@
 //! one). The writer updates them in the transaction that stores the
 //! records, counting only records it stored (a re-send adds nothing).
 
-use crate::db::Table;
 use crate::proto::RequestRecord;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
+
+/// Every table of rollups (what an age limit prunes beside the records).
+pub const ROLLUP_TABLES: [&str; 4] = [
+    "rollup_minute",
+    "rollup_hour",
+    "failures_minute",
+    "failures_hour",
+];
+
+/// The rollup tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    Minute,
+    Hour,
+}
+
+impl Table {
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Minute => "rollup_minute",
+            Table::Hour => "rollup_hour",
+        }
+    }
+
+    /// The failed attempts at this table's grain.
+    pub fn failures(self) -> &'static str {
+        match self {
+            Table::Minute => "failures_minute",
+            Table::Hour => "failures_hour",
+        }
+    }
+}
 
 /// Latency buckets: 0 is under 1 ms; bucket `b` >= 1 holds
 /// [1.2^(b-1), 1.2^b) ms; the last one everything from about 50 minutes on.

@@ -1,12 +1,12 @@
-//! SQLite: one writer thread owns the connection and commits batches in
-//! transactions; callers hand it work through a bounded queue and get their
-//! answer once the batch is committed.
+//! The writer: one thread owns the database connection (SQLite or
+//! PostgreSQL: the same loop for both, `Db` speaks each one's SQL) and
+//! commits batches in transactions; callers hand it work through a bounded
+//! queue and get their answer once the batch is committed.
 
-use crate::db::{Db, DbError};
+use crate::db::Db;
 use crate::proto::RequestRecord;
-use crate::rollup::{self, Known, Pending};
-use rusqlite::{params, Connection, OptionalExtension};
-use std::path::Path;
+use crate::rollup::Known;
+pub use crate::sqlite::{count, exists, migrate, open};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{
     sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError,
@@ -14,73 +14,6 @@ use std::sync::mpsc::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// Schema migrations, applied in order; `PRAGMA user_version` says how many ran.
-pub(crate) const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE requests (
-        request_id TEXT PRIMARY KEY,
-        time_ms INTEGER NOT NULL,
-        client TEXT NOT NULL,
-        requested_model TEXT NOT NULL,
-        model TEXT NOT NULL,
-        provider TEXT NOT NULL,
-        experiment TEXT NOT NULL,
-        arm TEXT NOT NULL,
-        cache TEXT NOT NULL,
-        attempts TEXT NOT NULL,
-        attempt_count INTEGER NOT NULL,
-        status INTEGER NOT NULL,
-        error TEXT NOT NULL,
-        latency_ms INTEGER NOT NULL,
-        ttfb_ms INTEGER NOT NULL,
-        stream INTEGER NOT NULL,
-        prompt_tokens INTEGER NOT NULL,
-        completion_tokens INTEGER NOT NULL,
-        cached_tokens INTEGER NOT NULL,
-        reasoning_tokens INTEGER NOT NULL,
-        cost_micros INTEGER NOT NULL,
-        prompt TEXT,
-        completion TEXT
-    );
-    CREATE INDEX requests_time ON requests(time_ms);",
-    rollup::SCHEMA,
-    "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
-    rollup::FAILURES_SCHEMA,
-    "ALTER TABLE requests ADD COLUMN guardrails TEXT NOT NULL DEFAULT '';",
-];
-
-/// Which migration makes the failed-attempt rollups (and fills them from
-/// the records already stored).
-const FAILURES_MIGRATION: usize = 3;
-
-/// Which migration builds the rollups of records stored before them.
-const ROLLUPS_MIGRATION: usize = 1;
-
-pub fn open(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    Ok(conn)
-}
-
-pub fn migrate(conn: &mut Connection) -> rusqlite::Result<usize> {
-    let current: usize =
-        conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
-    for (i, m) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(m)?;
-        if i == ROLLUPS_MIGRATION {
-            rollup::backfill(&tx)?;
-        }
-        if i == FAILURES_MIGRATION {
-            tx.execute_batch(rollup::FAILURES_BACKFILL)?;
-        }
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
-    }
-    Ok(MIGRATIONS.len())
-}
 
 /// Counters for `/metrics`.
 #[derive(Default)]
@@ -154,31 +87,6 @@ impl Writer {
     }
 }
 
-/// What makes two records with one request id the same request: start
-/// time, latency, client, requested model, status and tokens. FNV-1a 64 over
-/// those fields, fixed across versions (a re-send after an upgrade still
-/// matches).
-pub(crate) fn fingerprint(r: &RequestRecord) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        // A separator, so ("ab","c") and ("a","bc") differ.
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    };
-    eat(&r.time_ms.to_le_bytes());
-    eat(&r.latency_ms.to_le_bytes());
-    eat(r.client.as_bytes());
-    eat(r.requested_model.as_bytes());
-    eat(&r.status.to_le_bytes());
-    eat(&r.prompt_tokens.to_le_bytes());
-    eat(&r.completion_tokens.to_le_bytes());
-    h
-}
-
 /// Most batches folded into one transaction.
 const GROUP: usize = 64;
 
@@ -241,14 +149,8 @@ fn commit_group(db: &mut Db, rx: &Receiver<Job>, first: Job, stats: &Stats, know
         .queue_depth
         .fetch_sub(jobs.len() as u64, Ordering::Relaxed);
     let started = Instant::now();
-    let result = match db {
-        Db::Sqlite(conn) => write(conn, &jobs, known).map_err(DbError::from),
-        Db::Postgres(c) => {
-            let batches: Vec<&[RequestRecord]> =
-                jobs.iter().map(|j| j.records.as_slice()).collect();
-            crate::pg::write(c, &batches)
-        }
-    };
+    let batches: Vec<&[RequestRecord]> = jobs.iter().map(|j| j.records.as_slice()).collect();
+    let result = db.write(&batches, known);
     match &result {
         Ok(counts) => {
             stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -282,106 +184,6 @@ fn commit_group(db: &mut Db, rx: &Receiver<Job>, first: Job, stats: &Stats, know
     }
 }
 
-fn write(
-    conn: &mut Connection,
-    jobs: &[Job],
-    known: &mut Known,
-) -> rusqlite::Result<Vec<(u32, u32)>> {
-    let tx = conn.transaction()?;
-    let mut counts = Vec::with_capacity(jobs.len());
-    let mut rollups = Pending::default();
-    {
-        let mut stmt = tx.prepare_cached(
-            "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
-                experiment, arm, cache, attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream,
-                prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
-        )?;
-        let mut same = tx.prepare_cached(
-            "SELECT time_ms = ?2 AND latency_ms = ?3 AND client = ?4 AND requested_model = ?5
-                AND status = ?6 AND prompt_tokens = ?7 AND completion_tokens = ?8
-             FROM requests WHERE request_id = ?1",
-        )?;
-        for job in jobs {
-            let (mut stored, mut dup) = (0u32, 0u32);
-            for r in &job.records {
-                let attempts: Vec<serde_json::Value> = r
-                    .attempts
-                    .iter()
-                    .map(|a| serde_json::json!({"provider": a.provider, "status": a.status, "cause": a.cause}))
-                    .collect();
-                let attempts = serde_json::Value::Array(attempts).to_string();
-                let mut insert = |id: &str| {
-                    stmt.execute(params![
-                        id,
-                        r.time_ms as i64,
-                        r.client,
-                        r.requested_model,
-                        r.model,
-                        r.provider,
-                        r.experiment,
-                        r.arm,
-                        r.cache,
-                        attempts,
-                        r.attempts.len() as i64,
-                        r.status,
-                        r.error,
-                        r.latency_ms as i64,
-                        r.ttfb_ms as i64,
-                        r.stream,
-                        r.prompt_tokens as i64,
-                        r.completion_tokens as i64,
-                        r.cached_tokens as i64,
-                        r.reasoning_tokens as i64,
-                        r.cost_micros,
-                        (!r.prompt.is_empty()).then_some(&r.prompt),
-                        (!r.completion.is_empty()).then_some(&r.completion),
-                        r.limited_by,
-                        r.guardrails,
-                    ])
-                };
-                // A request id already stored is a re-sent record (the same
-                // request: skipped) or another request that reused the id (a
-                // client that sends a fixed x-request-id): that one is kept
-                // under `<id>~<fingerprint>`, where a re-send of it lands
-                // again. At most three statements per record, however often
-                // an id is reused.
-                let new = if insert(&r.request_id)? == 1 {
-                    true
-                } else if same.query_row(
-                    params![
-                        r.request_id,
-                        r.time_ms as i64,
-                        r.latency_ms as i64,
-                        r.client,
-                        r.requested_model,
-                        r.status,
-                        r.prompt_tokens as i64,
-                        r.completion_tokens as i64
-                    ],
-                    |row| row.get::<_, bool>(0),
-                )? {
-                    false
-                } else {
-                    insert(&format!("{}~{:016x}", r.request_id, fingerprint(r)))? == 1
-                };
-                if new {
-                    rollups.add(r);
-                    stored += 1;
-                } else {
-                    dup += 1;
-                }
-            }
-            counts.push((stored, dup));
-        }
-    }
-    // In the records' transaction: the rollups never disagree with what was
-    // acknowledged.
-    rollups.write(&tx, known)?;
-    tx.commit()?;
-    Ok(counts)
-}
-
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -389,79 +191,39 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// One prune step on either database.
+/// One prune step, on either database.
 fn prune(db: &mut Db, r: &Retention, now_ms: i64) -> bool {
-    match db {
-        Db::Sqlite(conn) => prune_step(conn, r, now_ms),
-        Db::Postgres(c) => {
-            let cutoff = r
-                .days
-                .map(|d| now_ms.saturating_sub((d as i64).saturating_mul(86_400_000)));
-            let max = r.max_records.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
-            crate::pg::prune_step(c, cutoff, max, PRUNE_STEP).unwrap_or_else(|e| {
-                eprintln!("portcullis-collector: retention prune failed: {e}");
-                false
-            })
-        }
-    }
-}
-
-/// One small prune step at `now_ms`: deletes at most [`PRUNE_STEP`] rows of
-/// each kind (records past the age or count limit, rollups past the age
-/// limit). Returns whether more is left.
-fn prune_step(conn: &Connection, r: &Retention, now_ms: i64) -> bool {
-    let run = |sql: &str, p: [i64; 2]| match conn.execute(sql, p) {
-        Ok(n) => n as i64,
-        Err(e) => {
-            eprintln!("portcullis-collector: retention prune failed: {e}");
-            0
-        }
-    };
-    let mut more = false;
-    if let Some(days) = r.days {
-        let cutoff = now_ms.saturating_sub((days as i64).saturating_mul(86_400_000));
-        let records = "DELETE FROM requests WHERE rowid IN
-                         (SELECT rowid FROM requests WHERE time_ms < ?1 LIMIT ?2)";
-        more |= run(records, [cutoff, PRUNE_STEP]) == PRUNE_STEP;
-        for table in crate::db::ROLLUP_TABLES {
-            // WITHOUT ROWID tables: deleted by their key's first column.
-            let sql = format!(
-                "DELETE FROM {table} WHERE start_ms IN
-                   (SELECT DISTINCT start_ms FROM {table} WHERE start_ms < ?1 LIMIT ?2)"
-            );
-            more |= run(&sql, [cutoff, PRUNE_STEP / 100]) == PRUNE_STEP / 100;
-        }
-    }
-    if let Some(max) = r.max_records {
-        let over = count(conn).unwrap_or(0).saturating_sub(max as i64);
-        if over > 0 {
-            let oldest = "DELETE FROM requests WHERE rowid IN
-                            (SELECT rowid FROM requests ORDER BY time_ms LIMIT ?1 OFFSET ?2)";
-            run(oldest, [over.min(PRUNE_STEP), 0]);
-            more |= over > PRUNE_STEP;
-        }
-    }
-    more
-}
-
-/// How many records there are (tests, health).
-pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
-}
-
-pub fn exists(conn: &Connection, request_id: &str) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT 1 FROM requests WHERE request_id = ?1",
-        [request_id],
-        |_| Ok(()),
-    )
-    .optional()
-    .map(|o| o.is_some())
+    let cutoff = r
+        .days
+        .map(|d| now_ms.saturating_sub((d as i64).saturating_mul(86_400_000)));
+    let max = r.max_records.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+    db.prune_step(cutoff, max, PRUNE_STEP)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sqlite::{fingerprint, MIGRATIONS};
+    use rusqlite::Connection;
+
+    /// The SQLite write of these jobs' batches (as the writer does it).
+    fn write(
+        conn: &mut Connection,
+        jobs: &[Job],
+        known: &mut Known,
+    ) -> rusqlite::Result<Vec<(u32, u32)>> {
+        let batches: Vec<&[RequestRecord]> = jobs.iter().map(|j| j.records.as_slice()).collect();
+        crate::sqlite::write(conn, &batches, known)
+    }
+
+    /// One SQLite prune step under a retention, at `now_ms`.
+    fn prune_step(conn: &Connection, r: &Retention, now_ms: i64) -> bool {
+        let cutoff = r
+            .days
+            .map(|d| now_ms.saturating_sub((d as i64).saturating_mul(86_400_000)));
+        let max = r.max_records.map(|m| i64::try_from(m).unwrap_or(i64::MAX));
+        crate::sqlite::prune_step(conn, cutoff, max, PRUNE_STEP)
+    }
 
     /// Run `f` on the connection as a [`Db`], then give it back.
     fn with_db<T>(conn: &mut Connection, f: impl FnOnce(&mut Db) -> T) -> T {

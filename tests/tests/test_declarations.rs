@@ -61,3 +61,75 @@ fn every_core_test_module_runs_on_wasm32() {
         missing.join("\n")
     );
 }
+
+/// The modules of a source folder each file's code (not its comments or
+/// tests) names through `crate::`.
+fn module_graph(dir: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        files.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "rs")),
+        );
+    }
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|p| Some(p.file_stem()?.to_string_lossy().to_string()))
+        .collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for (f, name) in files.iter().zip(&names) {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let mut deps = Vec::new();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for part in line.split("crate::").skip(1) {
+                let m: String = part
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if &m != name && names.contains(&m) && !deps.contains(&m) {
+                    deps.push(m);
+                }
+            }
+        }
+        graph.insert(name.clone(), deps);
+    }
+    graph
+}
+
+/// A cycle through `start`, if there is one.
+fn cycle_from(
+    graph: &std::collections::BTreeMap<String, Vec<String>>,
+    start: &str,
+) -> Option<Vec<String>> {
+    let mut stack = vec![vec![start.to_string()]];
+    while let Some(path) = stack.pop() {
+        let last = path.last()?;
+        for next in graph.get(last).into_iter().flatten() {
+            if next == start {
+                return Some(path);
+            }
+            if !path.contains(next) {
+                let mut p = path.clone();
+                p.push(next.clone());
+                stack.push(p);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_import_cycle_in_the_filter_or_the_collector() {
+    for dir in ["filter/src", "filter/core/src", "collector/src"] {
+        let graph = module_graph(&repo_root().join(dir));
+        assert!(graph.len() > 8, "{dir}: modules not found");
+        for m in graph.keys() {
+            if let Some(c) = cycle_from(&graph, m) {
+                panic!("{dir}: import cycle {} -> {m}", c.join(" -> "));
+            }
+        }
+    }
+}
