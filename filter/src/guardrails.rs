@@ -42,9 +42,16 @@ impl<H: Host> RequestContext<H> {
         let model = flight.model;
         let active = g.active(Stage::Input, &client.name, model);
         let out_active = g.active(Stage::Output, &client.name, model);
-        // Output checks read chat completions' texts; other APIs' answers
-        // pass as they are (README).
-        if !out_active.is_empty() && self.request.api.has_completion_text() {
+        // Output checks read whole answers of chat completions, responses
+        // and messages, and streams of chat completions; other answers pass
+        // as they are (docs/security.md).
+        let api = self.request.api;
+        let checked = if flight.chat.stream {
+            api.streams_are_checked()
+        } else {
+            api.answers_are_checked()
+        };
+        if !out_active.is_empty() && checked {
             // The tree is built only when a schema check could use it.
             let schema = out_active
                 .iter()
@@ -334,7 +341,9 @@ impl<H: Host> RequestContext<H> {
             return Ok(None);
         };
         self.host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
-        let (outcome, rewritten) = guard::check_answer(g, &out.active, out.json_wanted, body);
+        let api = self.request.api;
+        let (outcome, rewritten) =
+            guard::check_answer_of(api, g, &out.active, out.json_wanted, body);
         self.note_verdicts(&outcome.verdicts);
         if let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
             out.touched = outcome.changed || outcome.denied.is_some();

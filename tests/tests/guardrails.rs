@@ -318,3 +318,34 @@ fn verdicts_reach_the_collector_without_the_matched_text() {
         "{records:?}"
     );
 }
+
+/// Output checks read whole answers of every API in its own shape: a
+/// response's output text is redacted, a message through the pivot is
+/// denied in Anthropic's error shape.
+#[test]
+fn output_checks_read_responses_and_messages_answers() {
+    let s = stack("allow");
+    s.primary.script(json!([
+        {"content": "your card 4111 1111 1111 1111 is fine"},
+        {"content": "this is top secret stuff"}
+    ]));
+    let auth = format!("Bearer {MINI_KEY}");
+    let r = post(
+        &s.envoy.url("/v1/responses"),
+        &[("authorization", auth.as_str())],
+        &json!({"model": "mini", "input": "hi"}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["output"][0]["content"][0]["text"],
+        "your card [REDACTED:card] is fine"
+    );
+    let r = post(
+        &s.envoy.url("/v1/messages"),
+        &[("x-api-key", MINI_KEY), ("anthropic-version", "2023-06-01")],
+        &json!({"model": "mini", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["type"], "error");
+    assert!(!r.body.contains("top secret"), "{}", r.body);
+}

@@ -226,6 +226,18 @@ impl Api {
     pub fn has_completion_text(self) -> bool {
         matches!(self, Api::ChatCompletions)
     }
+
+    /// Whether output checks read this API's whole answers (a completion's
+    /// text in the API's own shape: chat completions, responses, messages).
+    pub fn answers_are_checked(self) -> bool {
+        matches!(self, Api::ChatCompletions | Api::Responses | Api::Messages)
+    }
+
+    /// Whether output checks read this API's streams as they pass (chat
+    /// completions' chunks only, for now).
+    pub fn streams_are_checked(self) -> bool {
+        matches!(self, Api::ChatCompletions)
+    }
 }
 
 /// A translator of the pivot's stream (chat completion chunks) into an

@@ -284,6 +284,50 @@ pub fn redact(text: &str, spans: &mut [Span<'_>]) -> String {
     out
 }
 
+/// Every text of an answer in an API's shape the checks read, to rewrite:
+/// a response's `output_text` parts, a message's `text` blocks, else a
+/// chat completion's choices.
+pub fn answer_texts_of(api: crate::api::Api, doc: &mut Value) -> Vec<&mut String> {
+    use crate::api::Api;
+    let parts = |v: &'_ mut Value, kind: &str| -> bool {
+        v.get("type").and_then(Value::as_str) == Some(kind)
+    };
+    let mut out = Vec::new();
+    match api {
+        Api::Responses => {
+            if let Some(Value::Array(items)) = doc.get_mut("output") {
+                for item in items
+                    .iter_mut()
+                    .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
+                {
+                    if let Some(Value::Array(content)) = item.get_mut("content") {
+                        for c in content.iter_mut() {
+                            if parts(c, "output_text") {
+                                if let Some(Value::String(t)) = c.get_mut("text") {
+                                    out.push(t);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Api::Messages => {
+            if let Some(Value::Array(content)) = doc.get_mut("content") {
+                for c in content.iter_mut() {
+                    if parts(c, "text") {
+                        if let Some(Value::String(t)) = c.get_mut("text") {
+                            out.push(t);
+                        }
+                    }
+                }
+            }
+        }
+        _ => return answer_texts(doc),
+    }
+    out
+}
+
 /// Every text of a chat completion the checks read, to rewrite: each
 /// choice's content.
 pub fn answer_texts(doc: &mut Value) -> Vec<&mut String> {
@@ -497,6 +541,38 @@ pub fn check_texts(g: &Guardrails, active: &[usize], json_wanted: bool, texts: &
 /// Output checks on a whole chat completion: the verdicts, and the answer
 /// rewritten when a check redacted. An answer that does not read as a chat
 /// completion is passed as it is (nothing to read).
+/// Output checks on a whole answer of an API: chat completions read
+/// without a tree ([`check_answer`]); responses and messages from their
+/// tree.
+pub fn check_answer_of(
+    api: crate::api::Api,
+    g: &Guardrails,
+    active: &[usize],
+    json_wanted: bool,
+    body: &[u8],
+) -> (Outcome, Option<Vec<u8>>) {
+    if api == crate::api::Api::ChatCompletions {
+        return check_answer(g, active, json_wanted, body);
+    }
+    let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
+        return (Outcome::default(), None);
+    };
+    let facts = Facts {
+        model: 0,
+        json_wanted,
+    };
+    let (out, redactors) = {
+        let texts = answer_texts_of(api, &mut doc);
+        let borrowed: Vec<&str> = texts.iter().map(|t| t.as_str()).collect();
+        run(g, Stage::Output, active, &facts, &borrowed)
+    };
+    if !out.changed || out.denied.is_some() {
+        return (out, None);
+    }
+    apply_redactions(&redactors, &mut answer_texts_of(api, &mut doc));
+    (out, serde_json::to_vec(&doc).ok())
+}
+
 pub fn check_answer(
     g: &Guardrails,
     active: &[usize],

@@ -485,3 +485,28 @@ fn arguments_that_are_not_json_are_read_as_text() {
         "to: [REDACTED:email]"
     );
 }
+
+#[test]
+fn responses_and_messages_answers_are_read_in_their_shape() {
+    use crate::api::Api;
+    let gw = gateway(
+        r#"
+  output:
+    - {name: cards, pii: [card], action: redact}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let active = g.active(Stage::Output, "bob", 0);
+    let resp = json!({"object": "response", "output": [
+        {"type": "function_call", "arguments": "{\"n\":\"4111 1111 1111 1111\"}"},
+        {"type": "message", "content": [{"type": "output_text", "text": "card 4111 1111 1111 1111"}]}]});
+    let (out, rewritten) = check_answer_of(Api::Responses, g, &active, false, &bytes(&resp));
+    assert!(out.changed);
+    let v: Value = serde_json::from_slice(&rewritten.unwrap()).unwrap();
+    assert_eq!(v["output"][1]["content"][0]["text"], "card [REDACTED:card]");
+    let msg =
+        json!({"type": "message", "content": [{"type": "text", "text": "4111 1111 1111 1111"}]});
+    let (_, rewritten) = check_answer_of(Api::Messages, g, &active, false, &bytes(&msg));
+    let v: Value = serde_json::from_slice(&rewritten.unwrap()).unwrap();
+    assert_eq!(v["content"][0]["text"], "[REDACTED:card]");
+}
