@@ -71,12 +71,24 @@ for v in route hit; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
 done
 
+# Other inbound APIs (#24): Responses passed through to the OpenAI-shaped
+# mock and translated twice for an Anthropic-shaped one; Messages through
+# the pivot to the OpenAI-shaped mock and direct to an Anthropic-shaped one.
+cp "$dir/plugin-route.yaml" "$dir/plugin-responses.yaml"
+cp "$dir/plugin-anthropic.yaml" "$dir/plugin-responses_anthropic.yaml"
+cp "$dir/plugin-route.yaml" "$dir/plugin-messages_openai.yaml"
+cp "$dir/plugin-anthropic.yaml" "$dir/plugin-messages.yaml"
+
 measure() { # variant -> instructions per request
-  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0
+  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat
   [[ $v != miss ]] || unique=1
   case $v in
+    responses|responses_anthropic) path=/v1/responses; api=responses ;;
+    messages|messages_openai) path=/v1/messages; api=messages ;;
+  esac
+  case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|anthropic|cheapest|fastest|least_busy|routenolog|hitnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|anthropic|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
   esac
   out="$dir/$v.callgrind"
@@ -86,9 +98,9 @@ measure() { # variant -> instructions per request
     >"$dir/$v.log" 2>&1 &
   local pid=$!
   wait_for "http://127.0.0.1:$ADMIN/ready"
-  PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$WARM" 4 "$key" >/dev/null
+  PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$WARM" 4 "$key" >/dev/null
   callgrind_control -i on $pid >/dev/null
-  read -r n bad < <(PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT/v1/chat/completions" "$N" 4 "$key")
+  read -r n bad < <(PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$N" 4 "$key")
   callgrind_control -i off $pid >/dev/null
   callgrind_control -d $pid >/dev/null
   kill $pid; wait $pid 2>/dev/null || true
@@ -121,6 +133,9 @@ mkdir -p .run
   [[ -z ${IPR[miss]:-} || -z ${IPR[route]:-} ]] || echo "A cache miss (key, lookup, store) against the routed path with the cache off: route/miss $(ratio "${IPR[route]}" "${IPR[miss]}")x ($((IPR[miss] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[anthropic]:-} || -z ${IPR[route]:-} ]] || echo "An Anthropic-backed routed request (translated both ways) against an OpenAI-backed one: route/anthropic $(ratio "${IPR[route]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[responses]:-} || -z ${IPR[route]:-} ]] || echo "A Responses request passed through against a chat request: route/responses $(ratio "${IPR[route]}" "${IPR[responses]}")x ($((IPR[responses] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[responses_anthropic]:-} || -z ${IPR[responses]:-} ]] || echo "A Responses request translated twice (to an Anthropic-backed model) against one passed through: responses/responses_anthropic $(ratio "${IPR[responses]}" "${IPR[responses_anthropic]}")x ($((IPR[responses_anthropic] - IPR[responses])) instructions per request more)"
+  [[ -z ${IPR[messages_openai]:-} || -z ${IPR[messages]:-} ]] || echo "A Messages request through the pivot (OpenAI-backed) against one sent direct (Anthropic-backed): messages/messages_openai $(ratio "${IPR[messages]}" "${IPR[messages_openai]}")x ($((IPR[messages_openai] - IPR[messages])) instructions per request more)"
   for st in cheapest fastest least_busy; do
     [[ -z ${IPR[$st]:-} || -z ${IPR[route]:-} ]] || echo "Strategy $st against weighted: route/$st $(ratio "${IPR[route]}" "${IPR[$st]}")x ($((IPR[$st] - IPR[route])) instructions per request more)"
   done

@@ -30,8 +30,21 @@ pub fn scrub(bytes: &[u8], secret: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Where `needle` first occurs: a scan for its first byte, compared whole
+/// only there (every answer's headers are scanned: this keeps it cheap).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    let (&first, rest) = needle.split_first()?;
+    let last_start = hay.len().checked_sub(needle.len())?;
+    let mut from = 0;
+    while from <= last_start {
+        let at = from.checked_add(hay.get(from..=last_start)?.iter().position(|&b| b == first)?)?;
+        let after = at.checked_add(1)?;
+        if hay.get(after..after.checked_add(rest.len())?) == Some(rest) {
+            return Some(at);
+        }
+        from = after;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -51,5 +64,10 @@ mod tests {
         assert_eq!(scrub(b"sk-provider-12", key), None);
         assert_eq!(scrub(b"abc abc", "abc"), None, "too short to scrub");
         assert_eq!(scrub(key.as_bytes(), key).unwrap(), REDACTED);
+        // A near miss at every first byte, then the key at the very end.
+        let hay = "ssk-sk-provider-12 xsk-provider-123";
+        assert_eq!(scrub(hay.as_bytes(), key).unwrap(), b"ssk-sk-provider-12 x[REDACTED]");
+        assert_eq!(find(b"aab", b"ab"), Some(1));
+        assert_eq!(find(b"ab", b"abc"), None);
     }
 }

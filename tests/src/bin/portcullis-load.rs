@@ -4,12 +4,15 @@
 //! number of requests; wrk runs for a time). Prints `<N> <non-2xx>`.
 //! With `PORTCULLIS_LOAD_UNIQUE=1` every body differs (a 10-digit request
 //! number in the prompt, so the length stays the same): each request is a
-//! cache miss.
+//! cache miss. `PORTCULLIS_LOAD_API=responses` or `messages` sends the same
+//! question in that API's shape (to the URL given).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
+const RESPONSES_BODY: &str = r#"{"model":"gpt-4o-mini","instructions":"You are terse.","input":"Say hello to the benchmark in five words or fewer, please.","temperature":0.2,"max_output_tokens":16}"#;
+const MESSAGES_BODY: &str = r#"{"model":"gpt-4o-mini","system":"You are terse.","messages":[{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -24,6 +27,11 @@ fn main() {
         args.get(4).map_or("sk-portcullis-demo", |s| s.as_str())
     );
     let unique = std::env::var("PORTCULLIS_LOAD_UNIQUE").is_ok_and(|v| v == "1");
+    let template = match std::env::var("PORTCULLIS_LOAD_API").as_deref() {
+        Ok("responses") => RESPONSES_BODY,
+        Ok("messages") => MESSAGES_BODY,
+        _ => BODY,
+    };
     // Requests of one run differ from those of the run before (its warm-up).
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -43,9 +51,9 @@ fn main() {
                         break;
                     }
                     let body = if unique {
-                        BODY.replace("please.", &format!("please {:010}.", salt + i))
+                        template.replace("please.", &format!("please {:010}.", salt + i))
                     } else {
-                        BODY.to_string()
+                        template.to_string()
                     };
                     let ok = agent
                         .post(&url)
