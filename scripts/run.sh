@@ -39,6 +39,8 @@ wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 TOKEN=$(cat .run/collector-token)
 # Records come only from this gateway: Envoy sends the ingest token.
 [ -s .run/ingest-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/ingest-token)
+# Only this gateway may spend clients' global limits: the limiter's token.
+[ -s .run/limiter-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/limiter-token)
 scripts/keep-running.sh collector \
   "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db \
   --read-token-file .run/collector-token --ingest-token-file .run/ingest-token \
@@ -49,11 +51,12 @@ wait_for http://127.0.0.1:9090/healthz "collector"
 # limiter speaks Envoy's rate limit protocol over them.
 "$REDIS_SERVER" --port 6379 --bind 127.0.0.1 --save '' --appendonly no >.run/logs/redis.log 2>&1 & pids+=($!)
 scripts/keep-running.sh limiter \
-  "$LIMITER" --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 >>.run/logs/limiter.log 2>&1 & pids+=($!)
+  "$LIMITER" --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 --token-file .run/limiter-token \
+  >>.run/logs/limiter.log 2>&1 & pids+=($!)
 
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
-  PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" \
+  PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
   "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"

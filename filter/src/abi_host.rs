@@ -110,6 +110,7 @@ impl Host for AbiHost {
         cluster: &str,
         service: &str,
         method: &str,
+        metadata: &[(&str, &[u8])],
         message: &[u8],
         timeout_ms: u64,
     ) -> Result<u32, Status> {
@@ -117,7 +118,7 @@ impl Host for AbiHost {
             cluster,
             service,
             method,
-            vec![],
+            metadata.to_vec(),
             Some(message),
             Duration::from_millis(timeout_ms),
         )

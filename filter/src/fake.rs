@@ -248,10 +248,19 @@ impl Host for FakeHost {
         cluster: &str,
         service: &str,
         method: &str,
+        metadata: &[(&str, &[u8])],
         message: &[u8],
         timeout_ms: u64,
     ) -> Result<u32, Status> {
-        let headers = [("grpc-service", service), ("grpc-method", method)];
+        let auth = metadata
+            .iter()
+            .find(|(k, _)| *k == "authorization")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        let mut headers = vec![("grpc-service", service), ("grpc-method", method)];
+        if !auth.is_empty() {
+            headers.push(("authorization", auth.as_str()));
+        }
         self.dispatch(cluster, &headers, message, timeout_ms)
     }
 

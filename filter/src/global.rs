@@ -31,10 +31,19 @@ impl<H: Host> RequestContext<H> {
             let message =
                 rls::encode_request(&[ask.limit.descriptor(&client.name, ask.value)], ask.hits);
             self.host.count(metrics::GLOBAL_CHECKS, 1);
+            let credential = self
+                .loaded
+                .as_ref()
+                .and_then(|l| l.limiter_credential.clone());
+            let metadata: Vec<(&str, &[u8])> = credential
+                .as_deref()
+                .map(|c| vec![("authorization", c)])
+                .unwrap_or_default();
             match self.host.dispatch_grpc(
                 &service.cluster,
                 rls::SERVICE,
                 rls::METHOD,
+                &metadata,
                 &message,
                 service.timeout_ms,
             ) {

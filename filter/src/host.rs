@@ -59,6 +59,7 @@ pub trait Host: Store {
         cluster: &str,
         service: &str,
         method: &str,
+        metadata: &[(&str, &[u8])],
         message: &[u8],
         timeout_ms: u64,
     ) -> Result<u32, Status>;

@@ -76,6 +76,7 @@ impl Gateway {
                 gw,
                 credentials,
                 secrets,
+                limiter_credential: Some(b"Bearer limiter-token".to_vec()),
             }),
         }
     }
@@ -505,6 +506,11 @@ fn a_global_request_limit_waits_for_the_service_then_routes_with_its_headers() {
         Some("envoy.service.ratelimit.v3.RateLimitService")
     );
     assert_eq!(calls[0].timeout_ms, 25);
+    // The service's token, from the VM environment, in the call's metadata.
+    assert_eq!(
+        calls[0].header("authorization"),
+        Some("Bearer limiter-token")
+    );
     // The local bucket is not touched: the scope is global only.
     let (local, _) = g
         .host

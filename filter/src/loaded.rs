@@ -16,6 +16,9 @@ pub struct Loaded {
     /// Each provider's key as read, to scrub from what it answers
     /// (`portcullis_core::secrets`), by provider index.
     pub secrets: Vec<Option<String>>,
+    /// `Bearer <token>` for the rate limit service, from the VM
+    /// environment's `PORTCULLIS_LIMITER_TOKEN` (never the plugin config).
+    pub limiter_credential: Option<Vec<u8>>,
 }
 
 impl Loaded {
@@ -47,10 +50,15 @@ impl Loaded {
             .zip(&secrets)
             .map(|(p, key)| key.as_ref().map(|k| providers::credential(p, k)))
             .collect();
+        let limiter_credential = std::env::var("PORTCULLIS_LIMITER_TOKEN")
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| format!("Bearer {}", t.trim()).into_bytes());
         Self {
             gw,
             credentials,
             secrets,
+            limiter_credential,
         }
     }
 }

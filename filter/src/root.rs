@@ -118,12 +118,19 @@ impl Root {
             );
             return;
         };
+        let credential = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.limiter_credential.clone());
         for message in queued {
             match hostcalls::dispatch_grpc_call(
                 &service.cluster,
                 rls::SERVICE,
                 rls::METHOD,
-                vec![],
+                credential
+                    .as_deref()
+                    .map(|c| vec![("authorization", c)])
+                    .unwrap_or_default(),
                 Some(&message),
                 Duration::from_millis(service.timeout_ms.saturating_mul(10).max(1000)),
             ) {

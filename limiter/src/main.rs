@@ -3,7 +3,11 @@
 //! ```text
 //! portcullis-limiter [--listen 127.0.0.1:8081] [--redis redis://127.0.0.1:6379]
 //!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500] [--threads 0]
+//!                    [--token-file PATH]
 //! ```
+//! With a token file, only calls carrying `authorization: Bearer <token>`
+//! are served (the filter sends `PORTCULLIS_LIMITER_TOKEN` from Envoy's
+//! environment); others are refused `UNAUTHENTICATED`.
 
 use portcullis_limiter::proto::rate_limit_service_server::RateLimitServiceServer;
 use portcullis_limiter::service::Limiter;
@@ -16,6 +20,7 @@ struct Args {
     prefix: String,
     timeout_ms: u64,
     threads: usize,
+    token: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -25,6 +30,7 @@ fn parse_args() -> Result<Args, String> {
         prefix: "portcullis:rl:".into(),
         timeout_ms: 500,
         threads: 0,
+        token: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -48,8 +54,19 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--threads {v}: a number (0: one per core)"))?;
             }
+            "--token-file" => {
+                let v = value()?;
+                let t = std::fs::read_to_string(&v)
+                    .map_err(|e| format!("--token-file {v}: {e}"))?
+                    .trim()
+                    .to_string();
+                if t.is_empty() {
+                    return Err(format!("--token-file {v}: the file is empty"));
+                }
+                a.token = Some(t);
+            }
             "-h" | "--help" => {
-                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N]");
+                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--token-file PATH]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument `{other}` (see --help)")),
@@ -85,7 +102,7 @@ async fn serve(args: Args) {
         &args.prefix,
         Duration::from_millis(args.timeout_ms),
     ) {
-        Ok(l) => l,
+        Ok(l) => l.with_token(args.token.clone()),
         Err(e) => {
             eprintln!("portcullis-limiter: --redis {}: {e}", args.redis);
             std::process::exit(2);

@@ -20,6 +20,11 @@ pub struct Limiter {
     script: redis::Script,
     prefix: String,
     timeout: StdDuration,
+    /// With a token (`--token-file`), a call must carry `authorization:
+    /// Bearer <token>`: nobody else can spend a client's limit.
+    token: Option<String>,
+    /// Calls refused for a missing or wrong token.
+    pub unauthenticated: std::sync::atomic::AtomicU64,
 }
 
 impl Limiter {
@@ -30,6 +35,33 @@ impl Limiter {
             script: redis::Script::new(SCRIPT),
             prefix: prefix.to_string(),
             timeout,
+            token: None,
+            unauthenticated: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Only calls carrying this token are served.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    fn authorized<T>(&self, request: &Request<T>) -> bool {
+        let Some(token) = self.token.as_deref() else {
+            return true;
+        };
+        let sent = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .and_then(|v| v.strip_prefix(b"Bearer "));
+        // Compared in time that does not depend on where they differ.
+        sent.is_some_and(|s| {
+            s.len() == token.len()
+                && s.iter()
+                    .zip(token.as_bytes())
+                    .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                    == 0
         })
     }
 
@@ -142,6 +174,13 @@ impl RateLimitService for Limiter {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        if !self.authorized(&request) {
+            self.unauthenticated
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(Status::unauthenticated(
+                "this rate limit service serves only callers with its token",
+            ));
+        }
         self.decide(request.get_ref()).await.map(Response::new)
     }
 }

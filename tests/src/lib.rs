@@ -562,14 +562,23 @@ pub fn limiter_bin() -> PathBuf {
 }
 
 /// `portcullis-limiter` serving Envoy's rate limit protocol over `redis`.
+/// The token the harness's limiter requires (`--token-file`); Envoys in
+/// tests send it as `PORTCULLIS_LIMITER_TOKEN`.
+pub const LIMITER_TOKEN: &str = "limiter-token-for-tests";
+
 pub struct Limiter {
     proc: Option<Proc>,
     pub port: u16,
+    _dir: TempDir,
 }
 
 impl Limiter {
-    /// On `port` (0: the kernel chooses).
+    /// On `port` (0: the kernel chooses), serving only callers with
+    /// [`LIMITER_TOKEN`].
     pub fn start(redis_port: u16, port: u16) -> Limiter {
+        let dir = TempDir::new("limiter");
+        let token_file = dir.0.join("token");
+        std::fs::write(&token_file, LIMITER_TOKEN).expect("write the limiter's token");
         let mut child = Command::new(limiter_bin())
             .args([
                 "--listen",
@@ -579,6 +588,8 @@ impl Limiter {
                 "--redis-timeout-ms",
                 "300",
             ])
+            .arg("--token-file")
+            .arg(&token_file)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -596,6 +607,7 @@ impl Limiter {
         Limiter {
             proc: Some(proc),
             port,
+            _dir: dir,
         }
     }
 

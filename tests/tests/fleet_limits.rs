@@ -70,6 +70,7 @@ fn envoy(
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),
+            ("PORTCULLIS_LIMITER_TOKEN", LIMITER_TOKEN),
         ],
     })
 }
@@ -451,4 +452,47 @@ fn answers_that_are_not_answers_follow_the_failure_mode_and_never_trap_the_filte
         }
         assert!(!e.log().contains("panic"), "{}", e.log());
     }
+}
+
+/// The limiter serves only callers with its token: anybody else on its
+/// network cannot spend a client's limit (the Envoys above send it).
+#[test]
+fn the_limiter_refuses_a_caller_without_its_token() {
+    use portcullis_limiter::proto::rate_limit_service_client::RateLimitServiceClient;
+    use portcullis_limiter::proto::RateLimitRequest;
+    let redis = Redis::start();
+    let limiter = Limiter::start(redis.port, 0);
+    let port = limiter.port;
+    let codes = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+                .await
+                .unwrap();
+            let ask = || RateLimitRequest {
+                domain: "portcullis".into(),
+                hits_addend: 1,
+                ..Default::default()
+            };
+            let bare = client.should_rate_limit(ask()).await.unwrap_err().code();
+            let mut wrong = tonic::Request::new(ask());
+            wrong
+                .metadata_mut()
+                .insert("authorization", "Bearer not-the-token".parse().unwrap());
+            let wrong = client.should_rate_limit(wrong).await.unwrap_err().code();
+            let mut right = tonic::Request::new(ask());
+            right.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {LIMITER_TOKEN}").parse().unwrap(),
+            );
+            let right = client
+                .should_rate_limit(right)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.code());
+            (bare, wrong, right)
+        });
+    assert_eq!(codes.0, tonic::Code::Unauthenticated);
+    assert_eq!(codes.1, tonic::Code::Unauthenticated);
+    assert_eq!(codes.2, Ok(()), "the token's holder is served");
 }

@@ -37,7 +37,11 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let last_start = hay.len().checked_sub(needle.len())?;
     let mut from = 0;
     while from <= last_start {
-        let at = from.checked_add(hay.get(from..=last_start)?.iter().position(|&b| b == first)?)?;
+        let at = from.checked_add(
+            hay.get(from..=last_start)?
+                .iter()
+                .position(|&b| b == first)?,
+        )?;
         let after = at.checked_add(1)?;
         if hay.get(after..after.checked_add(rest.len())?) == Some(rest) {
             return Some(at);
@@ -66,7 +70,10 @@ mod tests {
         assert_eq!(scrub(key.as_bytes(), key).unwrap(), REDACTED);
         // A near miss at every first byte, then the key at the very end.
         let hay = "ssk-sk-provider-12 xsk-provider-123";
-        assert_eq!(scrub(hay.as_bytes(), key).unwrap(), b"ssk-sk-provider-12 x[REDACTED]");
+        assert_eq!(
+            scrub(hay.as_bytes(), key).unwrap(),
+            b"ssk-sk-provider-12 x[REDACTED]"
+        );
         assert_eq!(find(b"aab", b"ab"), Some(1));
         assert_eq!(find(b"ab", b"abc"), None);
     }
