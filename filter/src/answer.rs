@@ -49,7 +49,8 @@ impl<H: Host> RequestContext<H> {
             return Vec::new();
         };
         resp.iter()
-            .filter_map(|(k, v)| Some((k.clone(), secrets::scrub(v, secret)?)))
+            // The name is copied only for a value that had the key.
+            .filter_map(|(k, v)| secrets::scrub(v, secret).map(|clean| (k.clone(), clean)))
             .collect()
     }
 
