@@ -539,3 +539,60 @@ pub fn responses(data: &[u8]) {
     let split = usize::from(stream.first().copied().unwrap_or(0));
     assert_eq!(whole, run(split), "a split stream translates differently");
 }
+
+/// Guardrails read a value wherever the model reads it: any text a check
+/// finds as a whole user message is found too as two adjacent text parts
+/// (split anywhere), a message's `name`, a tool call's JSON arguments, an
+/// Anthropic `system` block, a `tool_use` input and a `tool_result`.
+pub fn placements(data: &[u8]) {
+    use portcullis_core::guard::{self, Stage};
+    use serde_json::json;
+    static GW: std::sync::OnceLock<config::Gateway> = std::sync::OnceLock::new();
+    let gw = GW.get_or_init(|| {
+        config::compile(PLACEMENTS_CONFIG.as_bytes()).expect("the fuzz placements config compiles")
+    });
+    let g = gw.guardrails.as_ref().expect("guardrails configured");
+    let Some((&split, rest)) = data.split_first() else { return };
+    let Ok(text) = std::str::from_utf8(rest) else { return };
+    let mut at = usize::from(split) % (text.len() + 1);
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let (a, b) = text.split_at(at);
+    let active = g.active(Stage::Input, "c", 0);
+    let found = |body: serde_json::Value| {
+        let out = guard::check_input(g, &active, 0, &serde_json::to_vec(&body).expect("a body serializes"));
+        out.verdicts.iter().any(|v| v.hits > 0)
+    };
+    let user = |content: serde_json::Value| json!({"model": "m", "messages": [{"role": "user", "content": content}]});
+    if !found(user(json!(text))) {
+        return;
+    }
+    let args = serde_json::to_string(&json!({"value": text})).expect("arguments serialize");
+    let placements = [
+        ("split parts", user(json!([{"type": "text", "text": a}, {"type": "text", "text": b}]))),
+        ("name", json!({"model": "m", "messages": [{"role": "user", "name": text, "content": "hi"}]})),
+        ("tool call arguments", json!({"model": "m", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "ok"}]})),
+        ("system blocks", json!({"model": "m", "system": [{"type": "text", "text": a}, {"type": "text", "text": b}],
+            "messages": [{"role": "user", "content": "hi"}]})),
+        ("tool_use input", json!({"model": "m", "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"deep": [text]}}]}]})),
+        ("tool_result", json!({"model": "m", "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": text}]}]}]})),
+    ];
+    for (name, body) in placements {
+        assert!(found(body), "found as a user message, missed in {name}: {text:?}");
+    }
+}
+
+const PLACEMENTS_CONFIG: &str = r#"
+providers: [{name: p, cluster: c, host: h, models: [{name: m}]}]
+clients: [{name: c, key_sha256: "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3"}]
+guardrails:
+  input:
+    - {name: pii, pii: [all], action: redact}
+    - {name: secret, regex: "(?i)top\\s+secret", action: deny}
+"#;
