@@ -82,8 +82,8 @@ impl Access {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .find(|c| same(c, token));
-        bearer.is_some_and(|b| same(b.trim(), token)) || cookie.is_some()
+            .find(|c| same(c.as_bytes(), token.as_bytes()));
+        bearer.is_some_and(|b| same(b.trim().as_bytes(), token.as_bytes())) || cookie.is_some()
     }
 
     pub fn has_token(&self) -> bool {
@@ -91,13 +91,22 @@ impl Access {
     }
 }
 
-/// Equal, in time that does not depend on where they differ.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+/// Equal, in time that does not depend on where they differ (every token
+/// the collector checks, HTTP and gRPC alike).
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A token from `--<name> PATH`: the file's text, trimmed; an empty file is
+/// an error (it would let nobody in, or everybody).
+pub fn token_from_file(flag: &str, path: Option<String>) -> Result<Option<String>, String> {
+    let Some(p) = path else { return Ok(None) };
+    let t = std::fs::read_to_string(&p).map_err(|e| format!("{flag} {p}: {e}"))?;
+    let t = t.trim();
+    if t.is_empty() {
+        return Err(format!("{flag} {p}: the file is empty"));
+    }
+    Ok(Some(t.to_string()))
 }
 
 fn refusal(status: StatusCode, message: &str) -> Response {

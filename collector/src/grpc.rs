@@ -14,11 +14,6 @@ pub struct Ingest {
     pub token: Option<String>,
 }
 
-/// Equal, in time that does not depend on where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 impl Ingest {
     fn authorized<T>(&self, request: &Request<T>) -> bool {
         let Some(token) = self.token.as_deref() else {
@@ -29,7 +24,7 @@ impl Ingest {
             .get("authorization")
             .map(|v| v.as_bytes())
             .and_then(|v| v.strip_prefix(b"Bearer "));
-        sent.is_some_and(|s| same(s, token.as_bytes()))
+        sent.is_some_and(|s| crate::access::same(s, token.as_bytes()))
     }
 }
 

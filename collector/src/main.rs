@@ -5,7 +5,7 @@
 //! HTTP answers only to its own host names, and with a read token file
 //! only to requests that carry the token (`access`).
 
-use portcullis_collector::access::Access;
+use portcullis_collector::access::{token_from_file, Access};
 use portcullis_collector::api::{router_with, Api};
 use portcullis_collector::db::{connect, migrate};
 use portcullis_collector::grpc::Ingest;
@@ -47,26 +47,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(256);
 
-    let token = arg(&args, "--read-token-file")
-        .map(|p| {
-            std::fs::read_to_string(&p)
-                .map(|t| t.trim().to_string())
-                .map_err(|e| format!("--read-token-file {p}: {e}"))
-        })
-        .transpose()?;
-    if token.as_deref() == Some("") {
-        return Err("--read-token-file: the file is empty".into());
-    }
-    let ingest_token = arg(&args, "--ingest-token-file")
-        .map(|p| {
-            std::fs::read_to_string(&p)
-                .map(|t| t.trim().to_string())
-                .map_err(|e| format!("--ingest-token-file {p}: {e}"))
-        })
-        .transpose()?;
-    if ingest_token.as_deref() == Some("") {
-        return Err("--ingest-token-file: the file is empty".into());
-    }
+    let token = token_from_file("--read-token-file", arg(&args, "--read-token-file"))?;
+    let ingest_token = token_from_file("--ingest-token-file", arg(&args, "--ingest-token-file"))?;
     let hosts: Vec<String> = arg(&args, "--allowed-hosts")
         .map(|h| h.split(',').map(str::to_string).collect())
         .unwrap_or_default();

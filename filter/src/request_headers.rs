@@ -5,7 +5,7 @@
 use crate::admission;
 use crate::context::{Phase, RequestContext};
 use crate::host::{Host, Part};
-use portcullis_core::api::{self, Api};
+use portcullis_core::api::{self, responses, Api};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
@@ -102,35 +102,17 @@ impl<H: Host> RequestContext<H> {
                 let body = model_info(gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
-            ("GET" | "DELETE", p)
-                if p.starts_with(Api::Responses.path())
-                    && p.len() > Api::Responses.path().len() =>
-            {
+            ("GET" | "DELETE", p) if responses::by_id(p).is_some() => {
                 // A kept response, at the provider that made it.
                 authenticate(gw, authorization)?;
                 let full = f.path.to_string();
-                self.request.path = path.to_string();
-                self.request.authority = f.authority.into_owned();
-                for (k, _) in all
-                    .iter()
-                    .filter(|(k, _)| headers::removed_before_routing(k))
-                {
-                    let _ = self.host.set_header(Part::Request, k, None);
-                }
+                self.bound_for_provider(&all, path, f.authority.into_owned());
                 self.response_by_id(gw, &full)
             }
             ("POST", p) if Api::of_path(p).is_some() => {
                 self.request.api = Api::of_path(p).unwrap_or_default();
-                self.request.path = path.to_string();
-                self.request.authority = f.authority.into_owned();
                 self.chat_headers(gw, authorization, f.content_length, end_of_stream)?;
-                // Headers no provider gets are removed here; the rest pass.
-                for (k, _) in all
-                    .iter()
-                    .filter(|(k, _)| headers::removed_before_routing(k))
-                {
-                    let _ = self.host.set_header(Part::Request, k, None);
-                }
+                self.bound_for_provider(&all, path, f.authority.into_owned());
                 self.phase = Phase::ChatBody;
                 Ok(Action::Pause)
             }
@@ -141,6 +123,20 @@ impl<H: Host> RequestContext<H> {
                 }
                 Err(GatewayError::not_found_path(method, path))
             }
+        }
+    }
+
+    /// A request on its way to a provider: its path and authority kept (the
+    /// upstream request is built from them), the headers no provider gets
+    /// removed; the rest pass.
+    fn bound_for_provider(&mut self, all: &crate::host::Headers, path: &str, authority: String) {
+        self.request.path = path.to_string();
+        self.request.authority = authority;
+        for (k, _) in all
+            .iter()
+            .filter(|(k, _)| headers::removed_before_routing(k))
+        {
+            let _ = self.host.set_header(Part::Request, k, None);
         }
     }
 

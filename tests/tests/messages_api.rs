@@ -285,3 +285,53 @@ fn messages_through_the_pivot_carry_tool_results_and_end_cut_streams_clearly() {
     assert_eq!(r.json()["type"], "error");
     assert_eq!(r.json()["error"]["type"], "not_found_error");
 }
+
+/// A token count is free (Anthropic does not bill it): it takes nothing of
+/// the client's token limit, whether the provider counts or the gateway
+/// estimates, while a message still reserves and settles.
+#[test]
+fn token_counts_take_nothing_of_the_token_limit() {
+    let demo = "    key_sha256: 1f39b34977fb885c1f5e66609a5a880cd58f383952eb98ce438069cc57aeccf8\n";
+    let p = shipped_plugin();
+    assert!(
+        p.contains(demo),
+        "envoy/plugin.yaml: the demo client changed"
+    );
+    // 60 tokens a minute: were counts reserved like requests (the body's
+    // estimate, about 30 tokens, kept: a count reports no usage to settle
+    // with), the third of ten would be refused.
+    let s = Stack::start(
+        &p.replacen(
+            demo,
+            &format!("{demo}    limits: {{tokens_per_minute: 60}}\n"),
+            1,
+        ),
+        1,
+    );
+    let count = |model: &str| {
+        post(
+            &s.envoy.url("/v1/messages/count_tokens"),
+            &[("x-api-key", DEMO_KEY), ("anthropic-version", "2023-06-01")],
+            &json!({"model": model, "messages": [{"role": "user", "content": "how many tokens is this"}]}).to_string(),
+        )
+    };
+    for _ in 0..5 {
+        for model in ["claude-sonnet", "gpt-4o-mini"] {
+            let r = count(model);
+            assert_eq!(r.status, 200, "{model}: {}", r.body);
+            assert!(r.json()["input_tokens"].as_u64().is_some_and(|n| n > 0));
+        }
+    }
+    let r = messages(
+        &s,
+        DEMO_KEY,
+        &json!({"model": "claude-sonnet", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 200, "the bucket is whole: {}", r.body);
+    let r = messages(
+        &s,
+        DEMO_KEY,
+        &json!({"model": "claude-sonnet", "max_tokens": 500, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 429, "a message still reserves: {}", r.body);
+}

@@ -221,12 +221,6 @@ impl Api {
         }
     }
 
-    /// Whether a completion's text is read from its answers (output
-    /// guardrails, the record's completion); embeddings have none.
-    pub fn has_completion_text(self) -> bool {
-        matches!(self, Api::ChatCompletions)
-    }
-
     /// Whether output checks read this API's whole answers (a completion's
     /// text in the API's own shape: chat completions, responses, messages).
     pub fn answers_are_checked(self) -> bool {

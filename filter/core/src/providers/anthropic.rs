@@ -309,21 +309,9 @@ fn messages(v: Option<&Value>) -> Result<(Vec<String>, Vec<Value>), GatewayError
                     .into_iter()
                     .flatten()
                 {
-                    let args = call
-                        .pointer("/function/arguments")
-                        .and_then(Value::as_str)
-                        .unwrap_or("{}");
-                    let input: Value =
-                        serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
-                            .map_err(|_| {
-                                bad("An assistant tool call's `arguments` is not JSON.")
-                            })?;
-                    blocks.push(json!({
-                        "type": "tool_use",
-                        "id": call.get("id").and_then(Value::as_str).unwrap_or(""),
-                        "name": call.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
-                        "input": input,
-                    }));
+                    blocks.push(tool_use_block(call, false).ok_or_else(|| {
+                        bad("An assistant tool call's `arguments` is not a JSON object.")
+                    })?);
                 }
                 push(&mut out, "assistant", blocks);
             }
@@ -357,6 +345,31 @@ fn push(out: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
         }
     }
     out.push(json!({"role": role, "content": blocks}));
+}
+
+/// A chat completion's tool call as a `tool_use` block (its arguments parsed
+/// into `input`, which must be a JSON object); `None` when they are not one,
+/// unless `lenient` (an answer: an empty `input` then).
+pub fn tool_use_block(call: &Value, lenient: bool) -> Option<Value> {
+    let args = call
+        .pointer("/function/arguments")
+        .and_then(Value::as_str)
+        .unwrap_or("{}");
+    let args = if args.trim().is_empty() { "{}" } else { args };
+    let input = match serde_json::from_str::<Value>(args)
+        .ok()
+        .filter(Value::is_object)
+    {
+        Some(input) => input,
+        None if lenient => json!({}),
+        None => return None,
+    };
+    Some(json!({
+        "type": "tool_use",
+        "id": call.get("id").and_then(Value::as_str).unwrap_or(""),
+        "name": call.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
+        "input": input,
+    }))
 }
 
 /// Anthropic's `stop_reason` as OpenAI's `finish_reason`.

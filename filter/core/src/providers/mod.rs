@@ -234,11 +234,6 @@ pub fn answered_locally(p: &Provider, api: Api) -> bool {
     reach(&p.schema, api) == Reach::Local
 }
 
-/// Whether a provider's answers to an API are translated back.
-pub fn translates(p: &Provider, api: Api) -> bool {
-    back(p, api).is_some()
-}
-
 /// The provider's endpoint for an API and model id.
 pub fn path(p: &Provider, api: Api, model_id: &str) -> String {
     format(&p.schema).path(p, upstream_api(p, api), model_id)

@@ -90,7 +90,7 @@ fn azure_uses_deployments_api_version_and_api_key() {
         "/openai/deployments/gpt%204o%2Fmini/chat/completions?api-version=2024-10-21"
     );
     assert_eq!(credential(&p, "k"), ("api-key", "k".to_string()));
-    assert!(extra_headers(&p).is_empty() && !translates(&p, Api::ChatCompletions));
+    assert!(extra_headers(&p).is_empty() && back(&p, Api::ChatCompletions).is_none());
 }
 
 /// Golden table: OpenAI requests and the Messages requests they become.
@@ -367,10 +367,10 @@ fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
     assert!(serves(&p, Api::Embeddings) && serves(&az, Api::Embeddings));
     assert!(!serves(&a, Api::Embeddings));
     assert!(serves(&p, Api::Messages) && serves(&a, Api::Messages));
-    assert!(translates(&a, Api::ChatCompletions) && !translates(&a, Api::Messages));
+    assert!(back(&a, Api::ChatCompletions).is_some() && back(&a, Api::Messages).is_none());
     // Messages reach OpenAI-shaped providers through the pivot: asked at
     // their chat endpoint, answered back in Anthropic's shape.
-    assert!(translates(&p, Api::Messages) && translates(&az, Api::Messages));
+    assert!(back(&p, Api::Messages).is_some() && back(&az, Api::Messages).is_some());
     assert_eq!(path(&p, Api::Messages, "g"), "/v1/chat/completions");
     assert_eq!(
         path(&az, Api::Messages, "g"),

@@ -142,10 +142,7 @@ async fn receive(
     headers: serde_json::Map<String, Value>,
     body: Incoming,
 ) -> Result<(Value, Step), io::Error> {
-    let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
-    state.hits.fetch_add(1, Ordering::Relaxed);
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    log_request(state, path, headers, &parsed);
+    let parsed = receive_quiet(state, path, headers, body).await?;
     let step = next_step(state);
     if let Some(ms) = step.delay_ms {
         tokio::time::sleep(Duration::from_millis(ms)).await;
