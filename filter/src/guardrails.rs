@@ -42,15 +42,10 @@ impl<H: Host> RequestContext<H> {
         let model = flight.model;
         let active = g.active(Stage::Input, &client.name, model);
         let out_active = g.active(Stage::Output, &client.name, model);
-        // Output checks read whole answers of chat completions, responses
-        // and messages, and streams of chat completions; other answers pass
-        // as they are (docs/security.md).
-        let api = self.request.api;
-        let checked = if flight.chat.stream {
-            api.streams_are_checked()
-        } else {
-            api.answers_are_checked()
-        };
+        // Output checks read answers of chat completions, responses and
+        // messages, whole or streamed; other answers pass as they are
+        // (docs/security.md).
+        let checked = self.request.api.answer_shape().is_some();
         if !out_active.is_empty() && checked {
             // The tree is built only when a schema check could use it.
             let schema = out_active
@@ -341,9 +336,11 @@ impl<H: Host> RequestContext<H> {
             return Ok(None);
         };
         self.host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
-        let api = self.request.api;
+        let Some(shape) = self.request.api.answer_shape() else {
+            return Ok(None);
+        };
         let (outcome, rewritten) =
-            guard::check_answer_of(api, g, &out.active, out.json_wanted, body);
+            guard::check_answer_of(shape, g, &out.active, out.json_wanted, body);
         self.note_verdicts(&outcome.verdicts);
         if let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
             out.touched = outcome.changed || outcome.denied.is_some();
@@ -387,7 +384,14 @@ impl<H: Host> RequestContext<H> {
         };
         if let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
             self.host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
-            out.stream = Some(StreamGuard::new(g, out.active.clone(), out.json_wanted));
+            if let Some(shape) = self.request.api.answer_shape() {
+                out.stream = Some(StreamGuard::new(
+                    g,
+                    shape,
+                    out.active.clone(),
+                    out.json_wanted,
+                ));
+            }
         }
     }
 }

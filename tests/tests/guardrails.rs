@@ -349,3 +349,111 @@ fn output_checks_read_responses_and_messages_answers() {
     assert_eq!(r.json()["type"], "error");
     assert!(!r.body.contains("top secret"), "{}", r.body);
 }
+
+/// Every data event of a stream, parsed (`[DONE]` left out).
+fn events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
+/// Streamed answers of every API are checked as they pass, in the API's
+/// own events: the text (a card number whose groups arrive in separate
+/// events) and a tool call's arguments (split in two by the provider) are
+/// redacted in chat chunks, Responses events (passed through, with the
+/// events that repeat the whole text) and Messages events (through the
+/// pivot); a deny ends a Messages stream with Anthropic's error event.
+#[test]
+fn streamed_answers_of_every_api_are_checked_tool_call_arguments_included() {
+    let s = stack("allow");
+    let card = "4111 1111 1111 1111";
+    s.primary
+        .default_step(json!({"content": format!("card {card} is on file"),
+        "chunk_delay_ms": 5, "tool_call": {"name": "lookup", "input": {"card": card}}}));
+    let auth = format!("Bearer {MINI_KEY}");
+    let want_text = "card [REDACTED:card] is on file";
+    let want_args = json!({"card": "[REDACTED:card]"});
+    let params = json!({"type": "object", "properties": {"card": {"type": "string"}}});
+
+    // Chat completions.
+    let body = json!({"model": "mini", "stream": true, "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": params}}]});
+    let r = s.chat(MINI_KEY, &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("4111"), "{}", r.body);
+    let (mut text, mut args) = (String::new(), String::new());
+    for e in events(&r.body) {
+        let d = &e["choices"][0]["delta"];
+        text.push_str(d["content"].as_str().unwrap_or_default());
+        for c in d["tool_calls"].as_array().into_iter().flatten() {
+            args.push_str(c["function"]["arguments"].as_str().unwrap_or_default());
+        }
+    }
+    assert_eq!(text, want_text);
+    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), want_args);
+    assert!(r.body.ends_with("data: [DONE]\n\n"));
+
+    // Responses, passed through to the OpenAI-format provider.
+    let body = json!({"model": "mini", "stream": true, "input": "hi",
+        "tools": [{"type": "function", "name": "lookup", "parameters": params}]});
+    let r = post(
+        &s.envoy.url("/v1/responses"),
+        &[("authorization", auth.as_str())],
+        &body.to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("4111"), "{}", r.body);
+    let evs = events(&r.body);
+    let (mut text, mut args) = (String::new(), String::new());
+    for e in &evs {
+        match e["type"].as_str().unwrap_or_default() {
+            "response.output_text.delta" => text.push_str(e["delta"].as_str().unwrap()),
+            "response.function_call_arguments.delta" => args.push_str(e["delta"].as_str().unwrap()),
+            _ => {}
+        }
+    }
+    assert_eq!(text, want_text);
+    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), want_args);
+    let done = evs.last().unwrap();
+    assert_eq!(done["type"], "response.completed");
+    assert_eq!(
+        done["response"]["output"][0]["content"][0]["text"],
+        want_text
+    );
+
+    // Messages, through the pivot.
+    let body = json!({"model": "mini", "max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "lookup", "input_schema": params}]});
+    let headers = [("x-api-key", MINI_KEY), ("anthropic-version", "2023-06-01")];
+    let r = post(&s.envoy.url("/v1/messages"), &headers, &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("4111"), "{}", r.body);
+    let (mut text, mut args) = (String::new(), String::new());
+    for e in events(&r.body) {
+        match e["delta"]["type"].as_str().unwrap_or_default() {
+            "text_delta" => text.push_str(e["delta"]["text"].as_str().unwrap()),
+            "input_json_delta" => args.push_str(e["delta"]["partial_json"].as_str().unwrap()),
+            _ => {}
+        }
+    }
+    assert_eq!(text, want_text);
+    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), want_args);
+
+    s.primary.default_step(
+        json!({"content": "as I said this is top secret stuff", "chunk_delay_ms": 5}),
+    );
+    let body = json!({"model": "mini", "max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&s.envoy.url("/v1/messages"), &headers, &body.to_string());
+    assert!(!r.body.contains("secret stuff"), "{}", r.body);
+    let last = events(&r.body).pop().unwrap();
+    assert_eq!(last["type"], "error", "{}", r.body);
+    assert!(last["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("`secret`"));
+    assert!(r.body.contains("event: error\n"), "{}", r.body);
+}

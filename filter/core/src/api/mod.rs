@@ -221,16 +221,17 @@ impl Api {
         }
     }
 
-    /// Whether output checks read this API's whole answers (a completion's
-    /// text in the API's own shape: chat completions, responses, messages).
-    pub fn answers_are_checked(self) -> bool {
-        matches!(self, Api::ChatCompletions | Api::Responses | Api::Messages)
-    }
-
-    /// Whether output checks read this API's streams as they pass (chat
-    /// completions' chunks only, for now).
-    pub fn streams_are_checked(self) -> bool {
-        matches!(self, Api::ChatCompletions)
+    /// The shape output checks read this API's answers and streams in
+    /// (chat completions, responses, messages); `None`: not read (vectors,
+    /// counts).
+    pub fn answer_shape(self) -> Option<crate::guard::texts::Shape> {
+        use crate::guard::texts::Shape;
+        match self {
+            Api::ChatCompletions => Some(Shape::Chat),
+            Api::Messages => Some(Shape::Messages),
+            Api::Responses => Some(Shape::Responses),
+            Api::Embeddings | Api::CountTokens => None,
+        }
     }
 }
 

@@ -16,6 +16,8 @@ mod read;
 pub mod schema;
 pub mod stream;
 #[cfg(test)]
+mod stream_tests;
+#[cfg(test)]
 mod tests;
 pub mod texts;
 
@@ -284,64 +286,6 @@ pub fn redact(text: &str, spans: &mut [Span<'_>]) -> String {
     out
 }
 
-/// Every text of an answer in an API's shape the checks read, to rewrite:
-/// a response's `output_text` parts, a message's `text` blocks, else a
-/// chat completion's choices.
-pub fn answer_texts_of(api: crate::api::Api, doc: &mut Value) -> Vec<&mut String> {
-    use crate::api::Api;
-    let parts = |v: &'_ mut Value, kind: &str| -> bool {
-        v.get("type").and_then(Value::as_str) == Some(kind)
-    };
-    let mut out = Vec::new();
-    match api {
-        Api::Responses => {
-            if let Some(Value::Array(items)) = doc.get_mut("output") {
-                for item in items
-                    .iter_mut()
-                    .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
-                {
-                    if let Some(Value::Array(content)) = item.get_mut("content") {
-                        for c in content.iter_mut() {
-                            if parts(c, "output_text") {
-                                if let Some(Value::String(t)) = c.get_mut("text") {
-                                    out.push(t);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Api::Messages => {
-            if let Some(Value::Array(content)) = doc.get_mut("content") {
-                for c in content.iter_mut() {
-                    if parts(c, "text") {
-                        if let Some(Value::String(t)) = c.get_mut("text") {
-                            out.push(t);
-                        }
-                    }
-                }
-            }
-        }
-        _ => return answer_texts(doc),
-    }
-    out
-}
-
-/// Every text of a chat completion the checks read, to rewrite: each
-/// choice's content.
-pub fn answer_texts(doc: &mut Value) -> Vec<&mut String> {
-    let mut out = Vec::new();
-    if let Some(Value::Array(choices)) = doc.get_mut("choices") {
-        for c in choices {
-            if let Some(Value::String(s)) = c.pointer_mut("/message/content") {
-                out.push(s);
-            }
-        }
-    }
-    out
-}
-
 /// Words: runs of bytes between ASCII whitespace (a byte scan; Unicode
 /// spaces beyond ASCII are rare in prompts and only make it an estimate).
 fn word_count(t: &str) -> u64 {
@@ -402,24 +346,14 @@ fn scan(check: &Check, texts: &[&str], keep: bool) -> (u32, Vec<String>) {
     (hits, matched)
 }
 
-/// Rewrite texts with the redacting checks that found something.
-fn apply_redactions(checks: &[&Check], texts: &mut [&mut String]) {
-    let mut spans = Vec::new();
-    for t in texts.iter_mut() {
-        spans.clear();
-        for c in checks {
-            c.spans(t, &mut spans);
-        }
-        if !spans.is_empty() {
-            **t = redact(t, &mut spans);
-        }
-    }
-}
-
 /// What the checks of a stage know of a request.
 struct Facts {
     model: usize,
     json_wanted: bool,
+    /// How many of the texts, first, are the prompt's or answer's own
+    /// (length bounds and the JSON schema read only those; tool-call
+    /// arguments after them are scanned, not measured).
+    content: usize,
 }
 
 /// Run a stage's active checks in order over texts, read only: the
@@ -438,6 +372,9 @@ fn run<'g>(
         Stage::Input => "prompt",
         Stage::Output => "answer",
     };
+    let own = texts
+        .get(..facts.content.min(texts.len()))
+        .unwrap_or_default();
     for &i in active {
         let Some(check) = g.checks(stage).get(i) else {
             continue;
@@ -456,14 +393,14 @@ fn run<'g>(
                     reason: String::new(),
                 })
             }
-            Kind::Bounds(b) => broken_bounds(b, texts, what).map(plain),
+            Kind::Bounds(b) => broken_bounds(b, own, what).map(plain),
             Kind::Models { allow, deny } => {
                 let m = facts.model;
                 let refused = deny.contains(&m) || allow.as_ref().is_some_and(|a| !a.contains(&m));
                 refused.then(|| plain("this model is not allowed for this client".into()))
             }
             Kind::Schema(s) if facts.json_wanted && stage == Stage::Output => {
-                texts.iter().find_map(|t| {
+                own.iter().find_map(|t| {
                     let why = match serde_json::from_str::<Value>(t) {
                         Ok(v) => s.violation(&v)?,
                         Err(_) => "the answer is not valid JSON".to_string(),
@@ -494,6 +431,7 @@ pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) 
     let facts = Facts {
         model,
         json_wanted: false,
+        content: usize::MAX,
     };
     // The one reader of a request's texts (`texts`): what the checks read
     // is what the rewrite redacts.
@@ -518,12 +456,14 @@ pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) 
     out
 }
 
-/// Whether a request asked for a JSON answer (`response_format`).
+/// Whether a request asked for a JSON answer (chat `response_format`,
+/// Responses `text.format`).
 pub fn wants_json(doc: &Map<String, Value>) -> bool {
+    let format = doc
+        .get("response_format")
+        .or_else(|| doc.get("text").and_then(|t| t.get("format")));
     matches!(
-        doc.get("response_format")
-            .and_then(|r| r.get("type"))
-            .and_then(Value::as_str),
+        format.and_then(|r| r.get("type")).and_then(Value::as_str),
         Some("json_object" | "json_schema")
     )
 }
@@ -534,68 +474,85 @@ pub fn check_texts(g: &Guardrails, active: &[usize], json_wanted: bool, texts: &
     let facts = Facts {
         model: 0,
         json_wanted,
+        content: usize::MAX,
     };
     run(g, Stage::Output, active, &facts, texts).0
 }
 
-/// Output checks on a whole chat completion: the verdicts, and the answer
-/// rewritten when a check redacted. An answer that does not read as a chat
-/// completion is passed as it is (nothing to read).
-/// Output checks on a whole answer of an API: chat completions read
-/// without a tree ([`check_answer`]); responses and messages from their
-/// tree.
+/// Output checks over an answer's text slots (the first `content` the
+/// answer's own text), the slots rewritten when a check redacted.
+pub fn check_slots(
+    g: &Guardrails,
+    active: &[usize],
+    json_wanted: bool,
+    slots: &mut [texts::Slot<'_>],
+    content: usize,
+) -> Outcome {
+    let facts = Facts {
+        model: 0,
+        json_wanted,
+        content,
+    };
+    let (out, redactors) = {
+        let texts = texts::texts(slots);
+        let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        run(g, Stage::Output, active, &facts, &borrowed)
+    };
+    if out.changed && out.denied.is_none() {
+        texts::rewrite(slots, &mut |t, spans| {
+            for c in &redactors {
+                c.spans(t, spans);
+            }
+        });
+    }
+    out
+}
+
+/// Output checks on a whole answer in a shape (the texts of
+/// [`texts::answer_slots`]): the verdicts, and the answer rewritten when a
+/// check redacted. A chat completion is read without a tree first
+/// ([`read`]); an answer that does not read passes as it is.
 pub fn check_answer_of(
-    api: crate::api::Api,
+    shape: texts::Shape,
     g: &Guardrails,
     active: &[usize],
     json_wanted: bool,
     body: &[u8],
 ) -> (Outcome, Option<Vec<u8>>) {
-    if api == crate::api::Api::ChatCompletions {
-        return check_answer(g, active, json_wanted, body);
+    if shape == texts::Shape::Chat {
+        let Some((texts, content)) = read::answer_texts(body) else {
+            return (Outcome::default(), None);
+        };
+        let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        let facts = Facts {
+            model: 0,
+            json_wanted,
+            content,
+        };
+        let (out, _) = run(g, Stage::Output, active, &facts, &borrowed);
+        if !out.changed || out.denied.is_some() {
+            return (out, None);
+        }
     }
     let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
         return (Outcome::default(), None);
     };
-    let facts = Facts {
-        model: 0,
-        json_wanted,
-    };
-    let (out, redactors) = {
-        let texts = answer_texts_of(api, &mut doc);
-        let borrowed: Vec<&str> = texts.iter().map(|t| t.as_str()).collect();
-        run(g, Stage::Output, active, &facts, &borrowed)
+    let out = {
+        let (mut slots, content) = texts::answer_slots(shape, &mut doc);
+        check_slots(g, active, json_wanted, &mut slots, content)
     };
     if !out.changed || out.denied.is_some() {
         return (out, None);
     }
-    apply_redactions(&redactors, &mut answer_texts_of(api, &mut doc));
     (out, serde_json::to_vec(&doc).ok())
 }
 
+/// Output checks on a whole chat completion ([`check_answer_of`]).
 pub fn check_answer(
     g: &Guardrails,
     active: &[usize],
     json_wanted: bool,
     body: &[u8],
 ) -> (Outcome, Option<Vec<u8>>) {
-    let Some(texts) = read::answer_texts(body) else {
-        return (Outcome::default(), None);
-    };
-    let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
-    let facts = Facts {
-        model: 0,
-        json_wanted,
-    };
-    let (out, redactors) = run(g, Stage::Output, active, &facts, &borrowed);
-    if !out.changed || out.denied.is_some() {
-        return (out, None);
-    }
-    let rewritten = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|mut doc| {
-            apply_redactions(&redactors, &mut answer_texts(&mut doc));
-            serde_json::to_vec(&doc).ok()
-        });
-    (out, rewritten)
+    check_answer_of(texts::Shape::Chat, g, active, json_wanted, body)
 }

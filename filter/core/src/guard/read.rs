@@ -68,6 +68,22 @@ impl<'de> Visitor<'de> for Reader {
 struct AnswerMessage<'a> {
     #[serde(borrow, default, deserialize_with = "text")]
     content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default, deserialize_with = "text")]
+    arguments: Option<Cow<'a, str>>,
 }
 
 fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
@@ -89,16 +105,33 @@ struct Answer<'a> {
     choices: Vec<Choice<'a>>,
 }
 
-/// A chat completion's texts (each choice's content), or `None` when the
-/// answer does not read as a chat completion.
-pub fn answer_texts(body: &[u8]) -> Option<Vec<Cow<'_, str>>> {
+/// A chat completion's texts: each choice's content, then (after the
+/// returned count of those) every string inside each tool call's JSON
+/// arguments (the arguments as they are when they are not JSON); `None`
+/// when the answer does not read as a chat completion.
+pub fn answer_texts(body: &[u8]) -> Option<(Vec<Cow<'_, str>>, usize)> {
     let a: Answer<'_> = serde_json::from_slice(body).ok()?;
-    Some(
-        a.choices
+    let mut texts = Vec::with_capacity(a.choices.len());
+    let mut args = Vec::new();
+    for m in a.choices.into_iter().filter_map(|c| c.message) {
+        texts.extend(m.content);
+        let calls = m
+            .tool_calls
             .into_iter()
-            .filter_map(|c| c.message?.content)
-            .collect(),
-    )
+            .flatten()
+            .filter_map(|c| c.function);
+        for f in calls.chain(m.function_call) {
+            args.extend(f.arguments);
+        }
+    }
+    let content = texts.len();
+    for a in args {
+        match serde_json::from_str::<serde_json::Value>(&a) {
+            Ok(v) => super::texts::strings_in(&v, &mut texts),
+            Err(_) => texts.push(a),
+        }
+    }
+    Some((texts, content))
 }
 
 #[cfg(test)]
@@ -110,7 +143,7 @@ mod tests {
     #[test]
     fn answer_texts_are_each_choices_content() {
         let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"x"}},{"message":{"content":null}},{"delta":{}}],"usage":{}}"#;
-        assert_eq!(answer_texts(body).unwrap(), ["x"]);
+        assert_eq!(answer_texts(body).unwrap(), (vec![Cow::Borrowed("x")], 1));
         assert!(answer_texts(b"[1]").is_none());
     }
 }

@@ -8,7 +8,7 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 const KEY_A: &str = "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3";
 const KEY_B: &str = "b3a8e0e1f9ab1bfe3a36f231f676f78bb30a519d2b21e6c530c0eee8ebb4a5d0";
 
-fn gateway(guardrails: &str) -> crate::config::Gateway {
+pub(super) fn gateway(guardrails: &str) -> crate::config::Gateway {
     let yaml = format!(
         r#"
 providers:
@@ -252,7 +252,12 @@ fn run_stream(
     stream: &str,
     split: &[usize],
 ) -> (Vec<u8>, StreamGuard) {
-    let mut guard = StreamGuard::new(g, g.active(Stage::Output, client, 0), false);
+    let mut guard = StreamGuard::new(
+        g,
+        super::texts::Shape::Chat,
+        g.active(Stage::Output, client, 0),
+        false,
+    );
     let bytes = stream.as_bytes();
     let mut out = Vec::new();
     let mut last = 0;
@@ -324,7 +329,12 @@ fn a_streamed_json_answer_is_checked_at_its_end() {
 "#,
     );
     let g = gw.guardrails.as_ref().unwrap();
-    let mut guard = StreamGuard::new(g, g.active(Stage::Output, "bob", 0), true);
+    let mut guard = StreamGuard::new(
+        g,
+        super::texts::Shape::Chat,
+        g.active(Stage::Output, "bob", 0),
+        true,
+    );
     let out = guard.chunk(g, stream_of(&["{\"no\"", ":1}"]).as_bytes());
     let (content, error) = client_view(&out);
     assert_eq!(content, "{\"no\":1}");
@@ -487,8 +497,8 @@ fn arguments_that_are_not_json_are_read_as_text() {
 }
 
 #[test]
-fn responses_and_messages_answers_are_read_in_their_shape() {
-    use crate::api::Api;
+fn answers_are_read_in_their_shape_tool_calls_included() {
+    use super::texts::Shape;
     let gw = gateway(
         r#"
   output:
@@ -500,13 +510,52 @@ fn responses_and_messages_answers_are_read_in_their_shape() {
     let resp = json!({"object": "response", "output": [
         {"type": "function_call", "arguments": "{\"n\":\"4111 1111 1111 1111\"}"},
         {"type": "message", "content": [{"type": "output_text", "text": "card 4111 1111 1111 1111"}]}]});
-    let (out, rewritten) = check_answer_of(Api::Responses, g, &active, false, &bytes(&resp));
+    let (out, rewritten) = check_answer_of(Shape::Responses, g, &active, false, &bytes(&resp));
     assert!(out.changed);
+    assert_eq!(out.verdicts[0].hits, 2);
     let v: Value = serde_json::from_slice(&rewritten.unwrap()).unwrap();
     assert_eq!(v["output"][1]["content"][0]["text"], "card [REDACTED:card]");
-    let msg =
-        json!({"type": "message", "content": [{"type": "text", "text": "4111 1111 1111 1111"}]});
-    let (_, rewritten) = check_answer_of(Api::Messages, g, &active, false, &bytes(&msg));
+    assert_eq!(v["output"][0]["arguments"], r#"{"n":"[REDACTED:card]"}"#);
+    let msg = json!({"type": "message", "content": [
+        {"type": "text", "text": "4111 1111 "}, {"type": "text", "text": "1111 1111"},
+        {"type": "tool_use", "id": "t", "name": "f", "input": {"to": ["4111 1111 1111 1111"]}}]});
+    let (out, rewritten) = check_answer_of(Shape::Messages, g, &active, false, &bytes(&msg));
+    assert_eq!(out.verdicts[0].hits, 2);
     let v: Value = serde_json::from_slice(&rewritten.unwrap()).unwrap();
     assert_eq!(v["content"][0]["text"], "[REDACTED:card]");
+    assert_eq!(v["content"][1]["text"], "");
+    assert_eq!(v["content"][2]["input"]["to"][0], "[REDACTED:card]");
+    // A chat completion's tool-call arguments (escapes decoded), read
+    // without a tree first, rewritten from one.
+    let chat = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+        "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "f", "arguments": "{\"n\": \"4111 1111 1111 \\u0031111\"}"}}]}}]});
+    let (out, rewritten) = check_answer_of(Shape::Chat, g, &active, false, &bytes(&chat));
+    assert_eq!(out.verdicts[0].hits, 1);
+    let v: Value = serde_json::from_slice(&rewritten.unwrap()).unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        r#"{"n":"[REDACTED:card]"}"#
+    );
+}
+
+#[test]
+fn bounds_and_schema_read_the_answers_own_text_not_tool_arguments() {
+    use super::texts::Shape;
+    let gw = gateway(
+        r#"
+  output:
+    - {name: short, max_words: 3, action: deny}
+"#,
+    );
+    let g = gw.guardrails.as_ref().unwrap();
+    let active = g.active(Stage::Output, "bob", 0);
+    let chat = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "two words",
+        "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "f", "arguments": "{\"a\": \"one two three four five\"}"}}]}}]});
+    let (out, _) = check_answer_of(Shape::Chat, g, &active, false, &bytes(&chat));
+    assert!(out.denied.is_none(), "{:?}", out.verdicts);
+    let long = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "one two three four"}}]});
+    let (out, _) = check_answer_of(Shape::Chat, g, &active, false, &bytes(&long));
+    assert!(out.denied.is_some());
 }

@@ -15,6 +15,12 @@
 //!   contents (a string or blocks, read like a message's content).
 //!
 //! A new field the model reads is added here once.
+//!
+//! An answer's texts ([`answer_slots`]) are read the same way: the answer's
+//! own text first (chat `message.content`, Messages `text` blocks,
+//! Responses `output_text` parts), then what its tool calls carry (chat
+//! `tool_calls[].function.arguments`, Messages `tool_use` inputs,
+//! Responses `function_call` arguments).
 
 use super::Span;
 use serde_json::{Map, Value};
@@ -55,6 +61,89 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
         }
     }
     out
+}
+
+/// The shape of an answer and of its stream's events: the client's API's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Chat,
+    Messages,
+    Responses,
+}
+
+/// Every text slot of a whole answer in a shape, its own text first; the
+/// number of those (length bounds and the JSON schema read only them).
+pub fn answer_slots(shape: Shape, doc: &mut Value) -> (Vec<Slot<'_>>, usize) {
+    let mut text = Vec::new();
+    let mut tools = Vec::new();
+    match shape {
+        Shape::Chat => {
+            if let Some(Value::Array(choices)) = doc.get_mut("choices") {
+                for c in choices.iter_mut() {
+                    let Some(Value::Object(m)) = c.get_mut("message") else {
+                        continue;
+                    };
+                    for (key, v) in m.iter_mut() {
+                        match (key.as_str(), v) {
+                            ("content", Value::String(s)) => text.push(Slot::One(s)),
+                            ("tool_calls", Value::Array(calls)) => {
+                                for call in calls.iter_mut() {
+                                    if let Some(Value::String(a)) =
+                                        call.pointer_mut("/function/arguments")
+                                    {
+                                        tools.push(Slot::Json(a));
+                                    }
+                                }
+                            }
+                            ("function_call", v) => {
+                                if let Some(Value::String(a)) = v.get_mut("arguments") {
+                                    tools.push(Slot::Json(a));
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        Shape::Messages => {
+            if let Some(Value::Array(blocks)) = doc.get_mut("content") {
+                block_slots(blocks, &mut text, &mut tools);
+            }
+        }
+        Shape::Responses => {
+            if let Some(Value::Array(items)) = doc.get_mut("output") {
+                for i in items.iter_mut() {
+                    output_item_slots(i, &mut text, &mut tools);
+                }
+            }
+        }
+    }
+    let n = text.len();
+    text.append(&mut tools);
+    (text, n)
+}
+
+/// One item of a response's `output`: a message's text parts, a function
+/// call's arguments.
+pub fn output_item_slots<'a>(
+    item: &'a mut Value,
+    text: &mut Vec<Slot<'a>>,
+    tools: &mut Vec<Slot<'a>>,
+) {
+    match item.get("type").and_then(Value::as_str) {
+        Some("message") => {
+            if let Some(Value::Array(parts)) = item.get_mut("content") {
+                block_slots(parts, text, tools);
+            }
+        }
+        Some("function_call") => {
+            if let Some(Value::String(a)) = item.get_mut("arguments") {
+                tools.push(Slot::Json(a));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// An item of `input`: a string (embeddings), or a Responses item: a
@@ -109,16 +198,23 @@ fn message_slots<'a>(m: &'a mut Value, out: &mut Vec<Slot<'a>>) {
 fn content_slots<'a>(v: &'a mut Value, out: &mut Vec<Slot<'a>>) {
     match v {
         Value::String(s) => out.push(Slot::One(s)),
-        Value::Array(blocks) => block_slots(blocks, out),
+        Value::Array(blocks) => {
+            let mut inner = Vec::new();
+            block_slots(blocks, out, &mut inner);
+            out.append(&mut inner);
+        }
         _ => {}
     }
 }
 
-fn block_slots<'a>(blocks: &'a mut [Value], out: &mut Vec<Slot<'a>>) {
+/// Content blocks: runs of text blocks read joined (into `text`);
+/// `tool_use` inputs and `tool_result` contents into `tools` (an answer's
+/// own text is its text blocks only).
+fn block_slots<'a>(blocks: &'a mut [Value], text: &mut Vec<Slot<'a>>, tools: &mut Vec<Slot<'a>>) {
     let mut run: Vec<&'a mut String> = Vec::new();
     for b in blocks.iter_mut() {
         let Value::Object(b) = b else {
-            flush(&mut run, out);
+            flush(&mut run, text);
             continue;
         };
         let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
@@ -128,22 +224,22 @@ fn block_slots<'a>(blocks: &'a mut [Value], out: &mut Vec<Slot<'a>>) {
             }
             continue;
         }
-        flush(&mut run, out);
+        flush(&mut run, text);
         match kind {
             "tool_use" => {
                 if let Some(input) = b.get_mut("input") {
-                    string_leaves(input, out);
+                    string_leaves(input, tools);
                 }
             }
             "tool_result" => {
                 if let Some(c) = b.get_mut("content") {
-                    content_slots(c, out);
+                    content_slots(c, tools);
                 }
             }
             _ => {}
         }
     }
-    flush(&mut run, out);
+    flush(&mut run, text);
 }
 
 fn flush<'a>(run: &mut Vec<&'a mut String>, out: &mut Vec<Slot<'a>>) {
@@ -168,7 +264,8 @@ fn string_leaves<'a>(v: &'a mut Value, out: &mut Vec<Slot<'a>>) {
     }
 }
 
-fn strings_in<'s>(v: &Value, out: &mut Vec<Cow<'s, str>>) {
+/// Every string inside a JSON value, copied (object keys are not read).
+pub(crate) fn strings_in<'s>(v: &Value, out: &mut Vec<Cow<'s, str>>) {
     match v {
         Value::String(s) => out.push(Cow::Owned(s.clone())),
         Value::Array(items) => items.iter().for_each(|i| strings_in(i, out)),
