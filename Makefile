@@ -101,7 +101,7 @@ sdk:
 # here without a registry (debootstrap); `make images BASES=public`: from
 # debian:bookworm-slim and envoyproxy/envoy (needs registry access).
 BASES ?= standin
-images: tools wasm
+images: tools wasm cacerts
 	scripts/container-images.sh $(BASES)
 
 # The compose test needs the images when a Docker engine answers (CI
@@ -115,10 +115,13 @@ redis:
 	@command -v redis-server >/dev/null || \
 	  (apt-get install -y -qq redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null))
 
-# The CA bundle the documented TLS provider cluster names (Debian's package).
+# The CA bundle the documented TLS provider cluster names; openssl and curl
+# for scripts/make-certs.sh and the side services' TLS tests (Debian's packages).
 cacerts:
 	@test -f /etc/ssl/certs/ca-certificates.crt || \
 	  (apt-get install -y -qq ca-certificates >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq ca-certificates >/dev/null))
+	@command -v openssl >/dev/null && command -v curl >/dev/null || \
+	  (apt-get install -y -qq openssl curl >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq openssl curl >/dev/null))
 
 # PostgreSQL for the collector's fleet mode (Debian's package; the tests
 # start their own servers from its binaries).

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The gateway replica's bootstrap for containers, from envoy/envoy.yaml (one
 # source of truth): listen on all interfaces, reach every service by its
-# compose name through DNS, watch the mounted ECDS directory.
+# compose name through DNS, watch the mounted ECDS directory, reach the
+# collector and the limiter over mutual TLS (certificates mounted at
+# /etc/portcullis/tls; envoy/side-tls.sh).
 #   usage: docker/render-replica.sh OUT_FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,3 +23,4 @@ if grep -q '127\.0\.0\.1' "$out"; then
   grep -n '127\.0\.0\.1' "$out" >&2
   exit 1
 fi
+envoy/side-tls.sh "$out" /etc/portcullis/tls collector limiter

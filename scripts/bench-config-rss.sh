@@ -4,7 +4,9 @@
 # shipped config by ECDS; then ROUNDS times a 5 MiB config (the shipped one
 # with an unknown key, padded with a comment) replaces it, is refused, and
 # the old one keeps serving. BENCH_WASM: another build to compare. Prints Envoy's RSS at the start, its peak and at the end (from
-# /proc, sampled after each refusal), and the end against the start.
+# /proc, sampled after each refusal), and the end against the start, right
+# after the last refusal and settled (the allocator returns free memory in
+# the background; the start is settled the same way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${BENCH_CONFIG_ROUNDS:-10}"
@@ -26,7 +28,24 @@ until [[ "$(stat extension_config_discovery.http_filter.portcullis.config_reload
   ((SECONDS < deadline)) || { echo "bench-config-rss: Envoy did not load the config" >&2; exit 1; }
   sleep 0.2
 done
-start=$(rss); peak=$start; rounds=()
+# Settled: the allocator returns free memory in the background
+# (memory_allocator_manager in envoy/envoy.yaml); RSS sampled each second
+# until three samples in a row are within 1% of each other (at most 60 s).
+settle() {
+  local samples=() n a b c hi lo deadline=$((SECONDS + 60))
+  samples+=("$(rss)")
+  while ((SECONDS < deadline)); do
+    sleep 1
+    samples+=("$(rss)")
+    n=${#samples[@]}
+    ((n >= 3)) || continue
+    a=${samples[n-3]}; b=${samples[n-2]}; c=${samples[n-1]}
+    hi=$(printf '%s\n' "$a" "$b" "$c" | sort -n | tail -1); lo=$(printf '%s\n' "$a" "$b" "$c" | sort -n | head -1)
+    ((hi - lo <= hi / 100)) && break
+  done
+  echo "${samples[-1]}"
+}
+start=$(settle); peak=$start; rounds=()
 # Invalid as well as large (an unknown key), so a build without the size
 # limit refuses it too, after reading it: the two can be compared.
 { cat envoy/plugin.yaml; echo "not_a_key: 1"; printf '# %s\n' "$(head -c $((5 << 20)) /dev/zero | tr '\0' x)"; } >"$dir/big.yaml"
@@ -44,5 +63,7 @@ for i in $(seq 1 "$ROUNDS"); do
   rounds+=("$r")
 done
 end=$(rss)
+settled=$(settle)
+pct() { awk -v a="$1" -v b="$start" 'BEGIN {printf "%+.1f%%", (a - b) * 100 / b}'; }
 echo "Envoy RSS (KiB) after each refusal: ${rounds[*]}"
-echo "Envoy RSS (KiB): start $start, peak $peak, after $ROUNDS refused 5 MiB configs $end ($(awk -v a="$end" -v b="$start" 'BEGIN {printf "%+.1f%%", (a - b) * 100 / b}'))"
+echo "Envoy RSS (KiB): start $start, peak $peak, right after $ROUNDS refused 5 MiB configs $end ($(pct "$end")), settled $settled ($(pct "$settled"))"

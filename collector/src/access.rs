@@ -91,23 +91,8 @@ impl Access {
     }
 }
 
-/// Equal, in time that does not depend on where they differ (every token
-/// the collector checks, HTTP and gRPC alike).
-pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// A token from `--<name> PATH`: the file's text, trimmed; an empty file is
-/// an error (it would let nobody in, or everybody).
-pub fn token_from_file(flag: &str, path: Option<String>) -> Result<Option<String>, String> {
-    let Some(p) = path else { return Ok(None) };
-    let t = std::fs::read_to_string(&p).map_err(|e| format!("{flag} {p}: {e}"))?;
-    let t = t.trim();
-    if t.is_empty() {
-        return Err(format!("{flag} {p}: the file is empty"));
-    }
-    Ok(Some(t.to_string()))
-}
+use portcullis_service::same;
+pub use portcullis_service::token_from_file;
 
 fn refusal(status: StatusCode, message: &str) -> Response {
     (

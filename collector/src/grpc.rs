@@ -22,9 +22,8 @@ impl Ingest {
         let sent = request
             .metadata()
             .get("authorization")
-            .map(|v| v.as_bytes())
-            .and_then(|v| v.strip_prefix(b"Bearer "));
-        sent.is_some_and(|s| crate::access::same(s, token.as_bytes()))
+            .map(|v| v.as_bytes());
+        portcullis_service::bearer_matches(sent, token)
     }
 }
 

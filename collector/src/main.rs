@@ -1,6 +1,9 @@
 //! portcullis-collector: `--grpc ADDR --http ADDR --db PATH|postgres://... [--retention-days N]
 //! [--retention-records N] [--queue N] [--read-token-file PATH] [--allowed-hosts NAME,...]
-//! [--ingest-token-file PATH]`.
+//! [--ingest-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]`.
+//! The TLS flags serve the gRPC ingest over TLS, with client certificates
+//! signed by `--tls-client-ca` required when it is given
+//! (`portcullis_service`).
 //! Prints `portcullis-collector grpc=<addr> http=<addr>` once both listen.
 //! HTTP answers only to its own host names, and with a read token file
 //! only to requests that carry the token (`access`).
@@ -49,6 +52,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let token = token_from_file("--read-token-file", arg(&args, "--read-token-file"))?;
     let ingest_token = token_from_file("--ingest-token-file", arg(&args, "--ingest-token-file"))?;
+    let mut tls = portcullis_service::TlsFlags::default();
+    for flag in ["--tls-cert", "--tls-key", "--tls-client-ca"] {
+        if args.iter().any(|a| a == flag) {
+            tls.take(flag, arg(&args, flag))?;
+        }
+    }
+    let tls = tls.server_config()?;
     let hosts: Vec<String> = arg(&args, "--allowed-hosts")
         .map(|h| h.split(',').map(str::to_string).collect())
         .unwrap_or_default();
@@ -67,7 +77,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         writer,
         api,
         (hosts, token),
-        ingest_token,
+        (ingest_token, tls),
     ))
 }
 
@@ -77,7 +87,7 @@ async fn serve(
     writer: Writer,
     api: Api,
     (hosts, token): (Vec<String>, Option<String>),
-    ingest_token: Option<String>,
+    (ingest_token, tls): (Option<String>, Option<tonic::transport::ServerTlsConfig>),
 ) -> Result<(), Box<dyn std::error::Error>> {
     let grpc_listener = tokio::net::TcpListener::bind(&grpc_addr).await?;
     let http_listener = tokio::net::TcpListener::bind(&http_addr).await?;
@@ -87,7 +97,11 @@ async fn serve(
         http_listener.local_addr()?
     );
 
-    let grpc = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let grpc = builder
         .add_service(CollectorServer::new(Ingest {
             writer,
             token: ingest_token,

@@ -4,10 +4,13 @@
 //! portcullis-limiter [--listen 127.0.0.1:8081] [--redis redis://127.0.0.1:6379]
 //!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500] [--threads 0]
 //!                    [--token-file PATH]
+//!                    [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]
 //! ```
 //! With a token file, only calls carrying `authorization: Bearer <token>`
 //! are served (the filter sends `PORTCULLIS_LIMITER_TOKEN` from Envoy's
-//! environment); others are refused `UNAUTHENTICATED`.
+//! environment); others are refused `UNAUTHENTICATED`. The TLS flags serve
+//! gRPC over TLS, with client certificates signed by `--tls-client-ca`
+//! required when it is given (`portcullis_service`).
 
 use portcullis_limiter::proto::rate_limit_service_server::RateLimitServiceServer;
 use portcullis_limiter::service::Limiter;
@@ -21,6 +24,7 @@ struct Args {
     timeout_ms: u64,
     threads: usize,
     token: Option<String>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -31,7 +35,9 @@ fn parse_args() -> Result<Args, String> {
         timeout_ms: 500,
         threads: 0,
         token: None,
+        tls: None,
     };
+    let mut tls = portcullis_service::TlsFlags::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -55,23 +61,19 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| format!("--threads {v}: a number (0: one per core)"))?;
             }
             "--token-file" => {
-                let v = value()?;
-                let t = std::fs::read_to_string(&v)
-                    .map_err(|e| format!("--token-file {v}: {e}"))?
-                    .trim()
-                    .to_string();
-                if t.is_empty() {
-                    return Err(format!("--token-file {v}: the file is empty"));
-                }
-                a.token = Some(t);
+                a.token = portcullis_service::token_from_file("--token-file", Some(value()?))?;
+            }
+            "--tls-cert" | "--tls-key" | "--tls-client-ca" => {
+                tls.take(&flag, Some(value()?))?;
             }
             "-h" | "--help" => {
-                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--token-file PATH]");
+                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument `{other}` (see --help)")),
         }
     }
+    a.tls = tls.server_config()?;
     Ok(a)
 }
 
@@ -122,7 +124,17 @@ async fn serve(args: Args) {
     );
     // No Nagle delay: answers are small and latency is the point.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let served = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = args.tls.clone() {
+        builder = match builder.tls_config(tls) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("portcullis-limiter: TLS: {e}");
+                std::process::exit(2);
+            }
+        };
+    }
+    let served = builder
         .add_service(RateLimitServiceServer::new(limiter))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = tokio::signal::ctrl_c().await;

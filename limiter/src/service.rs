@@ -53,16 +53,8 @@ impl Limiter {
         let sent = request
             .metadata()
             .get("authorization")
-            .map(|v| v.as_bytes())
-            .and_then(|v| v.strip_prefix(b"Bearer "));
-        // Compared in time that does not depend on where they differ.
-        sent.is_some_and(|s| {
-            s.len() == token.len()
-                && s.iter()
-                    .zip(token.as_bytes())
-                    .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-                    == 0
-        })
+            .map(|v| v.as_bytes());
+        portcullis_service::bearer_matches(sent, token)
     }
 
     async fn connection(&self) -> Result<ConnectionManager, Status> {

@@ -576,6 +576,11 @@ impl Limiter {
     /// On `port` (0: the kernel chooses), serving only callers with
     /// [`LIMITER_TOKEN`].
     pub fn start(redis_port: u16, port: u16) -> Limiter {
+        Self::start_args(redis_port, port, &[])
+    }
+
+    /// With more arguments (`--tls-cert PATH`, ...).
+    pub fn start_args(redis_port: u16, port: u16, extra: &[&str]) -> Limiter {
         let dir = TempDir::new("limiter");
         let token_file = dir.0.join("token");
         std::fs::write(&token_file, LIMITER_TOKEN).expect("write the limiter's token");
@@ -590,6 +595,7 @@ impl Limiter {
             ])
             .arg("--token-file")
             .arg(&token_file)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -617,6 +623,23 @@ impl Limiter {
     }
 }
 
+/// A demo CA and certificates for TLS to the side services, made by
+/// `scripts/make-certs.sh` in a new directory (`ca.pem`, `server.pem`,
+/// `server-key.pem`, `client.pem`, `client-key.pem`).
+pub fn side_certs() -> TempDir {
+    let dir = TempDir::new("certs");
+    let ok = Command::new("bash")
+        .arg(repo_root().join("scripts/make-certs.sh"))
+        .arg(&dir.0)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "scripts/make-certs.sh failed (is openssl installed? `make openssl`)"
+    );
+    dir
+}
+
 // ---------------------------------------------------------------- envoy
 
 pub struct EnvoyOpts<'a> {
@@ -629,6 +652,10 @@ pub struct EnvoyOpts<'a> {
     pub ratelimit_port: u16,
     pub workers: u32,
     pub env: Vec<(&'a str, &'a str)>,
+    /// Reach the collector and the limiter over mutual TLS with the
+    /// certificates in this directory (`scripts/make-certs.sh`), through
+    /// `envoy/side-tls.sh`.
+    pub side_tls: Option<&'a Path>,
 }
 
 pub struct Envoy {
@@ -679,6 +706,15 @@ impl Envoy {
         let bootstrap = replace_once(&bootstrap, ".run/ecds", &ecds_dir.display().to_string());
         let bootstrap_path = dir.0.join("envoy.yaml");
         std::fs::write(&bootstrap_path, bootstrap).expect("write bootstrap");
+        if let Some(certs) = opts.side_tls {
+            let ok = Command::new("bash")
+                .arg(repo_root().join("envoy/side-tls.sh"))
+                .arg(&bootstrap_path)
+                .arg(certs)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "envoy/side-tls.sh failed");
+        }
         render_ecds(&dir.0, opts.plugin_yaml);
         let admin_path = dir.0.join("admin.txt");
         let log = std::fs::File::create(dir.0.join("envoy.log")).expect("envoy log");

@@ -57,7 +57,11 @@ struct Fleet {
     port: u16,
     dashboard: u16,
     _ecds: TempDir,
+    _certs: TempDir,
 }
+
+/// The collector's read token in the fleet (docker-compose.yml's default).
+const READ_TOKEN: &str = "compose-read-token";
 
 impl Fleet {
     fn up(plugin: &str) -> Fleet {
@@ -93,6 +97,12 @@ impl Fleet {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .subsec_nanos();
+        // Mutual TLS to the collector and the limiter: this fleet's own CA.
+        let certs = side_certs();
+        let _ = Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(&certs.0)
+            .status();
         let (port, dashboard) = (dead_port(), dead_port());
         let fleet = Fleet {
             project: format!("pctest{}x{nanos}", std::process::id()),
@@ -104,10 +114,12 @@ impl Fleet {
                     "PORTCULLIS_ECDS_DIR".into(),
                     ecds.0.join("ecds").display().to_string(),
                 ),
+                ("PORTCULLIS_TLS_DIR".into(), certs.0.display().to_string()),
             ],
             port,
             dashboard,
             _ecds: ecds,
+            _certs: certs,
         };
         run(&mut fleet.cmd(&["up", "-d"]));
         for s in ["front", "envoy-a", "envoy-b", "collector"] {
@@ -205,14 +217,25 @@ impl Fleet {
     }
 
     fn records(&self) -> u64 {
-        let r = get(
+        let url = format!(
+            "http://127.0.0.1:{}/v1/metrics/summary?since=0",
+            self.dashboard
+        );
+        let r = get(&url, &[("authorization", &format!("Bearer {READ_TOKEN}"))]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["total"].as_u64().unwrap_or(0)
+    }
+
+    /// The collector's API without the read token.
+    fn records_status_without_token(&self) -> u16 {
+        get(
             &format!(
                 "http://127.0.0.1:{}/v1/metrics/summary?since=0",
                 self.dashboard
             ),
             &[],
-        );
-        r.json()["total"].as_u64().unwrap_or(0)
+        )
+        .status
     }
 }
 
@@ -435,6 +458,8 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
     run(Command::new("docker").args(["start", &collector]));
     fleet.wait_healthy("collector");
     let after = fleet.records();
+    // The collector's API answers only with the read token.
+    assert_eq!(fleet.records_status_without_token(), 401);
     assert!(
         after >= before,
         "acknowledged {before} records, {after} after the restart"

@@ -67,6 +67,7 @@ fn envoy(
         collector_port,
         ratelimit_port,
         workers: 2,
+        side_tls: None,
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

@@ -49,6 +49,7 @@ impl Stack {
             },
             backup_port: backup.port,
             workers,
+            side_tls: None,
             env: vec![
                 ("OPENAI_API_KEY", PRIMARY_KEY),
                 ("BACKUP_API_KEY", BACKUP_KEY),
