@@ -5,15 +5,20 @@ use crate::abi;
 use crate::host::{Headers, Host, Part};
 use crate::registry;
 use crate::shipper;
+use crate::worker::Worker;
 use portcullis_core::record::Record;
 use portcullis_core::store::{Store, StoreError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status};
+use std::rc::Rc;
 use std::time::Duration;
 
-/// Envoy, for the context that is running (the ABI knows which).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AbiHost;
+/// Envoy, for the context that is running (the ABI knows which), with the
+/// worker's state the root context owns.
+#[derive(Default, Clone)]
+pub struct AbiHost {
+    worker: Rc<Worker>,
+}
 
 fn map(part: Part) -> MapType {
     match part {
@@ -46,6 +51,10 @@ impl Store for AbiHost {
 }
 
 impl Host for AbiHost {
+    fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
     fn now_ms(&self) -> u64 {
         abi::now_ms().unwrap_or(0)
     }
@@ -133,32 +142,32 @@ impl Host for AbiHost {
     }
 
     fn send_later(&self, message: Vec<u8>) {
-        if !crate::global_limits::later::push(message) {
-            registry::count(crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
+        if !crate::global_limits::later::push(&self.worker, message) {
+            registry::count(&self.worker, crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
         }
     }
 
     fn count(&self, name: &str, by: i64) {
-        registry::count(name, by);
+        registry::count(&self.worker, name, by);
     }
 
     fn gauge(&self, name: &str, value: u64) {
-        if let Some(id) = registry::metric(MetricType::Gauge, name) {
+        if let Some(id) = registry::metric(&self.worker, MetricType::Gauge, name) {
             let _ = abi::record_metric(id, value);
         }
     }
 
     fn add_to_gauge(&self, name: &str, by: i64) {
-        registry::add_to_gauge(name, by);
+        registry::add_to_gauge(&self.worker, name, by);
     }
 
     fn histogram(&self, name: &str, value: u64) {
-        if let Some(id) = registry::metric(MetricType::Histogram, name) {
+        if let Some(id) = registry::metric(&self.worker, MetricType::Histogram, name) {
             let _ = abi::record_metric(id, value);
         }
     }
 
     fn emit_record(&self, record: &Record) {
-        shipper::push(record);
+        shipper::push(&self.worker, record);
     }
 }

@@ -9,7 +9,6 @@ use portcullis_core::config::{Gateway, Provider};
 use portcullis_core::keys;
 use portcullis_core::store::update;
 use proxy_wasm::types::LogLevel;
-use std::cell::RefCell;
 
 /// How long a VM trusts its own read of a closed breaker with nothing
 /// counted: its requests meanwhile skip the shared-data read (a copy and
@@ -19,34 +18,27 @@ use std::cell::RefCell;
 /// Half-open and open breakers are always read.
 pub const CLEAN_TTL_MS: u64 = 100;
 
-thread_local! {
-    /// Provider name -> when this VM last read its breaker closed and clean.
-    static CLEAN: RefCell<fnv::FnvHashMap<String, u64>> = RefCell::new(fnv::FnvHashMap::default());
-}
-
-fn read_clean_since(provider: &str, now: u64) -> bool {
-    CLEAN.with(|c| {
-        c.try_borrow().is_ok_and(|c| {
-            c.get(provider)
-                .is_some_and(|&at| now >= at && now - at < CLEAN_TTL_MS)
-        })
+/// Whether this VM read the provider's breaker closed and clean within
+/// [`CLEAN_TTL_MS`] (the worker's `breakers_clean`).
+fn read_clean_since(host: &impl Host, provider: &str, now: u64) -> bool {
+    host.worker().breakers_clean.try_borrow().is_ok_and(|c| {
+        c.get(provider)
+            .is_some_and(|&at| now >= at && now - at < CLEAN_TTL_MS)
     })
 }
 
-fn remember_clean(provider: &str, now: Option<u64>) {
-    CLEAN.with(|c| {
-        if let Ok(mut c) = c.try_borrow_mut() {
-            match (now, c.get_mut(provider)) {
-                (Some(now), Some(at)) => *at = now,
-                (Some(now), None) => {
-                    c.insert(provider.to_string(), now);
-                }
-                (None, _) => {
-                    c.remove(provider);
-                }
+fn remember_clean(host: &impl Host, provider: &str, now: Option<u64>) {
+    if let Ok(mut c) = host.worker().breakers_clean.try_borrow_mut() {
+        match (now, c.get_mut(provider)) {
+            (Some(now), Some(at)) => *at = now,
+            (Some(now), None) => {
+                c.insert(provider.to_string(), now);
+            }
+            (None, _) => {
+                c.remove(provider);
             }
         }
-    });
+    }
 }
 
 /// At configure time: create missing breaker keys (so request-time updates
@@ -91,7 +83,7 @@ fn note(host: &impl Host, provider: &str, t: Option<Transition>) {
 /// success has nothing to record. A clean read is trusted for
 /// [`CLEAN_TTL_MS`].
 pub fn admit(host: &impl Host, p: &Provider, now: u64) -> (Admission, bool) {
-    if read_clean_since(&p.name, now) {
+    if read_clean_since(host, &p.name, now) {
         return (Admission::Allowed, true);
     }
     let r = update(host, &keys::breaker(&p.name), |cur| {
@@ -106,7 +98,7 @@ pub fn admit(host: &impl Host, p: &Provider, now: u64) -> (Admission, bool) {
         Ok((adm, t, clean)) => {
             note(host, &p.name, t);
             let trusted = clean && adm == Admission::Allowed;
-            remember_clean(&p.name, trusted.then_some(now));
+            remember_clean(host, &p.name, trusted.then_some(now));
             (adm, clean)
         }
         Err(e) => {
@@ -125,7 +117,7 @@ pub fn admit(host: &impl Host, p: &Provider, now: u64) -> (Admission, bool) {
 /// Record an attempt's result (`probe`: it was a half-open probe).
 pub fn on_result(host: &impl Host, p: &Provider, success: bool, probe: bool) {
     // What this VM trusted no longer holds (or is worth reading again).
-    remember_clean(&p.name, None);
+    remember_clean(host, &p.name, None);
     let now = || host.now_ms();
     let r = update(host, &keys::breaker(&p.name), |cur| {
         let (next, t) =

@@ -62,6 +62,9 @@ pub struct State {
 pub struct FakeHost {
     pub state: Rc<RefCell<State>>,
     pub store: Rc<MemStore>,
+    /// The worker's state: fresh for each test's host, shared by the
+    /// requests it makes.
+    pub worker: Rc<crate::worker::Worker>,
 }
 
 fn key(part: Part) -> &'static str {
@@ -141,6 +144,10 @@ impl Store for FakeHost {
 }
 
 impl Host for FakeHost {
+    fn worker(&self) -> &crate::worker::Worker {
+        &self.worker
+    }
+
     fn now_ms(&self) -> u64 {
         self.trace("get_current_time", "");
         self.state.borrow().now_ms

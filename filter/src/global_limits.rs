@@ -195,29 +195,29 @@ pub fn rate_headers(out: &mut Vec<(&'static str, String)>, ask: Ask, status: Sta
     out.push((reset, ratelimit::reset_text(status.reset_ms)));
 }
 
-/// Settlements waiting for the root context's tick (per worker, bounded).
+/// Settlements waiting for the root context's tick (in the worker's state,
+/// bounded).
 pub mod later {
-    use std::cell::RefCell;
+    use crate::worker::Worker;
 
     const MAX: usize = 10_000;
 
-    thread_local! {
-        static QUEUE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    }
-
     /// Queue a message; `false` when the queue is full (it is dropped).
-    pub fn push(message: Vec<u8>) -> bool {
-        QUEUE.with(|q| {
-            let mut q = q.borrow_mut();
-            if q.len() >= MAX {
-                return false;
-            }
-            q.push(message);
-            true
-        })
+    pub fn push(w: &Worker, message: Vec<u8>) -> bool {
+        let Ok(mut q) = w.settlements.try_borrow_mut() else {
+            return false;
+        };
+        if q.len() >= MAX {
+            return false;
+        }
+        q.push(message);
+        true
     }
 
-    pub fn drain() -> Vec<Vec<u8>> {
-        QUEUE.with(|q| std::mem::take(&mut *q.borrow_mut()))
+    pub fn drain(w: &Worker) -> Vec<Vec<u8>> {
+        w.settlements
+            .try_borrow_mut()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
     }
 }

@@ -21,6 +21,9 @@ pub enum Part {
 }
 
 pub trait Host: Store {
+    /// What this worker keeps between requests (one per worker, owned by
+    /// the root context).
+    fn worker(&self) -> &crate::worker::Worker;
     fn now_ms(&self) -> u64;
     fn log(&self, level: LogLevel, message: &str);
 

@@ -25,6 +25,11 @@
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
 //! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
 //! | `host`, `abi_host`, `registry`, `abi` | the host trait and Envoy behind it |
+//! | `worker` | what a worker keeps between requests, in one owned value |
+//!
+//! Per-worker state lives in one [`worker::Worker`] the root context owns;
+//! every request reaches it through its host (`Host::worker`), so there is
+//! no `thread_local!` and a test's fake host starts from a fresh one.
 //!
 //! Imports run one way: the steps (`request_*`, `prompt_cache`, `attempts`,
 //! `upstream`, `answer`, `telemetry`, `policy`, `responses_by_id`) and `root`
@@ -60,6 +65,7 @@ mod root;
 mod shipper;
 mod telemetry;
 mod upstream;
+mod worker;
 
 #[cfg(test)]
 mod fake;

@@ -89,6 +89,7 @@ impl Gateway {
                 ..Default::default()
             })),
             store: self.host.store.clone(),
+            worker: self.host.worker.clone(),
         };
         RequestContext::new(host, Some(self.loaded.clone()), 7)
     }

@@ -7,6 +7,7 @@
 use portcullis_core::attempt::Cause;
 use portcullis_core::breaker::State;
 use portcullis_core::guard::{Act, Stage};
+use std::cell::RefCell;
 
 /// A label value inside a metric name: dots and whitespace would split it.
 pub fn label(v: &str) -> String {
@@ -28,15 +29,15 @@ fn push_label(out: &mut String, v: &str) {
     }
 }
 
-thread_local! {
-    /// Where per-request names are built: one buffer per VM, reused.
-    static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
-
-/// Build a name in the VM's scratch buffer and use it: the per-request
-/// metrics (several a request, each up to ~100 bytes) cost no allocation.
-fn with_name<R>(build: impl FnOnce(&mut String), then: impl FnOnce(&str) -> R) -> R {
-    SCRATCH.with(|s| match s.try_borrow_mut() {
+/// Build a name in the worker's scratch buffer (`Worker::metric_name`)
+/// and use it: the per-request metrics (several a request, each up to ~100
+/// bytes) cost no allocation.
+fn with_name<R>(
+    scratch: &RefCell<String>,
+    build: impl FnOnce(&mut String),
+    then: impl FnOnce(&str) -> R,
+) -> R {
+    match scratch.try_borrow_mut() {
         Ok(mut buf) => {
             buf.clear();
             build(&mut buf);
@@ -47,7 +48,7 @@ fn with_name<R>(build: impl FnOnce(&mut String), then: impl FnOnce(&str) -> R) -
             build(&mut buf);
             then(&buf)
         }
-    })
+    }
 }
 
 pub const CACHE_HITS: &str = "portcullis.cache.hits";
@@ -151,6 +152,7 @@ fn status_class(status: u32) -> &'static str {
 /// `portcullis.requests.client.<c>.provider.<p>.model.<m>.status.<class>.cache.<c>.total`,
 /// handed to `then` (built in the scratch buffer).
 pub fn with_requests<R>(
+    scratch: &RefCell<String>,
     client: &str,
     provider: &str,
     model: &str,
@@ -159,6 +161,7 @@ pub fn with_requests<R>(
     then: impl FnOnce(&str) -> R,
 ) -> R {
     with_name(
+        scratch,
         |b| {
             b.push_str("portcullis.requests.client.");
             push_label(b, client);
@@ -178,8 +181,15 @@ pub fn with_requests<R>(
 
 /// `portcullis.<what>.provider.<p>.model.<m>.total` (`what`: tokens_in or
 /// tokens_out), handed to `then`.
-pub fn with_tokens<R>(what: &str, provider: &str, model: &str, then: impl FnOnce(&str) -> R) -> R {
+pub fn with_tokens<R>(
+    scratch: &RefCell<String>,
+    what: &str,
+    provider: &str,
+    model: &str,
+    then: impl FnOnce(&str) -> R,
+) -> R {
     with_name(
+        scratch,
         |b| {
             b.push_str("portcullis.");
             b.push_str(what);
@@ -198,8 +208,13 @@ pub const TOKENS_OUT: &str = "tokens_out";
 
 /// Histogram: the gateway's latency per answering provider
 /// (`portcullis.latency.provider.<p>.ms`), handed to `then`.
-pub fn with_latency<R>(provider: &str, then: impl FnOnce(&str) -> R) -> R {
+pub fn with_latency<R>(
+    scratch: &RefCell<String>,
+    provider: &str,
+    then: impl FnOnce(&str) -> R,
+) -> R {
     with_name(
+        scratch,
         |b| {
             b.push_str("portcullis.latency.provider.");
             push_label(b, provider);
@@ -211,7 +226,15 @@ pub fn with_latency<R>(provider: &str, then: impl FnOnce(&str) -> R) -> R {
 
 #[cfg(test)]
 pub fn requests(client: &str, provider: &str, model: &str, status: u32, cache: &str) -> String {
-    with_requests(client, provider, model, status, cache, str::to_string)
+    with_requests(
+        &RefCell::default(),
+        client,
+        provider,
+        model,
+        status,
+        cache,
+        str::to_string,
+    )
 }
 
 /// Gauge: the Wasm linear memory of the filter's VMs, in bytes (each

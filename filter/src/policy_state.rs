@@ -11,23 +11,12 @@ use portcullis_core::keys;
 use portcullis_core::ratelimit::decode_i64;
 use portcullis_core::store::update;
 use portcullis_core::strategy;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 
-thread_local! {
-    /// This VM's requests in flight per provider: (count, last published).
-    static LOCAL_BUSY: RefCell<HashMap<String, (i64, i64)>> = RefCell::new(HashMap::new());
-    /// This VM's id in the registry of busy counts (0: none yet).
-    static VM_ID: Cell<u64> = const { Cell::new(0) };
-    /// When this VM last said it is live.
-    static REGISTERED: Cell<u64> = const { Cell::new(0) };
-    /// The live VMs as last read, and when.
-    static VMS: RefCell<(Vec<u64>, u64)> = const { RefCell::new((Vec::new(), 0)) };
-    /// The strategies' reads of shared data, by key, with when they were
-    /// read: served from here for `READ_TTL_MS` (each read is a host call;
-    /// a few milliseconds of staleness does not change an order much).
-    static READS: RefCell<HashMap<String, (i64, u64)>> = RefCell::new(HashMap::new());
-}
+// This VM's counts and reads live in the worker's state
+// (`crate::worker::Worker`: `busy`, `vm_id`, `registered`, `vms`, `reads`).
+// The strategies' reads of shared data are served from `reads` for
+// `READ_TTL_MS` (each read is a host call; a few milliseconds of staleness
+// does not change an order much).
 
 const READ_TTL_MS: u64 = 100;
 /// Entries kept at most (keys of providers and models; a reload can leave
@@ -35,9 +24,8 @@ const READ_TTL_MS: u64 = 100;
 const READS_MAX: usize = 4096;
 
 pub(crate) fn cached(host: &impl Host, key: &str, now_ms: u64) -> Option<i64> {
-    let hit = READS.with(|r| {
-        r.borrow()
-            .get(key)
+    let hit = host.worker().reads.try_borrow().ok().and_then(|r| {
+        r.get(key)
             .filter(|(_, at)| now_ms.saturating_sub(*at) < READ_TTL_MS)
             .map(|(v, _)| *v)
     });
@@ -48,34 +36,37 @@ pub(crate) fn cached(host: &impl Host, key: &str, now_ms: u64) -> Option<i64> {
         Ok((Some(v), _)) => Some(decode_i64(Some(&v))),
         _ => None,
     }?;
-    remember(key, v, now_ms);
+    remember(host, key, v, now_ms);
     Some(v)
 }
 
-fn remember(key: &str, v: i64, now_ms: u64) {
-    READS.with(|r| {
-        let mut r = r.borrow_mut();
+fn remember(host: &impl Host, key: &str, v: i64, now_ms: u64) {
+    if let Ok(mut r) = host.worker().reads.try_borrow_mut() {
         if r.len() >= READS_MAX {
             r.clear();
         }
         r.insert(key.to_string(), (v, now_ms));
-    });
+    }
 }
 
 /// Requests in flight at a provider: this VM's own count, exact, plus
 /// what the other VMs last published (at their ticks).
 pub fn busy(host: &impl Host, name: &str, now_ms: u64) -> u64 {
-    let own = LOCAL_BUSY.with(|m| m.borrow().get(name).map_or(0, |c| c.0));
-    let me = VM_ID.with(Cell::get);
+    let w = host.worker();
+    let own = w
+        .busy
+        .try_borrow()
+        .ok()
+        .and_then(|m| m.get(name).map(|c| c.0))
+        .unwrap_or(0);
+    let me = w.vm_id.get();
     refresh_vms(host, now_ms);
-    let others: i64 = VMS.with(|v| {
-        v.borrow()
-            .0
-            .iter()
-            .filter(|&&vm| vm != me)
-            .filter_map(|&vm| cached(host, &keys::busy(name, vm), now_ms))
-            .fold(0i64, i64::saturating_add)
-    });
+    let vms = w.vms.try_borrow().map(|v| v.0.clone()).unwrap_or_default();
+    let others: i64 = vms
+        .iter()
+        .filter(|&&vm| vm != me)
+        .filter_map(|&vm| cached(host, &keys::busy(name, vm), now_ms))
+        .fold(0i64, i64::saturating_add);
     u64::try_from(own.saturating_add(others)).unwrap_or(0)
 }
 
@@ -111,7 +102,7 @@ pub fn note_latency(
     }
     let next = i64::try_from(next).unwrap_or(i64::MAX);
     if host.set(&key, &next.to_le_bytes(), None).is_ok() {
-        remember(&key, next, now_ms);
+        remember(host, &key, next, now_ms);
     }
 }
 
@@ -140,16 +131,16 @@ pub fn prepare(host: &impl Host, gw: &Gateway) {
 
 /// One more (or one fewer) request in flight at a provider: this VM's
 /// count only (no host call); the tick publishes it.
-pub fn add_busy(_host: &impl Host, provider: &str, by: i64) {
-    LOCAL_BUSY.with(|m| {
-        let mut m = m.borrow_mut();
-        match m.get_mut(provider) {
-            Some(c) => c.0 = c.0.saturating_add(by).max(0),
-            None => {
-                m.insert(provider.to_string(), (by.max(0), 0));
-            }
+pub fn add_busy(host: &impl Host, provider: &str, by: i64) {
+    let Ok(mut m) = host.worker().busy.try_borrow_mut() else {
+        return;
+    };
+    match m.get_mut(provider) {
+        Some(c) => c.0 = c.0.saturating_add(by).max(0),
+        None => {
+            m.insert(provider.to_string(), (by.max(0), 0));
         }
-    });
+    }
 }
 
 /// A VM is live while it said so within this long.
@@ -171,9 +162,13 @@ fn decode_vms(b: Option<&[u8]>) -> Vec<(u64, u64)> {
 }
 
 /// The VMs that publish counts and are live, read again when the copy is
-/// older than the counts' (`VMS`).
+/// older than the counts' (the worker's `vms`).
 fn refresh_vms(host: &impl Host, now_ms: u64) {
-    if VMS.with(|v| now_ms.saturating_sub(v.borrow().1) < READ_TTL_MS) {
+    let w = host.worker();
+    if w.vms
+        .try_borrow()
+        .is_ok_and(|v| now_ms.saturating_sub(v.1) < READ_TTL_MS)
+    {
         return;
     }
     let list: Vec<u64> = match host.get(keys::BUSY_VMS) {
@@ -184,7 +179,9 @@ fn refresh_vms(host: &impl Host, now_ms: u64) {
             .collect(),
         Err(_) => Vec::new(),
     };
-    VMS.with(|v| *v.borrow_mut() = (list, now_ms));
+    if let Ok(mut v) = w.vms.try_borrow_mut() {
+        *v = (list, now_ms);
+    }
 }
 
 /// At the root's tick (and configure): publish this VM's counts that
@@ -194,13 +191,12 @@ pub fn publish_busy(host: &impl Host, gw: &Gateway, now_ms: u64, roll: u64) {
     if !gw.policy.uses_busy {
         return;
     }
-    let me = VM_ID.with(|id| {
-        if id.get() == 0 {
-            id.set(roll.max(1));
-        }
-        id.get()
-    });
-    if REGISTERED.with(|r| now_ms.saturating_sub(r.get()) >= VM_REFRESH_MS) {
+    let w = host.worker();
+    if w.vm_id.get() == 0 {
+        w.vm_id.set(roll.max(1));
+    }
+    let me = w.vm_id.get();
+    if now_ms.saturating_sub(w.registered.get()) >= VM_REFRESH_MS {
         let ok = update(host, keys::BUSY_VMS, |cur| {
             let mut vms: Vec<(u64, u64)> = decode_vms(cur)
                 .into_iter()
@@ -215,11 +211,11 @@ pub fn publish_busy(host: &impl Host, gw: &Gateway, now_ms: u64, roll: u64) {
             (Some(out), ())
         });
         if ok.is_ok() {
-            REGISTERED.with(|r| r.set(now_ms));
+            w.registered.set(now_ms);
         }
     }
-    LOCAL_BUSY.with(|m| {
-        for (provider, (now, published)) in m.borrow_mut().iter_mut() {
+    if let Ok(mut m) = w.busy.try_borrow_mut() {
+        for (provider, (now, published)) in m.iter_mut() {
             if now != published
                 && host
                     .set(&keys::busy(provider, me), &now.to_le_bytes(), None)
@@ -228,5 +224,5 @@ pub fn publish_busy(host: &impl Host, gw: &Gateway, now_ms: u64, roll: u64) {
                 *published = *now;
             }
         }
-    });
+    }
 }

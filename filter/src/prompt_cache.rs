@@ -4,6 +4,7 @@
 use crate::context::RequestContext;
 use crate::host::Host;
 use crate::metrics;
+use crate::worker::Worker;
 use portcullis_core::cache::local::Local;
 use portcullis_core::cache::{
     self, CacheConfig, CacheStatus, Directive, Found, Hash, StoreOutcome,
@@ -12,12 +13,6 @@ use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::sse;
 use proxy_wasm::types::{Action, LogLevel};
-use std::cell::RefCell;
-
-thread_local! {
-    /// This worker's copies of hot answers (`cache.worker_bytes`).
-    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
-}
 
 /// A new config: every set of the shared table gets its index (so every
 /// store is CAS-guarded), and the worker's copies go (answers may be keyed
@@ -31,32 +26,32 @@ pub fn configure(host: &impl Host, cfg: Option<&CacheConfig>) {
             );
         }
     }
-    configure_local(cfg);
+    // This worker's copies of hot answers (`cache.worker_bytes`).
+    if let Ok(mut l) = host.worker().cache.try_borrow_mut() {
+        *l = cfg.map_or_else(Local::default, |c| {
+            Local::new(c.worker_bytes, c.worker_ttl_ms)
+        });
+    }
 }
 
-fn configure_local(cfg: Option<&CacheConfig>) {
-    LOCAL.with(|l| {
-        if let Ok(mut l) = l.try_borrow_mut() {
-            *l = cfg.map_or_else(Local::default, |c| {
-                Local::new(c.worker_bytes, c.worker_ttl_ms)
-            });
-        }
-    });
+fn local_get(w: &Worker, head: &[u8], body: &[u8], now: u64) -> Option<(Hash, Vec<u8>)> {
+    let mut l = w.cache.try_borrow_mut().ok()?;
+    l.get(&[head, body], now).map(|(k, a)| (k, a.to_vec()))
 }
 
-fn local_get(head: &[u8], body: &[u8], now: u64) -> Option<(Hash, Vec<u8>)> {
-    LOCAL.with(|l| {
-        let mut l = l.try_borrow_mut().ok()?;
-        l.get(&[head, body], now).map(|(k, a)| (k, a.to_vec()))
-    })
-}
-
-fn local_put(head: &[u8], body: &[u8], key: Hash, answer: &[u8], expires_ms: u64, now: u64) {
-    LOCAL.with(|l| {
-        if let Ok(mut l) = l.try_borrow_mut() {
-            l.put(&[head, body], key, answer, expires_ms, now);
-        }
-    });
+#[allow(clippy::too_many_arguments)]
+fn local_put(
+    w: &Worker,
+    head: &[u8],
+    body: &[u8],
+    key: Hash,
+    answer: &[u8],
+    expires_ms: u64,
+    now: u64,
+) {
+    if let Ok(mut l) = w.cache.try_borrow_mut() {
+        l.put(&[head, body], key, answer, expires_ms, now);
+    }
 }
 
 /// What decides the key besides the body: the route and the scope, each
@@ -117,7 +112,7 @@ impl<H: Host> RequestContext<H> {
         let local = head
             .as_deref()
             .filter(|_| directive == Directive::Normal)
-            .and_then(|h| local_get(h, flight.chat.body(), now));
+            .and_then(|h| local_get(self.host.worker(), h, flight.chat.body(), now));
         let stored = if let Some((key, answer)) = local {
             flight.cache_fill = Some(key);
             flight.cache_status = CacheStatus::Miss;
@@ -141,7 +136,15 @@ impl<H: Host> RequestContext<H> {
             match cache::lookup_seen(&self.host, cfg, &key, now) {
                 Ok((Some(Found { answer, expires_ms }), _)) => {
                     if let Some(head) = flight.cache_head.take() {
-                        local_put(&head, flight.chat.body(), key, &answer, expires_ms, now);
+                        local_put(
+                            self.host.worker(),
+                            &head,
+                            flight.chat.body(),
+                            key,
+                            &answer,
+                            expires_ms,
+                            now,
+                        );
                     }
                     answer
                 }
@@ -211,7 +214,15 @@ impl<H: Host> RequestContext<H> {
             Ok(StoreOutcome::Stored(st)) => {
                 if let Some(head) = f.cache_head.take() {
                     let expires = now.saturating_add(cfg.ttl_ms);
-                    local_put(&head, f.chat.body(), key, body, expires, now);
+                    local_put(
+                        self.host.worker(),
+                        &head,
+                        f.chat.body(),
+                        key,
+                        body,
+                        expires,
+                        now,
+                    );
                 }
                 self.host.count(metrics::CACHE_STORES, 1);
                 if st.evicted {

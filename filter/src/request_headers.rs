@@ -9,22 +9,17 @@ use portcullis_core::api::{self, responses, Api};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
-use std::cell::RefCell;
-
-thread_local! {
-    /// This worker's hashes of keys that authenticated.
-    static KEY_HASHES: RefCell<KeyHashes> = RefCell::new(KeyHashes::default());
-}
 
 /// Authenticate with the worker's remembered key hashes.
 fn authenticate<'g>(
+    host: &impl Host,
     gw: &'g portcullis_core::config::Gateway,
     authorization: Option<&str>,
 ) -> Result<([u8; 32], &'g portcullis_core::config::Client), GatewayError> {
-    KEY_HASHES.with(|k| match k.try_borrow_mut() {
+    match host.worker().key_hashes.try_borrow_mut() {
         Ok(mut known) => authenticate_with(gw, authorization, &mut known),
         Err(_) => authenticate_with(gw, authorization, &mut KeyHashes::default()),
-    })
+    }
 }
 use proxy_wasm::types::Action;
 use std::borrow::Cow;
@@ -93,18 +88,18 @@ impl<H: Host> RequestContext<H> {
         let authorization = f.authorization.as_deref().or(from_api_key.as_deref());
         match (f.method.as_ref(), path) {
             ("GET", "/v1/models") => {
-                let (_, client) = authenticate(gw, authorization)?;
+                let (_, client) = authenticate(&self.host, gw, authorization)?;
                 Ok(self.reply(200, &[], &models_list(gw, client)))
             }
             ("GET", p) if p.starts_with("/v1/models/") => {
-                let (_, client) = authenticate(gw, authorization)?;
+                let (_, client) = authenticate(&self.host, gw, authorization)?;
                 let id = p.get("/v1/models/".len()..).unwrap_or_default();
                 let body = model_info(gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
             ("GET" | "DELETE", p) if responses::by_id(p).is_some() => {
                 // A kept response, at the provider that made it.
-                authenticate(gw, authorization)?;
+                authenticate(&self.host, gw, authorization)?;
                 let full = f.path.to_string();
                 self.bound_for_provider(&all, path, f.authority.into_owned());
                 self.response_by_id(gw, &full)
@@ -152,7 +147,7 @@ impl<H: Host> RequestContext<H> {
         self.log.chat = true;
         let now = self.host.now_ms();
         self.log.started_ms = now;
-        let (key, client) = authenticate(gw, authorization)?;
+        let (key, client) = authenticate(&self.host, gw, authorization)?;
         self.request.key = Some(key);
         match admission::take_request(&self.host, client, now) {
             Ok(t) => self.req_take = t,

@@ -11,7 +11,6 @@ use crate::global_limits;
 use crate::host::Host;
 use crate::loaded::Loaded;
 use crate::metrics;
-use crate::registry;
 use crate::shipper::{self, Shipper};
 use portcullis_core::config::{compile, Gateway};
 use portcullis_core::keys;
@@ -37,6 +36,8 @@ pub struct Root {
     settling: HashSet<u32>,
     /// The linear memory this VM last reported (see `report_memory`).
     reported_memory: u64,
+    /// Envoy, with this worker's state (every request's host shares it).
+    host: AbiHost,
 }
 
 /// This VM's linear memory in bytes (64 KiB pages).
@@ -79,7 +80,7 @@ impl Root {
         // xorshift64*: cheap, good enough to spread `auto` picks by weight.
         let mut x = self.rng.get();
         if x == 0 {
-            x = (AbiHost.now_ms() << 20) ^ 0x9E37_79B9_7F4A_7C15;
+            x = (self.host.now_ms() << 20) ^ 0x9E37_79B9_7F4A_7C15;
         }
         x ^= x >> 12;
         x ^= x << 25;
@@ -95,7 +96,7 @@ impl Root {
             let delta = i64::try_from(now)
                 .unwrap_or(i64::MAX)
                 .saturating_sub(i64::try_from(self.reported_memory).unwrap_or(i64::MAX));
-            AbiHost.add_to_gauge(metrics::VM_MEMORY_BYTES, delta);
+            self.host.add_to_gauge(metrics::VM_MEMORY_BYTES, delta);
             self.reported_memory = now;
         }
     }
@@ -103,7 +104,7 @@ impl Root {
     /// Usage above global reservations, queued by requests since the last
     /// tick, to the rate limit service (its answers only count failures).
     fn send_settlements(&mut self) {
-        let queued = global_limits::later::drain();
+        let queued = global_limits::later::drain(self.host.worker());
         if queued.is_empty() {
             return;
         }
@@ -112,7 +113,7 @@ impl Root {
             .as_ref()
             .and_then(|l| l.gw.global_limits.clone());
         let Some(service) = service else {
-            registry::count(
+            self.host.count(
                 metrics::GLOBAL_SETTLE_DROPPED,
                 i64::try_from(queued.len()).unwrap_or(i64::MAX),
             );
@@ -137,21 +138,21 @@ impl Root {
                 Ok(token) => {
                     self.settling.insert(token);
                 }
-                Err(_) => registry::count(metrics::GLOBAL_SETTLE_DROPPED, 1),
+                Err(_) => self.host.count(metrics::GLOBAL_SETTLE_DROPPED, 1),
             }
         }
     }
 
     /// Everything a compiled config changes on this VM.
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
-        let host = AbiHost;
+        let host = self.host.clone();
         breakers::prepare(&host, &gw);
         crate::policy_state::prepare(&host, &gw);
         crate::concurrency::prepare(&host, &gw);
         let day = ratelimit::day_of(host.now_ms());
         admission::prepare(&host, &gw, day);
         self.prepared_day = day;
-        shipper::configure(gw.log.as_ref());
+        shipper::configure(host.worker(), gw.log.as_ref());
         crate::prompt_cache::configure(&host, gw.cache.as_ref());
         let tick = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         if let Err(s) = abi::set_tick_period_ms(u32::try_from(tick).unwrap_or(u32::MAX)) {
@@ -178,11 +179,12 @@ impl Context for Root {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, _response_size: usize) {
         if self.settling.remove(&token_id) {
             if status_code != 0 {
-                registry::count(metrics::GLOBAL_SETTLE_DROPPED, 1);
+                self.host.count(metrics::GLOBAL_SETTLE_DROPPED, 1);
             }
             return;
         }
-        self.shipper.on_response(token_id, status_code);
+        self.shipper
+            .on_response(self.host.worker(), token_id, status_code);
     }
 }
 
@@ -192,7 +194,7 @@ impl RootContext for Root {
         let limit = portcullis_core::config::max_config_bytes(env.as_deref());
         if let Some(msg) = portcullis_core::config::too_large(plugin_configuration_size, limit) {
             // Refused before it is copied into the VM.
-            AbiHost.log(LogLevel::Error, &msg);
+            self.host.log(LogLevel::Error, &msg);
             return false;
         }
         let bytes = match abi::get_buffer(
@@ -202,7 +204,7 @@ impl RootContext for Root {
         ) {
             Ok(b) => b.unwrap_or_default(),
             Err(status) => {
-                AbiHost.log(
+                self.host.log(
                     LogLevel::Error,
                     &format!("cannot read plugin config: {status:?}"),
                 );
@@ -217,7 +219,7 @@ impl RootContext for Root {
                 true
             }
             Err(msg) => {
-                AbiHost.log(LogLevel::Error, &msg);
+                self.host.log(LogLevel::Error, &msg);
                 false
             }
         }
@@ -225,7 +227,7 @@ impl RootContext for Root {
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(RequestContext::new(
-            AbiHost,
+            self.host.clone(),
             self.loaded.clone(),
             self.next_roll(),
         )))
@@ -236,18 +238,18 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        let now = AbiHost.now_ms();
+        let now = self.host.now_ms();
         if let Some(l) = self.loaded.as_ref() {
-            crate::policy_state::publish_busy(&AbiHost, &l.gw, now, self.next_roll());
+            crate::policy_state::publish_busy(&self.host, &l.gw, now, self.next_roll());
         }
         let day = ratelimit::day_of(now);
         if let Some(l) = self.loaded.as_ref().filter(|_| day != self.prepared_day) {
-            admission::prepare(&AbiHost, &l.gw, day);
+            admission::prepare(&self.host, &l.gw, day);
             self.prepared_day = day;
         }
         self.send_settlements();
         self.report_memory();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
-        self.shipper.tick(cfg.as_ref());
+        self.shipper.tick(self.host.worker(), cfg.as_ref());
     }
 }

@@ -6,74 +6,62 @@
 use crate::abi;
 use crate::metrics;
 use crate::registry::{count, flush_counters};
+use crate::worker::Worker;
 use portcullis_core::config::LogConfig;
 use portcullis_core::record::{encode_batch, LogBuffer, Record};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::LogLevel;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
-thread_local! {
-    static BUFFER: RefCell<Option<LogBuffer>> = const { RefCell::new(None) };
-}
-
 /// (Re)size the buffer for a new config; records already waiting are kept.
-pub fn configure(cfg: Option<&LogConfig>) {
-    BUFFER.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            match cfg {
-                Some(c) => {
-                    let mut fresh = LogBuffer::new(c.buffer_records, c.buffer_bytes);
-                    if let Some(old) = b.as_mut() {
-                        fresh.dropped = old.dropped;
-                        let waiting = old.take(usize::MAX);
-                        fresh.requeue(waiting);
-                    }
-                    *b = Some(fresh);
+pub fn configure(w: &Worker, cfg: Option<&LogConfig>) {
+    if let Ok(mut b) = w.log.try_borrow_mut() {
+        match cfg {
+            Some(c) => {
+                let mut fresh = LogBuffer::new(c.buffer_records, c.buffer_bytes);
+                if let Some(old) = b.as_mut() {
+                    fresh.dropped = old.dropped;
+                    let waiting = old.take(usize::MAX);
+                    fresh.requeue(waiting);
                 }
-                None => *b = None,
+                *b = Some(fresh);
             }
+            None => *b = None,
         }
-    });
+    }
 }
 
-pub fn push(record: &Record) {
-    BUFFER.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            if let Some(buf) = b.as_mut() {
-                buf.push(record.encode());
-            }
+pub fn push(w: &Worker, record: &Record) {
+    if let Ok(mut b) = w.log.try_borrow_mut() {
+        if let Some(buf) = b.as_mut() {
+            buf.push(record.encode());
         }
-    });
+    }
 }
 
-fn requeue(batch: Vec<Vec<u8>>) {
-    BUFFER.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut() {
-            if let Some(buf) = b.as_mut() {
-                buf.requeue(batch);
-            }
+fn requeue(w: &Worker, batch: Vec<Vec<u8>>) {
+    if let Ok(mut b) = w.log.try_borrow_mut() {
+        if let Some(buf) = b.as_mut() {
+            buf.requeue(batch);
         }
-    });
+    }
 }
 
-fn take(n: usize) -> Vec<Vec<u8>> {
-    BUFFER.with(|b| {
-        b.try_borrow_mut()
-            .ok()
-            .and_then(|mut b| b.as_mut().map(|b| b.take(n)))
-            .unwrap_or_default()
-    })
+fn take(w: &Worker, n: usize) -> Vec<Vec<u8>> {
+    w.log
+        .try_borrow_mut()
+        .ok()
+        .and_then(|mut b| b.as_mut().map(|b| b.take(n)))
+        .unwrap_or_default()
 }
 
-fn dropped() -> u64 {
-    BUFFER.with(|b| {
-        b.try_borrow()
-            .ok()
-            .and_then(|b| b.as_ref().map(|b| b.dropped))
-            .unwrap_or(0)
-    })
+fn dropped(w: &Worker) -> u64 {
+    w.log
+        .try_borrow()
+        .ok()
+        .and_then(|b| b.as_ref().map(|b| b.dropped))
+        .unwrap_or(0)
 }
 
 /// Batches sent at once at most, per VM: with a batch of 500 every tick, one
@@ -101,12 +89,16 @@ pub struct Shipper {
 impl Shipper {
     /// At a tick: publish counters and send what waits, up to
     /// [`MAX_IN_FLIGHT`] batches at once.
-    pub fn tick(&mut self, cfg: Option<&LogConfig>) {
-        flush_counters();
-        let dropped = dropped();
+    pub fn tick(&mut self, w: &Worker, cfg: Option<&LogConfig>) {
+        flush_counters(w);
+        let dropped = dropped(w);
         if dropped > self.reported_drops {
             let new = dropped.saturating_sub(self.reported_drops);
-            count(metrics::LOG_DROPPED, i64::try_from(new).unwrap_or(i64::MAX));
+            count(
+                w,
+                metrics::LOG_DROPPED,
+                i64::try_from(new).unwrap_or(i64::MAX),
+            );
             self.reported_drops = dropped;
         }
         let Some(cfg) = cfg else { return };
@@ -120,7 +112,7 @@ impl Shipper {
             })
             .clone();
         while self.in_flight.len() < MAX_IN_FLIGHT {
-            let batch = take(cfg.batch_size);
+            let batch = take(w, cfg.batch_size);
             if batch.is_empty() {
                 return;
             }
@@ -140,8 +132,8 @@ impl Shipper {
                 }
                 Err(s) => {
                     self.warn_not_sent(&format!("to cluster `{}`: {s:?}", cfg.cluster));
-                    count(metrics::LOG_FLUSH_FAILURES, 1);
-                    requeue(batch);
+                    count(w, metrics::LOG_FLUSH_FAILURES, 1);
+                    requeue(w, batch);
                     return;
                 }
             }
@@ -172,12 +164,13 @@ impl Shipper {
     }
 
     /// The collector answered (gRPC status 0 = committed).
-    pub fn on_response(&mut self, token: u32, grpc_status: u32) {
+    pub fn on_response(&mut self, w: &Worker, token: u32, grpc_status: u32) {
         let Some(batch) = self.in_flight.remove(&token) else {
             return;
         };
         if grpc_status == 0 {
             count(
+                w,
                 metrics::LOG_RECORDS_SENT,
                 i64::try_from(batch.len()).unwrap_or(i64::MAX),
             );
@@ -185,8 +178,8 @@ impl Shipper {
             self.warn_not_sent(&format!(
                 "(the collector answered gRPC status {grpc_status})"
             ));
-            count(metrics::LOG_FLUSH_FAILURES, 1);
-            requeue(batch);
+            count(w, metrics::LOG_FLUSH_FAILURES, 1);
+            requeue(w, batch);
         }
     }
 }

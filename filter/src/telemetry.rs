@@ -99,18 +99,40 @@ impl<H: Host> RequestContext<H> {
     /// Requests by client, provider, model, status class and cache status;
     /// tokens; the gateway's latency.
     fn request_metrics(&self, r: &Record) {
-        metrics::with_requests(&r.client, &r.provider, &r.model, r.status, &r.cache, |n| {
-            self.host.count(n, 1);
-        });
+        metrics::with_requests(
+            &self.host.worker().metric_name,
+            &r.client,
+            &r.provider,
+            &r.model,
+            r.status,
+            &r.cache,
+            |n| {
+                self.host.count(n, 1);
+            },
+        );
         if r.prompt_tokens.saturating_add(r.completion_tokens) > 0 {
             let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-            metrics::with_tokens(metrics::TOKENS_IN, &r.provider, &r.model, |n| {
-                self.host.count(n, signed(r.prompt_tokens));
-            });
-            metrics::with_tokens(metrics::TOKENS_OUT, &r.provider, &r.model, |n| {
-                self.host.count(n, signed(r.completion_tokens));
-            });
+            metrics::with_tokens(
+                &self.host.worker().metric_name,
+                metrics::TOKENS_IN,
+                &r.provider,
+                &r.model,
+                |n| {
+                    self.host.count(n, signed(r.prompt_tokens));
+                },
+            );
+            metrics::with_tokens(
+                &self.host.worker().metric_name,
+                metrics::TOKENS_OUT,
+                &r.provider,
+                &r.model,
+                |n| {
+                    self.host.count(n, signed(r.completion_tokens));
+                },
+            );
         }
-        metrics::with_latency(&r.provider, |n| self.host.histogram(n, r.latency_ms));
+        metrics::with_latency(&self.host.worker().metric_name, &r.provider, |n| {
+            self.host.histogram(n, r.latency_ms)
+        });
     }
 }

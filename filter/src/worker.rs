@@ -1,0 +1,48 @@
+//! What one worker's filter keeps between requests, in one place. The root
+//! context owns it; each request's host borrows it ([`Host::worker`]), so
+//! every step reaches the same state through the host it already has; the
+//! fake host of the lifecycle tests builds a fresh one per test.
+//!
+//! Shared data (Envoy's, across workers) is not here: this is what a
+//! worker's VM alone remembers.
+//!
+//! [`Host::worker`]: crate::host::Host::worker
+
+use fnv::FnvHashMap;
+use portcullis_core::cache::local::Local;
+use portcullis_core::record::LogBuffer;
+use portcullis_core::routing::KeyHashes;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+#[derive(Default)]
+pub struct Worker {
+    /// Metric ids by name, defined on first use (ids are per VM).
+    pub metric_ids: RefCell<FnvHashMap<String, u32>>,
+    /// Counter increments not yet handed to Envoy (the tick flushes them).
+    pub pending_counters: RefCell<FnvHashMap<String, i64>>,
+    /// Changes to gauges the workers share, not yet handed to Envoy.
+    pub pending_gauges: RefCell<FnvHashMap<String, i64>>,
+    /// Where per-request metric names are built: one buffer, reused.
+    pub metric_name: RefCell<String>,
+    /// Request records waiting for the collector (`log.buffer_*`).
+    pub log: RefCell<Option<LogBuffer>>,
+    /// Settlements for the rate limit service, sent at the tick (bounded).
+    pub settlements: RefCell<Vec<Vec<u8>>>,
+    /// Requests in flight per provider: (count, last published).
+    pub busy: RefCell<HashMap<String, (i64, i64)>>,
+    /// This VM's id in the registry of busy counts (0: none yet).
+    pub vm_id: Cell<u64>,
+    /// When this VM last said it is live.
+    pub registered: Cell<u64>,
+    /// The live VMs as last read, and when.
+    pub vms: RefCell<(Vec<u64>, u64)>,
+    /// The strategies' reads of shared data, by key, with when read.
+    pub reads: RefCell<HashMap<String, (i64, u64)>>,
+    /// Provider name -> when this VM last read its breaker closed and clean.
+    pub breakers_clean: RefCell<FnvHashMap<String, u64>>,
+    /// This worker's copies of hot answers (`cache.worker_bytes`).
+    pub cache: RefCell<Local>,
+    /// Hashes of keys that authenticated.
+    pub key_hashes: RefCell<KeyHashes>,
+}
