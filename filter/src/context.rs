@@ -97,6 +97,8 @@ pub struct RequestContext<H: Host> {
     pub global: Option<crate::global_limits::Pending>,
     /// Calls to external guards in flight.
     pub guarding: Option<crate::guard_state::GuardCalls>,
+    /// A paused run of the request's steps: where it resumes, with what.
+    pub paused: Option<(crate::exchange::Step, crate::exchange::Exchange)>,
     pub log: LogFacts,
 }
 
@@ -114,6 +116,7 @@ impl<H: Host> RequestContext<H> {
             held: None,
             global: None,
             guarding: None,
+            paused: None,
             log: LogFacts::default(),
         }
     }

@@ -5,7 +5,7 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use crate::context::{Phase, RequestContext};
-use crate::global_limits::{rate_headers, refusal, Ask, Pending, Then};
+use crate::global_limits::{rate_headers, refusal, Ask, Pending, Sent};
 use crate::host::Host;
 use crate::metrics;
 use portcullis_core::config::{Client, Gateway, GlobalLimits};
@@ -17,14 +17,14 @@ use proxy_wasm::types::{Action, LogLevel};
 const DEADLINE_EXCEEDED: u32 = 4;
 
 impl<H: Host> RequestContext<H> {
-    /// Send the calls; the request waits in `Phase::Limiting`.
+    /// Send the calls; the request waits in `Phase::Limiting` (the
+    /// pipeline resumes it at `Dispatch` when every answer is in).
     pub(crate) fn check_global(
         &mut self,
         service: &GlobalLimits,
         client: &Client,
         asks: Vec<Ask>,
-        then: Then,
-    ) -> Result<Action, GatewayError> {
+    ) -> Result<Sent, GatewayError> {
         let mut calls = Vec::with_capacity(asks.len());
         let mut failed = None;
         for ask in asks {
@@ -58,17 +58,17 @@ impl<H: Host> RequestContext<H> {
             calls,
             refused: None,
             failed,
-            then,
             sent_ms: self.host.now_ms(),
             timeout_ms: service.timeout_ms,
             deny: service.deny_on_failure,
         };
         if pending.calls.is_empty() {
-            return self.decide_global(pending);
+            self.decide_global(pending)?;
+            return Ok(Sent::Decided);
         }
         self.global = Some(pending);
         self.phase = Phase::Limiting;
-        Ok(Action::Pause)
+        Ok(Sent::Waiting)
     }
 
     /// A reservation the service never counted is not settled either.
@@ -136,7 +136,7 @@ impl<H: Host> RequestContext<H> {
             self.global = Some(pending);
             return;
         }
-        let step = self.decide_global(pending);
+        let step = self.decide_global(pending).and_then(|()| self.resume());
         let action = match step {
             Ok(a) => a,
             Err(e) => self.fail(&e),
@@ -152,7 +152,7 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// Every answer is in: refuse, fail by the failure mode, or go on.
-    fn decide_global(&mut self, pending: Pending) -> Result<Action, GatewayError> {
+    fn decide_global(&mut self, pending: Pending) -> Result<(), GatewayError> {
         let loaded = self.loaded()?;
         let gw: &Gateway = &loaded.gw;
         let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
@@ -181,12 +181,6 @@ impl<H: Host> RequestContext<H> {
                 .with_retry_after(1));
             }
         }
-        match pending.then {
-            Then::Hit { content_type, body } => Ok(self.answer_hit(content_type, &body)),
-            Then::Route { body_size } => {
-                let now = self.host.now_ms();
-                self.first_attempt(body_size, now)
-            }
-        }
+        Ok(())
     }
 }

@@ -30,15 +30,13 @@ pub struct Ask {
     pub hits: u32,
 }
 
-/// What the request does once every answer is in.
-pub enum Then {
-    /// Go to the first provider.
-    Route { body_size: usize },
-    /// Answer from the cache.
-    Hit {
-        content_type: &'static str,
-        body: Vec<u8>,
-    },
+/// What sending the calls came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Calls in flight: the request waits for their answers.
+    Waiting,
+    /// No call could be sent, and the failure mode lets the request go on.
+    Decided,
 }
 
 /// The calls of one request in flight, and what came back so far.
@@ -46,7 +44,6 @@ pub struct Pending {
     pub calls: Vec<(u32, Ask)>,
     pub refused: Option<(Ask, Option<Status>)>,
     pub failed: Option<String>,
-    pub then: Then,
     /// When the calls went out, and their timeout: Envoy reports a call
     /// that ran out of time as UNAVAILABLE (its 504 mapped to gRPC), so a
     /// failure that took the whole timeout counts as a timeout.

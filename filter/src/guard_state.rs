@@ -10,7 +10,6 @@ pub struct GuardCalls {
     pub calls: Vec<(u32, usize, u64)>,
     pub doc: Document,
     pub changed: bool,
-    pub body_size: usize,
 }
 
 /// The output checks of a request, across its answer.

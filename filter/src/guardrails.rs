@@ -31,7 +31,6 @@ impl<H: Host> RequestContext<H> {
         &mut self,
         gw: &Gateway,
         client: &Client,
-        body_size: usize,
     ) -> Result<Guarded, GatewayError> {
         let Some(g) = gw.guardrails.as_ref() else {
             return Ok(Guarded::Go);
@@ -86,7 +85,6 @@ impl<H: Host> RequestContext<H> {
             calls: Vec::new(),
             doc,
             changed: outcome.changed,
-            body_size,
         };
         let text = external::joined_text(&mut pending.doc);
         let model_name = self
@@ -293,11 +291,7 @@ impl<H: Host> RequestContext<H> {
         if pending.changed {
             self.use_rewritten(&pending.doc)?;
         }
-        let loaded = self.loaded()?;
-        let gw = &loaded.gw;
-        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
-        let now = self.host.now_ms();
-        self.after_input(gw, client, now, pending.body_size)
+        self.resume()
     }
 
     /// The prompt as the checks left it is the request from now on (the

@@ -11,7 +11,8 @@
 //! |---|---|
 //! | `root`, `loaded` | the root context: configure (compile, then swap), tick |
 //! | `context` | one HTTP stream: its state and the callbacks |
-//! | `request_headers`, `request_body` | the two request phases |
+//! | `pipeline`, `exchange` | the request's life as steps, top to bottom; what the steps hand each other |
+//! | `request_headers`, `request_body` | the two request phases: authenticate, then the body's steps |
 //! | `guardrails` | input checks (external guards by callout), output checks |
 //! | `prompt_cache` | lookup (a hit answers) and store |
 //! | `admission` | the client's limits across the request's life |
@@ -31,10 +32,11 @@
 //! every request reaches it through its host (`Host::worker`), so there is
 //! no `thread_local!` and a test's fake host starts from a fresh one.
 //!
-//! Imports run one way: the steps (`request_*`, `prompt_cache`, `attempts`,
+//! Imports run one way: the steps (`pipeline`, `request_*`, `prompt_cache`, `attempts`,
 //! `upstream`, `answer`, `telemetry`, `policy`, `responses_by_id`) and `root`
 //! use `context`; `context` uses only the state types (`flight`, `reading`,
-//! `admission`, `global_limits`, `guard_state`, `loaded`, `policy_state`)
+//! `admission`, `global_limits`, `guard_state`, `loaded`, `policy_state`,
+//! `exchange`)
 //! and the host, and no state type uses a step: there is no import cycle.
 
 mod abi;
@@ -45,6 +47,7 @@ mod attempts;
 mod breakers;
 mod concurrency;
 mod context;
+mod exchange;
 mod flight;
 mod global;
 mod global_limits;
@@ -53,6 +56,7 @@ mod guardrails;
 mod host;
 mod loaded;
 mod metrics;
+mod pipeline;
 mod policy;
 mod policy_state;
 mod prompt_cache;

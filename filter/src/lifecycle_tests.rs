@@ -788,6 +788,51 @@ fn an_external_guard_is_asked_and_its_verdict_or_failure_mode_decides() {
         .contains("no answer within 50 ms"));
 }
 
+/// The request's steps pause twice, each pause data saying where the
+/// request resumes: for the external guard (at the cache), then for the
+/// rate limit service (at dispatch); the provider is reached once both
+/// waits end, and Envoy is told to resume once.
+#[test]
+fn the_steps_pause_for_the_guard_then_the_rate_limit_service_and_resume_where_each_said() {
+    use crate::exchange::Step;
+    let moderation =
+        "    - {name: moderation, external: {cluster: guard, timeout_ms: 50, failure_mode: deny}}";
+    let g = Gateway::new(&config(
+        "{requests_per_minute: 10, scope: global}",
+        &format!("{GLOBAL}{}", GUARDS.replace("MODERATION", moderation)),
+    ));
+    let (mut ctx, a) = g.chat(&[], &body("hello there"));
+    assert_eq!(a, Action::Pause);
+    assert_eq!(ctx.paused.as_ref().map(|(s, _)| *s), Some(Step::Cache));
+    let calls = ctx.host.callouts();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].cluster, "guard");
+
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    let verdict = br#"{"verdict":"allow"}"#;
+    ctx.host.set_body_bytes(Part::CallResponse, verdict);
+    ctx.on_call_response(1, verdict.len());
+    assert_eq!(ctx.paused.as_ref().map(|(s, _)| *s), Some(Step::Dispatch));
+    let calls = ctx.host.callouts();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].cluster, "rls");
+    assert_eq!(ctx.host.state.borrow().resumed, 0);
+    assert_eq!(ctx.host.header(Part::Request, "x-portcullis-cluster"), None);
+
+    let answer = rls_answer(1, (1, 10, 9, 6));
+    ctx.host.state.borrow_mut().grpc_answer = answer.clone();
+    ctx.on_global_answer(2, 0, answer.len());
+    assert!(ctx.paused.is_none());
+    assert_eq!(ctx.host.state.borrow().resumed, 1);
+    assert_eq!(
+        ctx.host
+            .header(Part::Request, "x-portcullis-cluster")
+            .as_deref(),
+        Some("primary")
+    );
+}
+
 /// The backup speaks Anthropic's Messages API.
 fn anthropic_backup() -> Gateway {
     let yaml = config("{}", "").replace(

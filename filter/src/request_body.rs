@@ -1,13 +1,13 @@
-//! The request body phase: parse the body once, resolve the route, answer
-//! from the cache when it can, take the client's limits, and send the first
-//! attempt through Envoy's router.
+//! The request body phase: the whole body, then the request's steps
+//! (`pipeline`); the work of the route, admit and global-limit steps and the
+//! first attempt through Envoy's router.
 
 use crate::admission::{self, Held};
 use crate::context::{Phase, RequestContext};
+use crate::exchange::{Exchange, Step};
 use crate::flight::Flight;
-use crate::global_limits::{self, Ask, Then};
-use crate::guardrails::Guarded;
-use crate::host::{Host, Part};
+use crate::global_limits::{self, Ask};
+use crate::host::Host;
 use crate::metrics;
 use portcullis_core::attempt::exhausted;
 use portcullis_core::config::{Client, Gateway};
@@ -19,27 +19,37 @@ use portcullis_core::routing::{resolve, Route};
 use proxy_wasm::types::Action;
 
 impl<H: Host> RequestContext<H> {
+    /// The body phase: wait for the whole body (refusing one over the
+    /// limit at once), then run the request's steps (`pipeline`).
     pub(crate) fn request_body(
         &mut self,
         body_size: usize,
         end_of_stream: bool,
     ) -> Result<Action, GatewayError> {
         let loaded = self.loaded()?;
-        let gw = &loaded.gw;
-        if body_size > gw.max_body_bytes {
-            return Err(GatewayError::body_too_large(gw.max_body_bytes));
+        if body_size > loaded.gw.max_body_bytes {
+            return Err(GatewayError::body_too_large(loaded.gw.max_body_bytes));
         }
         if !end_of_stream {
             return Ok(Action::Pause);
         }
-        let body = self
-            .host
-            .body(Part::Request, body_size)
-            .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
-        let chat = ChatRequest::parse_for(self.request.api, &body)?;
-        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
-        // One clock read for the body phase (cache expiry, limits).
-        let now = self.host.now_ms();
+        let x = Exchange {
+            body_size,
+            ..Exchange::default()
+        };
+        self.run(Step::Parse, x)
+    }
+
+    /// The route step's work: conditional routes, the model and its
+    /// candidates in order, only providers that serve the API, a chained
+    /// response's provider first.
+    pub(crate) fn route_flight(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        chat: ChatRequest,
+        now: u64,
+    ) -> Result<(), GatewayError> {
         let routed = self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
         let ordered = resolve(gw, client, &routed.model, self.roll).and_then(|mut route| {
             let candidates = std::mem::take(&mut route.candidates);
@@ -68,55 +78,12 @@ impl<H: Host> RequestContext<H> {
         if self.request.api.keeps_responses() {
             self.pin_to_previous_response(gw)?;
         }
-        if let Some(action) = self.answer_locally(gw)? {
-            return Ok(action);
-        }
-        if self.input_guardrails(gw, client, body_size)? == Guarded::Wait {
-            return Ok(Action::Pause);
-        }
-        self.after_input(gw, client, now, body_size)
-    }
-
-    /// After the input checks: the cache, the limits, then the provider.
-    pub(crate) fn after_input(
-        &mut self,
-        gw: &Gateway,
-        client: &Client,
-        now: u64,
-        body_size: usize,
-    ) -> Result<Action, GatewayError> {
-        // A free request (a token count) takes no tokens and is not cached.
-        let free = self.request.api.free();
-        let hit = if free {
-            None
-        } else {
-            self.cache_lookup(gw, client, now)?
-        };
-        if hit.is_none() && !free {
-            self.admit_limits(client, now)?;
-        }
-        // Global reservations go on the hold first: the answer's usage is
-        // then wanted for them too.
-        let asks = self.global_asks(gw, client, hit.is_none() && !free, now)?;
-        if hit.is_none() {
-            self.prepare_upstream(gw)?;
-        }
-        let then = match hit {
-            Some((content_type, body)) => Then::Hit { content_type, body },
-            None => Then::Route { body_size },
-        };
-        match (gw.global_limits.as_ref(), asks.is_empty()) {
-            (Some(service), false) => self.check_global(service, client, asks, then),
-            _ => match then {
-                Then::Hit { content_type, body } => Ok(self.answer_hit(content_type, &body)),
-                Then::Route { body_size } => self.first_attempt(body_size, now),
-            },
-        }
+        Ok(())
     }
 
     /// The global limits this request asks the rate limit service for (the
     /// reservations go on the request's hold).
-    fn global_asks(
+    pub(crate) fn global_asks(
         &mut self,
         gw: &Gateway,
         client: &Client,
@@ -168,7 +135,7 @@ impl<H: Host> RequestContext<H> {
     /// The gateway's own answer when the model's first provider answers
     /// this API locally (a token count estimated for a model whose provider
     /// cannot count).
-    fn answer_locally(&mut self, gw: &Gateway) -> Result<Option<Action>, GatewayError> {
+    pub(crate) fn answer_locally(&mut self, gw: &Gateway) -> Result<Option<Action>, GatewayError> {
         let api = self.request.api;
         let Some(f) = self.flight.as_ref() else {
             return Ok(None);
@@ -189,7 +156,7 @@ impl<H: Host> RequestContext<H> {
 
     /// What the answer will need: the usage chunk of a stream, the prompt
     /// text for the log.
-    fn prepare_upstream(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+    pub(crate) fn prepare_upstream(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
         let wants_usage = self.wants_usage(gw);
         let Some(flight) = self.flight.as_mut() else {
             return Err(GatewayError::internal("no request in flight"));
@@ -237,7 +204,7 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// Limits on what reaches a provider: concurrency, tokens, budget.
-    fn admit_limits(&mut self, client: &Client, now: u64) -> Result<(), GatewayError> {
+    pub(crate) fn admit_limits(&mut self, client: &Client, now: u64) -> Result<(), GatewayError> {
         let (l, s) = (&client.limits, client.limits.scope);
         if l.max_concurrent.is_none()
             && (l.tokens_per_minute.is_none() || !s.tokens_per_minute.local())
