@@ -105,17 +105,30 @@ impl<H: Host> RequestContext<H> {
         global_limits::asks(client, reserve, now, held)
     }
 
-    /// Only providers whose format serves the request's API are candidates
-    /// (`providers::reach`).
+    /// Only providers whose format serves the request's API (`providers::reach`)
+    /// and that serve the model on it (the model's `apis`) are candidates.
     fn serving_api_only(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
         let api = self.request.api;
         let Some(f) = self.flight.as_mut() else {
             return Ok(());
         };
+        let serving = gw
+            .models
+            .get(f.model)
+            .map(|m| m.serving.as_slice())
+            .unwrap_or_default();
         f.candidates.retain(|(p, _)| {
-            gw.providers
-                .get(*p)
-                .is_some_and(|p| providers::serves(p, api))
+            // The format serves the API, and the model's `apis` (if any) lists it.
+            let listed = serving
+                .iter()
+                .find(|s| s.provider == *p)
+                .and_then(|s| s.apis.as_ref())
+                .is_none_or(|apis| apis.contains(&api));
+            listed
+                && gw
+                    .providers
+                    .get(*p)
+                    .is_some_and(|p| providers::serves(p, api))
         });
         if f.candidates.is_empty() {
             return Err(GatewayError::new(
@@ -123,7 +136,7 @@ impl<H: Host> RequestContext<H> {
                 "invalid_request_error",
                 "model_not_found",
                 format!(
-                    "The model `{}` has no provider that serves {} (see which provider formats serve which API in the docs).",
+                    "The model `{}` has no provider that serves {} (a provider's format decides which APIs it can serve, and the model's `apis` in the gateway's config may narrow them).",
                     f.chat.model,
                     api.path()
                 ),

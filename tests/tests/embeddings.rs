@@ -142,6 +142,17 @@ fn embeddings_reach_only_providers_that_serve_them_and_bodies_are_checked() {
     assert_openai_error(&r, 404, "model_not_found");
     assert!(r.body.contains("/v1/embeddings"), "{}", r.body);
     assert_eq!(s.backup.hits(), 0);
+    // The shipped embedding model is served on /v1/embeddings only (its
+    // `apis`): a chat request for it never reaches a provider.
+    let before = s.primary.hits();
+    let r = s.chat(DEMO_KEY, &chat_body(MODEL, "hi"));
+    assert_openai_error(&r, 404, "model_not_found");
+    assert!(
+        r.body.contains("/v1/chat/completions") && r.body.contains("`apis`"),
+        "{}",
+        r.body
+    );
+    assert_eq!(s.primary.hits(), before);
     for (body, code) in [
         (json!({"model": MODEL}), "missing_input"),
         (json!({"model": MODEL, "input": []}), "invalid_input"),

@@ -174,10 +174,18 @@ fn the_container_envoy_configs_pass_envoy_validate() {
         .status()
         .unwrap();
     assert!(status.success());
-    // The ECDS file is mounted in the container; here it is the scratch one.
-    let replica = std::fs::read_to_string(&out)
-        .unwrap()
-        .replace("/etc/portcullis/ecds", ".run/ecds");
+    // The ECDS file and the certificates are mounted in the container;
+    // here they are scratch ones.
+    let certs = side_certs();
+    let bootstrap = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        bootstrap.matches("/etc/portcullis/tls/client.pem").count(),
+        2,
+        "the replica reaches the collector and the limiter over mutual TLS"
+    );
+    let replica = bootstrap
+        .replace("/etc/portcullis/ecds", ".run/ecds")
+        .replace("/etc/portcullis/tls", &certs.0.display().to_string());
     let log = validate("replica.yaml", &replica);
     assert!(log.contains("loading 4 cluster(s)"), "{log}");
 }

@@ -88,6 +88,17 @@ pub enum Schema {
     },
 }
 
+impl Schema {
+    /// Its name in the config (`schema:`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Schema::OpenAi => "openai",
+            Schema::AzureOpenAi { .. } => "azure_openai",
+            Schema::Anthropic { .. } => "anthropic",
+        }
+    }
+}
+
 /// One provider serving a model, under that provider's own model id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Serving {
@@ -96,6 +107,9 @@ pub struct Serving {
     /// This provider's price for the model, when it has its own.
     pub price: Option<Price>,
     pub context_window: Option<u64>,
+    /// The inbound APIs this provider serves the model on (`apis`); `None`:
+    /// every API its format serves.
+    pub apis: Option<Vec<crate::api::Api>>,
 }
 
 /// A model by its public (canonical) name, with the providers serving it in

@@ -2,7 +2,8 @@
 //! chain order), aliases, and the weights `auto` picks by.
 
 use super::raw::{check_breaker, RawConfig, RawProvider};
-use super::{valid_env_name, Model, Provider, Serving, AUTO_MODEL};
+use super::{valid_env_name, Model, Provider, Schema, Serving, AUTO_MODEL};
+use crate::api::Api;
 use crate::breaker::BreakerConfig;
 use hashbrown::HashMap;
 
@@ -164,7 +165,15 @@ pub(super) fn providers_and_models(
                 .filter(|r| r.attempts > 0)
                 .map(|r| r.compile(&format!("provider `{}`", p.name), problems)),
         });
+        let schema = providers
+            .last()
+            .map(|x| x.schema.clone())
+            .unwrap_or_default();
         for m in &p.models {
+            let apis = m
+                .apis
+                .as_ref()
+                .map(|names| model_apis(&p.name, &m.name, &schema, names, problems));
             let idx = *model_idx.entry(m.name.clone()).or_insert_with(|| {
                 models.push(Model {
                     name: m.name.clone(),
@@ -178,6 +187,7 @@ pub(super) fn providers_and_models(
                     provider: chain_pos,
                     provider_model_id: m.id.clone().unwrap_or_else(|| m.name.clone()),
                     context_window: m.context_window,
+                    apis,
                     price: m.price.as_ref().map(|price| {
                         if [price.input, price.output]
                             .iter()
@@ -200,6 +210,46 @@ pub(super) fn providers_and_models(
         }
     }
     (providers, models, model_idx)
+}
+
+/// A provider model's `apis`: each a known inbound API its format can
+/// serve (`providers::reach`), else a problem naming both.
+fn model_apis(
+    provider: &str,
+    model: &str,
+    schema: &Schema,
+    names: &[String],
+    problems: &mut Vec<String>,
+) -> Vec<Api> {
+    let at = format!("provider `{provider}` model `{model}`");
+    if names.is_empty() {
+        problems.push(format!(
+            "{at}: `apis` is empty (leave it out to serve every API the provider's format serves)"
+        ));
+    }
+    let mut out = Vec::new();
+    for name in names {
+        let Some(api) = crate::api::ALL.iter().copied().find(|a| a.name() == name) else {
+            let known: Vec<&str> = crate::api::ALL.iter().map(|a| a.name()).collect();
+            problems.push(format!(
+                "{at}: `apis` lists `{name}`, which is not an API (one of: {})",
+                known.join(", ")
+            ));
+            continue;
+        };
+        if crate::providers::reach(schema, api) == crate::providers::Reach::No {
+            problems.push(format!(
+                "{at}: `apis` lists `{name}` ({}), which a provider of schema `{}` cannot serve",
+                api.path(),
+                schema.name()
+            ));
+            continue;
+        }
+        if !out.contains(&api) {
+            out.push(api);
+        }
+    }
+    out
 }
 
 /// Every public name (models and aliases) to its model. An alias names

@@ -518,6 +518,12 @@ pub(super) struct RawModel {
     /// `context_length` failure moves only to a larger one).
     #[serde(default)]
     pub(super) context_window: Option<u64>,
+    /// The inbound APIs this provider serves the model on (`chat_completions`,
+    /// `messages`, `responses`, `embeddings`, `count_tokens`); default: every
+    /// API its format serves. A listed API the format cannot serve is a
+    /// config error.
+    #[serde(default)]
+    pub(super) apis: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -383,3 +383,48 @@ fn a_config_over_the_size_limit_is_refused_naming_both_sizes() {
     assert_eq!(max_config_bytes(Some("0")), DEFAULT_MAX_CONFIG_BYTES);
     assert_eq!(max_config_bytes(Some("lots")), DEFAULT_MAX_CONFIG_BYTES);
 }
+
+#[test]
+fn a_models_apis_are_known_apis_its_providers_format_serves() {
+    use crate::api::Api;
+    let ok = GOOD.replace(
+        "{name: llama-3, weight: 0}",
+        "{name: llama-3, weight: 0, apis: [embeddings, chat_completions, embeddings]}",
+    );
+    let g = compile(ok.as_bytes()).unwrap();
+    let llama = g.models.iter().find(|m| m.name == "llama-3").unwrap();
+    assert_eq!(
+        llama.serving[0].apis,
+        Some(vec![Api::Embeddings, Api::ChatCompletions])
+    );
+    let mini = g.models.iter().find(|m| m.name == "gpt-4o-mini").unwrap();
+    assert!(mini.serving.iter().all(|s| s.apis.is_none()));
+
+    // One message lists every problem: an unknown name, an empty list, an
+    // API the format cannot serve (naming both).
+    let bad = GOOD
+        .replace(
+            "{name: llama-3, weight: 0}",
+            "{name: llama-3, weight: 0, apis: [chat, messages]}",
+        )
+        .replace(
+            "{name: gpt-4o, id: gpt-4o-2024-08-06, weight: 1}",
+            "{name: gpt-4o, id: gpt-4o-2024-08-06, weight: 1, apis: []}",
+        )
+        .replace(
+            "    base_path: /openai/v1/\n",
+            "    base_path: /openai/v1/\n    schema: anthropic\n",
+        )
+        .replace(
+            "{name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}",
+            "{name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini], apis: [embeddings]}",
+        );
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(err.contains("provider `backup` model `llama-3`: `apis` lists `chat`, which is not an API (one of: chat_completions, messages, embeddings, count_tokens, responses)"), "{err}");
+    assert!(
+        err.contains("provider `primary` model `gpt-4o`: `apis` is empty"),
+        "{err}"
+    );
+    assert!(err.contains("provider `backup` model `gpt-4o-mini`: `apis` lists `embeddings` (/v1/embeddings), which a provider of schema `anthropic` cannot serve"), "{err}");
+    assert!(!err.contains("`messages`"), "{err}");
+}
