@@ -785,6 +785,21 @@ impl Envoy {
             "Envoy rejected the plugin config:\n{}",
             tail(&log_path)
         );
+        // Envoy takes the resource even when the filter refuses it at start
+        // (every request is then a 500): the filter's own gauge says it
+        // applied the config.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while envoy
+            .stat("wasmcustom.portcullis.config_generation")
+            .is_none_or(|g| g == 0)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the filter refused its plugin config:\n{}",
+                tail(&log_path)
+            );
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
         envoy
     }
 

@@ -25,6 +25,19 @@ fn plugin(base: &str) -> String {
         );
         p = p.replacen(line, &format!("{line}    schema: anthropic\n"), 1);
     }
+    // An Anthropic provider cannot serve embeddings: the shipped embedding
+    // model keeps no `apis` here (listing one its format cannot serve is a
+    // config error).
+    let apis = "        apis: [embeddings]";
+    assert!(
+        p.contains(apis),
+        "envoy/plugin.yaml: the embedding model's apis changed"
+    );
+    p = p
+        .lines()
+        .filter(|l| !l.starts_with(apis))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let primary_models = "        aliases: [mini, fast]\n      - name: gpt-4o\n";
     assert!(p.contains(primary_models));
     p = p.replacen(
