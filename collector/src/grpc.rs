@@ -16,14 +16,7 @@ pub struct Ingest {
 
 impl Ingest {
     fn authorized<T>(&self, request: &Request<T>) -> bool {
-        let Some(token) = self.token.as_deref() else {
-            return true;
-        };
-        let sent = request
-            .metadata()
-            .get("authorization")
-            .map(|v| v.as_bytes());
-        portcullis_service::bearer_matches(sent, token)
+        portcullis_service::call_authorized(self.token.as_deref(), request)
     }
 }
 

@@ -12,7 +12,8 @@
 //! | `GlobalLimits` | the limits counted by the rate limit service | waits for its answers, then resumes at `Dispatch` (or 429 / 503) |
 //! | `Dispatch` | the cached answer, or the first candidate through Envoy's router | — |
 //!
-//! Each step is a method over the request context and the `Exchange` the
+//! The config snapshot and the client are looked up once per run. Each step
+//! is a method over the request context and the `Exchange` the
 //! steps hand each other (`exchange`); it returns `Next`: go on, answer, or pause with
 //! what it waits for and where the request resumes. A pause keeps the
 //! exchange in the context; the callback that ends the wait calls
@@ -25,15 +26,30 @@ use crate::exchange::{Exchange, Next, Step, Wait, BODY};
 use crate::global_limits;
 use crate::guardrails::Guarded;
 use crate::host::{Host, Part};
+use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::request::ChatRequest;
 use proxy_wasm::types::Action;
 
+/// What every step reads, looked up once per run: the request's config
+/// snapshot and its client.
+struct Ctx<'g> {
+    gw: &'g Gateway,
+    client: &'g Client,
+}
+
 impl<H: Host> RequestContext<H> {
     /// Run the body phase from `from` on.
     pub(crate) fn run(&mut self, from: Step, mut x: Exchange) -> Result<Action, GatewayError> {
+        let loaded = self.loaded()?;
+        let c = Ctx {
+            gw: &loaded.gw,
+            client: self
+                .client(&loaded.gw)
+                .ok_or_else(GatewayError::unknown_key)?,
+        };
         for step in BODY.iter().copied().skip_while(|s| *s != from) {
-            match self.step(step, &mut x)? {
+            match self.step(step, &c, &mut x)? {
                 Next::Go => {}
                 Next::Done(action) => return Ok(action),
                 Next::Pause(_, at) => {
@@ -55,84 +71,64 @@ impl<H: Host> RequestContext<H> {
         self.run(at, x)
     }
 
-    fn step(&mut self, step: Step, x: &mut Exchange) -> Result<Next, GatewayError> {
+    fn step(&mut self, step: Step, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
         match step {
             Step::Parse => self.parse(x),
-            Step::Route => self.route(x),
-            Step::InputChecks => self.input_checks(x),
-            Step::Cache => self.cache(x),
-            Step::Admit => self.admit(x),
-            Step::GlobalLimits => self.global_limits(x),
+            Step::Route => self.route(c, x),
+            Step::InputChecks => self.input_checks(c),
+            Step::Cache => self.cache(c, x),
+            Step::Admit => self.admit(c, x),
+            Step::GlobalLimits => self.global_limits(c, x),
             Step::Dispatch => self.dispatch(x),
         }
     }
 
     fn parse(&mut self, x: &mut Exchange) -> Result<Next, GatewayError> {
-        let loaded = self.loaded()?;
         let body = self
             .host
             .body(Part::Request, x.body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
         x.chat = Some(ChatRequest::parse_for(self.request.api, &body)?);
-        self.client(&loaded.gw)
-            .ok_or_else(GatewayError::unknown_key)?;
         x.now = self.host.now_ms();
         Ok(Next::Go)
     }
 
-    fn route(&mut self, x: &mut Exchange) -> Result<Next, GatewayError> {
-        let loaded = self.loaded()?;
-        let gw = &loaded.gw;
-        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
+    fn route(&mut self, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
         let chat = x
             .chat
             .take()
             .ok_or_else(|| GatewayError::internal("no parsed request"))?;
-        self.route_flight(gw, client, chat, x.now)?;
-        Ok(match self.answer_locally(gw)? {
+        self.route_flight(c.gw, c.client, chat, x.now)?;
+        Ok(match self.answer_locally(c.gw)? {
             Some(action) => Next::Done(action),
             None => Next::Go,
         })
     }
 
-    fn input_checks(&mut self, _x: &mut Exchange) -> Result<Next, GatewayError> {
-        let loaded = self.loaded()?;
-        let client = self
-            .client(&loaded.gw)
-            .ok_or_else(GatewayError::unknown_key)?;
-        Ok(match self.input_guardrails(&loaded.gw, client)? {
+    fn input_checks(&mut self, c: &Ctx<'_>) -> Result<Next, GatewayError> {
+        Ok(match self.input_guardrails(c.gw, c.client)? {
             Guarded::Wait => Next::Pause(Wait::Guards, Step::Cache),
             Guarded::Go => Next::Go,
         })
     }
 
-    fn cache(&mut self, x: &mut Exchange) -> Result<Next, GatewayError> {
+    fn cache(&mut self, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
         // A free request (a token count) takes no tokens and is not cached.
         if !self.request.api.free() {
-            let loaded = self.loaded()?;
-            let client = self
-                .client(&loaded.gw)
-                .ok_or_else(GatewayError::unknown_key)?;
-            x.hit = self.cache_lookup(&loaded.gw, client, x.now)?;
+            x.hit = self.cache_lookup(c.gw, c.client, x.now)?;
         }
         Ok(Next::Go)
     }
 
-    fn admit(&mut self, x: &mut Exchange) -> Result<Next, GatewayError> {
+    fn admit(&mut self, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
         if x.hit.is_none() && !self.request.api.free() {
-            let loaded = self.loaded()?;
-            let client = self
-                .client(&loaded.gw)
-                .ok_or_else(GatewayError::unknown_key)?;
-            self.admit_limits(client, x.now)?;
+            self.admit_limits(c.client, x.now)?;
         }
         Ok(Next::Go)
     }
 
-    fn global_limits(&mut self, x: &mut Exchange) -> Result<Next, GatewayError> {
-        let loaded = self.loaded()?;
-        let gw = &loaded.gw;
-        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
+    fn global_limits(&mut self, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
+        let (gw, client) = (c.gw, c.client);
         let to_provider = x.hit.is_none() && !self.request.api.free();
         // Global reservations go on the hold first: the answer's usage is
         // then wanted for them too.

@@ -34,6 +34,17 @@ pub fn bearer_matches(authorization: Option<&[u8]>, token: &str) -> bool {
         .is_some_and(|s| same(s, token.as_bytes()))
 }
 
+/// Whether a gRPC call may be served: always without a token, else only
+/// with it as a bearer in the call's `authorization` metadata.
+pub fn call_authorized<T>(token: Option<&str>, request: &tonic::Request<T>) -> bool {
+    let Some(token) = token else { return true };
+    let sent = request
+        .metadata()
+        .get("authorization")
+        .map(|v| v.as_bytes());
+    bearer_matches(sent, token)
+}
+
 /// The TLS flags of a service, as given.
 #[derive(Debug, Default, Clone)]
 pub struct TlsFlags {
