@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -67,6 +67,11 @@ bench-collector: postgres
 # The stable measure: Envoy's instructions per request under callgrind.
 bench-instructions: tools wasm
 	scripts/bench-instructions.sh
+
+# Each translation step's instructions natively, with symbols to attribute
+# them (#24).
+bench-translate:
+	scripts/bench-translate.sh
 
 # Envoy's memory when oversize plugin configs are pushed again and again.
 bench-config-rss: tools wasm

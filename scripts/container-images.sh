@@ -44,7 +44,7 @@ scripts/make-certs.sh .run/compose/tls
 args=()
 if [[ $mode == standin ]]; then
   if ! docker image inspect portcullis/base:local >/dev/null 2>&1; then
-    root=.tools/rootfs-bookworm
+    root="$PWD/.tools/rootfs-bookworm"   # absolute: debootstrap changes directory
     if [[ ! -x $root/usr/bin/redis-server ]]; then
       command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null || \
         (apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null)

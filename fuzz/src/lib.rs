@@ -387,7 +387,7 @@ pub fn anthropic(data: &[u8]) {
     if let Ok(r) = ChatRequest::parse(a) {
         for drop_unsupported in [false, true] {
             let opts = Options { default_max_tokens: 100, drop_unsupported };
-            match anthropic::request(r.document().expect("accepted: a tree"), "claude", &opts) {
+            match anthropic::request(r.body(), "claude", &opts) {
                 Ok((body, _)) => {
                     let v: Value = serde_json::from_slice(&body).expect("the translation is JSON");
                     assert!(v["messages"].is_array() && v["max_tokens"].is_u64(), "{v}");
@@ -452,7 +452,7 @@ pub fn messages(data: &[u8]) {
     use portcullis_core::api::messages::{self, FromChatStream};
     let (a, b) = two(data);
     if let Ok(doc) = serde_json::from_slice::<serde_json::Map<String, Value>>(a) {
-        match messages::to_chat(&doc, "gpt-x") {
+        match messages::to_chat(a, "gpt-x") {
             Ok((body, _)) => {
                 let chat = ChatRequest::parse(&body);
                 let has_messages = doc.get("messages").and_then(Value::as_array).is_some_and(|m| !m.is_empty());

@@ -8,6 +8,7 @@ pub mod affinity;
 pub mod aimd;
 pub mod api;
 pub mod attempt;
+pub mod borrowed;
 pub mod breaker;
 pub mod cache;
 pub mod config;

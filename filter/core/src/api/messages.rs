@@ -9,284 +9,12 @@
 //! [`error_from_chat`], [`FromChatStream`] for streams, event by event).
 
 use crate::error::GatewayError;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 pub const PATH: &str = "/v1/messages";
 
 fn bad(message: impl Into<String>) -> GatewayError {
     GatewayError::bad_request("invalid_request_error", message)
-}
-
-/// Fields of a Messages request the translation reads; the ones it drops
-/// (no chat-completions equivalent) are listed in `x-portcullis-dropped`.
-const READ: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "system",
-    "metadata",
-    "stop_sequences",
-    "stream",
-    "temperature",
-    "top_p",
-    "tools",
-    "tool_choice",
-];
-const DROPPED: &[&str] = &["top_k", "thinking", "service_tier", "context_management"];
-
-/// A Messages request as a chat completion for `model_id`, and the fields
-/// dropped. A stream asks for the usage chunk (the Messages stream ends
-/// with the usage).
-pub fn to_chat(
-    doc: &Map<String, Value>,
-    model_id: &str,
-) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
-    let mut dropped = Vec::new();
-    for k in doc.keys() {
-        if DROPPED.contains(&k.as_str()) {
-            dropped.push(k.clone());
-        } else if !READ.contains(&k.as_str()) {
-            return Err(bad(format!(
-                "`{k}` cannot be served by this model's provider (an OpenAI-compatible API): remove it."
-            )));
-        }
-    }
-    let mut out = Map::new();
-    out.insert("model".into(), json!(model_id));
-    let mut messages = Vec::new();
-    if let Some(system) = doc.get("system") {
-        let text = blocks_text(system)?;
-        if !text.is_empty() {
-            messages.push(json!({"role": "system", "content": text}));
-        }
-    }
-    let list = doc
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or_else(|| bad("`messages` must be an array."))?;
-    for (i, m) in list.iter().enumerate() {
-        message(i, m, &mut messages)?;
-    }
-    out.insert("messages".into(), Value::Array(messages));
-    if let Some(max) = doc.get("max_tokens") {
-        out.insert("max_tokens".into(), max.clone());
-    }
-    for k in ["temperature", "top_p"] {
-        if let Some(v) = doc.get(k) {
-            out.insert(k.into(), v.clone());
-        }
-    }
-    if let Some(stop) = doc
-        .get("stop_sequences")
-        .filter(|s| s.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        out.insert("stop".into(), stop.clone());
-    }
-    if doc.get("stream") == Some(&Value::Bool(true)) {
-        out.insert("stream".into(), Value::Bool(true));
-        out.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    if let Some(tools) = doc
-        .get("tools")
-        .and_then(Value::as_array)
-        .filter(|t| !t.is_empty())
-    {
-        out.insert(
-            "tools".into(),
-            Value::Array(tools.iter().map(tool).collect::<Result<_, _>>()?),
-        );
-    }
-    if let Some(choice) = doc.get("tool_choice") {
-        let (c, parallel) = tool_choice(choice)?;
-        if let Some(c) = c {
-            out.insert("tool_choice".into(), c);
-        }
-        if !parallel && out.contains_key("tools") {
-            out.insert("parallel_tool_calls".into(), Value::Bool(false));
-        }
-    }
-    if let Some(user) = doc
-        .get("metadata")
-        .and_then(|m| m.get("user_id"))
-        .and_then(Value::as_str)
-    {
-        out.insert("user".into(), json!(user));
-    }
-    let body =
-        serde_json::to_vec(&out).map_err(|e| GatewayError::internal(format!("translate: {e}")))?;
-    Ok((body, dropped))
-}
-
-/// `system` (a string or text blocks) as one text.
-fn blocks_text(v: &Value) -> Result<String, GatewayError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => Ok(blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n\n")),
-        _ => Err(bad("`system` must be a string or a list of text blocks.")),
-    }
-}
-
-/// One Messages message as chat messages: a user turn's `tool_result`
-/// blocks become `tool` messages first (they answer the assistant's calls
-/// just before), then its other blocks one user message.
-fn message(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), GatewayError> {
-    let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-    let blocks: Vec<Value> = match m.get("content") {
-        Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
-        Some(Value::Array(b)) => b.clone(),
-        _ => {
-            return Err(bad(format!(
-                "messages.{i}.content must be a string or a list of blocks."
-            )))
-        }
-    };
-    match role {
-        "user" => {
-            let mut parts = Vec::new();
-            for b in &blocks {
-                match b.get("type").and_then(Value::as_str) {
-                    Some("tool_result") => out.push(tool_result(b)?),
-                    Some("text") => parts.push(json!({"type": "text", "text": b.get("text").cloned().unwrap_or(json!(""))})),
-                    Some("image") => parts.push(image(b)?),
-                    other => return Err(unsupported_block(i, other)),
-                }
-            }
-            if !parts.is_empty() {
-                let content = match parts.as_slice() {
-                    [only] if only.get("type").and_then(Value::as_str) == Some("text") => {
-                        only["text"].clone()
-                    }
-                    _ => Value::Array(parts),
-                };
-                out.push(json!({"role": "user", "content": content}));
-            }
-        }
-        "assistant" => {
-            let mut text = String::new();
-            let mut calls = Vec::new();
-            for b in &blocks {
-                match b.get("type").and_then(Value::as_str) {
-                    Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
-                    Some("tool_use") => calls.push(json!({
-                        "id": b.get("id").cloned().unwrap_or(Value::Null),
-                        "type": "function",
-                        "function": {
-                            "name": b.get("name").cloned().unwrap_or(Value::Null),
-                            "arguments": b.get("input").map_or_else(|| "{}".to_string(), Value::to_string),
-                        },
-                    })),
-                    // The model's own reasoning is not sent to another model.
-                    Some("thinking" | "redacted_thinking") => {}
-                    other => return Err(unsupported_block(i, other)),
-                }
-            }
-            let mut msg = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
-            if let (false, Some(o)) = (calls.is_empty(), msg.as_object_mut()) {
-                o.insert("tool_calls".into(), Value::Array(calls));
-            }
-            out.push(msg);
-        }
-        other => {
-            return Err(bad(format!(
-                "messages.{i}.role must be user or assistant, not `{other}`."
-            )))
-        }
-    }
-    Ok(())
-}
-
-fn unsupported_block(i: usize, kind: Option<&str>) -> GatewayError {
-    bad(format!(
-        "messages.{i}: content block type `{}` cannot be served by this model's provider (an OpenAI-compatible API).",
-        kind.unwrap_or("?")
-    ))
-}
-
-fn tool_result(b: &Value) -> Result<Value, GatewayError> {
-    let id = b
-        .get("tool_use_id")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("A `tool_result` block needs `tool_use_id`."))?;
-    let content = match b.get("content") {
-        None | Some(Value::Null) => json!(""),
-        Some(Value::String(s)) => json!(s),
-        Some(v @ Value::Array(_)) => json!(blocks_text(v)?),
-        Some(_) => {
-            return Err(bad(
-                "A `tool_result`'s content must be a string or text blocks.",
-            ))
-        }
-    };
-    Ok(json!({"role": "tool", "tool_call_id": id, "content": content}))
-}
-
-fn image(b: &Value) -> Result<Value, GatewayError> {
-    let src = b
-        .get("source")
-        .ok_or_else(|| bad("An image block needs `source`."))?;
-    let url = match src.get("type").and_then(Value::as_str) {
-        Some("base64") => format!(
-            "data:{};base64,{}",
-            src.get("media_type")
-                .and_then(Value::as_str)
-                .unwrap_or("image/png"),
-            src.get("data").and_then(Value::as_str).unwrap_or("")
-        ),
-        Some("url") => src
-            .get("url")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
-        _ => return Err(bad("An image's source must be base64 or url.")),
-    };
-    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
-}
-
-fn tool(t: &Value) -> Result<Value, GatewayError> {
-    let name = t
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("Each tool needs a `name`."))?;
-    if t.get("type")
-        .and_then(Value::as_str)
-        .is_some_and(|k| k != "custom")
-    {
-        return Err(bad(format!(
-            "Tool `{name}` is a server tool, which this model's provider (an OpenAI-compatible API) cannot run."
-        )));
-    }
-    let mut f = json!({
-        "name": name,
-        "parameters": t.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-    });
-    if let (Some(d), Some(o)) = (t.get("description"), f.as_object_mut()) {
-        o.insert("description".into(), d.clone());
-    }
-    Ok(json!({"type": "function", "function": f}))
-}
-
-/// Anthropic's `tool_choice` as chat's, and whether parallel calls stay on.
-fn tool_choice(c: &Value) -> Result<(Option<Value>, bool), GatewayError> {
-    let parallel = c.get("disable_parallel_tool_use") != Some(&Value::Bool(true));
-    let choice = match c.get("type").and_then(Value::as_str) {
-        Some("auto") => json!("auto"),
-        Some("any") => json!("required"),
-        Some("none") => json!("none"),
-        Some("tool") => {
-            let name = c
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("`tool_choice` of type tool needs `name`."))?;
-            json!({"type": "function", "function": {"name": name}})
-        }
-        _ => return Err(bad("`tool_choice.type` must be auto, any, tool or none.")),
-    };
-    Ok((Some(choice), parallel))
 }
 
 /// Chat's `finish_reason` as Anthropic's `stop_reason`.
@@ -307,57 +35,17 @@ pub(super) fn usage(u: Option<&Value>) -> Value {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    let cached = n("/prompt_tokens_details/cached_tokens");
-    json!({
-        "input_tokens": n("/prompt_tokens").saturating_sub(cached),
-        "output_tokens": n("/completion_tokens"),
-        "cache_read_input_tokens": cached,
-        "cache_creation_input_tokens": 0,
-    })
+    let usage = body::AnthropicUsage::new(
+        n("/prompt_tokens"),
+        n("/completion_tokens"),
+        n("/prompt_tokens_details/cached_tokens"),
+    );
+    serde_json::to_value(usage).unwrap_or(Value::Null)
 }
 
 /// `msg_` and the chat completion's id.
-pub(super) fn message_id(id: Option<&Value>) -> String {
-    format!("msg_{}", id.and_then(Value::as_str).unwrap_or("gateway"))
-}
-
-/// A whole chat completion as a Messages answer; `None` when it does not
-/// read as one.
-pub fn answer_from_chat(body: &[u8]) -> Option<Vec<u8>> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let choice = v.get("choices")?.as_array()?.first()?;
-    let msg = choice.get("message")?;
-    let mut content = Vec::new();
-    if let Some(t) = msg
-        .get("content")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-    {
-        content.push(json!({"type": "text", "text": t}));
-    }
-    for c in msg
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        content.extend(crate::providers::anthropic::tool_use_block(c, true));
-    }
-    let finish = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .unwrap_or("stop");
-    let out = json!({
-        "id": message_id(v.get("id")),
-        "type": "message",
-        "role": "assistant",
-        "model": v.get("model").cloned().unwrap_or(Value::Null),
-        "content": content,
-        "stop_reason": stop_reason(finish),
-        "stop_sequence": null,
-        "usage": usage(v.get("usage")),
-    });
-    serde_json::to_vec(&out).ok()
+pub(super) fn message_id(id: Option<&str>) -> String {
+    format!("msg_{}", id.unwrap_or("gateway"))
 }
 
 /// Anthropic's error type for a status.
@@ -387,7 +75,9 @@ pub fn error_from_chat(body: &[u8], status: u16) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+mod body;
 mod stream;
+pub use body::{answer_from_chat, to_chat};
 pub use stream::FromChatStream;
 
 #[cfg(test)]
@@ -397,7 +87,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn chat_of(v: Value) -> Value {
-        let (body, _) = to_chat(v.as_object().unwrap(), "gpt-x").unwrap();
+        let (body, _) = to_chat(&serde_json::to_vec(&v).unwrap(), "gpt-x").unwrap();
         serde_json::from_slice(&body).unwrap()
     }
 
@@ -434,19 +124,20 @@ mod tests {
     #[test]
     fn fields_without_an_equivalent_are_dropped_or_refused() {
         let (_, dropped) = to_chat(
-            json!({"model": "c", "max_tokens": 5, "top_k": 3, "thinking": {"type": "enabled"},
-            "messages": [{"role": "user", "content": "hi"}]})
-            .as_object()
+            &serde_json::to_vec(
+                &json!({"model": "c", "max_tokens": 5, "top_k": 3, "thinking": {"type": "enabled"},
+            "messages": [{"role": "user", "content": "hi"}]}),
+            )
             .unwrap(),
             "m",
         )
         .unwrap();
         assert_eq!(dropped, ["thinking", "top_k"]);
-        let e = to_chat(json!({"model": "c", "max_tokens": 5, "mcp_servers": [], "messages": [{"role": "user", "content": "hi"}]}).as_object().unwrap(), "m").unwrap_err();
+        let e = to_chat(&serde_json::to_vec(&json!({"model": "c", "max_tokens": 5, "mcp_servers": [], "messages": [{"role": "user", "content": "hi"}]})).unwrap(), "m").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.message.contains("mcp_servers"), "{}", e.message);
-        let e = to_chat(json!({"model": "c", "max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "web_search"}],
-            "messages": [{"role": "user", "content": "hi"}]}).as_object().unwrap(), "m").unwrap_err();
+        let e = to_chat(&serde_json::to_vec(&json!({"model": "c", "max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "messages": [{"role": "user", "content": "hi"}]})).unwrap(), "m").unwrap_err();
         assert!(e.message.contains("server tool"), "{}", e.message);
     }
 

@@ -152,12 +152,12 @@ impl Api {
     /// and the fields dropped on the way.
     pub fn to_pivot(
         self,
-        doc: &crate::request::Document,
+        req: &crate::request::ChatRequest,
         model_id: &str,
     ) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
         match self {
-            Api::Messages => messages::to_chat(doc, model_id),
-            Api::Responses => responses::to_chat(doc, model_id),
+            Api::Messages => messages::to_chat(req.body(), model_id),
+            Api::Responses => responses::to_chat(req.document()?, model_id),
             Api::ChatCompletions | Api::Embeddings | Api::CountTokens => {
                 Err(GatewayError::internal(format!(
                     "{} is not translated to chat completions",

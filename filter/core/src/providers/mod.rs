@@ -252,7 +252,7 @@ pub fn request_body(
     match reach(&p.schema, api) {
         Reach::Translated => format(&p.schema).translate_request(p, req, model_id),
         Reach::ViaPivot => {
-            let (body, mut dropped) = api.to_pivot(req.document()?, model_id)?;
+            let (body, mut dropped) = api.to_pivot(req, model_id)?;
             let Some(f) = pivot_format(p) else {
                 return Ok(Prepared {
                     body: Some(body),

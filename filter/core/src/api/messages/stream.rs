@@ -115,7 +115,7 @@ impl crate::api::FromChat for FromChatStream {
     fn start(&mut self, c: &Value) -> Vec<u8> {
         self.started = true;
         let start = json!({"type": "message_start", "message": {
-            "id": message_id(c.get("id")), "type": "message", "role": "assistant",
+            "id": message_id(c.get("id").and_then(Value::as_str)), "type": "message", "role": "assistant",
             "model": c.get("model").cloned().unwrap_or(Value::Null), "content": [],
             "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": 0, "output_tokens": 0}}});
