@@ -294,6 +294,8 @@ impl<'a> Str<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn members_read_as_a_tree_reads_them() {

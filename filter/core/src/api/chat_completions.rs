@@ -6,8 +6,8 @@
 
 pub const PATH: &str = "/v1/chat/completions";
 
-use crate::borrowed::AsString;
-use serde::Serialize;
+use crate::borrowed::{AsString, Count, Str};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 /// A tool call in an assistant message, as the translations write it: its
@@ -76,5 +76,86 @@ impl<'a> Schema<'a> {
             },
             Schema::Given,
         )
+    }
+}
+
+/// A whole chat completion: the members the translations back read, in one
+/// pass (lenient where a tree's accessors are: a member of another type
+/// reads as absent).
+#[derive(Deserialize)]
+pub struct Completion<'a> {
+    #[serde(borrow, default)]
+    pub id: Str<'a>,
+    #[serde(borrow, default)]
+    pub model: Option<&'a RawValue>,
+    #[serde(default)]
+    pub created: Count,
+    #[serde(borrow)]
+    pub choices: Vec<Choice<'a>>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+pub struct Choice<'a> {
+    #[serde(borrow)]
+    pub message: AnswerMessage<'a>,
+    #[serde(borrow, default)]
+    pub finish_reason: Str<'a>,
+}
+
+#[derive(Deserialize)]
+pub struct AnswerMessage<'a> {
+    #[serde(borrow, default)]
+    pub content: Str<'a>,
+    #[serde(borrow, default)]
+    pub tool_calls: Option<Vec<Call<'a>>>,
+}
+
+#[derive(Deserialize)]
+pub struct Call<'a> {
+    #[serde(borrow, default)]
+    pub id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub function: Option<CalledFunction<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct CalledFunction<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub arguments: Str<'a>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: Count,
+    #[serde(default)]
+    pub completion_tokens: Count,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Count,
+}
+
+#[derive(Deserialize, Default)]
+pub struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Count,
+}
+
+impl<'a> Completion<'a> {
+    /// A chat completion's body (UTF-8 validated once, not string by
+    /// string); `None` when it does not read as one.
+    pub fn read(body: &'a [u8]) -> Option<Self> {
+        serde_json::from_str(std::str::from_utf8(body).ok()?).ok()
     }
 }

@@ -8,8 +8,13 @@
 //! is a 400 naming it. Usage comes from the answer's `usage` or the
 //! `response.completed` event ([`StreamUsage`]).
 
+use crate::api::chat_completions::{self, Completion, Empty};
+use crate::borrowed::{self, Count};
 use crate::error::GatewayError;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 pub const PATH: &str = "/v1/responses";
 
@@ -278,24 +283,148 @@ fn response_format(f: &Value) -> Result<Option<Value>, GatewayError> {
     }
 }
 
-/// Responses' usage from chat's.
+/// Responses' usage, as written back.
+#[derive(Serialize)]
+pub(super) struct ResponsesUsage {
+    input_tokens: u64,
+    input_tokens_details: Cached,
+    output_tokens: u64,
+    output_tokens_details: Reasoning,
+    total_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct Cached {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct Reasoning {
+    reasoning_tokens: u64,
+}
+
+impl ResponsesUsage {
+    fn new(input: u64, output: u64, cached: u64, reasoning: u64) -> Self {
+        ResponsesUsage {
+            input_tokens: input,
+            input_tokens_details: Cached {
+                cached_tokens: cached,
+            },
+            output_tokens: output,
+            output_tokens_details: Reasoning {
+                reasoning_tokens: reasoning,
+            },
+            total_tokens: input.saturating_add(output),
+        }
+    }
+
+    fn of(u: &chat_completions::Usage) -> Self {
+        let n = |c: Count| c.0.unwrap_or(0);
+        Self::new(
+            n(u.prompt_tokens),
+            n(u.completion_tokens),
+            u.prompt_tokens_details
+                .as_ref()
+                .map_or(0, |d| n(d.cached_tokens)),
+            u.completion_tokens_details
+                .as_ref()
+                .map_or(0, |d| n(d.reasoning_tokens)),
+        )
+    }
+}
+
+/// Responses' usage from chat's (a tree: the stream keeps the usage as one).
 pub(super) fn usage(u: Option<&Value>) -> Value {
     let n = |p: &str| {
         u.and_then(|u| u.pointer(p))
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    let (input, output) = (n("/prompt_tokens"), n("/completion_tokens"));
-    json!({
-        "input_tokens": input,
-        "input_tokens_details": {"cached_tokens": n("/prompt_tokens_details/cached_tokens")},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": n("/completion_tokens_details/reasoning_tokens")},
-        "total_tokens": input.saturating_add(output),
-    })
+    let usage = ResponsesUsage::new(
+        n("/prompt_tokens"),
+        n("/completion_tokens"),
+        n("/prompt_tokens_details/cached_tokens"),
+        n("/completion_tokens_details/reasoning_tokens"),
+    );
+    serde_json::to_value(usage).unwrap_or(Value::Null)
 }
 
-/// A response object around its output items.
+/// A response object around its output items: one shape for the whole
+/// answer (typed items) and the stream's events (trees).
+#[derive(Serialize)]
+struct Response<'a, M, I, U> {
+    id: &'a str,
+    object: &'static str,
+    created_at: u64,
+    status: &'a str,
+    error: (),
+    incomplete_details: Option<Incomplete>,
+    instructions: (),
+    metadata: Empty,
+    model: M,
+    output: Vec<I>,
+    parallel_tool_calls: bool,
+    temperature: (),
+    top_p: (),
+    tool_choice: &'static str,
+    tools: [(); 0],
+    text: TextFormat,
+    usage: Option<U>,
+}
+
+#[derive(Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextFormat {
+    format: FormatType,
+}
+
+#[derive(Serialize)]
+struct FormatType {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a, M: Serialize, I: Serialize, U: Serialize> Response<'a, M, I, U> {
+    fn new(
+        id: &'a str,
+        model: M,
+        created: u64,
+        status: &'a str,
+        output: Vec<I>,
+        usage: Option<U>,
+        incomplete: bool,
+    ) -> Self {
+        Response {
+            id,
+            object: "response",
+            created_at: created,
+            status,
+            error: (),
+            incomplete_details: incomplete.then_some(Incomplete {
+                reason: "max_output_tokens",
+            }),
+            instructions: (),
+            metadata: Empty {},
+            model,
+            output,
+            parallel_tool_calls: true,
+            temperature: (),
+            top_p: (),
+            tool_choice: "auto",
+            tools: [],
+            text: TextFormat {
+                format: FormatType { kind: "text" },
+            },
+            usage,
+        }
+    }
+}
+
+/// A response object around its output items (trees).
 pub(super) fn response(
     id: &str,
     model: &Value,
@@ -305,70 +434,114 @@ pub(super) fn response(
     usage: Option<Value>,
     incomplete: bool,
 ) -> Value {
-    json!({
-        "id": id, "object": "response", "created_at": created, "status": status,
-        "error": null,
-        "incomplete_details": if incomplete { json!({"reason": "max_output_tokens"}) } else { Value::Null },
-        "instructions": null, "metadata": {}, "model": model, "output": output,
-        "parallel_tool_calls": true, "temperature": null, "top_p": null,
-        "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
-        "usage": usage.unwrap_or(Value::Null),
-    })
+    serde_json::to_value(Response::new(
+        id, model, created, status, output, usage, incomplete,
+    ))
+    .unwrap_or(Value::Null)
+}
+
+/// An output item, as written back.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Item<'a, C, N> {
+    Message {
+        id: Cow<'a, str>,
+        status: &'a str,
+        role: &'static str,
+        content: [OutputText<'a>; 1],
+    },
+    FunctionCall {
+        id: String,
+        call_id: C,
+        name: N,
+        arguments: Cow<'a, str>,
+        status: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct OutputText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: Cow<'a, str>,
+    annotations: [(); 0],
+}
+
+fn message<'a, C, N>(id: Cow<'a, str>, text: Cow<'a, str>, status: &'a str) -> Item<'a, C, N> {
+    Item::Message {
+        id,
+        status,
+        role: "assistant",
+        content: [OutputText {
+            kind: "output_text",
+            text,
+            annotations: [],
+        }],
+    }
+}
+
+/// `fc_` and the call's id.
+fn call_item_id(call_id: Option<&str>) -> String {
+    format!("fc_{}", call_id.unwrap_or("call"))
 }
 
 pub(super) fn message_item(id: &str, text: &str, status: &str) -> Value {
-    json!({"type": "message", "id": id, "status": status, "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    serde_json::to_value(message::<(), ()>(
+        Cow::Borrowed(id),
+        Cow::Borrowed(text),
+        status,
+    ))
+    .unwrap_or(Value::Null)
 }
 
 pub(super) fn call_item(call_id: &Value, name: &Value, arguments: &str, status: &str) -> Value {
-    let id = format!("fc_{}", call_id.as_str().unwrap_or("call"));
-    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status})
+    serde_json::to_value(Item::FunctionCall {
+        id: call_item_id(call_id.as_str()),
+        call_id,
+        name,
+        arguments: Cow::Borrowed(arguments),
+        status,
+    })
+    .unwrap_or(Value::Null)
 }
 
 /// A whole chat completion as a response; `None` when it does not read.
 pub fn answer_from_chat(body: &[u8]) -> Option<Vec<u8>> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let choice = v.get("choices")?.as_array()?.first()?;
-    let msg = choice.get("message")?;
-    let chat_id = v.get("id").and_then(Value::as_str).unwrap_or("gateway");
-    let mut output = Vec::new();
-    if let Some(t) = msg
-        .get("content")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-    {
-        output.push(message_item(&format!("msg_{chat_id}"), t, "completed"));
-    }
-    for c in msg
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let args = c
-            .pointer("/function/arguments")
-            .and_then(Value::as_str)
-            .unwrap_or("{}");
-        output.push(call_item(
-            c.get("id").unwrap_or(&Value::Null),
-            c.pointer("/function/name").unwrap_or(&Value::Null),
-            args,
+    let v = Completion::read(body)?;
+    let choice = v.choices.into_iter().next()?;
+    let chat_id = v.id.0.unwrap_or(Cow::Borrowed("gateway"));
+    let mut output: Vec<Item<Option<&RawValue>, Option<&RawValue>>> = Vec::new();
+    if let Some(t) = choice.message.content.0.filter(|t| !t.is_empty()) {
+        output.push(message(
+            Cow::Owned(format!("msg_{chat_id}")),
+            t,
             "completed",
         ));
     }
-    let length = choice.get("finish_reason").and_then(Value::as_str) == Some("length");
-    let created = v.get("created").and_then(Value::as_u64).unwrap_or(0);
-    let out = response(
-        &format!("resp_{chat_id}"),
-        v.get("model").unwrap_or(&Value::Null),
-        created,
+    for c in choice.message.tool_calls.unwrap_or_default() {
+        let f = c.function.unwrap_or_default();
+        output.push(Item::FunctionCall {
+            id: call_item_id(c.id.and_then(borrowed::str_of).as_deref()),
+            call_id: c.id,
+            name: f.name,
+            arguments: f.arguments.0.unwrap_or(Cow::Borrowed("{}")),
+            status: "completed",
+        });
+    }
+    let length = choice.finish_reason.is("length");
+    let id = format!("resp_{chat_id}");
+    let out = Response::new(
+        &id,
+        v.model,
+        v.created.0.unwrap_or(0),
         if length { "incomplete" } else { "completed" },
         output,
-        Some(usage(v.get("usage"))),
+        Some(ResponsesUsage::of(&v.usage.unwrap_or_default())),
         length,
     );
-    serde_json::to_vec(&out).ok()
+    let mut bytes = Vec::with_capacity(body.len().saturating_add(512));
+    serde_json::to_writer(&mut bytes, &out).ok()?;
+    Some(bytes)
 }
 
 /// The id of the response an answer carries, read from its first bytes (a

@@ -4,7 +4,7 @@
 //! typed structs straight to bytes, with no JSON tree between (#24).
 
 use super::{bad, stop_reason};
-use crate::api::chat_completions::{Schema, ToolCall};
+use crate::api::chat_completions::{Completion, Schema, ToolCall};
 use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
 use crate::providers::anthropic::{tool_use_block, Block};
@@ -433,67 +433,6 @@ fn tool_choice(c: &RawValue) -> Result<(ChatChoice<'_>, bool), GatewayError> {
     Ok((choice, parallel))
 }
 
-/// A chat completion: the members the translation reads, in one pass.
-#[derive(Deserialize)]
-struct Completion<'a> {
-    #[serde(borrow, default)]
-    id: Str<'a>,
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    #[serde(borrow)]
-    choices: Vec<Choice<'a>>,
-    #[serde(default)]
-    usage: Option<Usage>,
-}
-
-#[derive(Deserialize)]
-struct Choice<'a> {
-    #[serde(borrow)]
-    message: AnswerMessage<'a>,
-    #[serde(borrow, default)]
-    finish_reason: Str<'a>,
-}
-
-#[derive(Deserialize)]
-struct AnswerMessage<'a> {
-    #[serde(borrow, default)]
-    content: Str<'a>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<Call<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct Call<'a> {
-    #[serde(borrow, default)]
-    id: Str<'a>,
-    #[serde(borrow, default)]
-    function: Option<CallFunction<'a>>,
-}
-
-#[derive(Deserialize)]
-struct CallFunction<'a> {
-    #[serde(borrow, default)]
-    name: Str<'a>,
-    #[serde(borrow, default)]
-    arguments: Str<'a>,
-}
-
-#[derive(Deserialize, Default)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: Count,
-    #[serde(default)]
-    completion_tokens: Count,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-}
-
-#[derive(Deserialize, Default)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: Count,
-}
-
 /// A Messages answer, as Anthropic writes it.
 #[derive(Serialize)]
 struct MessageAnswer<'a> {
@@ -532,20 +471,18 @@ impl AnthropicUsage {
 /// A whole chat completion as a Messages answer; `None` when it does not
 /// read as one (not JSON, no choice with a message).
 pub fn answer_from_chat(body: &[u8]) -> Option<Vec<u8>> {
-    // Validated as UTF-8 once, not string by string.
-    let v: Completion = serde_json::from_str(std::str::from_utf8(body).ok()?).ok()?;
+    let v = Completion::read(body)?;
     let choice = v.choices.into_iter().next()?;
     let mut content = Vec::new();
     if let Some(text) = choice.message.content.0.filter(|t| !t.is_empty()) {
         content.push(Block::Text { text });
     }
     for c in choice.message.tool_calls.unwrap_or_default() {
-        let f = c.function;
-        let (name, arguments) = f.map_or((None, None), |f| (f.name.0, f.arguments.0));
+        let f = c.function.unwrap_or_default();
         content.extend(tool_use_block(
-            c.id.0.unwrap_or_default(),
-            name.unwrap_or_default(),
-            arguments,
+            c.id.and_then(borrowed::str_of).unwrap_or_default(),
+            f.name.and_then(borrowed::str_of).unwrap_or_default(),
+            f.arguments.0,
             true,
         ));
     }
