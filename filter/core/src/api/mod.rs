@@ -157,7 +157,7 @@ impl Api {
     ) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
         match self {
             Api::Messages => messages::to_chat(req.body(), model_id),
-            Api::Responses => responses::to_chat(req.document()?, model_id),
+            Api::Responses => responses::to_chat(req.body(), model_id),
             Api::ChatCompletions | Api::Embeddings | Api::CountTokens => {
                 Err(GatewayError::internal(format!(
                     "{} is not translated to chat completions",

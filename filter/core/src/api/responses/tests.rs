@@ -1,9 +1,10 @@
 use super::*;
+use serde_json::json;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn chat_of(v: Value) -> Value {
-    let (body, _) = to_chat(v.as_object().unwrap(), "gpt-x").unwrap();
+    let (body, _) = to_chat(&serde_json::to_vec(&v).unwrap(), "gpt-x").unwrap();
     serde_json::from_slice(&body).unwrap()
 }
 
@@ -47,22 +48,24 @@ fn stateful_features_and_built_in_tools_are_refused_by_name() {
     ] {
         let mut doc = json!({"model": "m", "input": "hi"});
         doc[field] = v;
-        let e = to_chat(doc.as_object().unwrap(), "g").unwrap_err();
+        let e = to_chat(&serde_json::to_vec(&doc).unwrap(), "g").unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.message.contains(field), "{}", e.message);
     }
     let e = to_chat(
-        json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]})
-            .as_object()
-            .unwrap(),
+        &serde_json::to_vec(
+            &json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}),
+        )
+        .unwrap(),
         "g",
     )
     .unwrap_err();
     assert!(e.message.contains("web_search"), "{}", e.message);
     let (_, dropped) = to_chat(
-        json!({"model": "m", "input": "hi", "store": true, "reasoning": {"effort": "low"}})
-            .as_object()
-            .unwrap(),
+        &serde_json::to_vec(
+            &json!({"model": "m", "input": "hi", "store": true, "reasoning": {"effort": "low"}}),
+        )
+        .unwrap(),
         "g",
     )
     .unwrap();
