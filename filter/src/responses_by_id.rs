@@ -78,7 +78,7 @@ impl<H: Host> RequestContext<H> {
             .providers
             .get(index)
             .ok_or_else(|| GatewayError::internal("a remembered provider is gone"))?;
-        let base = providers::path(p, portcullis_core::api::Api::Responses, "");
+        let base = providers::path(p, portcullis_core::api::Api::Responses, "", false);
         let mut upstream_path = match base.split_once('?') {
             Some((b, q)) => format!("{b}/{id}{tail}?{q}"),
             None => format!("{base}/{id}{tail}"),

@@ -50,7 +50,7 @@ impl<H: Host> RequestContext<H> {
         flight.dropped = prepared.dropped;
         Ok(UpstreamRequest {
             cluster: &p.cluster,
-            path: providers::path(p, api, model_id),
+            path: providers::path(p, api, model_id, flight.chat.stream),
             authority: &p.host,
             timeout_ms: p.timeout_ms,
             credential: loaded

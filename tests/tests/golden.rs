@@ -19,6 +19,7 @@ providers:
   - {name: openai, cluster: c1, host: h1, base_path: /v1, models: [{name: m, id: provider-m}]}
   - {name: azure, cluster: c2, host: h2, base_path: "", schema: azure_openai, api_version: 2024-10-21, models: [{name: m, id: provider-m}]}
   - {name: anthropic, cluster: c3, host: h3, base_path: /v1, schema: anthropic, default_max_tokens: 1000, models: [{name: m, id: provider-m}]}
+  - {name: gemini, cluster: c4, host: h4, base_path: /v1beta, schema: gemini, models: [{name: m, id: provider-m}]}
 clients: [{name: c, key_sha256: "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3"}]
 "#;
     compile(yaml.as_bytes()).expect("the golden gateway compiles")
@@ -48,7 +49,10 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
     let body = serde_json::to_vec(&case["request"]).unwrap();
     let req = ChatRequest::parse_for(api, &body).unwrap();
     let mut out = serde_json::Map::new();
-    out.insert("path".into(), json!(providers::path(p, api, "provider-m")));
+    out.insert(
+        "path".into(),
+        json!(providers::path(p, api, "provider-m", req.stream)),
+    );
     match providers::request_body(p, api, &req, "provider-m", false) {
         Ok(prepared) => {
             let sent = prepared.body.unwrap_or(body);

@@ -29,6 +29,23 @@ enum Mode {
     Embeddings,
     CountTokens,
     Responses,
+    Gemini,
+    GeminiStream,
+}
+
+fn gemini(body: Value, status: u16, kind: Option<&'static str>, says: &'static str) -> Case {
+    Case {
+        mode: Mode::Gemini,
+        headers: Vec::new(),
+        body: body.to_string(),
+        status,
+        kind,
+        says,
+    }
+}
+
+fn contents(turns: Value) -> Value {
+    json!({"contents": turns})
 }
 
 fn user(text: &str) -> Value {
@@ -457,6 +474,120 @@ fn cases() -> Vec<(&'static str, Case)> {
                 "unexpected `tool_use_id`",
             ),
         ),
+        (
+            "gemini-no-key",
+            Case {
+                headers: vec![("x-goog-api-key", String::new())],
+                ..gemini(
+                    contents(json!([{"role": "user", "parts": [{"text": "hi"}]}])),
+                    403,
+                    Some("PERMISSION_DENIED"),
+                    "unregistered callers",
+                )
+            },
+        ),
+        (
+            "gemini-wrong-key",
+            Case {
+                headers: vec![("x-goog-api-key", "sk-other".into())],
+                ..gemini(
+                    contents(json!([{"role": "user", "parts": [{"text": "hi"}]}])),
+                    400,
+                    Some("INVALID_ARGUMENT"),
+                    "API key not valid",
+                )
+            },
+        ),
+        (
+            "gemini-unknown-field",
+            gemini(
+                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "messages": []}),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "Unknown name \"messages\"",
+            ),
+        ),
+        (
+            "gemini-unknown-config",
+            gemini(
+                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"max_tokens": 5}}),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "Unknown name \"max_tokens\"",
+            ),
+        ),
+        (
+            "gemini-no-contents",
+            gemini(
+                json!({"generationConfig": {"maxOutputTokens": 5}}),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "contents is not specified",
+            ),
+        ),
+        (
+            "gemini-bad-role",
+            gemini(
+                contents(json!([{"role": "assistant", "parts": [{"text": "hi"}]}])),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "valid role",
+            ),
+        ),
+        (
+            "gemini-empty-parts",
+            gemini(
+                contents(json!([{"role": "user", "parts": []}])),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "must not be empty",
+            ),
+        ),
+        (
+            "gemini-part-two-kinds",
+            gemini(
+                contents(
+                    json!([{"role": "user", "parts": [{"text": "hi", "inlineData": {"mimeType": "image/png", "data": "AA=="}}]}]),
+                ),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "oneof field 'data'",
+            ),
+        ),
+        (
+            "gemini-function-response-without-name",
+            gemini(
+                contents(json!([{"role": "user", "parts": [{"text": "hi"}]},
+                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]},
+                    {"role": "user", "parts": [{"functionResponse": {"response": {"content": "r"}}}]}])),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "Name cannot be empty",
+            ),
+        ),
+        (
+            "gemini-responses-unmatched",
+            gemini(
+                contents(json!([{"role": "user", "parts": [{"text": "hi"}]},
+                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}, {"functionCall": {"name": "g", "args": {}}}]},
+                    {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "r"}}}]}])),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "number of function response parts",
+            ),
+        ),
+        (
+            "gemini-stream-without-sse",
+            Case {
+                mode: Mode::GeminiStream,
+                ..gemini(
+                    contents(json!([{"role": "user", "parts": [{"text": "hi"}]}])),
+                    400,
+                    Some("INVALID_ARGUMENT"),
+                    "alt=sse",
+                )
+            },
+        ),
     ]
 }
 
@@ -488,6 +619,14 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
         Mode::AzureNoVersion => (
             "/openai/deployments/d/chat/completions",
             vec![("api-key", KEY.into())],
+        ),
+        Mode::Gemini => (
+            "/v1beta/models/gemini-x:generateContent",
+            vec![("x-goog-api-key", KEY.into())],
+        ),
+        Mode::GeminiStream => (
+            "/v1beta/models/gemini-x:streamGenerateContent",
+            vec![("x-goog-api-key", KEY.into())],
         ),
         Mode::Anthropic => (
             "/v1/messages",
@@ -556,6 +695,18 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
                     v["error"]["message"].as_str().unwrap_or("").to_string(),
                 )
             }
+            Mode::Gemini | Mode::GeminiStream => {
+                assert_eq!(
+                    v["error"]["code"].as_u64(),
+                    Some(u64::from(r.status)),
+                    "{name}: Google's error shape: {}",
+                    r.body
+                );
+                (
+                    vec![v["error"]["status"].clone()],
+                    v["error"]["message"].as_str().unwrap_or("").to_string(),
+                )
+            }
             _ => (
                 vec![v["error"]["type"].clone(), v["error"]["code"].clone()],
                 v["error"]["message"].as_str().unwrap_or("").to_string(),
@@ -611,6 +762,29 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
     assert_eq!(
         get(&mock.url(&format!("/v1/responses/{id}")), &h).status,
         404
+    );
+    // Gemini: a whole answer and a stream, a call and its response.
+    let good_gemini = contents(
+        json!([{"role": "user", "parts": [{"text": "hi"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "r"}}}]}]),
+    );
+    let r = send(&mock, Mode::Gemini, &[], &good_gemini.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["candidates"][0]["finishReason"], "STOP");
+    let r = post(
+        &mock.url("/v1beta/models/gemini-x:streamGenerateContent?alt=sse"),
+        &[
+            ("x-goog-api-key", KEY),
+            ("content-type", "application/json"),
+        ],
+        &good_gemini.to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.starts_with("data: {") && r.body.contains("\"finishReason\":\"STOP\""),
+        "{}",
+        r.body
     );
     // 4 f32 in base64: 16 bytes, 24 characters.
     assert_eq!(v["data"][0]["embedding"].as_str().map(str::len), Some(24));

@@ -2,7 +2,8 @@
 //! Anthropic provider through the official OpenAI SDK (plain, streamed with
 //! usage, tool calls plain and streamed, errors), fallback across schemas
 //! both ways (plain and streamed), malformed Anthropic answers, the cache
-//! storing translated answers, and Azure OpenAI's path and key.
+//! storing translated answers, Azure OpenAI's path and key, and a model
+//! served by Google's Gemini API through the OpenAI and Anthropic shapes.
 mod common;
 use common::*;
 use portcullis_tests::*;
@@ -92,6 +93,117 @@ fn the_openai_sdk_uses_an_anthropic_backed_model_without_noticing() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["type"], "message");
     assert_eq!(s.primary.hits(), 1);
+}
+
+/// The test plugin with the backup speaking Google's Gemini API and
+/// serving `gemini-flash` too.
+fn gemini_plugin(base: &str) -> String {
+    let backup = "  - name: backup\n    cluster: backup\n    host: backup.mock\n    base_path: /v1\n    api_key_env: BACKUP_API_KEY\n";
+    assert!(
+        base.contains(backup),
+        "envoy/plugin.yaml: backup provider changed"
+    );
+    let p = base.replace(
+        backup,
+        &backup.replace(
+            "base_path: /v1\n",
+            "base_path: /v1beta\n    schema: gemini\n",
+        ),
+    );
+    p.replace(
+        "      - name: llama-3.1-8b\n",
+        "      - name: llama-3.1-8b\n      - name: gemini-flash\n        id: gemini-2.5-flash\n",
+    )
+}
+
+#[test]
+fn the_openai_and_anthropic_sdks_use_a_gemini_backed_model_without_noticing() {
+    let s = Stack::start(&gemini_plugin(&test_plugin()), 2);
+    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
+    s.backup.script(json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "cache_read": 4},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "chunk_delay_ms": 5},
+        {"content": "Let me check.", "tool_call": tool},
+        {"content": "Let me check.", "tool_call": tool},
+        {"content": "It is sunny."},
+        {"status": 400}
+    ]));
+    let v = sdk_script(
+        "anthropic_backed_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, "gemini-flash"],
+    );
+    assert_eq!(v["plain"]["content"], "Hi there friend");
+    assert_eq!(v["plain"]["finish"], "stop");
+    assert_eq!(v["plain"]["usage"]["prompt_tokens"], 9);
+    assert_eq!(v["plain"]["usage"]["completion_tokens"], 3);
+    assert_eq!(
+        v["plain"]["usage"]["prompt_tokens_details"]["cached_tokens"],
+        4
+    );
+    assert_eq!(v["stream"]["text"], "Hi there friend");
+    assert_eq!(v["stream"]["usage_total"], 12);
+    assert_eq!(v["stream"]["roles"], 1, "the role only in the first chunk");
+    assert_eq!(v["stream"]["finish"], "stop");
+    assert_eq!(v["tool_plain"]["name"], "get_weather");
+    assert_eq!(v["tool_plain"]["arguments"], json!({"city": "Paris"}));
+    assert_eq!(v["tool_plain"]["finish"], "tool_calls");
+    assert_eq!(
+        v["tool_stream"]["calls"]["0"]["arguments"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(v["tool_stream"]["finish"], "tool_calls");
+    assert_eq!(v["tool_result_turn"], "It is sunny.");
+    assert_eq!(v["error"]["class"], "BadRequestError");
+    assert_eq!(v["error"]["code"], "INVALID_ARGUMENT");
+    // What the provider got: generateContent with the key in its header.
+    let reqs = s.backup.requests();
+    let first = &reqs[0];
+    assert_eq!(
+        first["path"],
+        "/v1beta/models/gemini-2.5-flash:generateContent"
+    );
+    assert_eq!(first["headers"]["x-goog-api-key"], BACKUP_KEY);
+    assert!(first["headers"].get("authorization").is_none());
+    assert_eq!(
+        first["body"]["systemInstruction"]["parts"][0]["text"],
+        "Be brief."
+    );
+    assert_eq!(first["body"]["generationConfig"]["maxOutputTokens"], 50);
+    assert_eq!(
+        reqs[1]["path"],
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    let turn = &reqs[4]["body"]["contents"];
+    assert_eq!(turn[1]["parts"][0]["functionCall"]["name"], "get_weather");
+    assert_eq!(
+        turn[2]["parts"][0]["functionResponse"],
+        json!({"name": "get_weather", "response": {"content": "sunny"}})
+    );
+    assert_eq!(s.primary.hits(), 0);
+    // /v1/messages reaches it through the pivot, in Anthropic's shape.
+    s.backup
+        .script(json!([{"content": "Hello."}, {"content": "Hello."}]));
+    let r = post(
+        &s.envoy.url("/v1/messages"),
+        &[("x-api-key", DEMO_KEY)],
+        &json!({"model": "gemini-flash", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["type"], "message");
+    assert_eq!(r.json()["content"][0]["text"], "Hello.");
+    let r = post(
+        &s.envoy.url("/v1/messages"),
+        &[("x-api-key", DEMO_KEY)],
+        &json!({"model": "gemini-flash", "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains("event: message_start")
+            && r.body.contains("\"text\":\"Hello.\"")
+            && r.body.contains("event: message_stop"),
+        "{}",
+        r.body
+    );
 }
 
 #[test]

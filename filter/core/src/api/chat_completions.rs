@@ -6,9 +6,10 @@
 
 pub const PATH: &str = "/v1/chat/completions";
 
-use crate::borrowed::{AsString, Count, Str};
+use crate::borrowed::{self, AsString, Count, Obj, Str};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// A tool call in an assistant message, as the translations write it: its
 /// `id` and `name` as they came, its input as the `arguments` text.
@@ -158,4 +159,45 @@ impl<'a> Completion<'a> {
     pub fn read(body: &'a [u8]) -> Option<Self> {
         serde_json::from_str(std::str::from_utf8(body).ok()?).ok()
     }
+}
+
+/// The text of a chat message's `content` (a string, or its text parts
+/// joined by newlines), read in place.
+pub fn content_text(content: Option<&RawValue>) -> Cow<'_, str> {
+    let Some(c) = content else {
+        return Cow::Borrowed("");
+    };
+    if let Some(s) = borrowed::str_of(c) {
+        return s;
+    }
+    let texts: Vec<Cow<str>> = borrowed::arr_of(c)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(Obj::of)
+        .filter(|p| p.str("type").as_deref() == Some("text"))
+        .filter_map(|p| p.str("text"))
+        .collect();
+    match texts.len() {
+        0 => Cow::Borrowed(""),
+        1 => texts.into_iter().next().unwrap_or_default(),
+        _ => Cow::Owned(texts.join("\n")),
+    }
+}
+
+/// One chat-completion chunk event: `head` is the chunk's JSON up to its
+/// `delta` (id, created, model), `delta` JSON, `finish` a finish reason.
+pub fn chunk_event(head: &str, delta: &str, finish: Option<&str>) -> Vec<u8> {
+    let mut out = String::with_capacity(head.len() + delta.len() + 48);
+    out.push_str(head);
+    out.push_str(delta);
+    match finish {
+        Some(f) => {
+            out.push_str(r#","finish_reason":""#);
+            out.push_str(f);
+            out.push('"');
+        }
+        None => out.push_str(r#","finish_reason":null"#),
+    }
+    out.push_str(",\"logprobs\":null}]}\n\n");
+    out.into_bytes()
 }

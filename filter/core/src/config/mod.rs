@@ -86,6 +86,12 @@ pub enum Schema {
         version: String,
         options: crate::providers::anthropic::Options,
     },
+    /// Google's Gemini API (`generateContent`, `x-goog-api-key`).
+    Gemini {
+        /// Drop fields Gemini cannot honour instead of refusing the
+        /// request.
+        drop_unsupported: bool,
+    },
 }
 
 impl Schema {
@@ -95,6 +101,7 @@ impl Schema {
             Schema::OpenAi => "openai",
             Schema::AzureOpenAi { .. } => "azure_openai",
             Schema::Anthropic { .. } => "anthropic",
+            Schema::Gemini { .. } => "gemini",
         }
     }
 }

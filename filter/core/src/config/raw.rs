@@ -458,12 +458,16 @@ impl RawProvider {
             for (k, on) in [
                 ("anthropic_version", self.anthropic_version.is_some()),
                 ("default_max_tokens", self.default_max_tokens.is_some()),
-                ("drop_unsupported", self.drop_unsupported),
             ] {
                 if on {
                     misplaced(k, "anthropic", problems);
                 }
             }
+        }
+        if !matches!(schema, "anthropic" | "gemini") && self.drop_unsupported {
+            problems.push(format!(
+                "{at}: `drop_unsupported` applies to schemas `anthropic` and `gemini` only"
+            ));
         }
         match schema {
             "openai" => Schema::OpenAi,
@@ -488,9 +492,12 @@ impl RawProvider {
                     },
                 }
             }
+            "gemini" => Schema::Gemini {
+                drop_unsupported: self.drop_unsupported,
+            },
             other => {
                 problems.push(format!(
-                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic"
+                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic, gemini"
                 ));
                 Schema::OpenAi
             }

@@ -43,7 +43,12 @@ fn good_config_compiles_with_models_in_chain_order() {
     assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
     assert_eq!(g.auto.len(), 2);
     assert_eq!(
-        crate::providers::path(&g.providers[1], crate::api::Api::ChatCompletions, "m"),
+        crate::providers::path(
+            &g.providers[1],
+            crate::api::Api::ChatCompletions,
+            "m",
+            false
+        ),
         "/openai/v1/chat/completions"
     );
     assert_eq!(g.max_body_bytes, 1 << 20);
@@ -427,4 +432,59 @@ fn a_models_apis_are_known_apis_its_providers_format_serves() {
     );
     assert!(err.contains("provider `backup` model `gpt-4o-mini`: `apis` lists `embeddings` (/v1/embeddings), which a provider of schema `anthropic` cannot serve"), "{err}");
     assert!(!err.contains("`messages`"), "{err}");
+}
+
+#[test]
+fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
+    let yaml = |extra: &str| {
+        format!(
+            "providers:\n  - name: g\n    cluster: g\n    host: generativelanguage.googleapis.com\n    base_path: /v1beta\n    schema: gemini\n{extra}    models: [{{name: flash, id: gemini-2.5-flash}}]\nclients:\n  - name: c\n    key_sha256: \"0000000000000000000000000000000000000000000000000000000000000001\"\n"
+        )
+    };
+    let g = compile(yaml("    drop_unsupported: true\n").as_bytes()).unwrap();
+    assert_eq!(
+        g.providers[0].schema,
+        Schema::Gemini {
+            drop_unsupported: true
+        }
+    );
+    assert_eq!(g.providers[0].schema.name(), "gemini");
+    assert_eq!(
+        crate::providers::path(
+            &g.providers[0],
+            crate::api::Api::ChatCompletions,
+            "gemini-2.5-flash",
+            true
+        ),
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    let e =
+        compile(yaml("    default_max_tokens: 10\n    anthropic_version: 2023-06-01\n").as_bytes())
+            .unwrap_err();
+    assert!(
+        e.contains("`default_max_tokens` applies to schema `anthropic` only")
+            && e.contains("`anthropic_version` applies to schema `anthropic` only"),
+        "{e}"
+    );
+    let e = compile(
+        yaml("")
+            .replace("schema: gemini", "schema: openai")
+            .replace(
+                "    base_path: /v1beta\n",
+                "    base_path: /v1\n    drop_unsupported: true\n",
+            )
+            .as_bytes(),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("`drop_unsupported` applies to schemas `anthropic` and `gemini` only"),
+        "{e}"
+    );
+    let e = compile(
+        yaml("")
+            .replace("schema: gemini", "schema: palm")
+            .as_bytes(),
+    )
+    .unwrap_err();
+    assert!(e.contains("anthropic, gemini"), "{e}");
 }

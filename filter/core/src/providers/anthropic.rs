@@ -20,7 +20,7 @@ pub(crate) use body::{tool_use_block, Block};
 pub struct Anthropic;
 
 impl super::Format for Anthropic {
-    fn path(&self, p: &Provider, api: Api, _model_id: &str) -> String {
+    fn path(&self, p: &Provider, api: Api, _model_id: &str, _stream: bool) -> String {
         match api {
             Api::CountTokens => format!("{}/messages/count_tokens", super::base(p)),
             _ => format!("{}/messages", super::base(p)),
@@ -168,19 +168,7 @@ impl Stream {
 
     /// One chunk: `delta` is JSON; `finish` a finish reason or none.
     fn chunk_event(&self, delta: &str, finish: Option<&str>) -> Vec<u8> {
-        let mut out = String::with_capacity(self.head.len() + delta.len() + 48);
-        out.push_str(&self.head);
-        out.push_str(delta);
-        match finish {
-            Some(f) => {
-                out.push_str(r#","finish_reason":""#);
-                out.push_str(f);
-                out.push('"');
-            }
-            None => out.push_str(r#","finish_reason":null"#),
-        }
-        out.push_str(",\"logprobs\":null}]}\n\n");
-        out.into_bytes()
+        crate::api::chat_completions::chunk_event(&self.head, delta, finish)
     }
 
     /// The chunks for these bytes of the provider's stream.

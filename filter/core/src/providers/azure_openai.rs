@@ -9,7 +9,7 @@ use crate::config::{Provider, Schema};
 pub struct AzureOpenAi;
 
 impl Format for AzureOpenAi {
-    fn path(&self, p: &Provider, api: Api, model_id: &str) -> String {
+    fn path(&self, p: &Provider, api: Api, model_id: &str, _stream: bool) -> String {
         let version = match &p.schema {
             Schema::AzureOpenAi { api_version } => api_version.as_str(),
             _ => "",

@@ -5,7 +5,8 @@
 //! OpenAI's chat completions are the pivot: OpenAI-compatible servers take
 //! the client's request as it is with the provider's model id spliced in;
 //! Azure OpenAI differs in its path and credential header only; Anthropic's
-//! Messages API is translated both ways from chat completions.
+//! Messages API and Google's Gemini API are translated both ways from chat
+//! completions.
 //!
 //! Which inbound API reaches which format is one table, [`reach`]. Adding a
 //! provider format: a module here implementing [`Format`], its line in
@@ -14,6 +15,7 @@
 
 pub mod anthropic;
 pub mod azure_openai;
+pub mod gemini;
 pub mod openai;
 
 use crate::api::Api;
@@ -63,13 +65,18 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::CountTokens) => Local,
         (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::Responses) => Direct,
         (Schema::Anthropic { .. }, Api::Responses) => ViaPivot,
+        (Schema::Gemini { .. }, Api::ChatCompletions) => Translated,
+        (Schema::Gemini { .. }, Api::Messages | Api::Responses) => ViaPivot,
+        (Schema::Gemini { .. }, Api::CountTokens) => Local,
+        (Schema::Gemini { .. }, Api::Embeddings) => No,
     }
 }
 
 /// A provider format.
 pub trait Format: Sync {
-    /// The provider's endpoint for an API and model id.
-    fn path(&self, p: &Provider, api: Api, model_id: &str) -> String;
+    /// The provider's endpoint for an API, model id and whether the
+    /// client asked for a stream.
+    fn path(&self, p: &Provider, api: Api, model_id: &str, stream: bool) -> String;
 
     /// The body for a request that reaches this format [`Reach::Translated`]
     /// (a chat request in the pivot's shape).
@@ -115,6 +122,7 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
         Schema::OpenAi => &openai::OpenAi,
         Schema::AzureOpenAi { .. } => &azure_openai::AzureOpenAi,
         Schema::Anthropic { .. } => &anthropic::Anthropic,
+        Schema::Gemini { .. } => &gemini::Gemini,
     }
 }
 
@@ -123,6 +131,7 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
 #[derive(Debug)]
 pub enum Stream {
     Anthropic(anthropic::Stream),
+    Gemini(gemini::Stream),
     ChatToMessages(crate::api::messages::FromChatStream),
     ChatToResponses(crate::api::responses::FromChatStream),
     /// A format's stream to the pivot, then the pivot to the API.
@@ -134,6 +143,7 @@ impl Stream {
     pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
         match self {
             Stream::Anthropic(s) => s.push(bytes),
+            Stream::Gemini(s) => s.push(bytes),
             Stream::ChatToMessages(s) => s.push(bytes),
             Stream::ChatToResponses(s) => s.push(bytes),
             Stream::Chain(first, then) => {
@@ -147,6 +157,7 @@ impl Stream {
     pub fn finish(&mut self) -> Vec<u8> {
         match self {
             Stream::Anthropic(s) => s.finish(),
+            Stream::Gemini(s) => s.finish(),
             Stream::ChatToMessages(s) => s.finish(),
             Stream::ChatToResponses(s) => s.finish(),
             Stream::Chain(first, then) => {
@@ -234,9 +245,10 @@ pub fn answered_locally(p: &Provider, api: Api) -> bool {
     reach(&p.schema, api) == Reach::Local
 }
 
-/// The provider's endpoint for an API and model id.
-pub fn path(p: &Provider, api: Api, model_id: &str) -> String {
-    format(&p.schema).path(p, upstream_api(p, api), model_id)
+/// The provider's endpoint for an API, model id and whether the client
+/// asked for a stream (a format may stream at another endpoint).
+pub fn path(p: &Provider, api: Api, model_id: &str, stream: bool) -> String {
+    format(&p.schema).path(p, upstream_api(p, api), model_id, stream)
 }
 
 /// The body for a provider. `usage_chunk`: ask a streaming OpenAI-shaped

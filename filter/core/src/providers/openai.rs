@@ -9,7 +9,7 @@ use crate::config::Provider;
 pub struct OpenAi;
 
 impl Format for OpenAi {
-    fn path(&self, p: &Provider, api: Api, _model_id: &str) -> String {
+    fn path(&self, p: &Provider, api: Api, _model_id: &str, _stream: bool) -> String {
         format!("{}/{}", base(p), endpoint(api))
     }
 

@@ -47,7 +47,10 @@ fn chat(v: Value) -> ChatRequest {
 #[test]
 fn openai_is_the_identity_but_for_the_model_id_and_the_usage_request() {
     let p = provider("/v1/", Schema::OpenAi);
-    assert_eq!(path(&p, Api::ChatCompletions, "m"), "/v1/chat/completions");
+    assert_eq!(
+        path(&p, Api::ChatCompletions, "m", false),
+        "/v1/chat/completions"
+    );
     let c =
         ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#).unwrap();
     assert_eq!(
@@ -86,7 +89,7 @@ fn azure_uses_deployments_api_version_and_api_key() {
         },
     );
     assert_eq!(
-        path(&p, Api::ChatCompletions, "gpt 4o/mini"),
+        path(&p, Api::ChatCompletions, "gpt 4o/mini", false),
         "/openai/deployments/gpt%204o%2Fmini/chat/completions?api-version=2024-10-21"
     );
     assert_eq!(credential(&p, "k"), ("api-key", "k".to_string()));
@@ -97,7 +100,10 @@ fn azure_uses_deployments_api_version_and_api_key() {
 #[test]
 fn requests_translate_to_messages() {
     let p = provider("/v1", anthropic_schema(false));
-    assert_eq!(path(&p, Api::ChatCompletions, "claude"), "/v1/messages");
+    assert_eq!(
+        path(&p, Api::ChatCompletions, "claude", false),
+        "/v1/messages"
+    );
     assert_eq!(credential(&p, "k"), ("x-api-key", "k".to_string()));
     assert_eq!(
         extra_headers(&p),
@@ -352,7 +358,7 @@ fn malformed_streams_end_cleanly_or_with_an_error() {
 #[test]
 fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
     let p = provider("/v1", Schema::OpenAi);
-    assert_eq!(path(&p, Api::Embeddings, "e"), "/v1/embeddings");
+    assert_eq!(path(&p, Api::Embeddings, "e", false), "/v1/embeddings");
     let az = provider(
         "",
         Schema::AzureOpenAi {
@@ -360,7 +366,7 @@ fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
         },
     );
     assert_eq!(
-        path(&az, Api::Embeddings, "text embed"),
+        path(&az, Api::Embeddings, "text embed", false),
         "/openai/deployments/text%20embed/embeddings?api-version=2024-10-21"
     );
     let a = provider("/v1", anthropic_schema(false));
@@ -371,9 +377,9 @@ fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
     // Messages reach OpenAI-shaped providers through the pivot: asked at
     // their chat endpoint, answered back in Anthropic's shape.
     assert!(back(&p, Api::Messages).is_some() && back(&az, Api::Messages).is_some());
-    assert_eq!(path(&p, Api::Messages, "g"), "/v1/chat/completions");
+    assert_eq!(path(&p, Api::Messages, "g", false), "/v1/chat/completions");
     assert_eq!(
-        path(&az, Api::Messages, "g"),
+        path(&az, Api::Messages, "g", false),
         "/openai/deployments/g/chat/completions?api-version=2024-10-21"
     );
 }

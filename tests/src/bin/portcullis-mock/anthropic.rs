@@ -8,7 +8,7 @@
 //! ping, message_delta with cumulative usage, message_stop), usage and
 //! errors (`{"type":"error","error":{...}}`).
 
-use super::{json_response, Body, ChanBody, State, Step};
+use super::{json_response, Body, State, Step};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -17,8 +17,6 @@ use serde_json::{json, Value};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::mpsc;
 
 fn error(status: u16, kind: &str, message: &str) -> Response<Body> {
     json_response(
@@ -394,26 +392,5 @@ fn answer(state: &State, req: &Value, step: &Step) -> Result<Response<Body>, io:
         events.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": output_tokens}})));
         events.push(ev("message_stop", json!({"type": "message_stop"})));
     }
-    let (tx, rx) = mpsc::channel(8);
-    let chunk_delay = step.chunk_delay_ms.unwrap_or(0);
-    let cut_after = step.cut_after;
-    tokio::spawn(async move {
-        for (i, e) in events.into_iter().enumerate() {
-            if cut_after == Some(i) {
-                return;
-            }
-            if i > 0 && chunk_delay > 0 {
-                tokio::time::sleep(Duration::from_millis(chunk_delay)).await;
-            }
-            if tx.send(Ok(e)).await.is_err() {
-                return;
-            }
-        }
-    });
-    Response::builder()
-        .status(200)
-        .header("content-type", "text/event-stream; charset=utf-8")
-        .header("cache-control", "no-cache")
-        .body(ChanBody(rx).boxed())
-        .map_err(io::Error::other)
+    super::event_stream(events, step, "text/event-stream; charset=utf-8")
 }

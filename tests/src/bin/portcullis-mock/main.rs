@@ -28,10 +28,13 @@
 //! - `POST <prefix>/messages` — Anthropic's Messages API (see `anthropic.rs`);
 //!   `POST <prefix>/openai/deployments/<d>/chat/completions?api-version=…`
 //!   — Azure OpenAI (key in `api-key`); `POST <prefix>/embeddings` and
-//!   Azure's `.../embeddings` — embeddings (see `embeddings.rs`). A step's
+//!   Azure's `.../embeddings` — embeddings (see `embeddings.rs`);
+//!   `POST <prefix>/models/<model>:generateContent` and
+//!   `:streamGenerateContent?alt=sse` — Google's Gemini API (key in
+//!   `x-goog-api-key`; see `gemini.rs`). A step's
 //!   `tool_call` (`{"name","input"}`) answers with that call when the
 //!   request offers tools; `cache_read` and `stream_error` apply to the
-//!   Anthropic mode.
+//!   Anthropic and Gemini modes.
 //!
 //! Every mode refuses what the real API refuses, in its own error shape:
 //! the table of checks is `tests/MOCK.md` (a test sends each bad request).
@@ -41,6 +44,7 @@
 
 mod anthropic;
 mod embeddings;
+mod gemini;
 mod openai_checks;
 mod responses;
 
@@ -241,6 +245,37 @@ impl hyper::body::Body for ChanBody {
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
     }
+}
+
+/// A stream of scripted events: the step's `chunk_delay_ms` between them,
+/// cut (the connection reset) before event `cut_after`.
+fn event_stream(
+    events: Vec<Bytes>,
+    step: &Step,
+    content_type: &str,
+) -> Result<Response<Body>, io::Error> {
+    let (tx, rx) = mpsc::channel(8);
+    let chunk_delay = step.chunk_delay_ms.unwrap_or(0);
+    let cut_after = step.cut_after;
+    tokio::spawn(async move {
+        for (i, e) in events.into_iter().enumerate() {
+            if cut_after == Some(i) {
+                return;
+            }
+            if i > 0 && chunk_delay > 0 {
+                tokio::time::sleep(Duration::from_millis(chunk_delay)).await;
+            }
+            if tx.send(Ok(e)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", content_type)
+        .header("cache-control", "no-cache")
+        .body(ChanBody(rx).boxed())
+        .map_err(io::Error::other)
 }
 
 fn estimate_tokens(messages: &Value) -> u64 {
@@ -549,6 +584,14 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
     let path = req.uri().path();
     if path.starts_with("/__mock/") {
         control(state, req).await
+    } else if req.method() == hyper::Method::POST
+        && path.contains("/models/")
+        && path
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(':'))
+    {
+        gemini::generate(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/chat/completions") {
         chat(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/responses") {

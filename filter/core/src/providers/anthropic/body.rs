@@ -263,27 +263,7 @@ fn tool_choice(c: &RawValue, serial: bool) -> Result<Choice<'_>, GatewayError> {
     }
 }
 
-/// Text of a content value (a string, or the text of its text parts).
-fn text_of(content: Option<&RawValue>) -> Cow<'_, str> {
-    let Some(c) = content else {
-        return Cow::Borrowed("");
-    };
-    if let Some(s) = borrowed::str_of(c) {
-        return s;
-    }
-    let texts: Vec<Cow<str>> = borrowed::arr_of(c)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(Obj::of)
-        .filter(|p| p.str("type").as_deref() == Some("text"))
-        .filter_map(|p| p.str("text"))
-        .collect();
-    match texts.len() {
-        0 => Cow::Borrowed(""),
-        1 => texts.into_iter().next().unwrap_or_default(),
-        _ => Cow::Owned(texts.join("\n")),
-    }
-}
+use crate::api::chat_completions::content_text as text_of;
 
 /// A user message's content as Anthropic blocks.
 fn user_blocks(content: Option<&RawValue>) -> Result<Vec<Block<'_>>, GatewayError> {
