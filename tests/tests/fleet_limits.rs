@@ -43,11 +43,11 @@ fn fleet_plugin(
         key_hash(TOKENS_KEY),
         key_hash(BUDGET_KEY)
     );
-    assert!(p.contains("clients:\n") && p.contains("limits:\n  max_body_bytes: 1048576\n"));
+    assert!(p.contains("clients:\n") && p.contains("  max_body_bytes: 33554432\n"));
     p.replacen("clients:\n", &clients, 1).replacen(
-        "limits:\n  max_body_bytes: 1048576\n",
+        "  max_body_bytes: 33554432\n",
         &format!(
-            "limits:\n  max_body_bytes: 1048576\n  global: {{cluster: portcullis_ratelimit, timeout_ms: {timeout_ms}, failure_mode: {failure_mode}}}\n"
+            "  max_body_bytes: 33554432\n  global: {{cluster: portcullis_ratelimit, timeout_ms: {timeout_ms}, failure_mode: {failure_mode}}}\n"
         ),
         1,
     )

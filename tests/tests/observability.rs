@@ -43,7 +43,7 @@ fn ask(s: &Stack, id: &str, key: &str, body: &str) -> Resp {
     )
 }
 
-/// A 9 MB answer (over the listener's 8 MiB buffer limit) with the log and
+/// A 35 MB answer (over the listener's 33 MiB buffer limit) with the log and
 /// the cache on: the filter copies it as it passes instead of holding it, so
 /// the client gets all of it, the record has its usage (read from its tail),
 /// and it is not stored (over max_entry_bytes).
@@ -52,7 +52,7 @@ fn an_answer_larger_than_envoys_buffers_reaches_the_client_whole_with_its_usage_
     let dir = TempDir::new("collector");
     let c = Collector::start(&dir.0.join("log.db"), 0);
     let s = Stack::start_full(&logging_plugin(""), 1, false, c.grpc_port);
-    let content = "z".repeat(9_000_000);
+    let content = "z".repeat(35_000_000);
     let step = json!({"content": content, "usage": {"prompt_tokens": 3, "completion_tokens": 4}});
     s.primary.script(json!([step.clone(), step]));
     for id in ["big-1", "big-2"] {
@@ -63,7 +63,7 @@ fn an_answer_larger_than_envoys_buffers_reaches_the_client_whole_with_its_usage_
             r.json()["choices"][0]["message"]["content"]
                 .as_str()
                 .map(str::len),
-            Some(9_000_000)
+            Some(35_000_000)
         );
     }
     assert_eq!(s.primary.hits(), 2);

@@ -226,7 +226,7 @@ fn streamed_completion_reaches_the_client_before_the_provider_finishes() {
 
 #[test]
 fn body_over_the_configured_limit_is_413() {
-    let plugin = test_plugin().replace("max_body_bytes: 1048576", "max_body_bytes: 2048");
+    let plugin = test_plugin().replace("max_body_bytes: 33554432", "max_body_bytes: 2048");
     let s = Stack::start(&plugin, 1);
     let big = chat_body("gpt-4o-mini", &"x".repeat(8_000));
     assert_openai_error(&s.chat(DEMO_KEY, &big), 413, "request_too_large");
@@ -238,13 +238,13 @@ fn body_over_the_configured_limit_is_413() {
     assert_eq!(s.primary.hits(), 1);
 }
 
-/// A chunked upload (no content-length) over the shipped 1 MiB limit gets
-/// the gateway's OpenAI-shaped 413: the listener's buffer limit (8 MiB in
+/// A chunked upload (no content-length) over the shipped 32 MiB limit gets
+/// the gateway's OpenAI-shaped 413: the listener's buffer limit (33 MiB in
 /// envoy.yaml) is above it, so Envoy's own plain-text 413 never comes first.
 #[test]
 fn chunked_body_over_the_limit_gets_the_gateway_413_not_envoys() {
     let s = Stack::shipped(1);
-    let body = chat_body("gpt-4o-mini", &"x".repeat(2_200_000));
+    let body = chat_body("gpt-4o-mini", &"x".repeat(34_000_000));
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {DEMO_KEY}\r\n\
          content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -263,7 +263,52 @@ fn chunked_body_over_the_limit_gets_the_gateway_413_not_envoys() {
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
     assert!(text.contains("application/json"), "{text}");
     assert!(text.contains("\"code\":\"request_too_large\""), "{text}");
+    assert!(
+        text.contains("33554432 bytes") && text.contains("limits.max_body_bytes"),
+        "{text}"
+    );
     assert_eq!(s.primary.hits(), 0);
+}
+
+/// Agent-sized requests under the shipped limit are served (#29): a 30 MiB
+/// conversation, and a request with a 10 MB image (as base64, in a `data:`
+/// URL), each reaching the provider whole.
+#[test]
+fn agent_sized_requests_are_served_up_to_the_shipped_limit() {
+    let s = Stack::shipped(1);
+    let text = "The quarterly report covers revenue, churn and the roadmap. "
+        .repeat(30 * 1024 * 1024 / 60);
+    let big = chat_body("gpt-4o-mini", &text);
+    assert!(
+        big.len() > 30 << 20 && big.len() < 32 << 20,
+        "{}",
+        big.len()
+    );
+    let r = s.chat(DEMO_KEY, &big);
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(400)]);
+    let image = format!("data:image/png;base64,{}", "iVBO".repeat(10_000_000 / 4));
+    let with_image =
+        serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is in this screenshot?"},
+        {"type": "image_url", "image_url": {"url": image}}]}]})
+        .to_string();
+    let r = s.chat(DEMO_KEY, &with_image);
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(400)]);
+    let sent = s.primary.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0]["body"]["messages"][0]["content"]
+            .as_str()
+            .map(str::len),
+        Some(text.len()),
+        "the conversation reached the provider whole"
+    );
+    assert_eq!(
+        sent[1]["body"]["messages"][0]["content"][1]["image_url"]["url"]
+            .as_str()
+            .map(str::len),
+        Some(image.len())
+    );
 }
 
 /// Send these bytes on a raw socket to the gateway and read until it closes.

@@ -122,6 +122,15 @@ fn the_istio_manifests_wasm_filter_passes_envoy_validate() {
         insert["patch"]["value"]["name"], name,
         "the reference names the extension"
     );
+    // The gateway's listeners buffer more than the plugin's default limit,
+    // so an oversized upload gets the gateway's 413, not Envoy's.
+    let listener = &patches[2];
+    assert_eq!(listener["applyTo"], "LISTENER");
+    assert_eq!(listener["patch"]["operation"], "MERGE");
+    let buffer = listener["patch"]["value"]["per_connection_buffer_limit_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(buffer > 32 << 20, "{buffer}");
     let wasm = serde_json::to_string(&ext["patch"]["value"]["typed_config"]).unwrap();
     let wasm_cluster = ext["patch"]["value"]["typed_config"]["config"]["vm_config"]["code"]
         ["remote"]["http_uri"]["cluster"]
@@ -138,6 +147,7 @@ fn the_istio_manifests_wasm_filter_passes_envoy_validate() {
   listeners:
   - name: gateway
     address: {{socket_address: {{address: 127.0.0.1, port_value: 10000}}}}
+    per_connection_buffer_limit_bytes: {buffer}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager

@@ -97,8 +97,8 @@ fn the_gateway_reaches_collector_and_limiter_over_mutual_tls_and_strangers_are_r
             1,
         )
         .replacen(
-            "limits:\n  max_body_bytes: 1048576\n",
-            "limits:\n  max_body_bytes: 1048576\n  global: {cluster: portcullis_ratelimit, timeout_ms: 3000, failure_mode: deny}\n",
+            "  max_body_bytes: 33554432\n",
+            "  max_body_bytes: 33554432\n  global: {cluster: portcullis_ratelimit, timeout_ms: 3000, failure_mode: deny}\n",
             1,
         );
     let primary = mock("primary", Some(PRIMARY_KEY));

@@ -67,7 +67,7 @@ impl GatewayError {
             413,
             "invalid_request_error",
             "request_too_large",
-            format!("Request body exceeds the gateway limit of {limit} bytes."),
+            format!("Request body exceeds the gateway limit of {limit} bytes (`limits.max_body_bytes` in the gateway's plugin config; ask its operator to raise it)."),
         )
     }
 

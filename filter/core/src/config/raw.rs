@@ -8,7 +8,9 @@ use crate::ratelimit::Micros;
 use serde::Deserialize;
 
 pub(super) const DEFAULT_TIMEOUT_MS: u64 = 60_000;
-pub(super) const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// 32 MiB: what Anthropic accepts, and room for an agent's conversation
+/// with screenshots (#29).
+pub(super) const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
 pub(super) const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -51,7 +51,7 @@ fn good_config_compiles_with_models_in_chain_order() {
         ),
         "/openai/v1/chat/completions"
     );
-    assert_eq!(g.max_body_bytes, 1 << 20);
+    assert_eq!(g.max_body_bytes, 32 << 20, "32 MiB unless set");
 }
 
 #[test]
