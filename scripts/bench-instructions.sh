@@ -60,6 +60,10 @@ YAML
 # cannot serve embeddings, and listing it is a config error.)
 awk '/^ +apis: \[embeddings\]/ {next} {print} /^  - name: primary$/ {print "    schema: anthropic"}' "$dir/plugin-route.yaml" >"$dir/plugin-anthropic.yaml"
 grep -q "schema: anthropic" "$dir/plugin-anthropic.yaml" || { echo "bench-instructions: no primary provider to make Anthropic" >&2; exit 1; }
+# The routed path to a provider speaking Google's Gemini API (#26): the
+# request and the answer translated; the mock's Gemini mode answers it.
+awk '/^ +apis: \[embeddings\]/ {next} /^  - name: primary$/ {p=1} p && /^    base_path: \/v1$/ {print "    base_path: /v1beta"; print "    schema: gemini"; p=0; next} {print}' "$dir/plugin-route.yaml" >"$dir/plugin-gemini.yaml"
+grep -q "schema: gemini" "$dir/plugin-gemini.yaml" || { echo "bench-instructions: no primary provider to make Gemini" >&2; exit 1; }
 # The routed path with the whole answer held (an output check that never
 # matches): what every whole-answer translation pays for Envoy buffering the
 # answer and the body being replaced, before any translation (#24).
@@ -98,7 +102,7 @@ measure() { # variant -> instructions per request
   esac
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
   esac
   out="$dir/$v.callgrind"
@@ -143,6 +147,7 @@ mkdir -p .run
   [[ -z ${IPR[miss]:-} || -z ${IPR[route]:-} ]] || echo "A cache miss (key, lookup, store) against the routed path with the cache off: route/miss $(ratio "${IPR[route]}" "${IPR[miss]}")x ($((IPR[miss] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[anthropic]:-} || -z ${IPR[route]:-} ]] || echo "An Anthropic-backed routed request (translated both ways) against an OpenAI-backed one: route/anthropic $(ratio "${IPR[route]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[gemini]:-} || -z ${IPR[route]:-} ]] || echo "A Gemini-backed routed request (translated both ways) against an OpenAI-backed one: route/gemini $(ratio "${IPR[route]}" "${IPR[gemini]}")x ($((IPR[gemini] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[held]:-} || -z ${IPR[route]:-} ]] || echo "The whole answer held (an output check that never matches) against the routed path: route/held $(ratio "${IPR[route]}" "${IPR[held]}")x ($((IPR[held] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[held]:-} || -z ${IPR[anthropic]:-} ]] || echo "An Anthropic-backed request against the held routed path (the translation itself): held/anthropic $(ratio "${IPR[held]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[held])) instructions per request more)"
   [[ -z ${IPR[responses]:-} || -z ${IPR[route]:-} ]] || echo "A Responses request passed through against a chat request: route/responses $(ratio "${IPR[route]}" "${IPR[responses]}")x ($((IPR[responses] - IPR[route])) instructions per request more)"
