@@ -76,6 +76,9 @@ pub struct ClientRequest {
     pub rule_headers: Vec<(String, String)>,
     /// `x-portcullis-pin-provider`: the provider a client asks for.
     pub pin_provider: Option<String>,
+    /// The body limit that applies (the client's, else the gateway's) and
+    /// whether it is the client's own; set at the headers.
+    pub max_body: Option<(usize, bool)>,
 }
 
 pub struct RequestContext<H: Host> {

@@ -26,9 +26,12 @@ impl<H: Host> RequestContext<H> {
         body_size: usize,
         end_of_stream: bool,
     ) -> Result<Action, GatewayError> {
-        let loaded = self.loaded()?;
-        if body_size > loaded.gw.max_body_bytes {
-            return Err(GatewayError::body_too_large(loaded.gw.max_body_bytes));
+        let (limit, own) = match self.request.max_body {
+            Some(applies) => applies,
+            None => (self.loaded()?.gw.max_body_bytes, false),
+        };
+        if body_size > limit {
+            return Err(GatewayError::body_too_large(limit, own));
         }
         if !end_of_stream {
             return Ok(Action::Pause);

@@ -157,8 +157,11 @@ impl<H: Host> RequestContext<H> {
                 return Err(e);
             }
         }
-        if content_length.is_some_and(|n| n > gw.max_body_bytes) {
-            return Err(GatewayError::body_too_large(gw.max_body_bytes));
+        let limit = client.limits.max_body_bytes;
+        let own = limit != gw.max_body_bytes;
+        self.request.max_body = Some((limit, own));
+        if content_length.is_some_and(|n| n > limit) {
+            return Err(GatewayError::body_too_large(limit, own));
         }
         if end_of_stream {
             return Err(GatewayError::bad_request(

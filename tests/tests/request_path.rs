@@ -238,6 +238,49 @@ fn body_over_the_configured_limit_is_413() {
     assert_eq!(s.primary.hits(), 1);
 }
 
+/// A client's own body limit (#29) overrides the gateway's, both ways:
+/// lower for the demo key (refused, naming its key's limit and where it is
+/// set), higher for the mini key than the gateway's 2 KB.
+#[test]
+fn a_clients_own_body_limit_overrides_the_gateways() {
+    let plugin = test_plugin()
+        .replace("max_body_bytes: 33554432", "max_body_bytes: 2048")
+        .replacen(
+            "    key_sha256: 1f39b34977fb885c1f5e66609a5a880cd58f383952eb98ce438069cc57aeccf8\n",
+            "    key_sha256: 1f39b34977fb885c1f5e66609a5a880cd58f383952eb98ce438069cc57aeccf8\n    limits: {max_body_bytes: 1024}\n",
+            1,
+        )
+        .replacen(
+            "    models: [gpt-4o-mini]\n",
+            "    models: [gpt-4o-mini]\n    limits: {max_body_bytes: 16384}\n",
+            1,
+        );
+    assert!(plugin.contains("max_body_bytes: 1024") && plugin.contains("max_body_bytes: 16384"));
+    let s = Stack::start(&plugin, 1);
+    let mid = chat_body("gpt-4o-mini", &"x".repeat(1_500));
+    let r = s.chat(DEMO_KEY, &mid);
+    assert_openai_error(&r, 413, "request_too_large");
+    let message = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        message.contains("your key's limit of 1024 bytes")
+            && message.contains("clients[].limits.max_body_bytes"),
+        "{message}"
+    );
+    let big = chat_body("gpt-4o-mini", &"x".repeat(8_000));
+    assert_eq!(
+        s.chat(MINI_KEY, &big).status,
+        200,
+        "the mini key's own 16 KiB"
+    );
+    let r = s.chat(MINI_KEY, &chat_body("gpt-4o-mini", &"x".repeat(20_000)));
+    assert_openai_error(&r, 413, "request_too_large");
+    assert!(r.body.contains("16384 bytes"), "{}", r.body);
+    assert_eq!(s.primary.hits(), 1);
+}
+
 /// A chunked upload (no content-length) over the shipped 32 MiB limit gets
 /// the gateway's OpenAI-shaped 413: the listener's buffer limit (33 MiB in
 /// envoy.yaml) is above it, so Envoy's own plain-text 413 never comes first.

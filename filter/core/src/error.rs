@@ -62,12 +62,19 @@ impl GatewayError {
         )
     }
 
-    pub fn body_too_large(limit: usize) -> Self {
+    /// A body over the limit that applies: the gateway's, or the
+    /// client's own (`own`), named with the config key that sets it.
+    pub fn body_too_large(limit: usize, own: bool) -> Self {
+        let (whose, key) = if own {
+            ("your key's", "clients[].limits.max_body_bytes")
+        } else {
+            ("the gateway", "limits.max_body_bytes")
+        };
         Self::new(
             413,
             "invalid_request_error",
             "request_too_large",
-            format!("Request body exceeds the gateway limit of {limit} bytes (`limits.max_body_bytes` in the gateway's plugin config; ask its operator to raise it)."),
+            format!("Request body exceeds {whose} limit of {limit} bytes (`{key}` in the gateway's plugin config; ask its operator to raise it)."),
         )
     }
 

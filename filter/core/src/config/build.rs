@@ -16,9 +16,6 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
     let names = models::aliases(&raw, &model_idx, &mut models, problems);
     let auto = models::auto_weights(&raw, &order, &model_idx, problems);
     let clients = clients::clients(&raw, &names, problems);
-    if raw.limits.max_body_bytes == 0 {
-        problems.push("limits.max_body_bytes must be greater than 0".into());
-    }
     let max_attempts = raw.routing.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if max_attempts == 0 {
         problems.push("routing.max_attempts must be at least 1".into());
@@ -39,7 +36,11 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
         names,
         auto,
         clients,
-        max_body_bytes: raw.limits.max_body_bytes,
+        max_body_bytes: raw
+            .limits
+            .defaults
+            .max_body_bytes
+            .unwrap_or(super::raw::DEFAULT_MAX_BODY_BYTES),
         max_attempts,
         prices,
         global_limits,

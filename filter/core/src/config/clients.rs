@@ -18,6 +18,7 @@ pub(super) fn clients(
     check_limits("limits", &raw.limits.defaults, problems);
     let base_limits = raw.limits.defaults.over(&Limits {
         default_max_tokens: DEFAULT_MAX_TOKENS,
+        max_body_bytes: super::raw::DEFAULT_MAX_BODY_BYTES,
         ..Limits::default()
     });
     let mut clients = HashMap::new();

@@ -49,7 +49,7 @@ fn fields<T: DeserializeOwned>() -> Vec<&'static str> {
 
 /// `limits` flattens the per-client limits next to its own key.
 fn limits_keys() -> Vec<&'static str> {
-    let mut keys = vec!["max_body_bytes", "global"];
+    let mut keys = vec!["global"];
     keys.extend(fields::<RawClientLimits>());
     keys
 }

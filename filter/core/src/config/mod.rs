@@ -134,6 +134,9 @@ pub struct Limits {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
     pub max_concurrent: Option<u32>,
+    /// The largest request body, in bytes (the client's, else the
+    /// gateway's).
+    pub max_body_bytes: usize,
     /// Daily budget in micro-USD.
     pub budget_micros: Option<Micros>,
     /// Completion tokens reserved when a request names no max.

@@ -185,6 +185,9 @@ pub(super) struct RawClientLimits {
     pub(super) max_concurrent: Option<u32>,
     pub(super) budget_usd_per_day: Option<f64>,
     pub(super) default_max_tokens: Option<u64>,
+    /// The largest request body, in bytes: `limits.max_body_bytes` for
+    /// every client (32 MiB unless set), a client's own to override it.
+    pub(super) max_body_bytes: Option<usize>,
     /// Where each limit is counted: `local`, `global` or `both`, for all
     /// of them or per limit.
     pub(super) scope: Option<RawScope>,
@@ -615,25 +618,13 @@ pub(super) struct RawClient {
     pub(super) allow_overrides: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
-    #[serde(default = "default_max_body")]
-    pub(super) max_body_bytes: usize,
     #[serde(default)]
     pub(super) global: Option<RawGlobal>,
     #[serde(flatten)]
     pub(super) defaults: RawClientLimits,
-}
-
-impl Default for RawLimits {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            global: None,
-            defaults: RawClientLimits::default(),
-        }
-    }
 }
 
 pub(super) const DEFAULT_MAX_TOKENS: u64 = 1024;
@@ -644,6 +635,7 @@ impl RawClientLimits {
             requests_per_minute: self.requests_per_minute.or(base.requests_per_minute),
             tokens_per_minute: self.tokens_per_minute.or(base.tokens_per_minute),
             max_concurrent: self.max_concurrent.or(base.max_concurrent),
+            max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             budget_micros: self
                 .budget_usd_per_day
                 .map(|usd| (usd * 1e6).round() as Micros)
@@ -716,6 +708,7 @@ pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<Str
     if l.requests_per_minute == Some(0)
         || l.tokens_per_minute == Some(0)
         || l.max_concurrent == Some(0)
+        || l.max_body_bytes == Some(0)
     {
         problems.push(format!(
             "{at}: a limit of 0 would refuse everything; leave it out for no limit"
@@ -744,7 +737,4 @@ fn default_timeout_ms() -> u64 {
 }
 fn default_weight() -> u32 {
     1
-}
-fn default_max_body() -> usize {
-    DEFAULT_MAX_BODY_BYTES
 }

@@ -488,3 +488,32 @@ fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
     .unwrap_err();
     assert!(e.contains("anthropic, gemini"), "{e}");
 }
+
+#[test]
+fn a_clients_body_limit_overrides_the_gateways_and_zero_is_refused() {
+    let yaml = GOOD.replace(
+        "    models: [mini]\n",
+        "    models: [mini]\n    limits: {max_body_bytes: 4096}\n",
+    );
+    assert!(yaml.contains("max_body_bytes: 4096"));
+    let g = compile(format!("{yaml}limits:\n  max_body_bytes: 65536\n").as_bytes()).unwrap();
+    assert_eq!(g.max_body_bytes, 65536);
+    let mut limits: Vec<usize> = g
+        .clients
+        .values()
+        .map(|c| c.limits.max_body_bytes)
+        .collect();
+    limits.sort_unstable();
+    assert_eq!(
+        limits,
+        [4096, 65536],
+        "the client's own, and the gateway's for the other"
+    );
+    let g = compile(yaml.as_bytes()).unwrap();
+    assert!(g
+        .clients
+        .values()
+        .any(|c| c.limits.max_body_bytes == 32 << 20));
+    let e = compile(format!("{GOOD}limits:\n  max_body_bytes: 0\n").as_bytes()).unwrap_err();
+    assert!(e.contains("a limit of 0 would refuse everything"), "{e}");
+}
