@@ -558,7 +558,7 @@ fn cases() -> Vec<(&'static str, Case)> {
             "gemini-function-response-without-name",
             gemini(
                 contents(json!([{"role": "user", "parts": [{"text": "hi"}]},
-                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]},
+                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}, "thoughtSignature": "bW9jay1zaWc+1/=="}]},
                     {"role": "user", "parts": [{"functionResponse": {"response": {"content": "r"}}}]}])),
                 400,
                 Some("INVALID_ARGUMENT"),
@@ -569,11 +569,22 @@ fn cases() -> Vec<(&'static str, Case)> {
             "gemini-responses-unmatched",
             gemini(
                 contents(json!([{"role": "user", "parts": [{"text": "hi"}]},
-                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}, {"functionCall": {"name": "g", "args": {}}}]},
+                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}, "thoughtSignature": "bW9jay1zaWc+1/=="}, {"functionCall": {"name": "g", "args": {}}}]},
                     {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "r"}}}]}])),
                 400,
                 Some("INVALID_ARGUMENT"),
                 "number of function response parts",
+            ),
+        ),
+        (
+            "gemini-call-without-signature",
+            gemini(
+                contents(json!([{"role": "user", "parts": [{"text": "hi"}]},
+                    {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]},
+                    {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "r"}}}]}])),
+                400,
+                Some("INVALID_ARGUMENT"),
+                "missing a thought_signature",
             ),
         ),
         (
@@ -766,7 +777,7 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
     // Gemini: a whole answer and a stream, a call and its response.
     let good_gemini = contents(
         json!([{"role": "user", "parts": [{"text": "hi"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]},
-        {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}, "thoughtSignature": "bW9jay1zaWc+1/=="}]},
         {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "r"}}}]}]),
     );
     let r = send(&mock, Mode::Gemini, &[], &good_gemini.to_string());

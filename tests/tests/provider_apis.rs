@@ -175,6 +175,13 @@ fn the_openai_and_anthropic_sdks_use_a_gemini_backed_model_without_noticing() {
     );
     let turn = &reqs[4]["body"]["contents"];
     assert_eq!(turn[1]["parts"][0]["functionCall"]["name"], "get_weather");
+    assert!(
+        turn[1]["parts"][0]["thoughtSignature"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("bW9jay1zaWc")),
+        "the call's thought signature went back with it: {}",
+        turn[1]
+    );
     assert_eq!(
         turn[2]["parts"][0]["functionResponse"],
         json!({"name": "get_weather", "response": {"content": "sunny"}})

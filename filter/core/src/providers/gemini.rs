@@ -134,8 +134,32 @@ struct System<'a> {
 #[derive(Serialize)]
 struct Content<'a> {
     role: &'static str,
-    parts: Vec<Part<'a>>,
+    parts: Vec<Piece<'a>>,
 }
+
+/// A part with the thought signature Gemini gave it, sent back as it came
+/// (thinking models refuse a function call of theirs without it).
+#[derive(Serialize)]
+struct Piece<'a> {
+    #[serde(flatten)]
+    part: Part<'a>,
+    #[serde(rename = "thoughtSignature", skip_serializing_if = "Option::is_none")]
+    signature: Option<&'a str>,
+}
+
+impl<'a> From<Part<'a>> for Piece<'a> {
+    fn from(part: Part<'a>) -> Self {
+        Piece {
+            part,
+            signature: None,
+        }
+    }
+}
+
+/// Between a tool call's id and the thought signature it carries: Gemini
+/// gives calls no id, so the gateway makes one, and the signature rides in
+/// it through the client and back.
+const SIGNATURE: &str = "~ts~";
 
 /// A part of a turn: exactly one of its members.
 #[derive(Serialize)]
@@ -383,12 +407,19 @@ fn contents<'a>(
     for (i, m) in list.iter().enumerate() {
         match m.role.0.as_deref().unwrap_or("") {
             "system" | "developer" => system.push(text_of(m.content)),
-            "user" => push(&mut out, "user", user_parts(i, m.content)?),
+            "user" => push(
+                &mut out,
+                "user",
+                user_parts(i, m.content)?
+                    .into_iter()
+                    .map(Piece::from)
+                    .collect(),
+            ),
             "assistant" => {
                 let mut parts = Vec::new();
                 let text = text_of(m.content);
                 if !text.is_empty() {
-                    parts.push(Part::Text(text));
+                    parts.push(Piece::from(Part::Text(text)));
                 }
                 for call in m.tool_calls.iter().flatten() {
                     let f = call.function.as_ref();
@@ -403,7 +434,16 @@ fn contents<'a>(
                         .ok_or_else(|| {
                             bad("An assistant tool call's `arguments` is not a JSON object.")
                         })?;
-                    parts.push(Part::FunctionCall { name, args });
+                    let signature = call
+                        .id
+                        .0
+                        .as_deref()
+                        .and_then(|id| id.split_once(SIGNATURE))
+                        .map(|(_, s)| s);
+                    parts.push(Piece {
+                        part: Part::FunctionCall { name, args },
+                        signature,
+                    });
                 }
                 push(&mut out, "model", parts);
             }
@@ -428,7 +468,7 @@ fn contents<'a>(
                 push(
                     &mut out,
                     "user",
-                    vec![Part::FunctionResponse { name, response }],
+                    vec![Piece::from(Part::FunctionResponse { name, response })],
                 );
             }
             other => return Err(bad(format!("Message role `{other}` is not supported."))),
@@ -448,7 +488,7 @@ fn called<'a>(list: &'a [Message<'a>], before: usize, id: &str) -> Option<Cow<'a
         .and_then(|f| f.name.0.clone())
 }
 
-fn push<'a>(out: &mut Vec<Content<'a>>, role: &'static str, parts: Vec<Part<'a>>) {
+fn push<'a>(out: &mut Vec<Content<'a>>, role: &'static str, parts: Vec<Piece<'a>>) {
     if parts.is_empty() {
         return;
     }
@@ -617,6 +657,8 @@ pub(crate) struct AnswerPart<'a> {
     pub thought: Option<bool>,
     #[serde(borrow, default)]
     pub function_call: Option<FunctionCall<'a>>,
+    #[serde(borrow, default)]
+    pub thought_signature: Str<'a>,
 }
 
 #[derive(Deserialize, Default)]
@@ -682,9 +724,14 @@ impl UsageMetadata {
     }
 }
 
-/// A call's id: Gemini gives none, so the answer's id and the call's place.
-pub(crate) fn call_id(response_id: Option<&str>, index: usize) -> String {
-    format!("call_{}_{index}", response_id.unwrap_or("gemini"))
+/// A call's id: Gemini gives none, so the answer's id and the call's place,
+/// and the call's thought signature when it has one.
+pub(crate) fn call_id(response_id: Option<&str>, index: usize, signature: Option<&str>) -> String {
+    let id = response_id.unwrap_or("gemini");
+    match signature {
+        Some(s) => format!("call_{id}_{index}{SIGNATURE}{s}"),
+        None => format!("call_{id}_{index}"),
+    }
 }
 
 impl<'a> CallFunction<'a> {
@@ -758,7 +805,7 @@ pub fn answer(body: &[u8], created: u64) -> Option<Vec<u8>> {
     for p in candidate.content.unwrap_or_default().parts {
         if let Some(call) = p.function_call {
             calls.push(OwnedCall {
-                id: call_id(response_id, calls.len()),
+                id: call_id(response_id, calls.len(), p.thought_signature.0.as_deref()),
                 kind: "function",
                 function: CallFunction::of(&call),
             });

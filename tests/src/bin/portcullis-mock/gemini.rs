@@ -3,7 +3,9 @@
 //! checks (the table in `tests/MOCK.md`: the key in `x-goog-api-key`, known
 //! fields, non-empty `contents`, the roles `user` and `model`, parts with
 //! exactly one kind of data, function responses with a name and one per
-//! call of the turn before) and answer with real-shaped answers, SSE
+//! call of the turn before, and, as the Gemini 3 models do, the thought
+//! signature it gave the first call of each of its turns sent back on that
+//! call) and answer with real-shaped answers, SSE
 //! streams (each event a partial answer, the last with `finishReason` and
 //! the usage), usage (`usageMetadata`) and errors
 //! (`{"error":{"code","message","status"}}`).
@@ -62,6 +64,10 @@ const PART_DATA: &[&str] = &[
     "executableCode",
     "codeExecutionResult",
 ];
+
+/// How the thought signatures the mock gives its calls begin (base64-like
+/// text, as Gemini's are).
+const SIGNATURE: &str = "bW9jay1zaWc";
 
 fn unknown(at: &str, name: &str) -> String {
     format!("Invalid JSON payload received. Unknown name \"{name}\" at '{at}': Cannot find field.")
@@ -128,6 +134,17 @@ fn check(req: &Value) -> Result<(), String> {
             .ok_or_else(|| format!("* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty."))?;
         let mut calls = 0usize;
         let mut responses = 0usize;
+        if role == "model" {
+            if let Some(first) = parts.iter().find(|p| p.get("functionCall").is_some()) {
+                let signed = first
+                    .get("thoughtSignature")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| s.starts_with(SIGNATURE));
+                if !signed {
+                    return Err(format!("Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:{}` , position {}.", first.pointer("/functionCall/name").and_then(Value::as_str).unwrap_or(""), i + 1));
+                }
+            }
+        }
         for (j, p) in parts.iter().enumerate() {
             let data: Vec<&str> = PART_DATA
                 .iter()
@@ -245,9 +262,10 @@ fn answer(
         usage["cachedContentTokenCount"] = json!(c);
     }
     let id = format!("mock-{}", state.hits.load(Ordering::Relaxed));
-    let call = tool
-        .as_ref()
-        .map(|t| json!({"functionCall": {"name": t.name, "args": t.input}}));
+    let call = tool.as_ref().map(|t| {
+        json!({"functionCall": {"name": t.name, "args": t.input},
+            "thoughtSignature": format!("{SIGNATURE}+{}/==", state.hits.load(Ordering::Relaxed))})
+    });
     if !stream {
         let mut parts = vec![json!({"text": text})];
         parts.extend(call);

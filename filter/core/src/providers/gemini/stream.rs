@@ -165,7 +165,11 @@ impl Stream {
                     let delta = CallDelta {
                         tool_calls: [DeltaCall {
                             index: self.calls,
-                            id: call_id(self.response_id.as_deref(), self.calls),
+                            id: call_id(
+                                self.response_id.as_deref(),
+                                self.calls,
+                                p.thought_signature.0.as_deref(),
+                            ),
                             kind: "function",
                             function: CallFunction::of(&call),
                         }],

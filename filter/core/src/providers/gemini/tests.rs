@@ -229,3 +229,45 @@ fn a_stream_that_stops_short_or_fails_ends_with_an_error_event() {
         "one error, not two: {out}"
     );
 }
+
+#[test]
+fn a_calls_thought_signature_rides_in_its_id_and_goes_back_on_its_part() {
+    let a = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnLzE+PQ=="},
+            {"functionCall": {"name": "g", "args": {}}}]},
+        "finishReason": "STOP"}], "responseId": "r"});
+    let c: Value =
+        serde_json::from_slice(&answer(&serde_json::to_vec(&a).unwrap(), 1).unwrap()).unwrap();
+    let calls = &c["choices"][0]["message"]["tool_calls"];
+    assert_eq!(calls[0]["id"], "call_r_0~ts~c2lnLzE+PQ==");
+    assert_eq!(calls[1]["id"], "call_r_1", "a call without a signature");
+    let stream = sse(std::slice::from_ref(&a));
+    let out = run(&stream, 0, false);
+    assert!(out.contains("\"id\":\"call_r_0~ts~c2lnLzE+PQ==\""), "{out}");
+    // The client sends the calls back as they came, with their results.
+    let (g, _) = translate(
+        json!({"model": "m", "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "tool_calls": [
+                {"id": calls[0]["id"], "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}},
+                {"id": calls[1]["id"], "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": "one"},
+            {"role": "tool", "tool_call_id": calls[1]["id"], "content": "two"}]}),
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        g["contents"][1],
+        json!({"role": "model", "parts": [
+            {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2lnLzE+PQ=="},
+            {"functionCall": {"name": "g", "args": {}}}]})
+    );
+    assert_eq!(
+        g["contents"][2]["parts"][0]["functionResponse"]["name"],
+        "f"
+    );
+    assert_eq!(
+        g["contents"][2]["parts"][1]["functionResponse"]["name"],
+        "g"
+    );
+}
