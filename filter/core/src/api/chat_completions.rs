@@ -201,3 +201,21 @@ pub fn chunk_event(head: &str, delta: &str, finish: Option<&str>) -> Vec<u8> {
     out.push_str(",\"logprobs\":null}]}\n\n");
     out.into_bytes()
 }
+
+/// A chat tool (`{"type": "function", "function": {...}}`): its function,
+/// read in place, and the function's name; a 400 for a translated provider
+/// when it is not one.
+pub fn function_tool(t: &RawValue) -> Result<(Obj<'_>, Cow<'_, str>), crate::error::GatewayError> {
+    let bad = |m: &str| {
+        crate::error::GatewayError::bad_request("invalid_request_for_provider", m.to_string())
+    };
+    let t = Obj::of(t).unwrap_or_default();
+    let f = t
+        .obj("function")
+        .filter(|_| t.str("type").as_deref() == Some("function"))
+        .ok_or_else(|| bad("Each tool must be {\"type\": \"function\", \"function\": {...}}."))?;
+    let name = f
+        .str("name")
+        .ok_or_else(|| bad("A tool function needs a `name`."))?;
+    Ok((f, name))
+}

@@ -562,14 +562,7 @@ fn inline_image(i: usize, url: Cow<'_, str>) -> Result<Part<'_>, GatewayError> {
 }
 
 fn declaration(t: &RawValue) -> Result<Declaration<'_>, GatewayError> {
-    let t = Obj::of(t).unwrap_or_default();
-    let f = t
-        .obj("function")
-        .filter(|_| t.str("type").as_deref() == Some("function"))
-        .ok_or_else(|| bad("Each tool must be {\"type\": \"function\", \"function\": {...}}."))?;
-    let name = f
-        .str("name")
-        .ok_or_else(|| bad("A tool function needs a `name`."))?;
+    let (f, name) = crate::api::chat_completions::function_tool(t)?;
     Ok(Declaration {
         name,
         description: f.get("description").filter(|d| !borrowed::is_null(d)),

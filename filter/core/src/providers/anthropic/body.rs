@@ -222,14 +222,7 @@ pub fn request(
 }
 
 fn tool(t: &RawValue) -> Result<Tool<'_>, GatewayError> {
-    let t = Obj::of(t).unwrap_or_default();
-    let f = t
-        .obj("function")
-        .filter(|_| t.str("type").as_deref() == Some("function"))
-        .ok_or_else(|| bad("Each tool must be {\"type\": \"function\", \"function\": {...}}."))?;
-    let name = f
-        .str("name")
-        .ok_or_else(|| bad("A tool function needs a `name`."))?;
+    let (f, name) = crate::api::chat_completions::function_tool(t)?;
     Ok(Tool {
         name,
         description: f.get("description"),
