@@ -27,7 +27,7 @@ resources:
         runtime: envoy.wasm.runtime.v8
         code: {local: {filename: "$wasm"}}
         environment_variables:
-          host_env_keys: [OPENAI_API_KEY, BACKUP_API_KEY, ANTHROPIC_API_KEY, PORTCULLIS_MAX_CONFIG_BYTES, PORTCULLIS_INGEST_TOKEN, PORTCULLIS_LIMITER_TOKEN]
+          host_env_keys: [OPENAI_API_KEY, BACKUP_API_KEY, ANTHROPIC_API_KEY, PORTCULLIS_MAX_CONFIG_BYTES, PORTCULLIS_INGEST_TOKEN, PORTCULLIS_LIMITER_TOKEN, PORTCULLIS_TESTING]
       configuration:
         "@type": type.googleapis.com/google.protobuf.StringValue
         value: |

@@ -56,7 +56,12 @@ impl Host for AbiHost {
     }
 
     fn now_ms(&self) -> u64 {
-        abi::now_ms().unwrap_or(0)
+        let now = abi::now_ms().unwrap_or(0);
+        match self.worker.clock_offset_ms.get() {
+            0 => now,
+            off => u64::try_from(i64::try_from(now).unwrap_or(i64::MAX).saturating_add(off))
+                .unwrap_or(0),
+        }
     }
 
     fn log(&self, level: LogLevel, message: &str) {

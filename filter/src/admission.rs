@@ -12,11 +12,11 @@
 
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::config::{Client, Gateway, Scope, Scopes};
+use portcullis_core::config::{Budget, Client, Gateway, Level};
 use portcullis_core::error::GatewayError;
-use portcullis_core::keys::{self, Limit};
+use portcullis_core::keys::{self, Limit, Owner};
 use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
-use portcullis_core::rls::{self, Limit as GlobalLimit};
+use portcullis_core::rls::{self, Descriptor};
 use portcullis_core::store::{update, StoreError};
 use portcullis_core::usage::Usage;
 use proxy_wasm::types::LogLevel;
@@ -44,118 +44,206 @@ fn limited(
 /// token is unconditional), so two workers both creating a key on first use
 /// could each write and one reservation would be lost. Every update of an
 /// existing key is a CAS. Counters are created at configure time; each
-/// day's budget keys for `day` and the day after (the root context calls
-/// this again when the day changes).
-pub fn prepare(host: &impl Host, gw: &Gateway, day: u64) {
-    let create = |key: String, initial: &[u8]| {
-        if let Ok((None, _)) = host.get(&key) {
-            let _ = host.set(&key, initial, None);
-        }
-    };
-    for c in gw.clients.values() {
-        let l = &c.limits;
-        if local(c, l.requests_per_minute, |s| s.requests_per_minute).is_some() {
+/// budget's keys for the period of `now_ms` and of the next day (the root
+/// context calls this again when the local day changes).
+pub fn prepare(host: &impl Host, gw: &Gateway, now_ms: u64) {
+    let keys = gw.clients.values().map(|c| Level {
+        owner: Owner::Key(&c.name),
+        limits: &c.limits,
+    });
+    let teams = gw.teams.iter().map(|t| Level {
+        owner: Owner::Team(&t.name),
+        limits: &t.limits,
+    });
+    let tomorrow = now_ms.saturating_add(86_400_000);
+    for level in keys.chain(teams) {
+        let create = |key: String, initial: &[u8]| {
+            if let Ok((None, _)) = host.get(&key) {
+                let _ = host.set(&key, initial, None);
+            }
+        };
+        let (l, s) = (level.limits, level.limits.scope);
+        if l.requests_per_minute.is_some() && s.requests_per_minute.local() {
             create(
-                keys::limit(&c.name, Limit::RequestsPerMinute),
+                keys::limit(level.owner, Limit::RequestsPerMinute),
                 &Bucket::default().encode(),
             );
         }
-        if local(c, l.tokens_per_minute, |s| s.tokens_per_minute).is_some() {
+        if l.tokens_per_minute.is_some() && s.tokens_per_minute.local() {
             create(
-                keys::limit(&c.name, Limit::TokensPerMinute),
+                keys::limit(level.owner, Limit::TokensPerMinute),
                 &Bucket::default().encode(),
             );
         }
         if l.max_concurrent.is_some() {
             create(
-                keys::limit(&c.name, Limit::Concurrency),
+                keys::limit(level.owner, Limit::Concurrency),
                 &0u32.to_le_bytes(),
             );
         }
-        if local(c, l.budget_micros, |s| s.budget_usd_per_day).is_some() {
-            for d in [day, day.saturating_add(1)] {
-                create(keys::budget(&c.name, d), &0i64.to_le_bytes());
+        for b in l.budgets.iter().filter(|_| s.budgets.local()) {
+            let mut made = None;
+            for t in [now_ms, tomorrow] {
+                let index = b.period.index(t, gw.budget_offset_ms);
+                if made != Some(index) {
+                    create(
+                        keys::budget(level.owner, b.period, index),
+                        &0i64.to_le_bytes(),
+                    );
+                    made = Some(index);
+                }
             }
         }
     }
 }
 
-/// A limit's value when this Envoy counts it (scope `local` or `both`).
-fn local<T>(client: &Client, value: Option<T>, scope: impl Fn(Scopes) -> Scope) -> Option<T> {
-    value.filter(|_| scope(client.limits.scope).local())
+/// A limit's state for the `x-ratelimit-*` headers: the limit and what the
+/// take left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shown {
+    pub limit: u64,
+    pub take: Take,
 }
 
-/// Take one request from the client's requests-per-minute bucket. A refusal
-/// comes with the bucket's state, for the rate-limit headers.
-pub fn take_request(
-    host: &impl Host,
-    client: &Client,
-    now_ms: u64,
-) -> Result<Option<Take>, (GatewayError, Take)> {
-    let Some(rpm) = local(client, client.limits.requests_per_minute, |s| {
-        s.requests_per_minute
-    }) else {
-        return Ok(None);
-    };
-    let r = update(
-        host,
-        &keys::limit(&client.name, Limit::RequestsPerMinute),
-        |cur| {
-            let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, 1, now_ms);
-            (Some(next.encode()), t)
-        },
-    );
-    match r {
-        Ok(t) if t.admitted => Ok(Some(t)),
-        Ok(t) => Err((
-            limited(
-                host,
-                "requests",
-                "rate_limit_exceeded",
-                format!(
-                    "Rate limit reached for requests per minute on key `{}`: limit {rpm}. Retry in {}.",
-                    client.name,
-                    ratelimit::reset_text(t.wait_ms)
-                ),
-                t.wait_ms,
-            ),
-            t,
-        )),
-        Err(e) => {
-            store_unavailable(host, "requests per minute", e);
-            Ok(None)
-        }
+/// The tighter of two levels' states (the one with less left).
+pub fn tighter(a: Option<Shown>, b: Shown) -> Option<Shown> {
+    Some(match a {
+        Some(a) if a.take.remaining <= b.take.remaining => a,
+        _ => b,
+    })
+}
+
+/// What is left of the tightest budget, for `x-portcullis-budget-*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetLeft {
+    pub remaining_micros: Micros,
+    /// Until the budget's period ends (`None`: a `total` budget).
+    pub reset_ms: Option<u64>,
+}
+
+impl BudgetLeft {
+    pub fn tighter(a: Option<BudgetLeft>, b: BudgetLeft) -> Option<BudgetLeft> {
+        Some(match a {
+            Some(a) if a.remaining_micros <= b.remaining_micros => a,
+            _ => b,
+        })
     }
 }
 
-/// The client's token bucket as it stands (for headers on cache hits).
-pub fn peek_tokens(host: &impl Host, client: &Client, now_ms: u64) -> Option<Take> {
-    let tpm = local(client, client.limits.tokens_per_minute, |s| {
-        s.tokens_per_minute
-    })?;
-    let key = keys::limit(&client.name, Limit::TokensPerMinute);
-    let (cur, _) = host.get(&key).ok()?;
-    Some(ratelimit::level(
-        &Bucket::decode(cur.as_deref()),
-        tpm,
-        now_ms,
-    ))
+/// Take one request from the requests-per-minute bucket of each level (the
+/// key's, then its team's); a refusal at one level gives back what the
+/// levels before it took. A refusal comes with the refusing bucket's state,
+/// for the rate-limit headers; an admission with the tightest one.
+pub fn take_request(
+    host: &impl Host,
+    gw: &Gateway,
+    client: &Client,
+    now_ms: u64,
+) -> Result<Option<Shown>, (GatewayError, Shown)> {
+    let mut taken: Vec<(String, u64)> = Vec::new();
+    let mut shown = None;
+    for level in gw.levels(client) {
+        let (l, s) = (level.limits, level.limits.scope);
+        let Some(rpm) = l
+            .requests_per_minute
+            .filter(|_| s.requests_per_minute.local())
+        else {
+            continue;
+        };
+        let key = keys::limit(level.owner, Limit::RequestsPerMinute);
+        let r = update(host, &key, |cur| {
+            let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, 1, now_ms);
+            (Some(next.encode()), t)
+        });
+        match r {
+            Ok(t) if t.admitted => {
+                shown = tighter(
+                    shown,
+                    Shown {
+                        limit: rpm,
+                        take: t,
+                    },
+                );
+                taken.push((key, rpm));
+            }
+            Ok(t) => {
+                for (key, rpm) in &taken {
+                    give_back_tokens(host, key, *rpm, 1, now_ms);
+                }
+                let e = limited(
+                    host,
+                    "requests",
+                    "rate_limit_exceeded",
+                    format!(
+                        "Rate limit reached for requests per minute on {}: limit {rpm}. Retry in {}.",
+                        level.owner.describe(),
+                        ratelimit::reset_text(t.wait_ms)
+                    ),
+                    t.wait_ms,
+                );
+                return Err((
+                    e,
+                    Shown {
+                        limit: rpm,
+                        take: t,
+                    },
+                ));
+            }
+            Err(e) => store_unavailable(host, "requests per minute", e),
+        }
+    }
+    Ok(shown)
 }
 
-/// What a request holds of its client's limits until it finishes.
+/// Return `n` units to a bucket (a take undone).
+fn give_back_tokens(host: &impl Host, key: &str, per_minute: u64, n: u64, now_ms: u64) {
+    let _ = update(host, key, |cur| {
+        let next = ratelimit::adjust(
+            &Bucket::decode(cur),
+            per_minute,
+            ratelimit::signed(n),
+            now_ms,
+        );
+        (Some(next.encode()), ())
+    });
+}
+
+/// The tightest token bucket as it stands (for headers on cache hits).
+pub fn peek_tokens(host: &impl Host, gw: &Gateway, client: &Client, now_ms: u64) -> Option<Shown> {
+    let mut shown = None;
+    for level in gw.levels(client) {
+        let (l, s) = (level.limits, level.limits.scope);
+        let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) else {
+            continue;
+        };
+        let key = keys::limit(level.owner, Limit::TokensPerMinute);
+        let Ok((cur, _)) = host.get(&key) else {
+            continue;
+        };
+        let take = ratelimit::level(&Bucket::decode(cur.as_deref()), tpm, now_ms);
+        shown = tighter(shown, Shown { limit: tpm, take });
+    }
+    shown
+}
+
+/// What a request holds of its limits (every level's) until it finishes.
 #[derive(Debug, Default)]
 pub struct Held {
-    client: String,
-    concurrency: bool,
-    /// (tokens per minute, tokens reserved)
-    tokens: Option<(u64, u64)>,
-    /// (budget key, micro-USD reserved, price)
-    budget: Option<(String, Micros, Price)>,
-    /// Reserved by the rate limit service: (tokens per minute, tokens).
-    pub global_tokens: Option<(u32, u64)>,
-    /// Reserved by the rate limit service: (cap, units of $0.0001, price,
-    /// UTC day).
-    pub global_budget: Option<(u32, u64, Price, u64)>,
+    /// Concurrency counters holding a slot.
+    concurrency: Vec<String>,
+    /// Token buckets reserved from, with their limit per minute.
+    tokens: Vec<(String, u64)>,
+    reserved_tokens: u64,
+    /// Budget counters reserved from.
+    budgets: Vec<String>,
+    reserved_micros: Micros,
+    price: Option<Price>,
+    /// Reserved by the rate limit service: (every level's descriptor,
+    /// tokens).
+    pub global_tokens: Option<(Vec<Descriptor>, u64)>,
+    /// Reserved by the rate limit service: (every budget's descriptor,
+    /// units of $0.0001, price).
+    pub global_budget: Option<(Vec<Descriptor>, u64, Price)>,
     done: bool,
 }
 
@@ -169,26 +257,43 @@ pub enum Finish {
     Release,
 }
 
+/// What an admission shows: the tightest token bucket and budget.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Admitted {
+    pub tokens: Option<Shown>,
+    pub budget: Option<BudgetLeft>,
+}
+
 /// Admit a request that goes to a provider: concurrency, token reservation,
-/// budget reservation, in that order; a refusal gives back what was taken.
+/// budget reservations, each at every level (the key's, then its team's).
+/// All or nothing: a refusal at any level gives back what the others took.
 pub fn admit(
     host: &impl Host,
+    gw: &Gateway,
     client: &Client,
     reserve: (u64, u64),
     price: Option<Price>,
     now_ms: u64,
-) -> Result<(Held, Option<Take>), GatewayError> {
-    let mut held = Held {
-        client: client.name.clone(),
-        ..Held::default()
-    };
-    let result = take_concurrency(host, client, &mut held)
-        .and_then(|()| take_tokens(host, client, reserve, now_ms, &mut held))
-        .and_then(|tokens| {
-            take_budget(host, client, reserve, price, now_ms, &mut held).map(|()| tokens)
-        });
+) -> Result<(Held, Admitted), GatewayError> {
+    let mut held = Held::default();
+    let mut shown = Admitted::default();
+    let mut result = Ok(());
+    for level in gw.levels(client) {
+        result = result
+            .and_then(|()| take_concurrency(host, level, &mut held))
+            .and_then(|()| take_tokens(host, level, reserve, now_ms, &mut held, &mut shown));
+    }
+    if let Some(price) = price {
+        for level in gw.levels(client) {
+            result = result.and_then(|()| {
+                take_budgets(
+                    host, gw, level, reserve, price, now_ms, &mut held, &mut shown,
+                )
+            });
+        }
+    }
     match result {
-        Ok(tokens) => Ok((held, tokens)),
+        Ok(()) => Ok((held, shown)),
         Err(e) => {
             held.finish(host, Finish::Release, now_ms);
             Err(e)
@@ -198,24 +303,24 @@ pub fn admit(
 
 fn take_concurrency(
     host: &impl Host,
-    client: &Client,
+    level: Level<'_>,
     held: &mut Held,
 ) -> Result<(), GatewayError> {
-    let Some(max) = client.limits.max_concurrent else {
+    let Some(max) = level.limits.max_concurrent else {
         return Ok(());
     };
-    let key = keys::limit(&client.name, Limit::Concurrency);
+    let key = keys::limit(level.owner, Limit::Concurrency);
     match update(host, &key, |cur| ratelimit::acquire(cur, max)) {
-        Ok(true) => held.concurrency = true,
+        Ok(true) => held.concurrency.push(key),
         Ok(false) => {
             return Err(limited(
                 host,
                 "requests",
                 "concurrency_limit_exceeded",
                 format!(
-                "Too many requests in flight for key `{}`: limit {max}. Retry when one finishes.",
-                client.name
-            ),
+                    "Too many requests in flight for {}: limit {max}. Retry when one finishes.",
+                    level.owner.describe()
+                ),
                 1000,
             ))
         }
@@ -224,145 +329,180 @@ fn take_concurrency(
     Ok(())
 }
 
-fn take_tokens(
-    host: &impl Host,
-    client: &Client,
+/// A reservation larger than a whole token limit: no wait would admit it
+/// (OpenAI answers "Request too large"); nothing is taken.
+pub fn too_large(
+    owner: Owner<'_>,
+    tpm: u64,
     (prompt_est, max_completion): (u64, u64),
-    now_ms: u64,
-    held: &mut Held,
-) -> Result<Option<Take>, GatewayError> {
-    let Some(tpm) = local(client, client.limits.tokens_per_minute, |s| {
-        s.tokens_per_minute
-    }) else {
-        return Ok(None);
-    };
+) -> Option<GatewayError> {
     let want = prompt_est.saturating_add(max_completion);
-    if want > tpm {
-        // Larger than the whole limit: no wait would admit it, and the
-        // bucket is left untouched (OpenAI answers "Request too large").
-        return Err(limited(
-            host,
+    (want > tpm).then(|| {
+        GatewayError::new(
+            429,
             "tokens",
             "rate_limit_exceeded",
             format!(
-                "Request too large for key `{}`: tokens per minute limit {tpm}, this request reserves {want} tokens (prompt estimate {prompt_est} + max tokens {max_completion}). Lower `max_tokens` or `max_completion_tokens`.",
-                client.name
+                "Request too large for {}: tokens per minute limit {tpm}, this request reserves {want} tokens (prompt estimate {prompt_est} + max tokens {max_completion}). Lower `max_tokens` or `max_completion_tokens`.",
+                owner.describe()
             ),
-            60_000,
-        ));
+        )
+        .with_retry_after(60)
+    })
+}
+
+fn take_tokens(
+    host: &impl Host,
+    level: Level<'_>,
+    reserve: (u64, u64),
+    now_ms: u64,
+    held: &mut Held,
+    shown: &mut Admitted,
+) -> Result<(), GatewayError> {
+    let (l, s) = (level.limits, level.limits.scope);
+    let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) else {
+        return Ok(());
+    };
+    if let Some(e) = too_large(level.owner, tpm, reserve) {
+        host.count(metrics::RATE_LIMITED, 1);
+        return Err(e);
     }
-    let r = update(
-        host,
-        &keys::limit(&client.name, Limit::TokensPerMinute),
-        |cur| {
-            let (next, t) = ratelimit::take(&Bucket::decode(cur), tpm, want, now_ms);
-            (Some(next.encode()), t)
-        },
-    );
+    let want = reserve.0.saturating_add(reserve.1);
+    let key = keys::limit(level.owner, Limit::TokensPerMinute);
+    let r = update(host, &key, |cur| {
+        let (next, t) = ratelimit::take(&Bucket::decode(cur), tpm, want, now_ms);
+        (Some(next.encode()), t)
+    });
     match r {
         Ok(t) if t.admitted => {
-            held.tokens = Some((tpm, want));
-            Ok(Some(t))
+            held.tokens.push((key, tpm));
+            held.reserved_tokens = want;
+            shown.tokens = tighter(shown.tokens, Shown { limit: tpm, take: t });
+            Ok(())
         }
         Ok(t) => Err(limited(
             host,
             "tokens",
             "rate_limit_exceeded",
             format!(
-                "Rate limit reached for tokens per minute on key `{}`: limit {tpm}, requested {want}. Retry in {}.",
-                client.name,
+                "Rate limit reached for tokens per minute on {}: limit {tpm}, requested {want}. Retry in {}.",
+                level.owner.describe(),
                 ratelimit::reset_text(t.wait_ms)
             ),
             t.wait_ms,
         )),
         Err(e) => {
             store_unavailable(host, "tokens per minute", e);
-            Ok(None)
+            Ok(())
         }
     }
 }
 
-fn take_budget(
+/// The 429 of a budget that would be exceeded: until its period resets
+/// (a `total` budget never does, so no `retry-after`).
+pub fn over_budget(
+    who: &str,
+    b: &Budget,
+    cost: Micros,
+    reset_ms: Option<u64>,
+    fleet: bool,
+) -> GatewayError {
+    let resets = match reset_ms {
+        Some(ms) => format!(" It resets in {}.", ratelimit::reset_text(ms)),
+        None => " It does not reset.".to_string(),
+    };
+    let e = GatewayError::new(
+        429,
+        "insufficient_quota",
+        "budget_exceeded",
+        format!(
+            "{} budget of ${:.2} for {} would be exceeded by this request (reserving ${:.4}){}.{resets}",
+            b.period.adjective(),
+            b.micros as f64 / 1e6,
+            who,
+            cost as f64 / 1e6,
+            if fleet { ", counted across the fleet" } else { "" },
+        ),
+    );
+    match reset_ms {
+        Some(ms) => e.with_retry_after(ms.div_ceil(1000).max(1)),
+        None => e,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn take_budgets(
     host: &impl Host,
-    client: &Client,
+    gw: &Gateway,
+    level: Level<'_>,
     (prompt_est, max_completion): (u64, u64),
-    price: Option<Price>,
+    price: Price,
     now_ms: u64,
     held: &mut Held,
+    shown: &mut Admitted,
 ) -> Result<(), GatewayError> {
-    let cap = local(client, client.limits.budget_micros, |s| {
-        s.budget_usd_per_day
-    });
-    let (Some(cap), Some(price)) = (cap, price) else {
+    if !level.limits.scope.budgets.local() {
         return Ok(());
-    };
+    }
     let cost = price.cost(prompt_est, max_completion, 0);
-    let bkey = keys::budget(&client.name, ratelimit::day_of(now_ms));
-    match update(host, &bkey, |cur| {
-        let (next, ok, _) = ratelimit::spend(cur, cap, cost);
-        (next, ok)
-    }) {
-        Ok(true) => held.budget = Some((bkey, cost, price)),
-        Ok(false) => {
-            return Err(limited(
-                host,
-                "insufficient_quota",
-                "budget_exceeded",
-                format!(
-                    "Daily budget of ${:.2} for key `{}` would be exceeded by this request (reserving ${:.4}). It resets at 00:00 UTC.",
-                    cap as f64 / 1e6,
-                    client.name,
-                    cost as f64 / 1e6
-                ),
-                ratelimit::ms_to_midnight(now_ms),
-            ));
+    for b in &level.limits.budgets {
+        let index = b.period.index(now_ms, gw.budget_offset_ms);
+        let key = keys::budget(level.owner, b.period, index);
+        let reset_ms = b.period.ms_to_end(now_ms, gw.budget_offset_ms);
+        match update(host, &key, |cur| {
+            let (next, ok, spent) = ratelimit::spend(cur, b.micros, cost);
+            (next, (ok, spent))
+        }) {
+            Ok((true, spent)) => {
+                held.budgets.push(key);
+                held.reserved_micros = cost;
+                held.price = Some(price);
+                let left = BudgetLeft {
+                    remaining_micros: b.micros.saturating_sub(spent).max(0),
+                    reset_ms,
+                };
+                shown.budget = BudgetLeft::tighter(shown.budget, left);
+            }
+            Ok((false, _)) => {
+                host.count(metrics::RATE_LIMITED, 1);
+                return Err(over_budget(
+                    &level.owner.describe(),
+                    b,
+                    cost,
+                    reset_ms,
+                    false,
+                ));
+            }
+            Err(e) => store_unavailable(host, "budget", e),
         }
-        Err(e) => store_unavailable(host, "budget", e),
     }
     Ok(())
 }
 
 impl Held {
-    pub fn new(client: &str) -> Held {
-        Held {
-            client: client.to_string(),
-            ..Held::default()
-        }
-    }
-
     /// Usage above a global reservation is counted after the answer (the
-    /// protocol only adds: an over-estimate stays counted).
+    /// protocol only adds: an over-estimate stays counted), one call for
+    /// every level of a limit.
     fn settle_global(&self, host: &impl Host, u: &Usage) {
-        let send = |limit: GlobalLimit, value: u32, extra: u64| {
-            if extra == 0 {
+        let send = |descriptors: &[Descriptor], extra: u64| {
+            if extra == 0 || descriptors.is_empty() {
                 return;
             }
             let hits = u32::try_from(extra).unwrap_or(u32::MAX);
             host.count(metrics::GLOBAL_SETTLED, 1);
-            host.send_later(rls::encode_request(
-                &[limit.descriptor(&self.client, value)],
-                hits,
-            ));
+            host.send_later(rls::encode_request(descriptors, hits));
         };
-        if let Some((tpm, reserved)) = self.global_tokens {
-            send(
-                GlobalLimit::TokensPerMinute,
-                tpm,
-                u.total().saturating_sub(reserved),
-            );
+        if let Some((descriptors, reserved)) = &self.global_tokens {
+            send(descriptors, u.total().saturating_sub(*reserved));
         }
-        if let Some((cap, reserved, price, day)) = self.global_budget {
+        if let Some((descriptors, reserved, price)) = &self.global_budget {
             let used = rls::budget_units(price.usage_cost(u));
-            send(
-                GlobalLimit::BudgetPerDay(day),
-                cap,
-                used.saturating_sub(reserved),
-            );
+            send(descriptors, used.saturating_sub(*reserved));
         }
     }
 
     /// End the hold, once: settle or release the reservations, free the
-    /// concurrency slot. Later calls do nothing.
+    /// concurrency slots. Later calls do nothing.
     pub fn finish(&mut self, host: &impl Host, how: Finish, now_ms: u64) {
         if self.done {
             return;
@@ -372,71 +512,92 @@ impl Held {
             self.settle_global(host, u);
         }
         // Token and budget deltas to give back (positive) or take (negative).
+        let reserved = ratelimit::signed(self.reserved_tokens);
         let (tokens_back, micros_back) = match how {
-            Finish::Release => (
-                self.tokens.map_or(0, |(_, r)| ratelimit::signed(r)),
-                self.budget.as_ref().map_or(0, |(_, r, _)| *r),
-            ),
+            Finish::Release => (reserved, self.reserved_micros),
             Finish::Settle(None) => (0, 0),
             Finish::Settle(Some(u)) => (
-                self.tokens.map_or(0, |(_, r)| {
-                    ratelimit::signed(r).saturating_sub(ratelimit::signed(u.total()))
-                }),
-                self.budget
-                    .as_ref()
-                    .map_or(0, |(_, r, price)| r.saturating_sub(price.usage_cost(&u))),
+                reserved.saturating_sub(ratelimit::signed(u.total())),
+                self.price
+                    .map_or(0, |p| self.reserved_micros.saturating_sub(p.usage_cost(&u))),
             ),
         };
-        if let (Some((tpm, _)), true) = (self.tokens, tokens_back != 0) {
-            let key = keys::limit(&self.client, Limit::TokensPerMinute);
-            let _ = update(host, &key, |cur| {
-                let next = ratelimit::adjust(&Bucket::decode(cur), tpm, tokens_back, now_ms);
-                (Some(next.encode()), ())
-            });
+        if tokens_back != 0 {
+            for (key, tpm) in &self.tokens {
+                let _ = update(host, key, |cur| {
+                    let next = ratelimit::adjust(&Bucket::decode(cur), *tpm, tokens_back, now_ms);
+                    (Some(next.encode()), ())
+                });
+            }
         }
-        if let (Some((bkey, _, _)), true) = (&self.budget, micros_back != 0) {
-            let _ = update(host, bkey, |cur| {
-                (
-                    Some(ratelimit::settle_spend(cur, micros_back.saturating_neg())),
-                    (),
-                )
-            });
+        if micros_back != 0 {
+            for key in &self.budgets {
+                let _ = update(host, key, |cur| {
+                    (
+                        Some(ratelimit::settle_spend(cur, micros_back.saturating_neg())),
+                        (),
+                    )
+                });
+            }
         }
-        if self.concurrency {
-            let key = keys::limit(&self.client, Limit::Concurrency);
-            let _ = update(host, &key, |cur| (ratelimit::release(cur), ()));
+        for key in &self.concurrency {
+            let _ = update(host, key, |cur| (ratelimit::release(cur), ()));
         }
     }
 
     /// Whether the answer's usage matters (a reservation to settle).
     pub fn wants_usage(&self) -> bool {
         !self.done
-            && (self.tokens.is_some()
-                || self.budget.is_some()
+            && (!self.tokens.is_empty()
+                || !self.budgets.is_empty()
                 || self.global_tokens.is_some()
                 || self.global_budget.is_some())
     }
 }
 
-/// OpenAI's rate-limit headers for the takes of this request.
-pub fn headers(
-    client: &Client,
-    requests: Option<Take>,
-    tokens: Option<Take>,
-) -> Vec<(&'static str, String)> {
+/// OpenAI's rate-limit headers for the tightest level of each limit.
+pub fn headers(requests: Option<Shown>, tokens: Option<Shown>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    if let (Some(limit), Some(t)) = (client.limits.requests_per_minute, requests) {
-        out.push(("x-ratelimit-limit-requests", limit.to_string()));
-        out.push(("x-ratelimit-remaining-requests", t.remaining.to_string()));
+    if let Some(s) = requests {
+        out.push(("x-ratelimit-limit-requests", s.limit.to_string()));
+        out.push((
+            "x-ratelimit-remaining-requests",
+            s.take.remaining.to_string(),
+        ));
         out.push((
             "x-ratelimit-reset-requests",
-            ratelimit::reset_text(t.wait_ms),
+            ratelimit::reset_text(s.take.wait_ms),
         ));
     }
-    if let (Some(limit), Some(t)) = (client.limits.tokens_per_minute, tokens) {
-        out.push(("x-ratelimit-limit-tokens", limit.to_string()));
-        out.push(("x-ratelimit-remaining-tokens", t.remaining.to_string()));
-        out.push(("x-ratelimit-reset-tokens", ratelimit::reset_text(t.wait_ms)));
+    if let Some(s) = tokens {
+        out.push(("x-ratelimit-limit-tokens", s.limit.to_string()));
+        out.push(("x-ratelimit-remaining-tokens", s.take.remaining.to_string()));
+        out.push((
+            "x-ratelimit-reset-tokens",
+            ratelimit::reset_text(s.take.wait_ms),
+        ));
     }
     out
+}
+
+/// What remains of the tightest budget: `x-portcullis-budget-remaining-usd`
+/// (after this request's reservation) and `x-portcullis-budget-reset`
+/// (OpenAI's reset format; none for a `total` budget). Replaces earlier
+/// budget headers when this one is tighter.
+pub fn budget_headers(out: &mut Vec<(&'static str, String)>, left: BudgetLeft) {
+    const REMAINING: &str = "x-portcullis-budget-remaining-usd";
+    const RESET: &str = "x-portcullis-budget-reset";
+    let shown = out
+        .iter()
+        .find(|(k, _)| *k == REMAINING)
+        .and_then(|(_, v)| v.parse::<f64>().ok());
+    let usd = left.remaining_micros as f64 / 1e6;
+    if shown.is_some_and(|s| s <= usd) {
+        return;
+    }
+    out.retain(|(k, _)| *k != REMAINING && *k != RESET);
+    out.push((REMAINING, format!("{usd:.4}")));
+    if let Some(ms) = left.reset_ms {
+        out.push((RESET, ratelimit::reset_text(ms)));
+    }
 }

@@ -17,7 +17,6 @@ use crate::loaded::Loaded;
 use portcullis_core::api::Api;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
-use portcullis_core::ratelimit::Take;
 use portcullis_core::usage::Usage;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, LogLevel};
@@ -91,7 +90,7 @@ pub struct RequestContext<H: Host> {
     /// A routed chat request across its attempts.
     pub flight: Option<Flight>,
     /// The request-rate take at headers (for the rate-limit headers).
-    pub req_take: Option<Take>,
+    pub req_take: Option<crate::admission::Shown>,
     /// `x-ratelimit-*` headers for every answer to this request.
     pub rate_headers: Vec<(&'static str, String)>,
     /// What the request holds of its client's limits until it finishes.

@@ -5,12 +5,12 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use crate::context::{Phase, RequestContext};
-use crate::global_limits::{rate_headers, refusal, Ask, Pending, Sent};
+use crate::global_limits::{rate_headers, refusal, Ask, Kind, Pending, Sent};
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::config::{Client, Gateway, GlobalLimits};
+use portcullis_core::config::GlobalLimits;
 use portcullis_core::error::GatewayError;
-use portcullis_core::rls::{self, Limit, Verdict};
+use portcullis_core::rls::{self, Verdict};
 use proxy_wasm::types::{Action, LogLevel};
 
 /// gRPC status of a call that ran out of time.
@@ -22,14 +22,12 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn check_global(
         &mut self,
         service: &GlobalLimits,
-        client: &Client,
         asks: Vec<Ask>,
     ) -> Result<Sent, GatewayError> {
         let mut calls = Vec::with_capacity(asks.len());
         let mut failed = None;
         for ask in asks {
-            let message =
-                rls::encode_request(&[ask.limit.descriptor(&client.name, ask.value)], ask.hits);
+            let message = rls::encode_request(&ask.descriptors, ask.hits);
             self.host.count(metrics::GLOBAL_CHECKS, 1);
             let credential = self
                 .loaded
@@ -49,7 +47,7 @@ impl<H: Host> RequestContext<H> {
             ) {
                 Ok(token) => calls.push((token, ask)),
                 Err(s) => {
-                    self.forget_reservation(ask);
+                    self.forget_reservation(&ask);
                     failed = Some(format!("cannot call cluster `{}`: {s:?}", service.cluster));
                 }
             }
@@ -72,12 +70,12 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// A reservation the service never counted is not settled either.
-    fn forget_reservation(&mut self, ask: Ask) {
+    fn forget_reservation(&mut self, ask: &Ask) {
         if let Some(h) = self.held.as_mut() {
-            match ask.limit {
-                Limit::TokensPerMinute => h.global_tokens = None,
-                Limit::BudgetPerDay(_) => h.global_budget = None,
-                Limit::RequestsPerMinute => {}
+            match ask.kind {
+                Kind::Tokens => h.global_tokens = None,
+                Kind::Budgets => h.global_budget = None,
+                Kind::Requests => {}
             }
         }
     }
@@ -97,7 +95,7 @@ impl<H: Host> RequestContext<H> {
         let (_, ask) = pending.calls.swap_remove(i);
         let verdict = if grpc_status == 0 {
             match self.host.grpc_answer(size) {
-                Ok(b) => rls::verdict(&b, 1),
+                Ok(b) => rls::verdict(&b, ask.descriptors.len()),
                 Err(_) => Verdict::Unusable("the answer could not be read"),
             }
         } else {
@@ -116,19 +114,20 @@ impl<H: Host> RequestContext<H> {
         };
         match verdict {
             Verdict::Ok(status) => {
-                if let Some(s) = status {
-                    rate_headers(&mut self.rate_headers, ask, s);
+                if let Some((i, s)) = status {
+                    rate_headers(&mut self.rate_headers, &ask, i, s);
                 }
             }
             Verdict::OverLimit(status) => {
-                if let Some(s) = status {
-                    rate_headers(&mut self.rate_headers, ask, s);
+                if let Some((i, s)) = status {
+                    rate_headers(&mut self.rate_headers, &ask, i, s);
                 }
-                self.forget_reservation(ask);
-                pending.refused = Some((ask, status));
+                self.forget_reservation(&ask);
+                let (i, s) = status.map_or((0, None), |(i, s)| (i, Some(s)));
+                pending.refused = Some((ask, i, s));
             }
             Verdict::Unusable(why) => {
-                self.forget_reservation(ask);
+                self.forget_reservation(&ask);
                 pending.failed = Some(format!("{why} (gRPC status {grpc_status})"));
             }
         }
@@ -153,14 +152,11 @@ impl<H: Host> RequestContext<H> {
 
     /// Every answer is in: refuse, fail by the failure mode, or go on.
     fn decide_global(&mut self, pending: Pending) -> Result<(), GatewayError> {
-        let loaded = self.loaded()?;
-        let gw: &Gateway = &loaded.gw;
-        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
-        if let Some((ask, status)) = pending.refused {
+        if let Some((ask, i, status)) = pending.refused {
             self.host.count(metrics::GLOBAL_OVER_LIMIT, 1);
             self.host.count(metrics::RATE_LIMITED, 1);
             self.log.limited_by = "global";
-            return Err(refusal(client, ask, status));
+            return Err(refusal(&ask, i, status));
         }
         let mode = pending.mode();
         if let Some(why) = pending.failed {

@@ -15,19 +15,71 @@
 
 #![deny(clippy::arithmetic_side_effects)]
 
-use crate::admission::Held;
-use portcullis_core::config::Client;
+use crate::admission::{self, BudgetLeft, Held};
+use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
+use portcullis_core::keys::Owner;
 use portcullis_core::ratelimit::{self, Price};
-use portcullis_core::rls::{self, Limit, Status};
+use portcullis_core::rls::{self, Descriptor, Limit, Status};
 
-/// One global limit a request asks for.
+/// Which limit a call counts (every level's descriptor of it in one call,
+/// so the service admits all levels or none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ask {
+pub enum Kind {
+    Requests,
+    Tokens,
+    Budgets,
+}
+
+/// One level's limit in a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
     pub limit: Limit,
-    /// The limit (requests, tokens, or budget units per period).
-    pub value: u32,
+    /// "key `alice`", "team `research`".
+    pub who: String,
+    /// For a budget: its USD cap and the time until its period ends.
+    pub budget: Option<(portcullis_core::config::Budget, Option<u64>)>,
+}
+
+/// One call to the rate limit service: a descriptor per level (and per
+/// budget period), all counting the same hits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    pub kind: Kind,
+    pub descriptors: Vec<Descriptor>,
+    pub items: Vec<Item>,
     pub hits: u32,
+}
+
+impl Ask {
+    fn new(kind: Kind, hits: u32) -> Ask {
+        Ask {
+            kind,
+            descriptors: Vec::new(),
+            items: Vec::new(),
+            hits,
+        }
+    }
+
+    fn push(
+        &mut self,
+        owner: Owner<'_>,
+        limit: Limit,
+        value: u32,
+        budget: Option<(portcullis_core::config::Budget, Option<u64>)>,
+    ) {
+        self.descriptors.push(limit.descriptor(owner, value));
+        self.items.push(Item {
+            limit,
+            who: owner.describe(),
+            budget,
+        });
+    }
+
+    /// The limit (per period) of descriptor `i`.
+    fn value(&self, i: usize) -> u32 {
+        self.descriptors.get(i).map_or(0, |d| d.requests_per_unit)
+    }
 }
 
 /// What sending the calls came to.
@@ -42,7 +94,8 @@ pub enum Sent {
 /// The calls of one request in flight, and what came back so far.
 pub struct Pending {
     pub calls: Vec<(u32, Ask)>,
-    pub refused: Option<(Ask, Option<Status>)>,
+    /// The call that refused, its refusing descriptor and status.
+    pub refused: Option<(Ask, usize, Option<Status>)>,
     pub failed: Option<String>,
     /// When the calls went out, and their timeout: Envoy reports a call
     /// that ran out of time as UNAVAILABLE (its 504 mapped to gRPC), so a
@@ -64,130 +117,158 @@ impl Pending {
     }
 }
 
-/// The global limits of a request: the request rate always, tokens and
-/// budget only when it goes to a provider. Also records the reservations
-/// on `held` (settled with the real usage at the end).
+fn fit(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// The global limits of a request, one call per limit with every level's
+/// descriptor in it: the request rate always, tokens and budgets only when
+/// it goes to a provider. Also records the reservations on `held` (settled
+/// with the real usage at the end).
 pub fn asks(
+    gw: &Gateway,
     client: &Client,
     to_provider: Option<((u64, u64), Option<Price>)>,
     now_ms: u64,
     held: &mut Held,
 ) -> Result<Vec<Ask>, GatewayError> {
-    let (l, s) = (&client.limits, client.limits.scope);
-    let mut out = Vec::new();
-    let fit = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-    if let Some(rpm) = l
-        .requests_per_minute
-        .filter(|_| s.requests_per_minute.global())
-    {
-        out.push(Ask {
-            limit: Limit::RequestsPerMinute,
-            value: fit(rpm),
-            hits: 1,
-        });
+    let mut requests = Ask::new(Kind::Requests, 1);
+    for level in gw.levels(client) {
+        let (l, s) = (level.limits, level.limits.scope);
+        if let Some(rpm) = l
+            .requests_per_minute
+            .filter(|_| s.requests_per_minute.global())
+        {
+            requests.push(level.owner, Limit::RequestsPerMinute, fit(rpm), None);
+        }
     }
-    let Some(((prompt_est, max_completion), price)) = to_provider else {
+    let mut out: Vec<Ask> = Vec::new();
+    if !requests.items.is_empty() {
+        out.push(requests);
+    }
+    let Some((reserve, price)) = to_provider else {
         return Ok(out);
     };
-    if let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.global()) {
-        let want = prompt_est.saturating_add(max_completion);
-        if want > tpm {
-            return Err(GatewayError::new(
-                429,
-                "tokens",
-                "rate_limit_exceeded",
-                format!(
-                    "Request too large for key `{}`: tokens per minute limit {tpm}, this request reserves {want} tokens (prompt estimate {prompt_est} + max tokens {max_completion}). Lower `max_tokens` or `max_completion_tokens`.",
-                    client.name
-                ),
-            )
-            .with_retry_after(60));
+    let want = reserve.0.saturating_add(reserve.1);
+    let mut tokens = Ask::new(Kind::Tokens, fit(want).max(1));
+    let cost = price.map(|p| rls::budget_units(p.cost(reserve.0, reserve.1, 0)));
+    let mut budgets = Ask::new(Kind::Budgets, fit(cost.unwrap_or(0)).max(1));
+    for level in gw.levels(client) {
+        let (l, s) = (level.limits, level.limits.scope);
+        if let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.global()) {
+            if let Some(e) = admission::too_large(level.owner, tpm, reserve) {
+                return Err(e);
+            }
+            tokens.push(level.owner, Limit::TokensPerMinute, fit(tpm), None);
         }
-        out.push(Ask {
-            limit: Limit::TokensPerMinute,
-            value: fit(tpm),
-            hits: fit(want).max(1),
-        });
-        held.global_tokens = Some((fit(tpm), want));
+        if cost.is_none() || !s.budgets.global() {
+            continue;
+        }
+        for b in &l.budgets {
+            let index = b.period.index(now_ms, gw.budget_offset_ms);
+            let reset = b.period.ms_to_end(now_ms, gw.budget_offset_ms);
+            let cap = fit(rls::budget_units(b.micros)).max(1);
+            budgets.push(
+                level.owner,
+                Limit::Budget(b.period, index),
+                cap,
+                Some((*b, reset)),
+            );
+        }
     }
-    if let (Some(cap), Some(price)) = (
-        l.budget_micros.filter(|_| s.budget_usd_per_day.global()),
-        price,
-    ) {
-        let cost = rls::budget_units(price.cost(prompt_est, max_completion, 0));
-        let day = ratelimit::day_of(now_ms);
-        out.push(Ask {
-            limit: Limit::BudgetPerDay(day),
-            value: fit(rls::budget_units(cap)).max(1),
-            hits: fit(cost).max(1),
-        });
-        held.global_budget = Some((fit(rls::budget_units(cap)), cost.max(1), price, day));
+    if !tokens.items.is_empty() {
+        held.global_tokens = Some((tokens.descriptors.clone(), want));
+        out.push(tokens);
+    }
+    if let (false, Some(price), Some(cost)) = (budgets.items.is_empty(), price, cost) {
+        held.global_budget = Some((budgets.descriptors.clone(), cost.max(1), price));
+        out.push(budgets);
     }
     Ok(out)
 }
 
 /// The 429 of a refusal, in the words of the local limits.
-pub fn refusal(client: &Client, ask: Ask, status: Option<Status>) -> GatewayError {
+pub fn refusal(ask: &Ask, i: usize, status: Option<Status>) -> GatewayError {
     let wait_ms = status.map_or(1000, |s| s.reset_ms);
     let retry = wait_ms.div_ceil(1000).max(1);
-    let (kind, code, message) = match ask.limit {
-        Limit::RequestsPerMinute => (
+    let Some(item) = ask.items.get(i) else {
+        return GatewayError::new(
+            429,
             "requests",
             "rate_limit_exceeded",
-            format!(
-                "Rate limit reached for requests per minute on key `{}`: limit {} across the fleet. Retry in {}.",
-                client.name,
-                ask.value,
-                ratelimit::reset_text(wait_ms)
-            ),
-        ),
-        Limit::TokensPerMinute => (
+            "Rate limit reached across the fleet.".to_string(),
+        )
+        .with_retry_after(retry);
+    };
+    let value = ask.value(i);
+    let (kind, message) = match (ask.kind, item.budget) {
+        (Kind::Budgets, Some((budget, reset))) => {
+            let cost = i64::from(ask.hits).saturating_mul(rls::BUDGET_UNIT_MICROS as i64);
+            return admission::over_budget(&item.who, &budget, cost, reset, true);
+        }
+        (Kind::Tokens, _) => (
             "tokens",
-            "rate_limit_exceeded",
             format!(
-                "Rate limit reached for tokens per minute on key `{}`: limit {} across the fleet, requested {}. Retry in {}.",
-                client.name,
-                ask.value,
+                "Rate limit reached for tokens per minute on {}: limit {value} across the fleet, requested {}. Retry in {}.",
+                item.who,
                 ask.hits,
                 ratelimit::reset_text(wait_ms)
             ),
         ),
-        Limit::BudgetPerDay(_) => {
-            let units = rls::BUDGET_UNIT_MICROS as f64;
-            (
-                "insufficient_quota",
-                "budget_exceeded",
-                format!(
-                    "Daily budget of ${:.2} for key `{}` would be exceeded by this request (reserving ${:.4}), counted across the fleet. It resets at 00:00 UTC.",
-                    f64::from(ask.value) * units / 1e6,
-                    client.name,
-                    f64::from(ask.hits) * units / 1e6
-                ),
-            )
-        }
+        _ => (
+            "requests",
+            format!(
+                "Rate limit reached for requests per minute on {}: limit {value} across the fleet. Retry in {}.",
+                item.who,
+                ratelimit::reset_text(wait_ms)
+            ),
+        ),
     };
-    GatewayError::new(429, kind, code, message).with_retry_after(retry)
+    GatewayError::new(429, kind, "rate_limit_exceeded", message).with_retry_after(retry)
 }
 
-/// OpenAI's rate-limit headers from the service's answer, replacing the
-/// local ones of the same limit.
-pub fn rate_headers(out: &mut Vec<(&'static str, String)>, ask: Ask, status: Status) {
-    let names = match ask.limit {
-        Limit::RequestsPerMinute => [
+/// The service's answer to the headers: OpenAI's rate-limit headers
+/// (replacing the local ones of the same limit when tighter), and what is
+/// left of a budget.
+pub fn rate_headers(out: &mut Vec<(&'static str, String)>, ask: &Ask, i: usize, status: Status) {
+    let names = match ask.kind {
+        Kind::Requests => [
             "x-ratelimit-limit-requests",
             "x-ratelimit-remaining-requests",
             "x-ratelimit-reset-requests",
         ],
-        Limit::TokensPerMinute => [
+        Kind::Tokens => [
             "x-ratelimit-limit-tokens",
             "x-ratelimit-remaining-tokens",
             "x-ratelimit-reset-tokens",
         ],
-        Limit::BudgetPerDay(_) => return,
+        Kind::Budgets => {
+            let reset_ms = ask
+                .items
+                .get(i)
+                .and_then(|it| it.budget)
+                .and_then(|(_, r)| r);
+            let units = i64::from(status.remaining);
+            admission::budget_headers(
+                out,
+                BudgetLeft {
+                    remaining_micros: units.saturating_mul(rls::BUDGET_UNIT_MICROS as i64),
+                    reset_ms,
+                },
+            );
+            return;
+        }
     };
-    out.retain(|(k, _)| !names.contains(k));
     let [limit, remaining, reset] = names;
-    out.push((limit, status.limit.unwrap_or(ask.value).to_string()));
+    let local_left = out
+        .iter()
+        .find(|(k, _)| *k == remaining)
+        .and_then(|(_, v)| v.parse::<u64>().ok());
+    if local_left.is_some_and(|l| l < u64::from(status.remaining)) {
+        return;
+    }
+    out.retain(|(k, _)| !names.contains(k));
+    out.push((limit, status.limit.unwrap_or(ask.value(i)).to_string()));
     out.push((remaining, status.remaining.to_string()));
     out.push((reset, ratelimit::reset_text(status.reset_ms)));
 }

@@ -7,7 +7,8 @@ use crate::fake::FakeHost;
 use crate::host::{Host, Part};
 use crate::loaded::Loaded;
 use portcullis_core::config::compile;
-use portcullis_core::keys::{self, Limit};
+use portcullis_core::keys::{self, Limit, Owner};
+use portcullis_core::period::Period;
 use portcullis_core::ratelimit::{decode_u32, Bucket};
 use portcullis_core::store::Store;
 use proxy_wasm::types::Action;
@@ -129,7 +130,7 @@ impl Gateway {
         let (v, _) = self
             .host
             .store
-            .get(&keys::limit("demo", Limit::Concurrency))
+            .get(&keys::limit(Owner::Key("demo"), Limit::Concurrency))
             .unwrap();
         decode_u32(v.as_deref())
     }
@@ -138,7 +139,7 @@ impl Gateway {
         let (v, _) = self
             .host
             .store
-            .get(&keys::limit("demo", Limit::TokensPerMinute))
+            .get(&keys::limit(Owner::Key("demo"), Limit::TokensPerMinute))
             .unwrap();
         Bucket::decode(v.as_deref()).level_milli / 1000
     }
@@ -422,28 +423,33 @@ fn limit_keys_exist_before_traffic_so_a_racing_reservation_is_never_lost() {
         "{requests_per_minute: 5, tokens_per_minute: 100000, max_concurrent: 3, budget_usd_per_day: 1}",
         "",
     ));
-    let day = portcullis_core::ratelimit::day_of(g.host.now_ms());
-    crate::admission::prepare(&g.host, &g.loaded.gw, day);
+    let now = g.host.now_ms();
+    let day = Period::Day.index(now, 0);
+    crate::admission::prepare(&g.host, &g.loaded.gw, now);
     for key in [
-        keys::limit("demo", Limit::RequestsPerMinute),
-        keys::limit("demo", Limit::TokensPerMinute),
-        keys::limit("demo", Limit::Concurrency),
-        keys::budget("demo", day),
-        keys::budget("demo", day + 1),
+        keys::limit(Owner::Key("demo"), Limit::RequestsPerMinute),
+        keys::limit(Owner::Key("demo"), Limit::TokensPerMinute),
+        keys::limit(Owner::Key("demo"), Limit::Concurrency),
+        keys::budget(Owner::Key("demo"), Period::Day, day),
+        keys::budget(Owner::Key("demo"), Period::Day, day + 1),
     ] {
         assert!(g.host.store.get(&key).unwrap().0.is_some(), "{key}");
     }
     // A budget alone: its reservation is the request's first write. Another
     // worker reserves 500 micro-USD between our read and our write.
     let g = Gateway::new(&config("{budget_usd_per_day: 1}", ""));
-    crate::admission::prepare(&g.host, &g.loaded.gw, day);
+    crate::admission::prepare(&g.host, &g.loaded.gw, now);
     g.host.store.inject_conflicts(1, |v| {
         let spent = i64::from_le_bytes(v.try_into().unwrap());
         (spent + 500).to_le_bytes().to_vec()
     });
     let (_ctx, a) = g.chat(&[], &body("racing"));
     assert_eq!(a, Action::Continue);
-    let (v, _) = g.host.store.get(&keys::budget("demo", day)).unwrap();
+    let (v, _) = g
+        .host
+        .store
+        .get(&keys::budget(Owner::Key("demo"), Period::Day, day))
+        .unwrap();
     let spent = i64::from_le_bytes(v.unwrap().try_into().unwrap());
     assert!(spent > 500, "both reservations stand: {spent}");
 }
@@ -451,6 +457,11 @@ fn limit_keys_exist_before_traffic_so_a_racing_reservation_is_never_lost() {
 /// A `RateLimitResponse`: overall code, one status (code, limit,
 /// remaining, seconds to reset).
 fn rls_answer(overall: u64, status: (u64, u64, u64, u64)) -> Vec<u8> {
+    rls_answers(overall, &[status])
+}
+
+/// A `RateLimitResponse` with a status per descriptor.
+fn rls_answers(overall: u64, statuses: &[(u64, u64, u64, u64)]) -> Vec<u8> {
     fn varint(out: &mut Vec<u8>, mut v: u64) {
         while v >= 0x80 {
             out.push((v as u8) | 0x80);
@@ -467,19 +478,20 @@ fn rls_answer(overall: u64, status: (u64, u64, u64, u64)) -> Vec<u8> {
         varint(out, m.len() as u64);
         out.extend_from_slice(m);
     }
-    let (code, limit, remaining, reset) = status;
-    let mut lim = Vec::new();
-    field(&mut lim, 1, limit);
-    let mut dur = Vec::new();
-    field(&mut dur, 1, reset);
-    let mut s = Vec::new();
-    field(&mut s, 1, code);
-    msg(&mut s, 2, &lim);
-    field(&mut s, 3, remaining);
-    msg(&mut s, 4, &dur);
     let mut out = Vec::new();
     field(&mut out, 1, overall);
-    msg(&mut out, 2, &s);
+    for &(code, limit, remaining, reset) in statuses {
+        let mut lim = Vec::new();
+        field(&mut lim, 1, limit);
+        let mut dur = Vec::new();
+        field(&mut dur, 1, reset);
+        let mut s = Vec::new();
+        field(&mut s, 1, code);
+        msg(&mut s, 2, &lim);
+        field(&mut s, 3, remaining);
+        msg(&mut s, 4, &dur);
+        msg(&mut out, 2, &s);
+    }
     out
 }
 
@@ -516,7 +528,7 @@ fn a_global_request_limit_waits_for_the_service_then_routes_with_its_headers() {
     let (local, _) = g
         .host
         .store
-        .get(&keys::limit("demo", Limit::RequestsPerMinute))
+        .get(&keys::limit(Owner::Key("demo"), Limit::RequestsPerMinute))
         .unwrap();
     assert!(local.is_none());
     service_answers(&mut ctx, 0, &rls_answer(1, (1, 10, 9, 6)));
@@ -1026,3 +1038,5 @@ fn without_worker_copies_a_repeat_reads_the_shared_table() {
     assert_eq!(reads.count(), 2, "the index and the slot: {hit:#?}");
     assert!(hit.contains(&"send_http_response ".to_string()), "{hit:#?}");
 }
+
+mod tenancy;

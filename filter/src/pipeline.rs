@@ -122,7 +122,7 @@ impl<H: Host> RequestContext<H> {
 
     fn admit(&mut self, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
         if x.hit.is_none() && !self.request.api.free() {
-            self.admit_limits(c.client, x.now)?;
+            self.admit_limits(c.gw, c.client, x.now)?;
         }
         Ok(Next::Go)
     }
@@ -138,7 +138,7 @@ impl<H: Host> RequestContext<H> {
         }
         match gw.global_limits.as_ref() {
             Some(service) if !asks.is_empty() => {
-                if self.check_global(service, client, asks)? == global_limits::Sent::Waiting {
+                if self.check_global(service, asks)? == global_limits::Sent::Waiting {
                     return Ok(Next::Pause(Wait::RateLimitService, Step::Dispatch));
                 }
                 Ok(Next::Go)

@@ -178,7 +178,7 @@ impl<H: Host> RequestContext<H> {
         }
         self.host.count(metrics::CACHE_HITS, 1);
         // A hit costs no tokens or budget, but it was a request.
-        self.rate_headers_with_tokens(client, now);
+        self.rate_headers_with_tokens(gw, client, now);
         match denied {
             Some(e) => Err(e),
             None => Ok(answer),

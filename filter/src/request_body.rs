@@ -72,7 +72,7 @@ impl<H: Host> RequestContext<H> {
         let route = match ordered {
             Ok(r) => r,
             Err(e) => {
-                self.rate_headers_with_tokens(client, now);
+                self.rate_headers_with_tokens(gw, client, now);
                 return Err(e);
             }
         };
@@ -104,8 +104,8 @@ impl<H: Host> RequestContext<H> {
             );
             (r, f.price)
         });
-        let held = self.held.get_or_insert_with(|| Held::new(&client.name));
-        global_limits::asks(client, reserve, now, held)
+        let held = self.held.get_or_insert_with(Held::default);
+        global_limits::asks(gw, client, reserve, now, held)
     }
 
     /// Only providers whose format serves the request's API (`providers::reach`)
@@ -189,9 +189,9 @@ impl<H: Host> RequestContext<H> {
 
     /// The rate-limit headers with the token bucket as it stands (answers
     /// that took no tokens).
-    pub(crate) fn rate_headers_with_tokens(&mut self, client: &Client, now: u64) {
-        let tokens = admission::peek_tokens(&self.host, client, now);
-        self.rate_headers = admission::headers(client, self.req_take, tokens);
+    pub(crate) fn rate_headers_with_tokens(&mut self, gw: &Gateway, client: &Client, now: u64) {
+        let tokens = admission::peek_tokens(&self.host, gw, client, now);
+        self.rate_headers = admission::headers(self.req_take, tokens);
     }
 
     /// The request across its attempts, from its route.
@@ -219,14 +219,22 @@ impl<H: Host> RequestContext<H> {
         )
     }
 
-    /// Limits on what reaches a provider: concurrency, tokens, budget.
-    pub(crate) fn admit_limits(&mut self, client: &Client, now: u64) -> Result<(), GatewayError> {
-        let (l, s) = (&client.limits, client.limits.scope);
-        if l.max_concurrent.is_none()
-            && (l.tokens_per_minute.is_none() || !s.tokens_per_minute.local())
-            && (l.budget_micros.is_none() || !s.budget_usd_per_day.local())
-        {
-            self.rate_headers = admission::headers(client, self.req_take, None);
+    /// Limits on what reaches a provider: concurrency, tokens, budgets, at
+    /// every level of the key.
+    pub(crate) fn admit_limits(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        now: u64,
+    ) -> Result<(), GatewayError> {
+        let counted_here = gw.levels(client).any(|level| {
+            let (l, s) = (level.limits, level.limits.scope);
+            l.max_concurrent.is_some()
+                || (l.tokens_per_minute.is_some() && s.tokens_per_minute.local())
+                || (!l.budgets.is_empty() && s.budgets.local())
+        });
+        if !counted_here {
+            self.rate_headers = admission::headers(self.req_take, None);
             return Ok(());
         }
         let Some(flight) = self.flight.as_ref() else {
@@ -235,17 +243,20 @@ impl<H: Host> RequestContext<H> {
         let reserve = ratelimit::reservation(
             flight.chat.body_len(),
             flight.chat.max_tokens,
-            l.default_max_tokens,
+            client.limits.default_max_tokens,
         );
-        match admission::admit(&self.host, client, reserve, flight.price, now) {
-            Ok((held, tokens)) => {
-                self.rate_headers = admission::headers(client, self.req_take, tokens);
+        match admission::admit(&self.host, gw, client, reserve, flight.price, now) {
+            Ok((held, shown)) => {
+                self.rate_headers = admission::headers(self.req_take, shown.tokens);
+                if let Some(left) = shown.budget {
+                    admission::budget_headers(&mut self.rate_headers, left);
+                }
                 self.held = Some(held);
                 Ok(())
             }
             Err(e) => {
                 self.log.limited_by = "local";
-                self.rate_headers_with_tokens(client, now);
+                self.rate_headers_with_tokens(gw, client, now);
                 Err(e)
             }
         }

@@ -149,11 +149,11 @@ impl<H: Host> RequestContext<H> {
         self.log.started_ms = now;
         let (key, client) = authenticate(&self.host, gw, authorization)?;
         self.request.key = Some(key);
-        match admission::take_request(&self.host, client, now) {
+        match admission::take_request(&self.host, gw, client, now) {
             Ok(t) => self.req_take = t,
             Err((e, t)) => {
                 self.log.limited_by = "local";
-                self.rate_headers = admission::headers(client, Some(t), None);
+                self.rate_headers = admission::headers(Some(t), None);
                 return Err(e);
             }
         }

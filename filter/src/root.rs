@@ -14,7 +14,7 @@ use crate::metrics;
 use crate::shipper::{self, Shipper};
 use portcullis_core::config::{compile, Gateway};
 use portcullis_core::keys;
-use portcullis_core::ratelimit;
+use portcullis_core::period;
 use portcullis_core::rls;
 use portcullis_core::store::update;
 use proxy_wasm::hostcalls;
@@ -28,7 +28,8 @@ use std::time::Duration;
 #[derive(Default)]
 pub struct Root {
     loaded: Option<Rc<Loaded>>,
-    /// The UTC day whose budget keys exist (see `admission::prepare`).
+    /// The local day (`limits.budget_utc_offset`) whose budget keys exist
+    /// (see `admission::prepare`).
     prepared_day: u64,
     rng: Cell<u64>,
     shipper: Shipper,
@@ -149,9 +150,10 @@ impl Root {
         breakers::prepare(&host, &gw);
         crate::policy_state::prepare(&host, &gw);
         crate::concurrency::prepare(&host, &gw);
-        let day = ratelimit::day_of(host.now_ms());
-        admission::prepare(&host, &gw, day);
-        self.prepared_day = day;
+        host.worker().clock_offset_ms.set(gw.clock_offset_ms);
+        let now = host.now_ms();
+        admission::prepare(&host, &gw, now);
+        self.prepared_day = period::local_day(now, gw.budget_offset_ms);
         shipper::configure(host.worker(), gw.log.as_ref());
         crate::prompt_cache::configure(&host, gw.cache.as_ref());
         let tick = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
@@ -173,6 +175,12 @@ impl Root {
         );
         self.loaded = Some(Rc::new(Loaded::new(gw, &host)));
     }
+}
+
+/// Test hooks in the plugin config (`testing`) apply only where the VM's
+/// environment says so.
+fn testing_allowed() -> bool {
+    std::env::var("PORTCULLIS_TESTING").is_ok_and(|v| v == "1")
 }
 
 impl Context for Root {
@@ -214,6 +222,13 @@ impl RootContext for Root {
         // Parse and compile first; only a config that compiled replaces the
         // one serving (requests in flight keep their own snapshot).
         match compile(&bytes) {
+            Ok(gw) if gw.clock_offset_ms != 0 && !testing_allowed() => {
+                self.host.log(
+                    LogLevel::Error,
+                    "plugin config rejected: testing.clock_offset_ms moves the gateway's clock (budget periods); it is accepted only when the VM's environment has PORTCULLIS_TESTING=1, never in production",
+                );
+                false
+            }
             Ok(gw) => {
                 self.apply(gw, &bytes);
                 true
@@ -242,10 +257,12 @@ impl RootContext for Root {
         if let Some(l) = self.loaded.as_ref() {
             crate::policy_state::publish_busy(&self.host, &l.gw, now, self.next_roll());
         }
-        let day = ratelimit::day_of(now);
-        if let Some(l) = self.loaded.as_ref().filter(|_| day != self.prepared_day) {
-            admission::prepare(&self.host, &l.gw, day);
-            self.prepared_day = day;
+        if let Some(l) = self.loaded.as_ref() {
+            let day = period::local_day(now, l.gw.budget_offset_ms);
+            if day != self.prepared_day {
+                admission::prepare(&self.host, &l.gw, now);
+                self.prepared_day = day;
+            }
         }
         self.send_settlements();
         self.report_memory();

@@ -43,6 +43,9 @@ pub struct Worker {
     pub breakers_clean: RefCell<FnvHashMap<String, u64>>,
     /// This worker's copies of hot answers (`cache.worker_bytes`).
     pub cache: RefCell<Local>,
+    /// `testing.clock_offset_ms` of the config applied (0 unless the VM's
+    /// environment allows test hooks).
+    pub clock_offset_ms: Cell<i64>,
     /// Hashes of keys that authenticated.
     pub key_hashes: RefCell<KeyHashes>,
 }

@@ -240,6 +240,8 @@ pub fn since(data: &[u8]) {
 /// client name and numbers, and decodes to the descriptors and hits it was
 /// made of.
 pub fn rls(data: &[u8]) {
+    use portcullis_core::keys::Owner;
+    use portcullis_core::period::Period;
     use portcullis_core::rls::{self, Limit, Verdict};
     let descriptors = usize::from(data.first().copied().unwrap_or(0) % 4);
     let answer = data.get(1..).unwrap_or_default();
@@ -250,8 +252,20 @@ pub fn rls(data: &[u8]) {
     }
     let name = String::from_utf8_lossy(answer);
     let n = u32::from_le_bytes([0, 1, 2, 3].map(|i| data.get(i).copied().unwrap_or(0)));
-    let limits = [Limit::RequestsPerMinute, Limit::TokensPerMinute, Limit::BudgetPerDay(u64::from(n))];
-    let sent: Vec<_> = limits.iter().map(|l| l.descriptor(&name, n)).collect();
+    let limits = [
+        Limit::RequestsPerMinute,
+        Limit::TokensPerMinute,
+        Limit::Budget(Period::Day, u64::from(n)),
+        Limit::Budget(Period::Week, u64::from(n)),
+        Limit::Budget(Period::Month, u64::from(n)),
+        Limit::Budget(Period::Total, 0),
+    ];
+    let owners = [Owner::Key(&name), Owner::Team(&name)];
+    let sent: Vec<_> = limits
+        .iter()
+        .zip(owners.iter().cycle())
+        .map(|(l, o)| l.descriptor(*o, n))
+        .collect();
     let m = rls::encode_request(&sent, n);
     let (domain, got, hits) = decode_rls_request(&m).expect("an encoded request decodes");
     assert_eq!(domain, rls::DOMAIN.as_bytes());

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 const FLEET_KEY: &str = "sk-fleet-requests";
 const TOKENS_KEY: &str = "sk-fleet-tokens";
 const BUDGET_KEY: &str = "sk-fleet-budget";
+const TEAM_A: &str = "sk-fleet-team-a";
+const TEAM_B: &str = "sk-fleet-team-b";
 
 /// The shipped plugin (cache off) with three clients whose limits are
 /// counted by the rate limit service, under `failure_mode`.
@@ -231,6 +233,67 @@ fn global_limits_hold_across_two_envoys() {
         .filter(|x| x["status"] == 200)
         .all(|x| x["limited_by"] == ""));
     drop(redis);
+}
+
+/// Two keys of one team whose daily budget is counted across the fleet: 50
+/// requests at once, split across two Envoys and the two keys, against a
+/// team budget of five reservations admit five, and no key-level counter
+/// stops them (the keys have no budgets).
+#[test]
+fn a_team_budget_counted_across_the_fleet_admits_what_it_holds() {
+    let redis = Redis::start();
+    let limiter = Limiter::start(redis.port, 0);
+    let primary = mock("primary", Some(PRIMARY_KEY));
+    let backup = mock("backup", Some(BACKUP_KEY));
+    let body = serde_json::json!({"model": "gpt-4o-mini", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "team"}]})
+    .to_string();
+    // At $1000 per 1M tokens a token is 10 units of $0.0001; every answer
+    // uses exactly its reservation, so nothing is settled after it.
+    let reserve = body.len().div_ceil(4) as u64 + 10;
+    primary.default_step(
+        serde_json::json!({"usage": {"prompt_tokens": reserve - 10, "completion_tokens": 10}}),
+    );
+    let cap_usd = (5 * reserve) as f64 / 1000.0;
+    let shipped = "  gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}\n";
+    let p = fleet_plugin("deny", 3000, 1000, 1_000_000, 100.0);
+    assert!(p.contains(shipped));
+    let keys = format!(
+        "clients:
+  - name: team-a
+    key_sha256: {}
+    team: research
+  - name: team-b
+    key_sha256: {}
+    team: research
+",
+        key_hash(TEAM_A),
+        key_hash(TEAM_B)
+    );
+    let plugin = p
+        .replace(shipped, "  gpt-4o-mini: {input: 1000, output: 1000}\n")
+        .replacen("clients:\n", &keys, 1)
+        + &format!(
+            "teams:\n  - name: research\n    limits: {{budget_usd_per_day: {cap_usd}, scope: global}}\n"
+        );
+    let a = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    // Both keys at once, each through both Envoys.
+    let (ra, rb) = std::thread::scope(|sc| {
+        let ra = sc.spawn(|| burst(&[&a, &b], TEAM_A, &body, 25).0);
+        let rb = burst(&[&b, &a], TEAM_B, &body, 25).0;
+        (ra.join().unwrap(), rb)
+    });
+    let rs: Vec<Resp> = ra.into_iter().chain(rb).collect();
+    assert_eq!(count(&rs, 503), 0, "no service failures");
+    assert_eq!((count(&rs, 200), count(&rs, 429)), (5, 45));
+    let refused = rs.iter().find(|r| r.status == 429).unwrap();
+    let msg = openai_error_message(refused, 429, "budget_exceeded");
+    assert!(
+        msg.contains("team `research`") && msg.contains("across the fleet"),
+        "{msg}"
+    );
+    assert_eq!(primary.hits(), 5);
 }
 
 #[test]

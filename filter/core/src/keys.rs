@@ -7,7 +7,47 @@ pub fn breaker(provider: &str) -> String {
     format!("portcullis:breaker:{provider}")
 }
 
-/// What a client's limit counter counts.
+/// Whose limits a counter counts: a client key's or a team's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner<'a> {
+    Key(&'a str),
+    Team(&'a str),
+}
+
+impl<'a> Owner<'a> {
+    pub fn name(self) -> &'a str {
+        match self {
+            Owner::Key(n) | Owner::Team(n) => n,
+        }
+    }
+
+    /// `client` or `team` (also the rate limit descriptor's entry key).
+    pub fn kind(self) -> &'static str {
+        match self {
+            Owner::Key(_) => "client",
+            Owner::Team(_) => "team",
+        }
+    }
+
+    /// In messages: "key `alice`", "team `research`".
+    pub fn describe(self) -> String {
+        match self {
+            Owner::Key(n) => format!("key `{n}`"),
+            Owner::Team(n) => format!("team `{n}`"),
+        }
+    }
+
+    /// The start of its keys: a key's are the gateway's first ones, a
+    /// team's have their own prefix (a client and a team may share a name).
+    fn prefix(self, what: &str) -> String {
+        match self {
+            Owner::Key(n) => format!("portcullis:{what}:{n}"),
+            Owner::Team(n) => format!("portcullis:team:{what}:{n}"),
+        }
+    }
+}
+
+/// What a limit counter counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
     RequestsPerMinute,
@@ -15,19 +55,20 @@ pub enum Limit {
     Concurrency,
 }
 
-/// One of a client's limit counters.
-pub fn limit(client: &str, what: Limit) -> String {
+/// One of a key's or a team's limit counters.
+pub fn limit(owner: Owner<'_>, what: Limit) -> String {
     let what = match what {
         Limit::RequestsPerMinute => "rpm",
         Limit::TokensPerMinute => "tpm",
         Limit::Concurrency => "conc",
     };
-    format!("portcullis:rl:{client}:{what}")
+    format!("{}:{what}", owner.prefix("rl"))
 }
 
-/// A client's spend on one UTC day (days since the epoch).
-pub fn budget(client: &str, day: u64) -> String {
-    format!("portcullis:budget:{client}:{day}")
+/// Spend in one budget period ([`crate::period::Period::key_part`]: a
+/// day's key is the day number, as it always was).
+pub fn budget(owner: Owner<'_>, period: crate::period::Period, index: u64) -> String {
+    format!("{}:{}", owner.prefix("budget"), period.key_part(index))
 }
 
 /// A provider's moving average latency for one model id (`fastest`).
@@ -70,6 +111,7 @@ pub fn cache_slot(set: u32, way: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::period::Period;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -77,16 +119,37 @@ mod tests {
     #[test]
     fn key_names_are_stable() {
         assert_eq!(breaker("primary"), "portcullis:breaker:primary");
+        let demo = Owner::Key("demo");
         assert_eq!(
-            limit("demo", Limit::TokensPerMinute),
+            limit(demo, Limit::TokensPerMinute),
             "portcullis:rl:demo:tpm"
         );
         assert_eq!(
-            limit("demo", Limit::RequestsPerMinute),
+            limit(demo, Limit::RequestsPerMinute),
             "portcullis:rl:demo:rpm"
         );
-        assert_eq!(limit("demo", Limit::Concurrency), "portcullis:rl:demo:conc");
-        assert_eq!(budget("demo", 20_000), "portcullis:budget:demo:20000");
+        assert_eq!(limit(demo, Limit::Concurrency), "portcullis:rl:demo:conc");
+        assert_eq!(
+            budget(demo, Period::Day, 20_000),
+            "portcullis:budget:demo:20000"
+        );
+        assert_eq!(
+            budget(demo, Period::Week, 2_900),
+            "portcullis:budget:demo:w2900"
+        );
+        let team = Owner::Team("demo");
+        assert_eq!(
+            limit(team, Limit::Concurrency),
+            "portcullis:team:rl:demo:conc"
+        );
+        assert_eq!(
+            budget(team, Period::Month, 24_323),
+            "portcullis:team:budget:demo:m24323"
+        );
+        assert_eq!(
+            budget(team, Period::Total, 0),
+            "portcullis:team:budget:demo:total"
+        );
         assert_eq!(cache_index(3), "portcullis:cache:3");
         assert_eq!(cache_slot(3, 1), "portcullis:cache:3:1");
     }

@@ -19,6 +19,7 @@ pub mod headers;
 pub mod keys;
 pub mod le;
 pub mod pb;
+pub mod period;
 pub mod providers;
 pub mod ratelimit;
 pub mod record;

@@ -1,7 +1,8 @@
-//! Per-client admission: token buckets (requests and tokens per minute), a
-//! concurrency counter, and a daily USD budget. Pure arithmetic over small
-//! fixed encodings; every check is the decision of one CAS write, so two
-//! workers can never both take the last unit. Time is a parameter.
+//! Admission arithmetic for a key or a team: token buckets (requests and
+//! tokens per minute), a concurrency counter, and USD budgets (their
+//! periods: [`crate::period`]). Pure arithmetic over small fixed encodings;
+//! every check is the decision of one CAS write, so two workers can never
+//! both take the last unit. Time is a parameter.
 // Untrusted numbers (client bodies, provider usage, config) meet here:
 // every sum and product saturates or is checked, never wraps.
 #![deny(clippy::arithmetic_side_effects)]
@@ -234,16 +235,6 @@ pub fn decode_i64(b: Option<&[u8]>) -> i64 {
     b.filter(|b| b.len() == 8)
         .and_then(|b| crate::le::i64_at(b, 0))
         .unwrap_or(0)
-}
-
-/// The UTC day number of a time (budget periods).
-pub fn day_of(now_ms: u64) -> u64 {
-    now_ms / 86_400_000
-}
-
-/// Milliseconds until the next UTC midnight.
-pub fn ms_to_midnight(now_ms: u64) -> u64 {
-    86_400_000_u64.saturating_sub(now_ms % 86_400_000)
 }
 
 /// Tokens to reserve for a request: a prompt estimate (about 4 bytes a

@@ -8,7 +8,9 @@
 // Untrusted numbers (config, the service's answer) meet here.
 #![deny(clippy::arithmetic_side_effects)]
 
+use crate::keys::Owner;
 use crate::pb::{self, Reader, Value, WireError};
+use crate::period::Period;
 
 pub const SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 pub const METHOD: &str = "ShouldRateLimit";
@@ -25,6 +27,9 @@ pub enum Unit {
     Minute = 2,
     Hour = 3,
     Day = 4,
+    Month = 5,
+    Year = 6,
+    Week = 7,
 }
 
 /// One descriptor: its entries and the limit it carries.
@@ -35,13 +40,13 @@ pub struct Descriptor {
     pub unit: Unit,
 }
 
-/// A global limit of a client, as a descriptor.
+/// A global limit of a key or a team, as a descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
     RequestsPerMinute,
     TokensPerMinute,
-    /// The UTC day the budget counts (days since the epoch).
-    BudgetPerDay(u64),
+    /// A budget of one period: which, and its index ([`Period::index`]).
+    Budget(Period, u64),
 }
 
 impl Limit {
@@ -49,19 +54,35 @@ impl Limit {
         match self {
             Limit::RequestsPerMinute => "requests_per_minute",
             Limit::TokensPerMinute => "tokens_per_minute",
-            Limit::BudgetPerDay(_) => "budget_usd_per_day",
+            Limit::Budget(Period::Day, _) => "budget_usd_per_day",
+            Limit::Budget(Period::Week, _) => "budget_usd_per_week",
+            Limit::Budget(Period::Month, _) => "budget_usd_per_month",
+            Limit::Budget(Period::Total, _) => "budget_usd_total",
         }
     }
 
-    pub fn descriptor(self, client: &str, limit: u32) -> Descriptor {
+    /// The descriptor `[client|team=<name>, limit=<which>]`, and for a
+    /// budget the period it counts (`day=2026-12-02`, `week=2026-11-30`,
+    /// `month=2026-12`): a fixed window the service never refills. A
+    /// `total` budget's window is the service's longest (a year, from its
+    /// first spend).
+    pub fn descriptor(self, owner: Owner<'_>, limit: u32) -> Descriptor {
         let mut entries = vec![
-            ("client", client.to_string()),
+            (owner.kind(), owner.name().to_string()),
             ("limit", self.name().into()),
         ];
         let unit = match self {
-            Limit::BudgetPerDay(day) => {
-                entries.push(("day", iso_date(day)));
-                Unit::Day
+            Limit::Budget(p, index) => {
+                let unit = match p {
+                    Period::Day => Unit::Day,
+                    Period::Week => Unit::Week,
+                    Period::Month => Unit::Month,
+                    Period::Total => Unit::Year,
+                };
+                if p != Period::Total {
+                    entries.push((p.name(), p.label(index)));
+                }
+                unit
             }
             _ => Unit::Minute,
         };
@@ -82,38 +103,14 @@ pub fn budget_units(micros: i64) -> u64 {
 
 /// `YYYY-MM-DD` of a day number (days since 1970-01-01, UTC).
 pub fn iso_date(day: u64) -> String {
-    // Civil-from-days (proleptic Gregorian), over eras of 400 years; a day
-    // number this large is centuries past any clock, so saturate.
-    let z = day.min(100_000_000).saturating_add(719_468);
-    let era = z / 146_097;
-    let doe = z.saturating_sub(era.saturating_mul(146_097));
-    let yoe = doe
-        .saturating_sub(doe / 1460)
-        .saturating_add(doe / 36_524)
-        .saturating_sub(doe / 146_096)
-        / 365;
-    let doy = doe.saturating_sub(
-        yoe.saturating_mul(365)
-            .saturating_add(yoe / 4)
-            .saturating_sub(yoe / 100),
-    );
-    let mp = doy.saturating_mul(5).saturating_add(2) / 153;
-    let d = doy
-        .saturating_sub(mp.saturating_mul(153).saturating_add(2) / 5)
-        .saturating_add(1);
-    let m = if mp < 10 {
-        mp.saturating_add(3)
-    } else {
-        mp.saturating_sub(9)
-    };
-    let y = yoe
-        .saturating_add(era.saturating_mul(400))
-        .saturating_add(u64::from(m <= 2));
-    format!("{y:04}-{m:02}-{d:02}")
+    Period::Day.label(day)
 }
 
 /// A `RateLimitRequest`: every descriptor counts `hits` (at least 1).
-pub fn encode_request(descriptors: &[Descriptor], hits: u32) -> Vec<u8> {
+pub fn encode_request<'a>(
+    descriptors: impl IntoIterator<Item = &'a Descriptor>,
+    hits: u32,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     pb::bytes(&mut out, 1, DOMAIN.as_bytes());
     for d in descriptors {
@@ -272,10 +269,11 @@ pub fn decode_response(bytes: &[u8]) -> Result<Response, AnswerError> {
 /// descriptors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Admitted; the first descriptor's status when the service gave one.
-    Ok(Option<Status>),
-    /// Refused; the status of the descriptor that refused, when given.
-    OverLimit(Option<Status>),
+    /// Admitted; the tightest descriptor (least remaining) and its status,
+    /// when the service gave statuses.
+    Ok(Option<(usize, Status)>),
+    /// Refused; the descriptor that refused and its status, when given.
+    OverLimit(Option<(usize, Status)>),
     /// Not an answer the gateway can act on (the failure mode decides).
     Unusable(&'static str),
 }
@@ -289,14 +287,14 @@ pub fn verdict(bytes: &[u8], descriptors: usize) -> Verdict {
     if !r.statuses.is_empty() && r.statuses.len() != descriptors {
         return Verdict::Unusable("one status per descriptor expected");
     }
+    let indexed = r.statuses.iter().copied().enumerate();
     match r.overall {
-        Code::Ok => Verdict::Ok(r.statuses.first().copied()),
+        Code::Ok => Verdict::Ok(indexed.min_by_key(|(_, s)| s.remaining)),
         Code::OverLimit => Verdict::OverLimit(
-            r.statuses
-                .iter()
-                .find(|s| s.code == Code::OverLimit)
-                .or(r.statuses.first())
-                .copied(),
+            indexed
+                .clone()
+                .find(|(_, s)| s.code == Code::OverLimit)
+                .or(r.statuses.first().map(|s| (0, *s))),
         ),
         Code::Unknown(_) => Verdict::Unusable("overall code is not OK or OVER_LIMIT"),
     }

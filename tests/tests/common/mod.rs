@@ -121,6 +121,15 @@ pub fn stream_text(body: &str) -> (String, Option<serde_json::Value>, Option<ser
     (text, error, usage)
 }
 
+/// The message of an OpenAI-style error with this status and code.
+pub fn openai_error_message(r: &Resp, status: u16, code: &str) -> String {
+    assert_openai_error(r, status, code);
+    r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// An OpenAI-style error body with this status and code.
 pub fn assert_openai_error(r: &Resp, status: u16, code: &str) {
     assert_eq!(r.status, status, "body: {}", r.body);

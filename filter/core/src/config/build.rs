@@ -15,13 +15,23 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
         models::providers_and_models(&raw, &order, &default_breaker, problems);
     let names = models::aliases(&raw, &model_idx, &mut models, problems);
     let auto = models::auto_weights(&raw, &order, &model_idx, problems);
-    let clients = clients::clients(&raw, &names, problems);
+    let teams = clients::teams(&raw, problems);
+    let clients = clients::clients(&raw, &names, &teams, problems);
     let max_attempts = raw.routing.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if max_attempts == 0 {
         problems.push("routing.max_attempts must be at least 1".into());
     }
-    let prices = clients::prices(&raw, &names, &models, &clients, problems);
-    let global_limits = clients::global_limits(&raw, &clients, problems);
+    let prices = clients::prices(&raw, &names, &models, &clients, &teams, problems);
+    let global_limits = clients::global_limits(&raw, &clients, &teams, problems);
+    let budget_offset_ms = match raw.limits.budget_utc_offset.as_deref() {
+        None => 0,
+        Some(s) => crate::period::parse_offset(s).unwrap_or_else(|| {
+            problems.push(format!(
+                "limits.budget_utc_offset: `{s}` is not an offset from UTC (expected UTC, +HH:MM or -HH:MM, within 14 hours)"
+            ));
+            0
+        }),
+    };
     let guardrails = guardrails::guardrails(&raw, &names, problems);
     let provider_names: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
     let policy = policy::policy(&raw, &names, &provider_names, problems);
@@ -44,5 +54,8 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
         max_attempts,
         prices,
         global_limits,
+        teams,
+        budget_offset_ms,
+        clock_offset_ms: raw.testing.as_ref().map_or(0, |t| t.clock_offset_ms),
     })
 }

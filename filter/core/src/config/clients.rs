@@ -2,14 +2,46 @@
 //! `limits` defaults under its own), and the price table budgets need.
 
 use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
-use super::{parse_sha256_hex, Client, GlobalLimits, Limits, Model};
+use super::{parse_sha256_hex, Client, GlobalLimits, Limits, Model, Team};
 use crate::ratelimit::Price;
 use crate::rls;
 use hashbrown::HashMap;
 
+/// Teams: their names and their own limits (a team does not inherit the
+/// `limits` defaults, which are each key's).
+pub(super) fn teams(raw: &RawConfig, problems: &mut Vec<String>) -> Vec<Team> {
+    let mut out: Vec<Team> = Vec::with_capacity(raw.teams.len());
+    for (i, t) in raw.teams.iter().enumerate() {
+        let at = format!("teams[{i}] ({})", t.name);
+        if t.name.trim().is_empty() {
+            problems.push(format!("teams[{i}]: `name` is empty"));
+        } else if out.iter().any(|o| o.name == t.name) {
+            problems.push(format!("{at}: duplicate team name"));
+        }
+        let limits = match &t.limits {
+            Some(l) => {
+                check_limits(&format!("{at}.limits"), l, problems);
+                if l.max_body_bytes.is_some() || l.default_max_tokens.is_some() {
+                    problems.push(format!(
+                        "{at}.limits: `max_body_bytes` and `default_max_tokens` are a key's (set them under `limits` or the client's `limits`)"
+                    ));
+                }
+                l.over(&Limits::default())
+            }
+            None => Limits::default(),
+        };
+        out.push(Team {
+            name: t.name.clone(),
+            limits,
+        });
+    }
+    out
+}
+
 pub(super) fn clients(
     raw: &RawConfig,
     names: &HashMap<String, usize>,
+    teams: &[Team],
     problems: &mut Vec<String>,
 ) -> HashMap<[u8; 32], Client> {
     if raw.clients.is_empty() {
@@ -44,11 +76,19 @@ pub(super) fn clients(
             .limits
             .as_ref()
             .map_or_else(|| base_limits.clone(), |l| l.over(&base_limits));
+        let team = c.team.as_ref().and_then(|t| {
+            let idx = teams.iter().position(|x| &x.name == t);
+            if idx.is_none() {
+                problems.push(format!("{at}: team `{t}` is not in `teams`"));
+            }
+            idx
+        });
         let client = Client {
             name: c.name.clone(),
             allowed,
             limits,
             allow_overrides: c.allow_overrides,
+            team,
         };
         if clients.insert(hash, client).is_some() {
             problems.push(format!(
@@ -85,6 +125,7 @@ pub(super) fn prices(
     names: &HashMap<String, usize>,
     models: &[Model],
     clients: &HashMap<[u8; 32], Client>,
+    teams: &[Team],
     problems: &mut Vec<String>,
 ) -> Vec<Option<Price>> {
     let mut prices: Vec<Option<Price>> = vec![None; models.len()];
@@ -117,7 +158,11 @@ pub(super) fn prices(
             });
         }
     }
-    if clients.values().any(|c| c.limits.budget_micros.is_some()) {
+    let budgeted = clients
+        .values()
+        .map(|c| &c.limits)
+        .chain(teams.iter().map(|t| &t.limits));
+    if budgeted.into_iter().any(|l| !l.budgets.is_empty()) {
         let unpriced: Vec<&str> = models
             .iter()
             .zip(&prices)
@@ -134,34 +179,44 @@ pub(super) fn prices(
     prices
 }
 
-/// `limits.global`, checked against the clients whose limits use it.
+/// `limits.global`, checked against the keys and teams whose limits use it.
 pub(super) fn global_limits(
     raw: &RawConfig,
     clients: &HashMap<[u8; 32], Client>,
+    teams: &[Team],
     problems: &mut Vec<String>,
 ) -> Option<GlobalLimits> {
-    let mut users: Vec<&str> = Vec::new();
-    for c in clients.values() {
-        let (l, s) = (&c.limits, c.limits.scope);
+    let mut users: Vec<String> = Vec::new();
+    let levels = clients
+        .values()
+        .map(|c| (format!("clients ({})", c.name), &c.limits))
+        .chain(
+            teams
+                .iter()
+                .map(|t| (format!("teams ({})", t.name), &t.limits)),
+        );
+    for (at, l) in levels {
+        let s = l.scope;
+        let budgets = l
+            .budgets
+            .iter()
+            .map(|b| (s.budgets.global(), Some(rls::budget_units(b.micros))));
         let counted = [
             (s.requests_per_minute.global(), l.requests_per_minute),
             (s.tokens_per_minute.global(), l.tokens_per_minute),
-            (
-                s.budget_usd_per_day.global(),
-                l.budget_micros.map(rls::budget_units),
-            ),
-        ];
+        ]
+        .into_iter()
+        .chain(budgets);
         for (global, value) in counted {
             let Some(v) = value.filter(|_| global) else {
                 continue;
             };
-            if !users.contains(&c.name.as_str()) {
-                users.push(&c.name);
+            if !users.contains(&at) {
+                users.push(at.clone());
             }
             if u32::try_from(v).is_err() {
                 problems.push(format!(
-                    "clients ({}): a global limit counts at most {} per period (tokens, requests, or budget units of $0.0001); {v} is too large",
-                    c.name,
+                    "{at}: a global limit counts at most {} per period (tokens, requests, or budget units of $0.0001); {v} is too large",
                     u32::MAX
                 ));
             }
@@ -171,7 +226,7 @@ pub(super) fn global_limits(
     let Some(g) = raw.limits.global.as_ref() else {
         if !users.is_empty() {
             problems.push(format!(
-                "limits.global is required: clients {} have limits scoped `global` or `both`, counted by the rate limit service it names (cluster, timeout_ms, failure_mode)",
+                "limits.global is required: {} have limits scoped `global` or `both`, counted by the rate limit service it names (cluster, timeout_ms, failure_mode)",
                 users.join(", ")
             ));
         }

@@ -4,9 +4,9 @@
 //! in `raw` are the only list: a new field is a known key at once.
 
 use super::raw::{
-    RawArm, RawBreaker, RawCache, RawCheck, RawClient, RawClientLimits, RawConcurrency, RawConfig,
-    RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch, RawModel,
-    RawPrice, RawProvider, RawRetries, RawRouting, RawRule,
+    RawArm, RawBreaker, RawBudget, RawCache, RawCheck, RawClient, RawClientLimits, RawConcurrency,
+    RawConfig, RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch,
+    RawModel, RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -49,7 +49,7 @@ fn fields<T: DeserializeOwned>() -> Vec<&'static str> {
 
 /// `limits` flattens the per-client limits next to its own key.
 fn limits_keys() -> Vec<&'static str> {
-    let mut keys = vec!["global"];
+    let mut keys = vec!["global", "budget_utc_offset"];
     keys.extend(fields::<RawClientLimits>());
     keys
 }
@@ -79,6 +79,12 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["log"], fields::<RawLog>),
     (&["limits"], limits_keys),
     (&["limits", "global"], fields::<RawGlobal>),
+    (&["limits", "budgets[]"], fields::<RawBudget>),
+    (&["clients[]", "limits", "budgets[]"], fields::<RawBudget>),
+    (&["teams[]"], fields::<RawTeam>),
+    (&["teams[]", "limits"], fields::<RawClientLimits>),
+    (&["teams[]", "limits", "budgets[]"], fields::<RawBudget>),
+    (&["testing"], fields::<RawTesting>),
     (&["guardrails"], fields::<RawGuardrails>),
     (&["guardrails", "input[]"], fields::<RawCheck>),
     (&["guardrails", "output[]"], fields::<RawCheck>),

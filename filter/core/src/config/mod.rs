@@ -18,6 +18,8 @@ mod policy;
 mod raw;
 mod sections;
 #[cfg(test)]
+mod tenancy_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 use crate::breaker::BreakerConfig;
@@ -137,11 +139,18 @@ pub struct Limits {
     /// The largest request body, in bytes (the client's, else the
     /// gateway's).
     pub max_body_bytes: usize,
-    /// Daily budget in micro-USD.
-    pub budget_micros: Option<Micros>,
+    /// USD budgets, at most one per period, in period order.
+    pub budgets: Vec<Budget>,
     /// Completion tokens reserved when a request names no max.
     pub default_max_tokens: u64,
     pub scope: Scopes,
+}
+
+/// A budget: micro-USD per period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub micros: Micros,
+    pub period: crate::period::Period,
 }
 
 /// Where a limit is counted.
@@ -178,7 +187,9 @@ impl Scope {
 pub struct Scopes {
     pub requests_per_minute: Scope,
     pub tokens_per_minute: Scope,
-    pub budget_usd_per_day: Scope,
+    /// Every budget of the level (`scope.budgets`, or the older
+    /// `scope.budget_usd_per_day`).
+    pub budgets: Scope,
 }
 
 /// `limits.global`: the rate limit service (Envoy's protocol) that counts
@@ -201,6 +212,37 @@ pub struct Client {
     pub limits: Limits,
     /// May pin a provider for one request.
     pub allow_overrides: bool,
+    /// The team whose limits the key shares (an index of `Gateway::teams`).
+    pub team: Option<usize>,
+}
+
+/// A team: limits and budgets its keys share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Team {
+    pub name: String,
+    pub limits: Limits,
+}
+
+/// One level of limits a request must pass: its key's, then its team's.
+#[derive(Debug, Clone, Copy)]
+pub struct Level<'a> {
+    pub owner: crate::keys::Owner<'a>,
+    pub limits: &'a Limits,
+}
+
+impl Gateway {
+    /// The levels of a client's requests: the key's limits, then its team's.
+    pub fn levels<'a>(&'a self, c: &'a Client) -> impl Iterator<Item = Level<'a>> + Clone {
+        let key = Level {
+            owner: crate::keys::Owner::Key(&c.name),
+            limits: &c.limits,
+        };
+        let team = c.team.and_then(|t| self.teams.get(t)).map(|t| Level {
+            owner: crate::keys::Owner::Team(&t.name),
+            limits: &t.limits,
+        });
+        std::iter::once(key).chain(team)
+    }
 }
 
 /// Which requests an experiment covers.
@@ -264,6 +306,14 @@ pub struct Gateway {
     pub guardrails: Option<crate::guard::Guardrails>,
     /// Routing strategies and conditional routes.
     pub policy: Policy,
+    /// Teams, by index (`Client::team`).
+    pub teams: Vec<Team>,
+    /// Where budget periods start, in ms east of UTC
+    /// (`limits.budget_utc_offset`).
+    pub budget_offset_ms: i64,
+    /// `testing.clock_offset_ms`: added to the host's clock (the host
+    /// refuses it unless its environment allows test hooks).
+    pub clock_offset_ms: i64,
 }
 
 /// How each model's traffic is spread, and the conditional routes.

@@ -2,8 +2,9 @@
 //! checks of one section's values. Their fields are the only list of the
 //! keys each section accepts (see `known_keys`).
 
-use super::{Limits, Scope, Scopes};
+use super::{Budget, Limits, Scope, Scopes};
 use crate::breaker::BreakerConfig;
+use crate::period::Period;
 use crate::ratelimit::Micros;
 use serde::Deserialize;
 
@@ -35,6 +36,41 @@ pub(super) struct RawConfig {
     pub(super) log: Option<RawLog>,
     #[serde(default)]
     pub(super) guardrails: Option<RawGuardrails>,
+    /// Teams: limits and budgets shared by their keys (`clients[].team`).
+    #[serde(default)]
+    pub(super) teams: Vec<RawTeam>,
+    /// Test hooks, refused unless the VM's environment has
+    /// `PORTCULLIS_TESTING=1` (never in production).
+    #[serde(default)]
+    pub(super) testing: Option<RawTesting>,
+}
+
+/// A team: a name its keys give as `clients[].team`, and limits its keys
+/// share (a request must pass the key's and the team's).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTeam {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) limits: Option<RawClientLimits>,
+}
+
+/// `testing`: hooks for the real-Envoy tests.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTesting {
+    /// Added to the host's clock (budget periods rolling over without
+    /// waiting for them).
+    #[serde(default)]
+    pub(super) clock_offset_ms: i64,
+}
+
+/// One budget: USD per period (`day`, `week`, `month`, `total`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBudget {
+    pub(super) usd: f64,
+    pub(super) period: String,
 }
 
 /// `guardrails`: checks on prompts (`input`) and answers (`output`).
@@ -183,7 +219,11 @@ pub(super) struct RawClientLimits {
     pub(super) requests_per_minute: Option<u64>,
     pub(super) tokens_per_minute: Option<u64>,
     pub(super) max_concurrent: Option<u32>,
+    /// Shorthand for `budgets: [{usd: N, period: day}]`.
     pub(super) budget_usd_per_day: Option<f64>,
+    /// USD budgets per period; with `budget_usd_per_day`, they replace the
+    /// defaults' budgets as a whole.
+    pub(super) budgets: Option<Vec<RawBudget>>,
     pub(super) default_max_tokens: Option<u64>,
     /// The largest request body, in bytes: `limits.max_body_bytes` for
     /// every client (32 MiB unless set), a client's own to override it.
@@ -616,6 +656,9 @@ pub(super) struct RawClient {
     /// May pin a provider for one request (`x-portcullis-pin-provider`).
     #[serde(default)]
     pub(super) allow_overrides: bool,
+    /// The team whose limits the key shares (`teams[].name`).
+    #[serde(default)]
+    pub(super) team: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -623,6 +666,9 @@ pub(super) struct RawClient {
 pub(super) struct RawLimits {
     #[serde(default)]
     pub(super) global: Option<RawGlobal>,
+    /// Where budget periods start: `UTC` (default) or `+HH:MM`/`-HH:MM`.
+    #[serde(default)]
+    pub(super) budget_utc_offset: Option<String>,
     #[serde(flatten)]
     pub(super) defaults: RawClientLimits,
 }
@@ -630,16 +676,37 @@ pub(super) struct RawLimits {
 pub(super) const DEFAULT_MAX_TOKENS: u64 = 1024;
 
 impl RawClientLimits {
+    /// This level's own budgets (`None`: it sets none, so the defaults'
+    /// apply). Unknown periods are left out (`check_limits` reports them).
+    fn budgets(&self) -> Option<Vec<Budget>> {
+        if self.budget_usd_per_day.is_none() && self.budgets.is_none() {
+            return None;
+        }
+        let day = self.budget_usd_per_day.map(|usd| RawBudget {
+            usd,
+            period: "day".into(),
+        });
+        let mut out: Vec<Budget> = day
+            .iter()
+            .chain(self.budgets.iter().flatten())
+            .filter_map(|b| {
+                Some(Budget {
+                    micros: (b.usd * 1e6).round() as Micros,
+                    period: Period::parse(&b.period)?,
+                })
+            })
+            .collect();
+        out.sort_by_key(|b| b.period);
+        Some(out)
+    }
+
     pub(super) fn over(&self, base: &Limits) -> Limits {
         Limits {
             requests_per_minute: self.requests_per_minute.or(base.requests_per_minute),
             tokens_per_minute: self.tokens_per_minute.or(base.tokens_per_minute),
             max_concurrent: self.max_concurrent.or(base.max_concurrent),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
-            budget_micros: self
-                .budget_usd_per_day
-                .map(|usd| (usd * 1e6).round() as Micros)
-                .or(base.budget_micros),
+            budgets: self.budgets().unwrap_or_else(|| base.budgets.clone()),
             default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
             scope: self
                 .scope
@@ -657,7 +724,7 @@ impl RawScope {
                 Scopes {
                     requests_per_minute: s,
                     tokens_per_minute: s,
-                    budget_usd_per_day: s,
+                    budgets: s,
                 }
             }
             RawScope::Each(m) => {
@@ -665,7 +732,7 @@ impl RawScope {
                 Scopes {
                     requests_per_minute: get("requests_per_minute", base.requests_per_minute),
                     tokens_per_minute: get("tokens_per_minute", base.tokens_per_minute),
-                    budget_usd_per_day: get("budget_usd_per_day", base.budget_usd_per_day),
+                    budgets: get("budgets", get("budget_usd_per_day", base.budgets)),
                 }
             }
         }
@@ -698,9 +765,10 @@ impl RawScope {
 
 /// The limits a rate limit service can count (`max_concurrent` needs a
 /// release the protocol does not have: it stays local).
-const SCOPED: [&str; 3] = [
+const SCOPED: [&str; 4] = [
     "requests_per_minute",
     "tokens_per_minute",
+    "budgets",
     "budget_usd_per_day",
 ];
 
@@ -720,6 +788,28 @@ pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<Str
         problems.push(format!(
             "{at}: `budget_usd_per_day` must be a non-negative number"
         ));
+    }
+    let mut periods = Vec::new();
+    if l.budget_usd_per_day.is_some() {
+        periods.push(Period::Day);
+    }
+    for (i, b) in l.budgets.iter().flatten().enumerate() {
+        if !(b.usd >= 0.0 && b.usd.is_finite()) {
+            problems.push(format!(
+                "{at}.budgets[{i}]: `usd` must be a non-negative number"
+            ));
+        }
+        match Period::parse(&b.period) {
+            None => problems.push(format!(
+                "{at}.budgets[{i}]: `{}` is not a period (expected day, week, month or total)",
+                b.period
+            )),
+            Some(p) if periods.contains(&p) => problems.push(format!(
+                "{at}.budgets[{i}]: a second budget per {} (`budget_usd_per_day` is one per day); keep one",
+                p.name()
+            )),
+            Some(p) => periods.push(p),
+        }
     }
     if l.default_max_tokens == Some(0) {
         problems.push(format!("{at}: `default_max_tokens` must be at least 1"));

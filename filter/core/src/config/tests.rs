@@ -3,6 +3,14 @@ use super::*;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
+/// A daily budget of `micros`.
+pub(crate) fn day_budget(micros: i64) -> Budget {
+    Budget {
+        micros,
+        period: crate::period::Period::Day,
+    }
+}
+
 pub(crate) const GOOD: &str = r#"
 providers:
   - name: primary
@@ -136,7 +144,7 @@ experiments:
     let g = compile(cfg.as_bytes()).unwrap();
     let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
     assert_eq!(demo.limits.requests_per_minute, Some(60));
-    assert_eq!(demo.limits.budget_micros, Some(1_500_000));
+    assert_eq!(demo.limits.budgets, vec![day_budget(1_500_000)]);
     assert_eq!(demo.limits.default_max_tokens, 1024);
     let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
     assert_eq!(
@@ -147,8 +155,8 @@ experiments:
         (Some(5), Some(2))
     );
     assert_eq!(
-        limited.limits.budget_micros,
-        Some(1_500_000),
+        limited.limits.budgets,
+        vec![day_budget(1_500_000)],
         "inherits the default"
     );
     assert_eq!(g.prices[g.names["gpt-4o-mini"]].unwrap().cached_input, 0.15);
@@ -315,7 +323,7 @@ fn global_scopes_and_the_service_section() {
     );
     let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
     assert_eq!(demo.limits.scope.requests_per_minute, Scope::Global);
-    assert_eq!(demo.limits.scope.budget_usd_per_day, Scope::Global);
+    assert_eq!(demo.limits.scope.budgets, Scope::Global);
     // Per limit, under a client, over the defaults.
     let text = GOOD.replace(
         "    models: [mini]\n",
@@ -336,7 +344,7 @@ fn global_limit_problems_are_reported_together() {
     );
     let e = compile(text.as_bytes()).unwrap_err();
     assert!(
-        e.contains("limits.global is required: clients limited"),
+        e.contains("limits.global is required: clients (limited)"),
         "{e}"
     );
     assert!(e.contains("`max_concurrent` cannot be scoped"), "{e}");

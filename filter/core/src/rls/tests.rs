@@ -24,7 +24,7 @@ fn budget_units_round_up() {
 
 #[test]
 fn request_bytes_are_the_protocol() {
-    let d = Limit::RequestsPerMinute.descriptor("alice", 600);
+    let d = Limit::RequestsPerMinute.descriptor(Owner::Key("alice"), 600);
     let m = encode_request(&[d], 1);
     let mut want = Vec::new();
     pb::bytes(&mut want, 1, b"portcullis");
@@ -39,9 +39,30 @@ fn request_bytes_are_the_protocol() {
     pb::message(&mut want, 2, &dm);
     want.extend_from_slice(&[0x18, 0x01]);
     assert_eq!(m, want);
-    let b = Limit::BudgetPerDay(20_787).descriptor("alice", 5);
+    let b = Limit::Budget(Period::Day, 20_787).descriptor(Owner::Key("alice"), 5);
     assert_eq!(b.entries.last(), Some(&("day", "2026-11-30".to_string())));
     assert_eq!(b.unit, Unit::Day);
+}
+
+#[test]
+fn team_and_period_descriptors_name_their_window() {
+    let week = Period::Week.index(1_796_196_600_000, 0);
+    let d = Limit::Budget(Period::Week, week).descriptor(Owner::Team("research"), 9);
+    assert_eq!(
+        d.entries,
+        vec![
+            ("team", "research".to_string()),
+            ("limit", "budget_usd_per_week".to_string()),
+            ("week", "2026-11-30".to_string()),
+        ]
+    );
+    assert_eq!(d.unit, Unit::Week);
+    let m = Limit::Budget(Period::Month, 2026 * 12 + 11).descriptor(Owner::Key("a"), 9);
+    assert_eq!(m.entries.last(), Some(&("month", "2026-12".to_string())));
+    assert_eq!(m.unit, Unit::Month);
+    let t = Limit::Budget(Period::Total, 0).descriptor(Owner::Key("a"), 9);
+    assert_eq!(t.entries.len(), 2, "a total budget names no window");
+    assert_eq!(t.unit, Unit::Year);
 }
 
 fn answer(overall: u64, statuses: &[(u64, u32, u32, u64)]) -> Vec<u8> {
@@ -69,18 +90,26 @@ fn answers_become_verdicts() {
     let ok = answer(1, &[(1, 10, 7, 3)]);
     assert_eq!(
         verdict(&ok, 1),
-        Verdict::Ok(Some(Status {
-            code: Code::Ok,
-            limit: Some(10),
-            remaining: 7,
-            reset_ms: 3500
-        }))
+        Verdict::Ok(Some((
+            0,
+            Status {
+                code: Code::Ok,
+                limit: Some(10),
+                remaining: 7,
+                reset_ms: 3500
+            }
+        )))
     );
     let over = answer(2, &[(1, 10, 3, 1), (2, 100, 0, 12)]);
     match verdict(&over, 2) {
-        Verdict::OverLimit(Some(s)) => assert_eq!((s.limit, s.reset_ms), (Some(100), 12_500)),
+        Verdict::OverLimit(Some((1, s))) => {
+            assert_eq!((s.limit, s.reset_ms), (Some(100), 12_500))
+        }
         v => panic!("{v:?}"),
     }
+    // Admitted at every level: the tightest one is shown.
+    let ok = answer(1, &[(1, 10, 7, 3), (1, 50, 2, 3), (1, 9, 5, 1)]);
+    assert!(matches!(verdict(&ok, 3), Verdict::Ok(Some((1, s))) if s.remaining == 2));
     // The statuses may be left out.
     assert_eq!(verdict(&answer(1, &[]), 3), Verdict::Ok(None));
     assert_eq!(verdict(&answer(2, &[]), 3), Verdict::OverLimit(None));
@@ -124,6 +153,6 @@ fn answers_the_gateway_cannot_use() {
     pb::message(&mut neg, 2, &s);
     assert!(matches!(
         verdict(&neg, 1),
-        Verdict::Ok(Some(Status { reset_ms: 0, .. }))
+        Verdict::Ok(Some((_, Status { reset_ms: 0, .. })))
     ));
 }

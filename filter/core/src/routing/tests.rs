@@ -33,6 +33,7 @@ fn authenticate_by_key_hash() {
             allowed: None,
             limits: Default::default(),
             allow_overrides: false,
+            team: None,
         },
     );
     assert_eq!(
@@ -129,6 +130,7 @@ fn experiment_overrides_even_an_explicit_model_and_is_sticky_per_client() {
             allowed: None,
             limits: Default::default(),
             allow_overrides: false,
+            team: None,
         };
         let r = resolve(&g, &c, "mini", 0).unwrap();
         let (e, arm) = r.experiment.unwrap();
@@ -215,6 +217,7 @@ fn remembered_key_hashes_are_only_accepted_keys_and_the_config_still_decides() {
         allowed: None,
         limits: Default::default(),
         allow_overrides: false,
+        team: None,
     };
     g.clients.insert(hash, client);
     let mut known = KeyHashes::default();

@@ -1,0 +1,132 @@
+//! Teams, budget periods and the test clock in the config compiler.
+use super::tests::{day_budget, GOOD};
+use super::*;
+use crate::keys::Owner;
+use crate::period::Period;
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+const PRICES: &str = "prices:\n  gpt-4o-mini: {input: 1, output: 1}\n  gpt-4o: {input: 1, output: 1}\n  llama-3: {input: 1, output: 1}\n";
+
+fn with_teams(teams: &str, limited_extra: &str) -> String {
+    GOOD.replace(
+        "    models: [mini]\n",
+        &format!("    models: [mini]\n{limited_extra}"),
+    ) + teams
+        + PRICES
+}
+
+#[test]
+fn a_key_in_a_team_passes_both_levels_in_order() {
+    let text = with_teams(
+        "teams:\n  - name: research\n    limits:\n      requests_per_minute: 100\n      max_concurrent: 5\n      budgets: [{usd: 100, period: week}, {usd: 300, period: month}]\n      scope: {budgets: global}\nlimits:\n  budget_usd_per_day: 2\n  budget_utc_offset: '+02:00'\n  global: {cluster: rls}\n",
+        "    team: research\n",
+    );
+    let g = compile(text.as_bytes()).unwrap();
+    assert_eq!(g.budget_offset_ms, 2 * 3_600_000);
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    let levels: Vec<_> = g.levels(limited).collect();
+    assert_eq!(levels.len(), 2);
+    assert_eq!(levels[0].owner, Owner::Key("limited"));
+    assert_eq!(levels[0].limits.budgets, vec![day_budget(2_000_000)]);
+    assert_eq!(levels[1].owner, Owner::Team("research"));
+    let team = levels[1].limits;
+    assert_eq!(
+        (team.requests_per_minute, team.max_concurrent),
+        (Some(100), Some(5))
+    );
+    assert_eq!(
+        team.budgets
+            .iter()
+            .map(|b| (b.period, b.micros))
+            .collect::<Vec<_>>(),
+        vec![(Period::Week, 100_000_000), (Period::Month, 300_000_000)]
+    );
+    assert_eq!(team.scope.budgets, Scope::Global);
+    assert_eq!(
+        team.tokens_per_minute, None,
+        "a team does not inherit the keys' defaults"
+    );
+    let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
+    assert_eq!(g.levels(demo).count(), 1, "a key without a team");
+}
+
+#[test]
+fn a_keys_budgets_replace_the_defaults_budgets_as_a_whole() {
+    let text = with_teams(
+        "limits:\n  budgets: [{usd: 10, period: week}, {usd: 1, period: day}]\n",
+        "    limits: {budgets: [{usd: 50, period: total}]}\n",
+    );
+    let g = compile(text.as_bytes()).unwrap();
+    let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
+    assert_eq!(
+        demo.limits
+            .budgets
+            .iter()
+            .map(|b| b.period)
+            .collect::<Vec<_>>(),
+        vec![Period::Day, Period::Week],
+        "in period order"
+    );
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    assert_eq!(
+        limited.limits.budgets,
+        vec![Budget {
+            micros: 50_000_000,
+            period: Period::Total
+        }]
+    );
+}
+
+#[test]
+fn team_and_budget_problems_are_reported_together() {
+    let text = with_teams(
+        "teams:\n  - name: research\n    limits: {max_body_bytes: 5, budgets: [{usd: -1, period: fortnight}, {usd: 1, period: week}, {usd: 2, period: week}], tokens_per_minute: 9000000000, scope: global}\n  - name: research\n  - name: ''\nlimits:\n  budget_utc_offset: CET\n",
+        "    team: nobody\n    limits: {budget_usd_per_day: 1, budgets: [{usd: 1, period: day, scope: global}]}\n",
+    );
+    let e = compile(text.as_bytes()).unwrap_err();
+    for want in [
+        "teams[0] (research).limits: `max_body_bytes` and `default_max_tokens` are a key's",
+        "teams[0] (research).limits.budgets[0]: `usd` must be a non-negative number",
+        "teams[0] (research).limits.budgets[0]: `fortnight` is not a period",
+        "teams[0] (research).limits.budgets[2]: a second budget per week",
+        "teams[1] (research): duplicate team name",
+        "teams[2]: `name` is empty",
+        "clients[1] (limited): team `nobody` is not in `teams`",
+        "clients[1].limits.budgets[0]: unknown key `scope`",
+        "limits.global is required: teams (research)",
+        "teams (research): a global limit counts at most",
+        "limits.budget_utc_offset: `CET` is not an offset",
+    ] {
+        assert!(e.contains(want), "{want} missing from: {e}");
+    }
+    // The day shorthand and a day in `budgets` are two budgets per day.
+    let text = with_teams(
+        "",
+        "    limits: {budget_usd_per_day: 1, budgets: [{usd: 1, period: day}]}\n",
+    );
+    let e = compile(text.as_bytes()).unwrap_err();
+    assert!(e.contains("a second budget per day"), "{e}");
+}
+
+#[test]
+fn a_team_budget_needs_prices_like_a_keys() {
+    let text = GOOD.to_string()
+        + "teams:\n  - name: t\n    limits: {budgets: [{usd: 5, period: month}]}\n";
+    let e = compile(text.as_bytes()).unwrap_err();
+    assert!(
+        e.contains("a budget is set, but these models have no entry in `prices`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_test_clock_is_read_and_defaults_to_none() {
+    let g = compile(GOOD.as_bytes()).unwrap();
+    assert_eq!((g.clock_offset_ms, g.budget_offset_ms), (0, 0));
+    let text = format!("{GOOD}testing: {{clock_offset_ms: 604800000}}\n");
+    assert_eq!(
+        compile(text.as_bytes()).unwrap().clock_offset_ms,
+        604_800_000
+    );
+}

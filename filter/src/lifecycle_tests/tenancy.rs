@@ -1,0 +1,231 @@
+//! Teams and budget periods through the request lifecycle: every level is
+//! passed or nothing is taken, periods roll over with the clock, and a
+//! team's global limits go in the same call as the key's.
+
+use super::*;
+
+/// The demo key in team `research` with `team` limits.
+fn team_config(key: &str, team: &str, extra: &str) -> String {
+    config(key, extra).replace("    limits: ", "    team: research\n    limits: ")
+        + &format!("teams:\n  - name: research\n    limits: {team}\n")
+}
+
+fn counter(g: &Gateway, key: &str) -> Option<Vec<u8>> {
+    g.host.store.get(key).unwrap().0
+}
+
+fn spent(g: &Gateway, owner: Owner<'_>, period: Period, now: u64) -> i64 {
+    let key = keys::budget(owner, period, period.index(now, 0));
+    counter(g, &key).map_or(0, |v| i64::from_le_bytes(v.try_into().unwrap()))
+}
+
+#[test]
+fn a_refusal_at_the_team_level_takes_nothing_from_the_keys_counters() {
+    let g = Gateway::new(&team_config(
+        "{requests_per_minute: 100, tokens_per_minute: 100000, max_concurrent: 5, budget_usd_per_day: 1}",
+        "{max_concurrent: 1, requests_per_minute: 1000}",
+        "",
+    ));
+    let now = g.host.now_ms();
+    crate::admission::prepare(&g.host, &g.loaded.gw, now);
+    let key = Owner::Key("demo");
+    let (_first, a) = g.chat(&[], &body("one"));
+    assert_eq!(a, Action::Continue, "the first holds the team's one slot");
+    let after_first = (
+        decode_u32(counter(&g, &keys::limit(key, Limit::Concurrency)).as_deref()),
+        g.tokens_level(),
+        spent(&g, key, Period::Day, now),
+    );
+    assert_eq!(after_first.0, 1);
+    assert!(after_first.2 > 0);
+    let (second, _) = g.chat(&[], &body("two"));
+    let (status, v) = sent_json(&second);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("concurrency_limit_exceeded"))
+    );
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("team `research`: limit 1"), "{msg}");
+    // The key's slot, tokens and budget are as the first request left them.
+    assert_eq!(
+        (
+            decode_u32(counter(&g, &keys::limit(key, Limit::Concurrency)).as_deref()),
+            g.tokens_level(),
+            spent(&g, key, Period::Day, now),
+        ),
+        after_first
+    );
+    // Refused after its headers, it was still a request (as at one level).
+    let rpm = Bucket::decode(counter(&g, &keys::limit(key, Limit::RequestsPerMinute)).as_deref());
+    assert_eq!(rpm.level_milli / 1000, 98);
+}
+
+#[test]
+fn a_team_request_rate_refusal_gives_the_keys_take_back() {
+    let g = Gateway::new(&team_config(
+        "{requests_per_minute: 100}",
+        "{requests_per_minute: 1}",
+        "",
+    ));
+    crate::admission::prepare(&g.host, &g.loaded.gw, g.host.now_ms());
+    let (_first, a) = g.chat(&[], &body("one"));
+    assert_eq!(a, Action::Continue);
+    let (second, _) = g.chat(&[], &body("two"));
+    let (status, hdrs, b) = second.host.sent().unwrap();
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(status, 429);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("requests per minute on team `research`: limit 1"),
+        "{msg}"
+    );
+    let header = |name: &str| {
+        hdrs.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).to_string())
+    };
+    assert_eq!(
+        header("x-ratelimit-limit-requests").as_deref(),
+        Some("1"),
+        "the team's, which refused"
+    );
+    let rpm = Bucket::decode(
+        counter(
+            &g,
+            &keys::limit(Owner::Key("demo"), Limit::RequestsPerMinute),
+        )
+        .as_deref(),
+    );
+    assert_eq!(
+        rpm.level_milli / 1000,
+        99,
+        "the key counts only the admitted request"
+    );
+}
+
+#[test]
+fn a_team_budget_is_shared_by_its_keys_and_refused_until_its_week_ends() {
+    // $0.15 and $0.60 per 1M tokens; a request reserves 23 prompt tokens
+    // (body/4) + 100 = 64 micro-USD; a week's team budget of $0.00015
+    // admits two.
+    let g = Gateway::new(&team_config(
+        "{budget_usd_per_day: 5}",
+        "{budgets: [{usd: 0.00015, period: week}]}",
+        "",
+    ));
+    let now = g.host.now_ms();
+    crate::admission::prepare(&g.host, &g.loaded.gw, now);
+    let team = Owner::Team("research");
+    for _ in 0..2 {
+        let (ctx, a) = g.chat(&[], &body("hello"));
+        assert_eq!(a, Action::Continue, "{:?}", ctx.host.sent());
+    }
+    let key_spent = spent(&g, Owner::Key("demo"), Period::Day, now);
+    let (refused, _) = g.chat(&[], &body("hello"));
+    let (status, hdrs, body_bytes) = refused.host.sent().unwrap();
+    let v: Value = serde_json::from_slice(&body_bytes).unwrap();
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("budget_exceeded"))
+    );
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("Weekly budget of $0.00 for team `research`"),
+        "{msg}"
+    );
+    let to_week_end = Period::Week.ms_to_end(now, 0).unwrap();
+    let retry: u64 = hdrs
+        .iter()
+        .find(|(k, _)| k == "retry-after")
+        .map(|(_, v)| String::from_utf8_lossy(v).parse().unwrap())
+        .unwrap();
+    assert_eq!(retry, to_week_end.div_ceil(1000));
+    assert_eq!(
+        spent(&g, Owner::Key("demo"), Period::Day, now),
+        key_spent,
+        "the key's daily budget gave its reservation back"
+    );
+    // Next Monday: a new week, a new team budget.
+    let monday = now + to_week_end;
+    g.host.state.borrow_mut().now_ms = monday;
+    let (ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Continue, "{:?}", ctx.host.sent());
+    assert!(spent(&g, team, Period::Week, monday) > 0);
+    assert!(spent(&g, team, Period::Week, now) > spent(&g, team, Period::Week, monday));
+}
+
+#[test]
+fn the_tightest_budget_is_in_the_answers_headers() {
+    let g = Gateway::new(&team_config(
+        "{budgets: [{usd: 5, period: day}, {usd: 20, period: month}]}",
+        "{budgets: [{usd: 3, period: total}]}",
+        "",
+    ));
+    crate::admission::prepare(&g.host, &g.loaded.gw, g.host.now_ms());
+    let (mut ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Continue);
+    router_answers(&mut ctx, "200", ANSWER);
+    let rate = ctx.rate_headers.clone();
+    let left: f64 = rate
+        .iter()
+        .find(|(k, _)| *k == "x-portcullis-budget-remaining-usd")
+        .map(|(_, v)| v.parse().unwrap())
+        .expect("budget header");
+    assert!(left < 3.0 && left > 2.99, "the team's total: {rate:?}");
+    assert!(
+        !rate.iter().any(|(k, _)| *k == "x-portcullis-budget-reset"),
+        "a total budget does not reset: {rate:?}"
+    );
+    // Without the team's total, the key's day is tightest, and resets.
+    let g = Gateway::new(&config(
+        "{budgets: [{usd: 5, period: day}, {usd: 20, period: month}]}",
+        "",
+    ));
+    let (ctx, _) = g.chat(&[], &body("hello"));
+    let rate = ctx.rate_headers.clone();
+    assert!(
+        rate.iter()
+            .any(|(k, v)| *k == "x-portcullis-budget-reset" && v.ends_with('s')),
+        "{rate:?}"
+    );
+}
+
+#[test]
+fn a_teams_global_limits_go_in_the_keys_call_and_its_refusal_names_the_team() {
+    let g = Gateway::new(&team_config(
+        "{requests_per_minute: 10, scope: global}",
+        "{requests_per_minute: 50, budgets: [{usd: 100, period: month}], scope: global}",
+        GLOBAL,
+    ));
+    let (mut ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Pause);
+    let calls = ctx.host.callouts();
+    // The request rate (key + team in one call) and the team's budget.
+    assert_eq!(calls.len(), 2);
+    let text = String::from_utf8_lossy(&calls[0].body).to_string();
+    assert!(
+        text.contains("client") && text.contains("team") && text.contains("research"),
+        "{text:?}"
+    );
+    let budget = String::from_utf8_lossy(&calls[1].body).to_string();
+    assert!(
+        budget.contains("budget_usd_per_month") && budget.contains("month"),
+        "{budget:?}"
+    );
+    // The team's descriptor is over its limit.
+    service_answers(
+        &mut ctx,
+        0,
+        &rls_answers(2, &[(1, 10, 9, 6), (2, 50, 0, 6)]),
+    );
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("rate_limit_exceeded"))
+    );
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("team `research`: limit 50 across the fleet"),
+        "{msg}"
+    );
+}
