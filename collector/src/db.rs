@@ -169,6 +169,10 @@ impl Db {
                         cost_micros: r.get(19)?,
                         limited_by: r.get(20)?,
                         guardrails: r.get(21)?,
+                        team: r.get(22)?,
+                        usage_estimated: r.get(23)?,
+                        price_source: r.get(24)?,
+                        budget_routed: r.get(25)?,
                     })
                 })?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)

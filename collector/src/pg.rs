@@ -63,8 +63,9 @@ fn i(n: u64) -> i64 {
 /// The columns a record is stored in, in order.
 const COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache,
     attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens,
-    cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails";
-const NCOLS: usize = 25;
+    cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails,
+    team, usage_estimated, price_source, budget_routed";
+const NCOLS: usize = 29;
 
 /// A record's values, owned, in [`COLUMNS`] order.
 fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
@@ -99,6 +100,10 @@ fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
         Box::new((!r.completion.is_empty()).then(|| r.completion.clone())),
         Box::new(r.limited_by.clone()),
         Box::new(r.guardrails.clone()),
+        Box::new(r.team.clone()),
+        Box::new(i64::from(r.usage_estimated)),
+        Box::new(r.price_source.clone()),
+        Box::new(i64::from(r.budget_routed)),
     ]
 }
 
@@ -453,6 +458,10 @@ pub fn recent(c: &mut Client, sql: &str, limit: i64) -> Result<Vec<Recent>> {
             cost_micros: r.try_get(19)?,
             limited_by: r.try_get(20)?,
             guardrails: r.try_get(21)?,
+            team: r.try_get(22)?,
+            usage_estimated: r.try_get::<_, i64>(23)? != 0,
+            price_source: r.try_get(24)?,
+            budget_routed: r.try_get::<_, i64>(25)? != 0,
         });
     }
     Ok(out)

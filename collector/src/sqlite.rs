@@ -39,6 +39,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE requests ADD COLUMN limited_by TEXT NOT NULL DEFAULT '';",
     rollup::FAILURES_SCHEMA,
     "ALTER TABLE requests ADD COLUMN guardrails TEXT NOT NULL DEFAULT '';",
+    "ALTER TABLE requests ADD COLUMN team TEXT NOT NULL DEFAULT '';
+     ALTER TABLE requests ADD COLUMN usage_estimated INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE requests ADD COLUMN price_source TEXT NOT NULL DEFAULT '';
+     ALTER TABLE requests ADD COLUMN budget_routed INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Which migration makes the failed-attempt rollups (and fills them from
@@ -111,8 +115,10 @@ pub fn write(
         let mut stmt = tx.prepare_cached(
             "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
                 experiment, arm, cache, attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream,
-                prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+                prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails,
+                team, usage_estimated, price_source, budget_routed)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25,
+                ?26, ?27, ?28, ?29)",
         )?;
         let mut same = tx.prepare_cached(
             "SELECT time_ms = ?2 AND latency_ms = ?3 AND client = ?4 AND requested_model = ?5
@@ -155,6 +161,10 @@ pub fn write(
                         (!r.completion.is_empty()).then_some(&r.completion),
                         r.limited_by,
                         r.guardrails,
+                        r.team,
+                        r.usage_estimated,
+                        r.price_source,
+                        r.budget_routed,
                     ])
                 };
                 // A request id already stored is a re-sent record (the same

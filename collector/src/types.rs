@@ -54,6 +54,10 @@ pub struct Recent {
     pub cost_micros: i64,
     pub limited_by: String,
     pub guardrails: String,
+    pub team: String,
+    pub usage_estimated: bool,
+    pub price_source: String,
+    pub budget_routed: bool,
 }
 
 impl Recent {
@@ -80,6 +84,10 @@ impl Recent {
             "reasoning_tokens": self.reasoning_tokens,
             "cost_usd": self.cost_micros as f64 / 1e6,
             "limited_by": self.limited_by,
+            "team": self.team,
+            "usage_estimated": self.usage_estimated,
+            "price_source": self.price_source,
+            "budget_routed": self.budget_routed,
             "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
         })
     }
@@ -88,4 +96,4 @@ impl Recent {
 /// The columns of [`Recent`], in its order (both databases).
 pub const RECENT_COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
      status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
-     reasoning_tokens, cost_micros, limited_by, guardrails";
+     reasoning_tokens, cost_micros, limited_by, guardrails, team, usage_estimated, price_source, budget_routed";

@@ -13,12 +13,14 @@ use crate::flight::Translation;
 use crate::host::{Headers, Host, Part};
 use crate::metrics;
 use crate::reading::Reader;
+use portcullis_core::api::Api;
 use portcullis_core::attempt::{classify, classify_call, Outcome};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::providers;
 use portcullis_core::secrets;
 use portcullis_core::sse;
+use portcullis_core::stream_cap::{Shape, StreamCap};
 use proxy_wasm::types::Action;
 
 /// Whether a response's headers say its body is content-encoded.
@@ -142,6 +144,14 @@ impl<H: Host> RequestContext<H> {
         } else {
             Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep)
         };
+        f.stream_cap = f.cap.filter(|_| stream).and_then(|(n, prompt_est)| {
+            let shape = match api {
+                Api::ChatCompletions => Shape::Chat,
+                Api::Messages => Shape::Messages,
+                _ => return None,
+            };
+            Some(StreamCap::new(shape, n, prompt_est, f.chat.include_usage))
+        });
         if stream {
             self.start_stream_guard();
         }
@@ -166,11 +176,22 @@ impl<H: Host> RequestContext<H> {
         };
         let input = translated.as_deref().unwrap_or(bytes);
         let relayed = f.reader.as_mut().and_then(|r| r.chunk(input, end));
-        if f.output.as_ref().is_some_and(|o| o.stream.is_some()) {
+        let out = if f.output.as_ref().is_some_and(|o| o.stream.is_some()) {
             let input = relayed.as_deref().unwrap_or(input).to_vec();
-            return self.guard_stream(&input, end);
+            self.guard_stream(&input, end)
+        } else {
+            relayed.or(translated)
+        };
+        // Last: the client's stream held to its cap.
+        let f = self.flight.as_mut()?;
+        let Some(cap) = f.stream_cap.as_mut() else {
+            return out;
+        };
+        let mut capped = cap.push(out.as_deref().unwrap_or(bytes));
+        if end {
+            capped.extend(cap.finish());
         }
-        relayed.or(translated)
+        Some(capped)
     }
 
     /// Whether the router's answer is held whole (output checks, a
@@ -217,6 +238,14 @@ impl<H: Host> RequestContext<H> {
             f.cache_fill = None;
         }
         self.log.usage = usage;
+        // No usage from the provider (vLLM's streams by default): what was
+        // counted, never nothing.
+        let usage = usage.or_else(|| self.counted_usage()).or_else(|| {
+            let text = whole.as_deref().map(sse::completion_text)?;
+            let u = self.usage_from_text(&text);
+            self.log.usage = Some(u);
+            Some(u)
+        });
         self.finish_limits(Finish::Settle(usage));
         if let Some(c) = whole {
             if self.loaded.as_ref().is_some_and(|l| include_content(&l.gw)) {
@@ -343,6 +372,7 @@ impl<H: Host> RequestContext<H> {
             f.reader.is_some()
                 || f.remember_response
                 || f.translation.is_some()
+                || f.stream_cap.is_some()
                 || f.output.as_ref().is_some_and(|o| o.stream.is_some())
         });
         if reads {
@@ -539,6 +569,9 @@ impl<H: Host> RequestContext<H> {
             out.push((headers::CACHE, f.cache_status.as_str().to_string()));
             if let Some((e, a)) = &f.experiment {
                 out.push((headers::EXPERIMENT, format!("{e}/{a}")));
+            }
+            if f.budget_routed {
+                out.push((headers::BUDGET_ROUTED, f.chat.model.clone()));
             }
         }
         out.extend(self.rate_headers.iter().cloned());

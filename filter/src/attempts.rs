@@ -217,13 +217,20 @@ impl<H: Host> RequestContext<H> {
     /// The provider whose answer the client gets: the one tried last, or
     /// for a cache hit the first of the chain (the entry's key).
     pub(crate) fn answering_provider(&self) -> Option<String> {
-        let f = self.flight.as_ref()?;
         let gw = &self.loaded.as_ref()?.gw;
-        let idx = if f.cache_status == CacheStatus::Hit {
-            f.candidates.first()?.0
+        gw.providers
+            .get(self.answering_index()?)
+            .map(|p| p.name.clone())
+    }
+
+    /// The index of the provider that answered (a cache hit: the first
+    /// candidate's).
+    pub(crate) fn answering_index(&self) -> Option<usize> {
+        let f = self.flight.as_ref()?;
+        if f.cache_status == CacheStatus::Hit {
+            Some(f.candidates.first()?.0)
         } else {
-            f.current.as_ref()?.provider
-        };
-        gw.providers.get(idx).map(|p| p.name.clone())
+            Some(f.current.as_ref()?.provider)
+        }
     }
 }

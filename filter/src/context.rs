@@ -54,6 +54,8 @@ pub struct LogFacts {
     pub limited_by: &'static str,
     pub ttfb_ms: u64,
     pub usage: Option<Usage>,
+    /// The usage was counted by the gateway (the provider sent none).
+    pub usage_estimated: bool,
     pub prompt: String,
     pub completion: String,
     /// What the guardrails did.
@@ -132,6 +134,40 @@ impl<H: Host> RequestContext<H> {
 
     pub fn client<'g>(&self, gw: &'g Gateway) -> Option<&'g Client> {
         gw.clients.get(self.request.key.as_ref()?)
+    }
+
+    /// The usage a capped stream counted as it passed, when the provider
+    /// reported none (marked as estimated in the record).
+    pub fn counted_usage(&mut self) -> Option<Usage> {
+        if self.log.usage.is_some() {
+            return None;
+        }
+        let f = self.flight.as_ref()?;
+        let (_, prompt_est) = f.cap?;
+        let counted = f.stream_cap.as_ref()?.counted();
+        self.log.usage_estimated = true;
+        let u = Usage {
+            prompt: prompt_est,
+            completion: counted,
+            ..Usage::default()
+        };
+        self.log.usage = Some(u);
+        Some(u)
+    }
+
+    /// The usage of an answer whose provider reported none, from its text
+    /// (four bytes a token) and the prompt estimate; marked as estimated.
+    pub fn usage_from_text(&mut self, text: &str) -> Usage {
+        let prompt = self.flight.as_ref().map_or(0, |f| {
+            f.cap
+                .map_or((f.chat.body_len() as u64).div_ceil(4), |(_, p)| p)
+        });
+        self.log.usage_estimated = true;
+        Usage {
+            prompt,
+            completion: (text.len() as u64).div_ceil(4),
+            ..Usage::default()
+        }
     }
 
     /// End the request's hold on its client's limits (once).
@@ -224,7 +260,6 @@ impl<H: Host> RequestContext<H> {
     }
 
     pub fn on_log(&mut self) {
-        self.emit_record();
         let how = match self.phase {
             // Cancelled before any answer: it used nothing.
             Phase::Proxied
@@ -232,9 +267,11 @@ impl<H: Host> RequestContext<H> {
             | Phase::ChatBody
             | Phase::Guarding
             | Phase::Limiting => Finish::Release,
-            // An answer without usage (or cut short): the reservation stands.
-            _ => Finish::Settle(None),
+            // An answer cut short: what a capped stream counted, else the
+            // reservation stands.
+            _ => Finish::Settle(self.counted_usage()),
         };
+        self.emit_record();
         self.finish_limits(how);
         self.release_unreported_probe();
         self.release_busy();

@@ -121,6 +121,13 @@ pub struct Flight {
     pub forwarded: Option<Vec<(String, String)>>,
     /// How the answer on its way is read (usage, cache, content).
     pub reader: Option<Reader>,
+    /// The completion cap a level in `clamp` mode holds the answer to, and
+    /// the prompt estimate (for the usage of a stream ended at it).
+    pub cap: Option<(u64, u64)>,
+    /// A low budget sent the request to a cheaper model (`on_budget_low`).
+    pub budget_routed: bool,
+    /// A stream held to `cap` as it passes.
+    pub stream_cap: Option<portcullis_core::stream_cap::StreamCap>,
 }
 
 impl Flight {
@@ -163,6 +170,9 @@ impl Flight {
             price,
             forwarded: None,
             reader: None,
+            cap: None,
+            budget_routed: false,
+            stream_cap: None,
         }
     }
 

@@ -132,6 +132,11 @@ pub fn attempt_failure(p: &str, cause: Cause) -> String {
     provider(p, cause.metric())
 }
 
+/// Answers of a model no price layer prices (their cost is unknown, not 0).
+pub fn unpriced(model: &str) -> String {
+    format!("portcullis.unpriced_requests.model.{}.total", label(model))
+}
+
 pub fn experiment_requests(experiment: &str, arm: &str) -> String {
     format!(
         "portcullis.experiment_requests.experiment.{}.arm.{}.total",

@@ -12,6 +12,7 @@ use crate::metrics;
 use portcullis_core::attempt::exhausted;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
+use portcullis_core::pricing;
 use portcullis_core::providers;
 use portcullis_core::ratelimit;
 use portcullis_core::request::ChatRequest;
@@ -53,7 +54,18 @@ impl<H: Host> RequestContext<H> {
         chat: ChatRequest,
         now: u64,
     ) -> Result<(), GatewayError> {
-        let routed = self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
+        let mut routed =
+            self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
+        let low = admission::budget_low_model(&self.host, gw, client, now).filter(|cheaper| {
+            let target = gw.names.get(cheaper.as_str());
+            // Not when the request already goes there, nor to a model
+            // the key may not use.
+            target.is_some_and(|t| client.may_use(*t))
+                && target != gw.names.get(routed.model.as_str())
+        });
+        if let Some(cheaper) = &low {
+            routed.model.clone_from(cheaper);
+        }
         let ordered = resolve(gw, client, &routed.model, self.roll).and_then(|mut route| {
             let candidates = std::mem::take(&mut route.candidates);
             let (_, candidates) = self.ordered(
@@ -76,7 +88,9 @@ impl<H: Host> RequestContext<H> {
                 return Err(e);
             }
         };
-        self.flight = Some(self.flight_for(gw, chat, route));
+        let mut flight = self.flight_for(gw, chat, route);
+        flight.budget_routed = low.is_some();
+        self.flight = Some(flight);
         self.serving_api_only(gw)?;
         if self.request.api.keeps_responses() {
             self.pin_to_previous_response(gw)?;
@@ -208,7 +222,10 @@ impl<H: Host> RequestContext<H> {
                 .count(&metrics::experiment_requests(&e.name, &arm.name), 1);
             Some((e.name.clone(), arm.name.clone()))
         });
-        let price = gw.prices.get(route.model).copied().flatten();
+        // Reserved at the first candidate's price (the record's cost is the
+        // answering provider's).
+        let first = route.candidates.first().map(|(p, _)| *p);
+        let price = pricing::price_of(gw, route.model, first).map(|(p, _)| p);
         Flight::new(
             chat,
             route.model,
@@ -219,12 +236,51 @@ impl<H: Host> RequestContext<H> {
         )
     }
 
-    /// Limits on what reaches a provider: concurrency, tokens, budgets, at
-    /// every level of the key.
+    /// Limits on what reaches a provider: the completion cap the levels
+    /// allow, then concurrency, tokens, budgets, at every level of the key.
     pub(crate) fn admit_limits(
         &mut self,
         gw: &Gateway,
         client: &Client,
+        now: u64,
+    ) -> Result<(), GatewayError> {
+        let Some(flight) = self.flight.as_mut() else {
+            return Ok(());
+        };
+        // The prompt estimate of the client's body (a clamp's rewrite does
+        // not change what the prompt is).
+        let (prompt_est, _) = ratelimit::reservation(flight.chat.body_len(), None, 0);
+        let asked = (prompt_est, flight.chat.max_tokens);
+        let mut clamped = None;
+        if let Some(n) =
+            admission::completion_cap(&self.host, gw, client, asked, flight.price, now)?
+        {
+            if flight.chat.max_tokens != Some(n) {
+                flight.chat = flight.chat.with_max_tokens(n)?;
+                flight.rewritten = true;
+                clamped = Some(n);
+            }
+            flight.cap = Some((n, prompt_est));
+        }
+        let max_completion = flight
+            .chat
+            .max_tokens
+            .unwrap_or(client.limits.default_max_tokens);
+        let price = flight.price;
+        let result = self.admit_levels(gw, client, (prompt_est, max_completion), price, now);
+        if let Some(n) = clamped {
+            self.rate_headers
+                .push(("x-portcullis-max-tokens-clamped", n.to_string()));
+        }
+        result
+    }
+
+    fn admit_levels(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        reserve: (u64, u64),
+        price: Option<portcullis_core::ratelimit::Price>,
         now: u64,
     ) -> Result<(), GatewayError> {
         let counted_here = gw.levels(client).any(|level| {
@@ -237,15 +293,7 @@ impl<H: Host> RequestContext<H> {
             self.rate_headers = admission::headers(self.req_take, None);
             return Ok(());
         }
-        let Some(flight) = self.flight.as_ref() else {
-            return Ok(());
-        };
-        let reserve = ratelimit::reservation(
-            flight.chat.body_len(),
-            flight.chat.max_tokens,
-            client.limits.default_max_tokens,
-        );
-        match admission::admit(&self.host, gw, client, reserve, flight.price, now) {
+        match admission::admit(&self.host, gw, client, reserve, price, now) {
             Ok((held, shown)) => {
                 self.rate_headers = admission::headers(self.req_take, shown.tokens);
                 if let Some(left) = shown.budget {

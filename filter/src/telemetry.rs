@@ -6,6 +6,7 @@
 use crate::context::RequestContext;
 use crate::host::Host;
 use crate::metrics;
+use portcullis_core::pricing;
 use portcullis_core::record::{Attempt, Record};
 
 impl<H: Host> RequestContext<H> {
@@ -17,10 +18,16 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let gw = &loaded.gw;
+        let client = self.client(gw);
         let mut rec = Record {
             request_id: std::mem::take(&mut self.log.request_id),
             time_ms: self.log.started_ms,
-            client: self.client(gw).map(|c| c.name.clone()).unwrap_or_default(),
+            client: client.map(|c| c.name.clone()).unwrap_or_default(),
+            team: client
+                .and_then(|c| gw.teams.get(c.team?))
+                .map(|t| t.name.clone())
+                .unwrap_or_default(),
+            usage_estimated: self.log.usage_estimated,
             status: u32::from(self.log.status),
             error: self.log.error.to_string(),
             limited_by: self.log.limited_by.to_string(),
@@ -42,12 +49,14 @@ impl<H: Host> RequestContext<H> {
             rec.completion_tokens = u.completion;
             rec.cached_tokens = u.cached;
             rec.reasoning_tokens = u.reasoning;
-            if let Some(price) = gw
-                .names
-                .get(&rec.model)
-                .and_then(|&m| gw.prices.get(m).copied().flatten())
-            {
-                rec.cost_micros = price.usage_cost(&u);
+            let model = self.flight.as_ref().map(|f| f.model);
+            let answering = self.answering_index();
+            match model.and_then(|m| pricing::price_of(gw, m, answering)) {
+                Some((price, source)) => {
+                    rec.cost_micros = price.usage_cost(&u);
+                    rec.price_source = source.as_str().into();
+                }
+                None => self.host.count(&metrics::unpriced(&rec.model), 1),
             }
         }
         self.request_metrics(&rec);
@@ -63,6 +72,7 @@ impl<H: Host> RequestContext<H> {
         rec.requested_model = f.chat.model.clone();
         rec.model = f.model_name.clone();
         rec.stream = f.chat.stream;
+        rec.budget_routed = f.budget_routed;
         rec.cache = f.cache_status.as_str().to_string();
         if let Some((e, a)) = &f.experiment {
             rec.experiment = e.clone();

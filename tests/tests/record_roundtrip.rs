@@ -41,6 +41,10 @@ fn full() -> Record {
         completion: "wörld".into(),
         limited_by: "global".into(),
         guardrails: r#"[{"stage":"input","check":"pii","action":"redact","hits":1}]"#.into(),
+        team: "research".into(),
+        usage_estimated: true,
+        price_source: "default".into(),
+        budget_routed: true,
     }
 }
 
@@ -91,6 +95,10 @@ fn every_field_round_trips_through_prost() {
         completion: r.completion.clone(),
         limited_by: r.limited_by.clone(),
         guardrails: r.guardrails.clone(),
+        team: r.team.clone(),
+        usage_estimated: r.usage_estimated,
+        price_source: r.price_source.clone(),
+        budget_routed: r.budget_routed,
     };
     assert_eq!(d, &expected);
     // And prost's own encoding is byte-identical to ours.

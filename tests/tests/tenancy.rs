@@ -291,3 +291,248 @@ fn the_test_clock_is_refused_without_the_testing_environment() {
         200
     );
 }
+
+/// A stream under a 200-token limit with no `max_tokens`: the gateway sets
+/// the cap the limit has room for, the provider honours it, and the limit
+/// is never passed.
+#[test]
+fn a_stream_without_max_tokens_is_clamped_to_the_room_left_and_never_exceeds_it() {
+    let s = Stack::start(
+        &team_plugin("{tokens_per_minute: 200, max_tokens_mode: clamp}", "{}", ""),
+        2,
+    );
+    let long: String = (0..1000).map(|i| format!("w{:02} ", i % 100)).collect();
+    s.primary.default_step(json!({"content": long}));
+    let body = json!({"model": "gpt-4o-mini", "stream": true,
+        "messages": [{"role": "user", "content": "Write at length"}]})
+    .to_string();
+    let prompt_est = body.len().div_ceil(4) as u64;
+    let r = s.chat(DEMO_KEY, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let cap = r.header_u64("x-portcullis-max-tokens-clamped");
+    assert_eq!(cap, 200 - prompt_est, "the room after the prompt estimate");
+    let sent = &s.primary.requests()[0];
+    assert_eq!(sent["body"]["max_completion_tokens"], cap);
+    let (text, _, _) = stream_text(&r.body);
+    assert_eq!(
+        text.split_whitespace().count() as u64,
+        cap,
+        "the provider stopped at the cap"
+    );
+    assert!(r.body.contains("\"finish_reason\":\"length\""));
+    // The limit is spent to the token: the next request has no room.
+    let again = s.chat(DEMO_KEY, &body);
+    assert_openai_error(&again, 429, "rate_limit_exceeded");
+}
+
+/// A provider that ignores the cap is ended at it, and both official SDKs
+/// read the ending as a normal end at the length. Each key has its own
+/// 120 tokens a minute (the provider's real usage, far past the cap, is
+/// settled against the key whose stream it was).
+#[test]
+fn a_provider_that_ignores_the_cap_is_ended_cleanly_for_both_sdks() {
+    let s = Stack::start(
+        &team_plugin(
+            "{tokens_per_minute: 120, max_tokens_mode: clamp, default_max_tokens: 40}",
+            "{}",
+            "",
+        ),
+        2,
+    );
+    // 500 words of four bytes: a token each; far past a cap of 40.
+    let long: String = (0..500).map(|i| format!("w{:02} ", i % 100)).collect();
+    s.primary
+        .default_step(json!({"content": long, "ignore_max_tokens": true, "chunk_delay_ms": 1}));
+    let v = sdk_script(
+        "stream_cap_check.py",
+        &[&s.envoy.url(""), DEMO_KEY, MINI_KEY, "gpt-4o-mini"],
+    );
+    let o = &v["openai"];
+    assert_eq!(o["raised"], json!(null), "{v}");
+    assert_eq!(o["finish"], "length");
+    // 40 + 40/8 + 8 = 53 tokens at most reach the client.
+    let chars = o["chars"].as_u64().unwrap();
+    assert!(chars > 40 * 4 && chars <= 53 * 4, "{chars} characters");
+    assert!(o["completion_tokens"].as_u64().unwrap() <= 53);
+    // Messages asked for 4096; the key's room (120 less the prompt
+    // estimate) is the cap.
+    let a = &v["anthropic"];
+    assert_eq!(a["raised"], json!(null), "{v}");
+    assert_eq!(a["stop"], "max_tokens");
+    let room = 120 + 120 / 8 + 8;
+    let chars = a["chars"].as_u64().unwrap();
+    assert!(chars > 40 * 4 && chars <= room * 4, "{chars} characters");
+    assert!(a["output_tokens"].as_u64().unwrap() <= room);
+}
+
+/// A provider that reports no usage (vLLM's default): the gateway counts
+/// the streamed answer and settles with that, instead of letting the
+/// reservation stand or counting nothing.
+#[test]
+fn a_stream_without_usage_is_settled_with_what_the_gateway_counted() {
+    let s = Stack::start(&team_plugin("{tokens_per_minute: 6000}", "{}", ""), 2);
+    // 50 words of four bytes: 50 tokens counted.
+    let words: String = (0..50).map(|i| format!("w{:02} ", i)).collect();
+    s.primary
+        .default_step(json!({"content": words, "no_usage": true}));
+    let body = json!({"model": "gpt-4o-mini", "stream": true, "max_tokens": 2000,
+        "messages": [{"role": "user", "content": "Write"}]})
+    .to_string();
+    let prompt_est = body.len().div_ceil(4) as u64;
+    let first = s.chat(DEMO_KEY, &body);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let (text, _, usage) = stream_text(&first.body);
+    assert_eq!(text.split_whitespace().count(), 50);
+    assert!(usage.is_none(), "the client did not ask for usage");
+    // The second request's reservation is taken after the first was
+    // settled: 6000 less (prompt + 50 counted) less its own reservation
+    // (prompt + 2000), plus what refilled in between (100 a second).
+    let second = s.chat(DEMO_KEY, &body);
+    assert_eq!(second.status, 200);
+    let left = second.header_u64("x-ratelimit-remaining-tokens");
+    let settled = 6000 - (prompt_est + 50) - (prompt_est + 2000);
+    assert!(
+        left >= settled && left < settled + 500,
+        "{left} left; with the first reservation standing it would be {}",
+        6000 - 2 * (prompt_est + 2000)
+    );
+}
+
+/// Which layer priced each request is in its record, with the key's team
+/// and whether its usage was counted by the gateway; a model no layer
+/// prices is counted in a metric and recorded unpriced, never as free.
+#[test]
+fn records_say_which_layer_priced_a_request_and_unpriced_models_are_counted() {
+    let dir = TempDir::new("collector");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    // gpt-4o-mini is priced by `prices`; gpt-4.1-mini only by the default
+    // table; house-model by nothing.
+    let plugin = team_plugin("{}", "{}", "")
+        .replace("flush_interval_ms: 250", "flush_interval_ms: 100")
+        .replace(
+            "      - name: gpt-4o\n        id: gpt-4o-2024-08-06",
+            "      - {name: gpt-4.1-mini, weight: 0}\n      - {name: house-model, weight: 0}\n      - name: gpt-4o\n        id: gpt-4o-2024-08-06",
+        );
+    assert!(plugin.contains("house-model"));
+    let s = Stack::start_full(&plugin, 1, false, c.grpc_port);
+    s.primary.script(json!([
+        {"usage": {"prompt_tokens": 10, "completion_tokens": 10}},
+        {"usage": {"prompt_tokens": 10, "completion_tokens": 10}},
+        {"usage": {"prompt_tokens": 10, "completion_tokens": 10}},
+        {"content": "four byte word here", "no_usage": true}
+    ]));
+    let auth = format!("Bearer {DEMO_KEY}");
+    let url = s.envoy.url("/v1/chat/completions");
+    for (id, model) in [
+        ("config", "gpt-4o-mini"),
+        ("default", "gpt-4.1-mini"),
+        ("unpriced", "house-model"),
+        ("counted", "gpt-4o-mini"),
+    ] {
+        let r = post(
+            &url,
+            &[("authorization", &auth), ("x-request-id", id)],
+            &chat_body(model, "price me"),
+        );
+        assert_eq!(r.status, 200, "{id}: {}", r.body);
+    }
+    let records = poll_until(Duration::from_secs(15), "4 records", || {
+        let r = c.recent(100);
+        (r.len() >= 4).then_some(r)
+    });
+    let rec = |id: &str| {
+        records
+            .iter()
+            .find(|r| r["request_id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let config = rec("config");
+    assert_eq!(config["price_source"], "config");
+    assert_eq!(config["team"], "research");
+    // $1000 per 1M tokens both ways (the team plugin's price): 20 tokens.
+    assert_eq!(config["cost_usd"], 0.02);
+    let default = rec("default");
+    assert_eq!(default["price_source"], "default");
+    // gpt-4.1-mini's list price: 10 x $0.40 + 10 x $1.60 per 1M.
+    assert_eq!(default["cost_usd"], 0.00002);
+    let unpriced = rec("unpriced");
+    assert_eq!(
+        (
+            unpriced["price_source"].as_str(),
+            unpriced["cost_usd"].as_f64()
+        ),
+        (Some(""), Some(0.0))
+    );
+    let counted = rec("counted");
+    assert_eq!(counted["usage_estimated"], true, "{counted}");
+    assert_eq!(
+        counted["completion_tokens"], 5,
+        "19 bytes of text, four to a token"
+    );
+    assert_eq!(config["usage_estimated"], false);
+    s.envoy.wait_stat(
+        "wasmcustom.portcullis.unpriced_requests.model.house-model.total",
+        1,
+    );
+    let prom = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+    assert!(
+        prom.contains("portcullis_unpriced_requests_total{model=\"house-model\"} 1"),
+        "{}",
+        prom.lines()
+            .filter(|l| l.contains("unpriced"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A key whose day budget runs low is sent to a cheaper model instead of
+/// being refused while budget remains; the answer says so.
+#[test]
+fn a_low_budget_routes_to_the_cheaper_model_and_says_so() {
+    let p = test_plugin();
+    let demo = "  - name: demo\n";
+    assert!(p.contains(demo));
+    // $0.001 a day; below $0.0006 left, gpt-4o-mini instead.
+    let plugin = p.replace(
+        demo,
+        "  - name: demo\n    limits: {budget_usd_per_day: 0.001, on_budget_low: {below_usd: 0.0006, use_model: gpt-4o-mini}}\n",
+    );
+    let s = Stack::start(&plugin, 2);
+    // Each answer: 10 + 10 tokens; at gpt-4o's $2.50/$10 that is $0.000125.
+    s.primary
+        .default_step(json!({"usage": {"prompt_tokens": 10, "completion_tokens": 10}}));
+    let body = json!({"model": "gpt-4o", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    let mut models = Vec::new();
+    for _ in 0..8 {
+        let r = s.chat(DEMO_KEY, &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let model = r.header("x-portcullis-model").unwrap().to_string();
+        let routed = r.header("x-portcullis-budget-routed").map(str::to_string);
+        assert_eq!(
+            routed.is_some(),
+            model == "gpt-4o-mini",
+            "{model} {routed:?}"
+        );
+        if let Some(asked) = routed {
+            assert_eq!(asked, "gpt-4o");
+        }
+        models.push(model);
+    }
+    // $0.001 - 4 x $0.000125 = $0.0005 < $0.0006: the fifth goes to mini,
+    // and every one after it (the budget only goes down).
+    assert_eq!(models[..4], ["gpt-4o"; 4], "{models:?}");
+    assert!(models[4..].iter().all(|m| m == "gpt-4o-mini"), "{models:?}");
+    let sent: Vec<String> = s
+        .primary
+        .requests()
+        .iter()
+        .map(|r| r["body"]["model"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        sent[4], "gpt-4o-mini",
+        "the provider got the cheaper model's id"
+    );
+}

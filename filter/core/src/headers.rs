@@ -22,6 +22,9 @@ pub const PIN_PROVIDER: &str = "x-portcullis-pin-provider";
 pub const DROPPED: &str = "x-portcullis-dropped";
 pub const CACHE: &str = "x-portcullis-cache";
 pub const EXPERIMENT: &str = "x-portcullis-experiment";
+/// The model a client asked for, when a low budget sent the request to a
+/// cheaper one (`on_budget_low`; `x-portcullis-model` names that one).
+pub const BUDGET_ROUTED: &str = "x-portcullis-budget-routed";
 
 /// Whether a client's request header goes on to the provider, on the first
 /// attempt and on every fallback alike. It does unless it is:

@@ -185,6 +185,9 @@ pub struct Price {
     pub cached_input: f64,
     /// Prompt tokens written to the provider's prompt cache (Anthropic).
     pub cache_write: f64,
+    /// Reasoning tokens (counted in the completion; OpenAI's `reasoning_tokens`,
+    /// Gemini's `thoughtsTokenCount`).
+    pub reasoning: f64,
 }
 
 impl Price {
@@ -193,11 +196,28 @@ impl Price {
         let cached = u.cached.min(u.prompt);
         let written = u.cache_write.min(u.prompt.saturating_sub(cached));
         let plain = u.prompt.saturating_sub(cached).saturating_sub(written);
+        let reasoning = u.reasoning.min(u.completion);
         let micros = plain as f64 * self.input
             + cached as f64 * self.cached_input
             + written as f64 * self.cache_write
-            + u.completion as f64 * self.output;
+            + u.completion.saturating_sub(reasoning) as f64 * self.output
+            + reasoning as f64 * self.reasoning;
         micros.ceil() as Micros
+    }
+
+    /// The completion tokens `left` micro-USD pays for after a prompt of
+    /// `prompt` tokens (`u64::MAX` when output is free).
+    pub fn completion_room(&self, left: Micros, prompt: u64) -> u64 {
+        // One micro-USD of margin: the reservation's cost is rounded up.
+        let after_prompt = left as f64 - prompt as f64 * self.input - 1.0;
+        if after_prompt < 0.0 {
+            return 0;
+        }
+        if self.output <= 0.0 {
+            return u64::MAX;
+        }
+        // A float cast saturates; the floor keeps the reservation within.
+        (after_prompt / self.output).floor() as u64
     }
 
     /// Cost in micro-USD: tokens * (USD per 1M tokens) = micro-USD exactly.

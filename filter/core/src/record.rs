@@ -39,6 +39,10 @@ pub struct Record {
     pub completion: String,
     pub limited_by: String,
     pub guardrails: String,
+    pub team: String,
+    pub usage_estimated: bool,
+    pub price_source: String,
+    pub budget_routed: bool,
 }
 
 use crate::pb::{bytes, key, uint, varint};
@@ -86,6 +90,10 @@ impl Record {
         bytes(&mut o, 22, self.completion.as_bytes());
         bytes(&mut o, 23, self.limited_by.as_bytes());
         bytes(&mut o, 24, self.guardrails.as_bytes());
+        bytes(&mut o, 25, self.team.as_bytes());
+        uint(&mut o, 26, u64::from(self.usage_estimated));
+        bytes(&mut o, 27, self.price_source.as_bytes());
+        uint(&mut o, 28, u64::from(self.budget_routed));
         o
     }
 }

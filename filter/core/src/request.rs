@@ -172,10 +172,12 @@ impl ChatRequest {
             .unwrap_or(false);
         let count =
             |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<u64>(r.get()).ok());
-        let max_tokens = if api.streams() {
-            count(peek.max_completion_tokens).or(count(peek.max_tokens))
-        } else {
+        let max_tokens = if !api.streams() {
             Some(0)
+        } else if api == Api::Responses {
+            count(peek.max_output_tokens)
+        } else {
+            count(peek.max_completion_tokens).or(count(peek.max_tokens))
         };
         if stream && !api.streams() {
             return Err(GatewayError::bad_request(
@@ -240,6 +242,25 @@ impl ChatRequest {
     /// (a stream whose client did not ask for it).
     pub fn needs_usage_request(&self) -> bool {
         self.stream && !self.include_usage
+    }
+
+    /// The request with its completion capped at `n` tokens (a clamp to
+    /// what the limits allow): the API's own field — `max_tokens` for
+    /// Messages, `max_output_tokens` for Responses; for chat completions
+    /// the field the client used, else `max_completion_tokens` (OpenAI's
+    /// current name, which its reasoning models require) — set to `n`.
+    pub fn with_max_tokens(&self, n: u64) -> Result<ChatRequest, GatewayError> {
+        let mut doc = self.document()?.clone();
+        let field = match self.api {
+            Api::Messages => "max_tokens",
+            Api::Responses => "max_output_tokens",
+            _ if doc.contains_key("max_tokens") && !doc.contains_key("max_completion_tokens") => {
+                "max_tokens"
+            }
+            _ => "max_completion_tokens",
+        };
+        doc.insert(field.into(), Value::from(n));
+        Self::from_document(self.api, &doc)
     }
 
     /// `body_for`, asking a streaming provider for the final usage chunk
@@ -391,6 +412,35 @@ mod tests {
             (Some(7), Some(true))
         );
         assert_eq!(v["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn a_clamp_sets_each_apis_own_cap_field() {
+        let chat = ChatRequest::parse(br#"{"model":"m","messages":[{}]}"#).unwrap();
+        assert_eq!(chat.max_tokens, None);
+        let c = chat.with_max_tokens(40).unwrap();
+        assert_eq!(c.max_tokens, Some(40));
+        assert_eq!(c.document().unwrap()["max_completion_tokens"], 40);
+        // The client's older field is the one lowered.
+        let old = ChatRequest::parse(br#"{"model":"m","messages":[{}],"max_tokens":900}"#).unwrap();
+        let c = old.with_max_tokens(40).unwrap();
+        assert_eq!(c.document().unwrap()["max_tokens"], 40);
+        assert!(!c.document().unwrap().contains_key("max_completion_tokens"));
+        let m = ChatRequest::parse_for(
+            Api::Messages,
+            br#"{"model":"m","max_tokens":4096,"messages":[{}]}"#,
+        )
+        .unwrap();
+        assert_eq!(m.with_max_tokens(7).unwrap().max_tokens, Some(7));
+        let r = ChatRequest::parse_for(
+            Api::Responses,
+            br#"{"model":"m","input":"hi","max_output_tokens":500}"#,
+        )
+        .unwrap();
+        assert_eq!(r.max_tokens, Some(500), "Responses' cap is read");
+        let r = r.with_max_tokens(9).unwrap();
+        assert_eq!(r.document().unwrap()["max_output_tokens"], 9);
+        assert_eq!(r.max_tokens, Some(9));
     }
 
     #[test]

@@ -102,17 +102,10 @@ pub fn strategy_for(
         .unwrap_or(p.default)
 }
 
-/// A candidate's blended price: the provider's own for the model, else
-/// the price table's.
+/// A candidate's blended price, from the price layers
+/// ([`crate::pricing::price_of`]).
 pub fn candidate_price(gw: &Gateway, model: usize, provider: usize) -> Option<f64> {
-    let own = gw
-        .models
-        .get(model)?
-        .serving
-        .iter()
-        .find(|s| s.provider == provider)
-        .and_then(|s| s.price);
-    let price = own.or_else(|| gw.prices.get(model).copied().flatten())?;
+    let (price, _) = crate::pricing::price_of(gw, model, Some(provider))?;
     Some(crate::strategy::blended(&price, gw.policy.output_share))
 }
 

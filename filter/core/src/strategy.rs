@@ -242,7 +242,8 @@ mod tests {
                     input: 1.0,
                     output: 3.0,
                     cached_input: 0.5,
-                    cache_write: 1.0
+                    cache_write: 1.0,
+                    reasoning: 3.0
                 },
                 0.25
             ),

@@ -18,6 +18,8 @@ pub struct Fields<'a> {
     pub stream_options: Option<&'a RawValue>,
     pub max_tokens: Option<&'a RawValue>,
     pub max_completion_tokens: Option<&'a RawValue>,
+    /// The Responses API's completion cap.
+    pub max_output_tokens: Option<&'a RawValue>,
     /// Embeddings' `input`.
     pub input: Option<&'a RawValue>,
 }
@@ -100,6 +102,7 @@ enum Key {
     StreamOptions,
     MaxTokens,
     MaxCompletionTokens,
+    MaxOutputTokens,
     Input,
     Other,
 }
@@ -120,6 +123,7 @@ impl<'de> Deserialize<'de> for Key {
                     "stream_options" => Key::StreamOptions,
                     "max_tokens" => Key::MaxTokens,
                     "max_completion_tokens" => Key::MaxCompletionTokens,
+                    "max_output_tokens" => Key::MaxOutputTokens,
                     "input" => Key::Input,
                     _ => Key::Other,
                 })
@@ -167,6 +171,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
                             &mut f.max_completion_tokens,
                             "max_completion_tokens",
                         )?,
+                        Key::MaxOutputTokens => {
+                            take(&mut map, &mut f.max_output_tokens, "max_output_tokens")?
+                        }
                         Key::Input => take(&mut map, &mut f.input, "input")?,
                         Key::Messages if f.messages.is_some() => {
                             return Err(de::Error::custom("duplicate field `messages`"))

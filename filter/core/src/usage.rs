@@ -181,13 +181,15 @@ impl AnswerCopy {
         self.bytes.drain(..excess);
     }
 
-    /// The usage it reports, and the whole answer if it was kept whole.
+    /// The usage it reports, and the whole answer if it was kept whole
+    /// (wanted, or without usage: the gateway counts its text then).
     pub fn finish(self) -> (Option<Usage>, Option<Vec<u8>>) {
         if self.whole && self.wanted {
-            (Usage::from_body(&self.bytes), Some(self.bytes))
-        } else {
-            (Usage::from_tail(&self.bytes), None)
+            return (Usage::from_body(&self.bytes), Some(self.bytes));
         }
+        let usage = Usage::from_tail(&self.bytes);
+        let whole = (self.whole && usage.is_none()).then_some(self.bytes);
+        (usage, whole)
     }
 }
 
@@ -262,6 +264,7 @@ mod tests {
             output: 15.0,
             cached_input: 0.3,
             cache_write: 3.75,
+            reasoning: 15.0,
         };
         assert_eq!(p.usage_cost(&usage), 30 + 30 + 75 + 75);
     }

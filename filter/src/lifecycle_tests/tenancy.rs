@@ -229,3 +229,93 @@ fn a_teams_global_limits_go_in_the_keys_call_and_its_refusal_names_the_team() {
         "{msg}"
     );
 }
+
+/// The body the router sends upstream, as JSON.
+fn upstream_body(ctx: &RequestContext<FakeHost>) -> Value {
+    serde_json::from_slice(&ctx.host.body_of(Part::Request)).unwrap()
+}
+
+fn header(ctx: &RequestContext<FakeHost>, name: &str) -> Option<String> {
+    ctx.rate_headers
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.clone())
+}
+
+#[test]
+fn a_clamp_sets_the_cap_to_the_room_the_team_has_and_says_so() {
+    // The team's bucket has 300 tokens; the key's 100000. A request with
+    // no cap gets the team's room after its prompt estimate.
+    let g = Gateway::new(&team_config(
+        "{tokens_per_minute: 100000}",
+        "{tokens_per_minute: 300, max_tokens_mode: clamp}",
+        "",
+    ));
+    let text = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}]}"#;
+    let prompt_est = (text.len() as u64).div_ceil(4);
+    let (ctx, a) = g.chat(&[], text);
+    assert_eq!(a, Action::Continue, "{:?}", ctx.host.sent());
+    let sent = upstream_body(&ctx);
+    assert_eq!(sent["max_completion_tokens"], 300 - prompt_est);
+    assert_eq!(
+        header(&ctx, "x-portcullis-max-tokens-clamped"),
+        Some((300 - prompt_est).to_string())
+    );
+    // The reservation was exactly the room: the team's bucket is empty.
+    let team = Bucket::decode(
+        counter(
+            &g,
+            &keys::limit(Owner::Team("research"), Limit::TokensPerMinute),
+        )
+        .as_deref(),
+    );
+    assert!(team.level_milli < 1000, "{team:?}");
+}
+
+#[test]
+fn a_clamp_lowers_a_cap_past_the_budget_and_keeps_one_that_fits() {
+    // $0.15/$0.60 per 1M tokens and a day's budget of $0.0002: 200
+    // micro-USD pays for ~300 completion tokens after a short prompt.
+    let g = Gateway::new(&config(
+        "{budget_usd_per_day: 0.0002, max_tokens_mode: clamp}",
+        "",
+    ));
+    let (ctx, a) = g.chat(&[], &body("hello"));
+    assert_eq!(a, Action::Continue);
+    assert_eq!(upstream_body(&ctx)["max_tokens"], 100, "100 fits: kept");
+    assert_eq!(header(&ctx, "x-portcullis-max-tokens-clamped"), None);
+    let big = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_tokens":100000}"#;
+    let (ctx, a) = g.chat(&[], big);
+    assert_eq!(a, Action::Continue, "{:?}", ctx.host.sent());
+    let n = upstream_body(&ctx)["max_tokens"].as_u64().unwrap();
+    assert!(n > 100 && n < 300, "clamped to the budget's room: {n}");
+}
+
+#[test]
+fn refuse_mode_needs_a_named_cap_and_estimate_sends_the_request_as_it_is() {
+    let g = Gateway::new(&team_config("{}", "{max_tokens_mode: refuse}", ""));
+    let (ctx, _) = g.chat(
+        &[],
+        r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("max_tokens_required"))
+    );
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("team `research`"));
+    let (_ctx, a) = g.chat(&[], &body("named"));
+    assert_eq!(a, Action::Continue);
+    let g = Gateway::new(&config("{tokens_per_minute: 10000}", ""));
+    let text = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
+    let (ctx, a) = g.chat(&[], text);
+    assert_eq!(a, Action::Continue);
+    assert_eq!(
+        ctx.host.body_of(Part::Request),
+        text.as_bytes(),
+        "untouched"
+    );
+}

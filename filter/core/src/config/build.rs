@@ -17,6 +17,7 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
     let auto = models::auto_weights(&raw, &order, &model_idx, problems);
     let teams = clients::teams(&raw, problems);
     let clients = clients::clients(&raw, &names, &teams, problems);
+    clients::budget_routes(&clients, &teams, &names, problems);
     let max_attempts = raw.routing.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if max_attempts == 0 {
         problems.push("routing.max_attempts must be at least 1".into());

@@ -119,6 +119,52 @@ fn allowed_models(
     Some(out)
 }
 
+/// Every key's and team's limits, each named for a problem report.
+fn named_levels<'a>(
+    clients: &'a HashMap<[u8; 32], Client>,
+    teams: &'a [Team],
+) -> impl Iterator<Item = (String, &'a Limits)> {
+    clients
+        .values()
+        .map(|c| (format!("clients ({})", c.name), &c.limits))
+        .chain(
+            teams
+                .iter()
+                .map(|t| (format!("teams ({})", t.name), &t.limits)),
+        )
+}
+
+/// Each level's `on_budget_low` names a served model and has a budget to
+/// watch.
+pub(super) fn budget_routes(
+    clients: &HashMap<[u8; 32], Client>,
+    teams: &[Team],
+    names: &HashMap<String, usize>,
+    problems: &mut Vec<String>,
+) {
+    let levels = named_levels(clients, teams);
+    let mut found: Vec<String> = Vec::new();
+    for (at, l) in levels {
+        let Some(low) = &l.on_budget_low else {
+            continue;
+        };
+        if !names.contains_key(&low.model) {
+            found.push(format!(
+                "{at}: on_budget_low.use_model `{}` is not a model any provider serves",
+                low.model
+            ));
+        }
+        if l.budgets.is_empty() {
+            found.push(format!(
+                "{at}: on_budget_low needs a budget on the same level to watch"
+            ));
+        }
+    }
+    found.sort();
+    found.dedup();
+    problems.extend(found);
+}
+
 /// Prices per model index; a budget needs a price for every model.
 pub(super) fn prices(
     raw: &RawConfig,
@@ -155,6 +201,7 @@ pub(super) fn prices(
                 output: p.output,
                 cached_input: p.cached_input.unwrap_or(p.input),
                 cache_write: p.cache_write.unwrap_or(p.input),
+                reasoning: p.reasoning.unwrap_or(p.output),
             });
         }
     }
@@ -166,12 +213,12 @@ pub(super) fn prices(
         let unpriced: Vec<&str> = models
             .iter()
             .zip(&prices)
-            .filter(|(_, p)| p.is_none())
+            .filter(|(m, p)| !crate::pricing::priced(m, **p))
             .map(|(m, _)| m.name.as_str())
             .collect();
         if !unpriced.is_empty() {
             problems.push(format!(
-                "a budget is set, but these models have no entry in `prices`: {}",
+                "a budget is set, but no price is known for these models (add them to `prices`, or a provider model's `price`): {}",
                 unpriced.join(", ")
             ));
         }
@@ -187,14 +234,7 @@ pub(super) fn global_limits(
     problems: &mut Vec<String>,
 ) -> Option<GlobalLimits> {
     let mut users: Vec<String> = Vec::new();
-    let levels = clients
-        .values()
-        .map(|c| (format!("clients ({})", c.name), &c.limits))
-        .chain(
-            teams
-                .iter()
-                .map(|t| (format!("teams ({})", t.name), &t.limits)),
-        );
+    let levels = named_levels(clients, teams);
     for (at, l) in levels {
         let s = l.scope;
         let budgets = l

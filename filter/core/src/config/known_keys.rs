@@ -4,9 +4,10 @@
 //! in `raw` are the only list: a new field is a known key at once.
 
 use super::raw::{
-    RawArm, RawBreaker, RawBudget, RawCache, RawCheck, RawClient, RawClientLimits, RawConcurrency,
-    RawConfig, RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails, RawLog, RawMatch,
-    RawModel, RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting,
+    RawArm, RawBreaker, RawBudget, RawBudgetLow, RawCache, RawCheck, RawClient, RawClientLimits,
+    RawConcurrency, RawConfig, RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails,
+    RawLog, RawMatch, RawModel, RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam,
+    RawTesting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -80,6 +81,15 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["limits"], limits_keys),
     (&["limits", "global"], fields::<RawGlobal>),
     (&["limits", "budgets[]"], fields::<RawBudget>),
+    (&["limits", "on_budget_low"], fields::<RawBudgetLow>),
+    (
+        &["clients[]", "limits", "on_budget_low"],
+        fields::<RawBudgetLow>,
+    ),
+    (
+        &["teams[]", "limits", "on_budget_low"],
+        fields::<RawBudgetLow>,
+    ),
     (&["clients[]", "limits", "budgets[]"], fields::<RawBudget>),
     (&["teams[]"], fields::<RawTeam>),
     (&["teams[]", "limits"], fields::<RawClientLimits>),
@@ -221,7 +231,13 @@ mod tests {
         assert_eq!(fields::<RawRouting>()[..2], ["chain", "max_attempts"]);
         assert_eq!(
             fields::<RawPrice>(),
-            ["input", "output", "cached_input", "cache_write"]
+            [
+                "input",
+                "output",
+                "cached_input",
+                "cache_write",
+                "reasoning"
+            ]
         );
         assert!(limits_keys().contains(&"max_body_bytes"));
         assert!(limits_keys().contains(&"tokens_per_minute"));

@@ -141,9 +141,48 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// USD budgets, at most one per period, in period order.
     pub budgets: Vec<Budget>,
-    /// Completion tokens reserved when a request names no max.
+    /// Completion tokens reserved when a request names no max (and the
+    /// cap a `clamp` sets then).
     pub default_max_tokens: u64,
+    /// What a request without a cap, or with one past the room left, gets.
+    pub max_tokens_mode: MaxTokensMode,
+    /// A cheaper model when a budget runs low (`on_budget_low`).
+    pub on_budget_low: Option<BudgetLow>,
     pub scope: Scopes,
+}
+
+/// `max_tokens_mode`: how a level treats a request's completion cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensMode {
+    /// Reserve the request's cap, or `default_max_tokens` without one, and
+    /// send the request as it is (a provider may answer past the
+    /// reservation; the difference is settled after).
+    #[default]
+    Estimate,
+    /// Set the request's cap to what the level's token limit and budgets
+    /// have room for (`default_max_tokens` at most when it named none).
+    Clamp,
+    /// A request must name its cap.
+    Refuse,
+}
+
+impl MaxTokensMode {
+    pub fn parse(s: &str) -> Option<MaxTokensMode> {
+        match s {
+            "estimate" => Some(MaxTokensMode::Estimate),
+            "clamp" => Some(MaxTokensMode::Clamp),
+            "refuse" => Some(MaxTokensMode::Refuse),
+            _ => None,
+        }
+    }
+}
+
+/// `on_budget_low`: below `below_micros` left of the level's tightest
+/// budget, requests go to `model` (a public model name) instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetLow {
+    pub below_micros: Micros,
+    pub model: String,
 }
 
 /// A budget: micro-USD per period.

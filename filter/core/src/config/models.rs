@@ -203,6 +203,7 @@ pub(super) fn providers_and_models(
                             output: price.output,
                             cached_input: price.cached_input.unwrap_or(price.input),
                             cache_write: price.cache_write.unwrap_or(price.input),
+                            reasoning: price.reasoning.unwrap_or(price.output),
                         }
                     }),
                 });

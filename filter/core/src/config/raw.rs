@@ -2,7 +2,7 @@
 //! checks of one section's values. Their fields are the only list of the
 //! keys each section accepts (see `known_keys`).
 
-use super::{Budget, Limits, Scope, Scopes};
+use super::{Budget, BudgetLow, Limits, MaxTokensMode, Scope, Scopes};
 use crate::breaker::BreakerConfig;
 use crate::period::Period;
 use crate::ratelimit::Micros;
@@ -63,6 +63,14 @@ pub(super) struct RawTesting {
     /// waiting for them).
     #[serde(default)]
     pub(super) clock_offset_ms: i64,
+}
+
+/// `on_budget_low`: below this much left of a budget, this model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBudgetLow {
+    pub(super) below_usd: f64,
+    pub(super) use_model: String,
 }
 
 /// One budget: USD per period (`day`, `week`, `month`, `total`).
@@ -189,6 +197,9 @@ pub(super) struct RawPrice {
     /// the input price).
     #[serde(default)]
     pub(super) cache_write: Option<f64>,
+    /// Reasoning tokens (part of the output; default: the output price).
+    #[serde(default)]
+    pub(super) reasoning: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -225,6 +236,14 @@ pub(super) struct RawClientLimits {
     /// defaults' budgets as a whole.
     pub(super) budgets: Option<Vec<RawBudget>>,
     pub(super) default_max_tokens: Option<u64>,
+    /// A request without a completion cap, or with one larger than the
+    /// limits have room for: `estimate` (reserve `default_max_tokens`, send
+    /// the request as it is), `clamp` (set the cap to what fits),
+    /// `refuse` (a request must name its cap).
+    pub(super) max_tokens_mode: Option<String>,
+    /// Route to a cheaper model instead of refusing when the level's
+    /// tightest budget has less than `below_usd` left.
+    pub(super) on_budget_low: Option<RawBudgetLow>,
     /// The largest request body, in bytes: `limits.max_body_bytes` for
     /// every client (32 MiB unless set), a client's own to override it.
     pub(super) max_body_bytes: Option<usize>,
@@ -708,6 +727,19 @@ impl RawClientLimits {
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             budgets: self.budgets().unwrap_or_else(|| base.budgets.clone()),
             default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
+            on_budget_low: self
+                .on_budget_low
+                .as_ref()
+                .map(|b| BudgetLow {
+                    below_micros: (b.below_usd * 1e6).round() as Micros,
+                    model: b.use_model.clone(),
+                })
+                .or_else(|| base.on_budget_low.clone()),
+            max_tokens_mode: self
+                .max_tokens_mode
+                .as_deref()
+                .and_then(MaxTokensMode::parse)
+                .unwrap_or(base.max_tokens_mode),
             scope: self
                 .scope
                 .as_ref()
@@ -809,6 +841,22 @@ pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<Str
                 p.name()
             )),
             Some(p) => periods.push(p),
+        }
+    }
+    if let Some(m) = l
+        .max_tokens_mode
+        .as_deref()
+        .filter(|m| MaxTokensMode::parse(m).is_none())
+    {
+        problems.push(format!(
+            "{at}.max_tokens_mode: `{m}` is not a mode (expected estimate, clamp or refuse)"
+        ));
+    }
+    if let Some(b) = &l.on_budget_low {
+        if !(b.below_usd > 0.0 && b.below_usd.is_finite()) {
+            problems.push(format!(
+                "{at}.on_budget_low.below_usd must be a positive number"
+            ));
         }
     }
     if l.default_max_tokens == Some(0) {

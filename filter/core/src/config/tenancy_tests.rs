@@ -114,8 +114,10 @@ fn a_team_budget_needs_prices_like_a_keys() {
     let text = GOOD.to_string()
         + "teams:\n  - name: t\n    limits: {budgets: [{usd: 5, period: month}]}\n";
     let e = compile(text.as_bytes()).unwrap_err();
+    // gpt-4o-mini and gpt-4o are in the default table; llama-3 is not.
     assert!(
-        e.contains("a budget is set, but these models have no entry in `prices`"),
+        e.contains("a budget is set, but no price is known for these models (add them to `prices`, or a provider model's `price`): llama-3\n")
+            || e.ends_with("llama-3"),
         "{e}"
     );
 }
@@ -128,5 +130,40 @@ fn the_test_clock_is_read_and_defaults_to_none() {
     assert_eq!(
         compile(text.as_bytes()).unwrap().clock_offset_ms,
         604_800_000
+    );
+}
+
+#[test]
+fn clamping_and_budget_routing_are_checked() {
+    let text = with_teams(
+        "teams:\n  - name: t\n    limits: {max_tokens_mode: squeeze, on_budget_low: {below_usd: 0, use_model: nowhere}}\n",
+        "    limits: {on_budget_low: {below_usd: 1, use_model: mini}, budget_usd_per_day: 3, max_tokens_mode: clamp}\n",
+    );
+    let e = compile(text.as_bytes()).unwrap_err();
+    for want in [
+        "teams[0] (t).limits.max_tokens_mode: `squeeze` is not a mode",
+        "teams[0] (t).limits.on_budget_low.below_usd must be a positive number",
+        "teams (t): on_budget_low.use_model `nowhere` is not a model any provider serves",
+        "teams (t): on_budget_low needs a budget on the same level to watch",
+    ] {
+        assert!(e.contains(want), "{want} missing from: {e}");
+    }
+    assert!(
+        !e.contains("clients (limited)"),
+        "an alias is a served model: {e}"
+    );
+    let ok = with_teams(
+        "",
+        "    limits: {on_budget_low: {below_usd: 1, use_model: mini}, budget_usd_per_day: 3, max_tokens_mode: clamp}\n",
+    );
+    let g = compile(ok.as_bytes()).unwrap();
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    assert_eq!(limited.limits.max_tokens_mode, MaxTokensMode::Clamp);
+    assert_eq!(
+        limited.limits.on_budget_low,
+        Some(BudgetLow {
+            below_micros: 1_000_000,
+            model: "mini".into()
+        })
     );
 }

@@ -189,7 +189,7 @@ experiments:
     for needle in [
         "limit of 0",
         "`gpt-5` is not a model",
-        "have no entry in `prices`",
+        "no price is known for these models (add them to `prices`, or a provider model's `price`): llama-3",
         "applies_to `nothing`",
         "arm name `a` is empty or repeated",
         "targets `ghost`",

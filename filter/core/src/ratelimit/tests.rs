@@ -92,6 +92,7 @@ fn budget_reserves_and_settles_in_micro_dollars() {
         output: 0.60,
         cached_input: 0.075,
         cache_write: 0.15,
+        reasoning: 0.0,
     };
     assert_eq!(p.cost(1_000_000, 0, 0), 150_000);
     assert_eq!(p.cost(1000, 1000, 400), 90 + 30 + 600);
@@ -101,6 +102,30 @@ fn budget_reserves_and_settles_in_micro_dollars() {
     assert!(!ok && total == 600);
     assert_eq!(decode_i64(Some(&settle_spend(v.as_deref(), -100))), 500);
     assert_eq!(decode_i64(Some(&settle_spend(v.as_deref(), -10_000))), 0);
+}
+
+#[test]
+fn completion_room_is_what_a_budget_still_pays_for() {
+    let p = Price {
+        input: 0.15,
+        output: 0.60,
+        cached_input: 0.15,
+        cache_write: 0.15,
+        reasoning: 0.0,
+    };
+    // 1000 micro-USD left, a prompt of 100 tokens (15 micro-USD): 984 / 0.6.
+    let room = p.completion_room(1000, 100);
+    assert_eq!(room, 1640);
+    assert!(p.cost(100, room, 0) <= 1000, "the clamped request fits");
+    assert!(p.cost(100, room + 2, 0) > 1000);
+    assert_eq!(
+        p.completion_room(10, 100),
+        0,
+        "the prompt alone does not fit"
+    );
+    assert_eq!(p.completion_room(-5, 0), 0, "in debt");
+    let free = Price { output: 0.0, ..p };
+    assert_eq!(free.completion_room(1000, 1), u64::MAX);
 }
 
 #[test]
@@ -140,6 +165,7 @@ fn huge_amounts_saturate_and_are_refused_without_touching_the_bucket() {
         output: 10.0,
         cached_input: 1.25,
         cache_write: 2.5,
+        reasoning: 0.0,
     };
     assert_eq!(p.cost(u64::MAX, u64::MAX, 0), Micros::MAX);
     assert!(!spend(None, 5_000_000, Micros::MAX).1);

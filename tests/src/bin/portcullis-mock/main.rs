@@ -96,6 +96,15 @@ struct Step {
     stream_error: bool,
     /// `retry-after` (seconds) on a scripted error.
     retry_after: Option<u64>,
+    /// OpenAI mode: answer past the request's `max_completion_tokens` /
+    /// `max_tokens` (a provider that ignores the cap); without it the
+    /// answer stops at the cap (one word a token) with `length`.
+    #[serde(default)]
+    ignore_max_tokens: bool,
+    /// OpenAI mode: no `usage` in the answer, even when the stream was
+    /// asked for it (as vLLM by default).
+    #[serde(default)]
+    no_usage: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -371,19 +380,36 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .and_then(Value::as_str)
         .unwrap_or("unknown")
         .to_string();
-    let content = step
+    let mut content = step
         .content
         .clone()
         .unwrap_or_else(|| format!("Hello from {}! This is a mock completion.", state.name));
+    // A real provider stops at the request's cap, with `length`.
+    let cap = parsed
+        .get("max_completion_tokens")
+        .or_else(|| parsed.get("max_tokens"))
+        .and_then(Value::as_u64);
+    let mut stopped = false;
+    if let Some(cap) = cap.filter(|_| !step.ignore_max_tokens) {
+        let words: Vec<&str> = content.split_inclusive(' ').collect();
+        if words.len() as u64 > cap {
+            content = words[..cap as usize].concat();
+            stopped = true;
+        }
+    }
     let usage = step.usage.unwrap_or(Usage {
         prompt_tokens: estimate_tokens(parsed.get("messages").unwrap_or(&Value::Null)),
         completion_tokens: content.split_whitespace().count() as u64,
     });
-    let usage_json = json!({
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-    });
+    let usage_json = if step.no_usage {
+        Value::Null
+    } else {
+        json!({
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        })
+    };
     let id = format!("chatcmpl-mock-{}", state.hits.load(Ordering::Relaxed));
     let stream = parsed
         .get("stream")
@@ -394,7 +420,13 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .tool_call
         .clone()
         .filter(|_| parsed.get("tools").is_some_and(Value::is_array));
-    let finish = if tool.is_some() { "tool_calls" } else { "stop" };
+    let finish = if tool.is_some() {
+        "tool_calls"
+    } else if stopped {
+        "length"
+    } else {
+        "stop"
+    };
     if !stream {
         let mut message = json!({"role": "assistant", "content": content});
         if let Some(t) = &tool {
@@ -447,7 +479,7 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         ));
     }
     events.push(chunk(json!({}), json!(finish)));
-    if include_usage {
+    if include_usage && !step.no_usage {
         let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
             "choices": [], "usage": usage_json});
         events.push(Bytes::from(format!("data: {v}\n\n")));

@@ -1,0 +1,198 @@
+//! Which price a request pays, in layers: the answering provider's own
+//! price for the model (`providers[].models[].price`), else the config's
+//! `prices` for the model's public name, else the embedded default table
+//! ([`crate::price_table`], generated from `data/prices.csv`) by the
+//! provider's model id or the public name. A model no layer prices is
+//! unpriced: its requests are counted as such, never silently free.
+
+use crate::config::Gateway;
+use crate::price_table::Entry;
+use crate::ratelimit::Price;
+
+impl Entry {
+    pub fn price(&self) -> Price {
+        Price {
+            input: self.input,
+            output: self.output,
+            cached_input: self.cached_input,
+            cache_write: self.cache_write,
+            reasoning: self.reasoning,
+        }
+    }
+}
+
+/// Which layer priced a request (the record's `price_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Provider,
+    Config,
+    Default,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Provider => "provider",
+            Source::Config => "config",
+            Source::Default => "default",
+        }
+    }
+}
+
+/// The default table's price for a model id: the entry of that id, or of
+/// the model a dated snapshot or `-latest` alias names
+/// (`gpt-4o-mini-2024-07-18` is `gpt-4o-mini`; `gpt-4o-audio-preview`,
+/// priced otherwise, is not `gpt-4o`).
+pub fn default_price(model_id: &str) -> Option<Price> {
+    let table = crate::price_table::TABLE;
+    if let Ok(i) = table.binary_search_by(|e| e.model.cmp(model_id)) {
+        return table.get(i).map(Entry::price);
+    }
+    table
+        .iter()
+        .filter(|e| {
+            model_id
+                .strip_prefix(e.model)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|v| {
+                    v == "latest"
+                        || (v.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+                            && v.bytes().filter(u8::is_ascii_digit).count() >= 4)
+                })
+        })
+        .max_by_key(|e| e.model.len())
+        .map(Entry::price)
+}
+
+/// The price of `model` (an index of `gw.models`) as `provider` (an index
+/// of `gw.providers`; `None`: the model's first) serves it, and its layer.
+pub fn price_of(gw: &Gateway, model: usize, provider: Option<usize>) -> Option<(Price, Source)> {
+    let m = gw.models.get(model)?;
+    let serving = match provider {
+        Some(p) => m.serving.iter().find(|s| s.provider == p),
+        None => m.serving.first(),
+    };
+    if let Some(p) = serving.and_then(|s| s.price) {
+        return Some((p, Source::Provider));
+    }
+    if let Some(p) = gw.prices.get(model).copied().flatten() {
+        return Some((p, Source::Config));
+    }
+    let default = serving
+        .and_then(|s| default_price(&s.provider_model_id))
+        .or_else(|| default_price(&m.name))
+        .map(|p| (p, Source::Default));
+    // Last: another provider's own price for the model.
+    default.or_else(|| {
+        m.serving
+            .iter()
+            .find_map(|s| s.price)
+            .map(|p| (p, Source::Provider))
+    })
+}
+
+/// Whether any layer prices a model (a budget needs every model priced).
+pub fn priced(model: &crate::config::Model, config: Option<Price>) -> bool {
+    config.is_some()
+        || default_price(&model.name).is_some()
+        || model
+            .serving
+            .iter()
+            .any(|s| s.price.is_some() || default_price(&s.provider_model_id).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::price_table::TABLE;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    /// The check that the generated table and its data file agree (also
+    /// `python3 scripts/gen-prices.py --check` in `make lint`): every row
+    /// of the file is an entry with its numbers, and nothing else is.
+    #[test]
+    fn the_generated_table_is_the_data_file() {
+        let data = include_str!("../data/prices.csv");
+        let mut rows: Vec<Vec<&str>> = data
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .skip(1)
+            .map(|l| l.split(',').map(str::trim).collect())
+            .collect();
+        rows.sort_by_key(|r| r[1]);
+        assert_eq!(rows.len(), TABLE.len(), "rows and entries");
+        for (r, e) in rows.iter().zip(TABLE) {
+            let n = |i: usize, or: f64| r[i].parse::<f64>().unwrap_or(or);
+            assert_eq!((r[1], r[0]), (e.model, e.format));
+            let want = (n(2, -1.0), n(3, -1.0));
+            assert_eq!((e.input, e.output), want, "{}", e.model);
+            assert_eq!(e.cached_input, n(4, e.input), "{}", e.model);
+            assert_eq!(e.cache_write, n(5, e.input), "{}", e.model);
+            assert_eq!(e.reasoning, n(6, e.output), "{}", e.model);
+        }
+        assert!(
+            TABLE.windows(2).all(|w| w[0].model < w[1].model),
+            "sorted, no duplicates"
+        );
+    }
+
+    #[test]
+    fn a_dated_snapshot_takes_its_models_price() {
+        let mini = default_price("gpt-4o-mini").unwrap();
+        assert_eq!(
+            (mini.input, mini.output, mini.cached_input),
+            (0.15, 0.60, 0.075)
+        );
+        assert_eq!(default_price("gpt-4o-mini-2024-07-18"), Some(mini));
+        assert_eq!(default_price("gpt-4o-2024-08-06").unwrap().input, 2.50);
+        assert_eq!(default_price("o3-mini-2025-01-31").unwrap().input, 1.10);
+        let sonnet = default_price("claude-sonnet-4-5-20250929").unwrap();
+        assert_eq!((sonnet.cache_write, sonnet.cached_input), (3.75, 0.30));
+        assert_eq!(
+            default_price("gpt-4o-minimal"),
+            None,
+            "not a snapshot of gpt-4o-mini"
+        );
+        assert_eq!(
+            default_price("gpt-4o-audio-preview"),
+            None,
+            "priced otherwise"
+        );
+        assert_eq!(
+            default_price("claude-3-5-haiku-latest").unwrap().input,
+            0.80
+        );
+        assert_eq!(default_price("llama-3"), None);
+    }
+
+    #[test]
+    fn layers_go_provider_then_config_then_default() {
+        let text = format!(
+            "{}prices:\n  gpt-4o: {{input: 9, output: 9}}\n",
+            crate::config::tests::GOOD.replace(
+                "      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}",
+                "      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini], price: {input: 7, output: 7}}",
+            )
+        );
+        let g = crate::config::compile(text.as_bytes()).unwrap();
+        let (mini, four, llama) = (
+            g.names["gpt-4o-mini"],
+            g.names["gpt-4o"],
+            g.names["llama-3"],
+        );
+        let backup = g.providers.iter().position(|p| p.name == "backup");
+        let primary = g.providers.iter().position(|p| p.name == "primary");
+        let (p, s) = price_of(&g, mini, backup).unwrap();
+        assert_eq!((p.input, s), (7.0, Source::Provider));
+        let (p, s) = price_of(&g, mini, primary).unwrap();
+        assert_eq!(
+            (p.input, s),
+            (0.15, Source::Default),
+            "primary's id is in the table"
+        );
+        let (p, s) = price_of(&g, four, None).unwrap();
+        assert_eq!((p.input, s), (9.0, Source::Config));
+        assert_eq!(price_of(&g, llama, None), None, "unpriced");
+    }
+}
