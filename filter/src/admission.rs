@@ -55,46 +55,93 @@ pub fn prepare(host: &impl Host, gw: &Gateway, now_ms: u64) {
         owner: Owner::Team(&t.name),
         limits: &t.limits,
     });
-    let tomorrow = now_ms.saturating_add(86_400_000);
     for level in keys.chain(teams) {
-        let create = |key: String, initial: &[u8]| {
-            if let Ok((None, _)) = host.get(&key) {
-                let _ = host.set(&key, initial, None);
-            }
-        };
-        let (l, s) = (level.limits, level.limits.scope);
-        if l.requests_per_minute.is_some() && s.requests_per_minute.local() {
-            create(
-                keys::limit(level.owner, Limit::RequestsPerMinute),
-                &Bucket::default().encode(),
-            );
+        prepare_level(host, gw, level, now_ms);
+    }
+}
+
+/// Create one level's missing counters (see [`prepare`]).
+fn prepare_level(host: &impl Host, gw: &Gateway, level: Level<'_>, now_ms: u64) {
+    let tomorrow = now_ms.saturating_add(86_400_000);
+    let create = |key: String, initial: &[u8]| {
+        if let Ok((None, _)) = host.get(&key) {
+            let _ = host.set(&key, initial, None);
         }
-        if l.tokens_per_minute.is_some() && s.tokens_per_minute.local() {
-            create(
-                keys::limit(level.owner, Limit::TokensPerMinute),
-                &Bucket::default().encode(),
-            );
-        }
-        if l.max_concurrent.is_some() {
-            create(
-                keys::limit(level.owner, Limit::Concurrency),
-                &0u32.to_le_bytes(),
-            );
-        }
-        for b in l.budgets.iter().filter(|_| s.budgets.local()) {
-            let mut made = None;
-            for t in [now_ms, tomorrow] {
-                let index = b.period.index(t, gw.budget_offset_ms);
-                if made != Some(index) {
-                    create(
-                        keys::budget(level.owner, b.period, index),
-                        &0i64.to_le_bytes(),
-                    );
-                    made = Some(index);
-                }
+    };
+    let (l, s) = (level.limits, level.limits.scope);
+    if l.requests_per_minute.is_some() && s.requests_per_minute.local() {
+        create(
+            keys::limit(level.owner, Limit::RequestsPerMinute),
+            &Bucket::default().encode(),
+        );
+    }
+    if l.tokens_per_minute.is_some() && s.tokens_per_minute.local() {
+        create(
+            keys::limit(level.owner, Limit::TokensPerMinute),
+            &Bucket::default().encode(),
+        );
+    }
+    if l.max_concurrent.is_some() {
+        create(
+            keys::limit(level.owner, Limit::Concurrency),
+            &0u32.to_le_bytes(),
+        );
+    }
+    for b in l.budgets.iter().filter(|_| s.budgets.local()) {
+        let mut made = None;
+        for t in [now_ms, tomorrow] {
+            let index = b.period.index(t, gw.budget_offset_ms);
+            if made != Some(index) {
+                create(
+                    keys::budget(level.owner, b.period, index),
+                    &0i64.to_le_bytes(),
+                );
+                made = Some(index);
             }
         }
     }
+}
+
+/// The owner of an end user's limits (`<key>/<user>`): a user seen before,
+/// or a new one while the key tracks fewer than `max_users_per_key` (its
+/// counters are created then); past that, new users share the key's
+/// overflow level. A store problem tracks the user all the same.
+pub fn track_user(
+    host: &impl Host,
+    gw: &Gateway,
+    client: &Client,
+    user: &str,
+    now_ms: u64,
+) -> String {
+    let owner = keys::user_owner(&client.name, user);
+    let seen = keys::user_seen(&owner);
+    if !matches!(host.get(&seen), Ok((None, _))) {
+        return owner;
+    }
+    let max = gw.max_users_per_key;
+    let admitted = update(host, &keys::users(&client.name), |cur| {
+        let n = ratelimit::decode_u32(cur);
+        if n < max {
+            (Some(n.saturating_add(1).to_le_bytes().to_vec()), true)
+        } else {
+            (None, false)
+        }
+    });
+    let owner = match admitted {
+        Ok(false) => keys::overflow_user(&client.name),
+        _ => {
+            let _ = host.set(&seen, &[1], None);
+            owner
+        }
+    };
+    if let Some(limits) = client.limits.per_user.as_deref() {
+        let level = Level {
+            owner: Owner::User(&owner),
+            limits,
+        };
+        prepare_level(host, gw, level, now_ms);
+    }
+    owner
 }
 
 /// A limit's state for the `x-ratelimit-*` headers: the limit and what the
@@ -143,56 +190,64 @@ pub fn take_request(
     let mut taken: Vec<(String, u64)> = Vec::new();
     let mut shown = None;
     for level in gw.levels(client) {
-        let (l, s) = (level.limits, level.limits.scope);
-        let Some(rpm) = l
-            .requests_per_minute
-            .filter(|_| s.requests_per_minute.local())
-        else {
-            continue;
-        };
-        let key = keys::limit(level.owner, Limit::RequestsPerMinute);
-        let r = update(host, &key, |cur| {
-            let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, 1, now_ms);
-            (Some(next.encode()), t)
-        });
-        match r {
-            Ok(t) if t.admitted => {
-                shown = tighter(
-                    shown,
-                    Shown {
-                        limit: rpm,
-                        take: t,
-                    },
-                );
-                taken.push((key, rpm));
+        match take_one_request(host, level, now_ms) {
+            Ok(Some((key, s))) => {
+                shown = tighter(shown, s);
+                taken.push((key, s.limit));
             }
-            Ok(t) => {
+            Ok(None) => {}
+            Err(refused) => {
                 for (key, rpm) in &taken {
                     give_back_tokens(host, key, *rpm, 1, now_ms);
                 }
-                let e = limited(
-                    host,
-                    "requests",
-                    "rate_limit_exceeded",
-                    format!(
-                        "Rate limit reached for requests per minute on {}: limit {rpm}. Retry in {}.",
-                        level.owner.describe(),
-                        ratelimit::reset_text(t.wait_ms)
-                    ),
-                    t.wait_ms,
-                );
-                return Err((
-                    e,
-                    Shown {
-                        limit: rpm,
-                        take: t,
-                    },
-                ));
+                return Err(refused);
             }
-            Err(e) => store_unavailable(host, "requests per minute", e),
         }
     }
     Ok(shown)
+}
+
+/// One request from a level's requests-per-minute bucket: the bucket's
+/// key and state, `None` when this Envoy does not count the level's
+/// requests, or the 429 with the refusing bucket's state.
+fn take_one_request(
+    host: &impl Host,
+    level: Level<'_>,
+    now_ms: u64,
+) -> Result<Option<(String, Shown)>, (GatewayError, Shown)> {
+    let (l, s) = (level.limits, level.limits.scope);
+    let Some(rpm) = l
+        .requests_per_minute
+        .filter(|_| s.requests_per_minute.local())
+    else {
+        return Ok(None);
+    };
+    let key = keys::limit(level.owner, Limit::RequestsPerMinute);
+    let r = update(host, &key, |cur| {
+        let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, 1, now_ms);
+        (Some(next.encode()), t)
+    });
+    match r {
+        Ok(take) if take.admitted => Ok(Some((key, Shown { limit: rpm, take }))),
+        Ok(take) => {
+            let e = limited(
+                host,
+                "requests",
+                "rate_limit_exceeded",
+                format!(
+                    "Rate limit reached for requests per minute on {}: limit {rpm}. Retry in {}.",
+                    level.owner.describe(),
+                    ratelimit::reset_text(take.wait_ms)
+                ),
+                take.wait_ms,
+            );
+            Err((e, Shown { limit: rpm, take }))
+        }
+        Err(e) => {
+            store_unavailable(host, "requests per minute", e);
+            Ok(None)
+        }
+    }
 }
 
 /// Return `n` units to a bucket (a take undone).
@@ -209,9 +264,15 @@ fn give_back_tokens(host: &impl Host, key: &str, per_minute: u64, n: u64, now_ms
 }
 
 /// The tightest token bucket as it stands (for headers on cache hits).
-pub fn peek_tokens(host: &impl Host, gw: &Gateway, client: &Client, now_ms: u64) -> Option<Shown> {
+pub fn peek_tokens(
+    host: &impl Host,
+    gw: &Gateway,
+    client: &Client,
+    user: Option<&str>,
+    now_ms: u64,
+) -> Option<Shown> {
     let mut shown = None;
-    for level in gw.levels(client) {
+    for level in gw.levels_of(client, user) {
         let (l, s) = (level.limits, level.limits.scope);
         let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) else {
             continue;
@@ -237,14 +298,14 @@ pub fn peek_tokens(host: &impl Host, gw: &Gateway, client: &Client, now_ms: u64)
 pub fn completion_cap(
     host: &impl Host,
     gw: &Gateway,
-    client: &Client,
+    (client, user): (&Client, Option<&str>),
     (prompt_est, asked): (u64, Option<u64>),
     price: Option<Price>,
     now_ms: u64,
 ) -> Result<Option<u64>, GatewayError> {
     let mut room: Option<u64> = None;
     let mut clamps = false;
-    for level in gw.levels(client) {
+    for level in gw.levels_of(client, user) {
         let l = level.limits;
         match l.max_tokens_mode {
             MaxTokensMode::Estimate => continue,
@@ -302,10 +363,10 @@ pub fn completion_cap(
 pub fn budget_low_model(
     host: &impl Host,
     gw: &Gateway,
-    client: &Client,
+    (client, user): (&Client, Option<&str>),
     now_ms: u64,
 ) -> Option<String> {
-    gw.levels(client).find_map(|level| {
+    gw.levels_of(client, user).find_map(|level| {
         let low = level.limits.on_budget_low.as_ref()?;
         let tightest = level
             .limits
@@ -356,9 +417,11 @@ pub enum Finish {
     Release,
 }
 
-/// What an admission shows: the tightest token bucket and budget.
+/// What an admission shows: the tightest token bucket and budget (and an
+/// end user's request bucket).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Admitted {
+    pub requests: Option<Shown>,
     pub tokens: Option<Shown>,
     pub budget: Option<BudgetLeft>,
 }
@@ -369,7 +432,7 @@ pub struct Admitted {
 pub fn admit(
     host: &impl Host,
     gw: &Gateway,
-    client: &Client,
+    (client, user): (&Client, Option<&str>),
     reserve: (u64, u64),
     price: Option<Price>,
     now_ms: u64,
@@ -377,13 +440,21 @@ pub fn admit(
     let mut held = Held::default();
     let mut shown = Admitted::default();
     let mut result = Ok(());
-    for level in gw.levels(client) {
+    // An end user's request rate is taken here (the user is known from the
+    // body); the key's and the team's were taken at the headers.
+    let mut user_requests: Vec<(String, u64)> = Vec::new();
+    for level in gw.levels_of(client, user) {
+        if matches!(level.owner, Owner::User(_)) {
+            result = result.and_then(|()| {
+                take_user_request(host, level, now_ms, &mut user_requests, &mut shown)
+            });
+        }
         result = result
             .and_then(|()| take_concurrency(host, level, &mut held))
             .and_then(|()| take_tokens(host, level, reserve, now_ms, &mut held, &mut shown));
     }
     if let Some(price) = price {
-        for level in gw.levels(client) {
+        for level in gw.levels_of(client, user) {
             result = result.and_then(|()| {
                 take_budgets(
                     host, gw, level, reserve, price, now_ms, &mut held, &mut shown,
@@ -395,8 +466,30 @@ pub fn admit(
         Ok(()) => Ok((held, shown)),
         Err(e) => {
             held.finish(host, Finish::Release, now_ms);
+            for (key, rpm) in &user_requests {
+                give_back_tokens(host, key, *rpm, 1, now_ms);
+            }
             Err(e)
         }
+    }
+}
+
+/// One request from an end user's requests-per-minute bucket.
+fn take_user_request(
+    host: &impl Host,
+    level: Level<'_>,
+    now_ms: u64,
+    taken: &mut Vec<(String, u64)>,
+    shown: &mut Admitted,
+) -> Result<(), GatewayError> {
+    match take_one_request(host, level, now_ms) {
+        Ok(Some((key, s))) => {
+            shown.requests = tighter(shown.requests, s);
+            taken.push((key, s.limit));
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err((e, _)) => Err(e),
     }
 }
 

@@ -80,6 +80,11 @@ pub struct ClientRequest {
     /// The body limit that applies (the client's, else the gateway's) and
     /// whether it is the client's own; set at the headers.
     pub max_body: Option<(usize, bool)>,
+    /// The end user named by `limits.user_header`, as sent.
+    pub end_user: Option<String>,
+    /// The end user whose limits apply (`<key>/<user>`, tracked), set at
+    /// admission when the key has `per_user` limits.
+    pub user: Option<String>,
 }
 
 pub struct RequestContext<H: Host> {

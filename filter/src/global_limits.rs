@@ -127,13 +127,13 @@ fn fit(v: u64) -> u32 {
 /// with the real usage at the end).
 pub fn asks(
     gw: &Gateway,
-    client: &Client,
+    (client, user): (&Client, Option<&str>),
     to_provider: Option<((u64, u64), Option<Price>)>,
     now_ms: u64,
     held: &mut Held,
 ) -> Result<Vec<Ask>, GatewayError> {
     let mut requests = Ask::new(Kind::Requests, 1);
-    for level in gw.levels(client) {
+    for level in gw.levels_of(client, user) {
         let (l, s) = (level.limits, level.limits.scope);
         if let Some(rpm) = l
             .requests_per_minute
@@ -153,7 +153,7 @@ pub fn asks(
     let mut tokens = Ask::new(Kind::Tokens, fit(want).max(1));
     let cost = price.map(|p| rls::budget_units(p.cost(reserve.0, reserve.1, 0)));
     let mut budgets = Ask::new(Kind::Budgets, fit(cost.unwrap_or(0)).max(1));
-    for level in gw.levels(client) {
+    for level in gw.levels_of(client, user) {
         let (l, s) = (level.limits, level.limits.scope);
         if let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.global()) {
             if let Some(e) = admission::too_large(level.owner, tpm, reserve) {

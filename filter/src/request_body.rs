@@ -56,13 +56,16 @@ impl<H: Host> RequestContext<H> {
     ) -> Result<(), GatewayError> {
         let mut routed =
             self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
-        let low = admission::budget_low_model(&self.host, gw, client, now).filter(|cheaper| {
-            let target = gw.names.get(cheaper.as_str());
-            // Not when the request already goes there, nor to a model
-            // the key may not use.
-            target.is_some_and(|t| client.may_use(*t))
-                && target != gw.names.get(routed.model.as_str())
-        });
+        self.request.user = self.end_user(gw, client, &chat, now);
+        let user = self.request.user.as_deref();
+        let low =
+            admission::budget_low_model(&self.host, gw, (client, user), now).filter(|cheaper| {
+                let target = gw.names.get(cheaper.as_str());
+                // Not when the request already goes there, nor to a model
+                // the key may not use.
+                target.is_some_and(|t| client.may_use(*t))
+                    && target != gw.names.get(routed.model.as_str())
+            });
         if let Some(cheaper) = &low {
             routed.model.clone_from(cheaper);
         }
@@ -98,6 +101,33 @@ impl<H: Host> RequestContext<H> {
         Ok(())
     }
 
+    /// The end user whose limits apply, when the key has `per_user` limits
+    /// and the request names one: `limits.user_header`, else the body's
+    /// `user` (chat completions, responses) or `metadata.user_id`
+    /// (messages).
+    fn end_user(
+        &self,
+        gw: &Gateway,
+        client: &Client,
+        chat: &ChatRequest,
+        now: u64,
+    ) -> Option<String> {
+        client.limits.per_user.as_ref()?;
+        let named = self
+            .request
+            .end_user
+            .clone()
+            .filter(|u| !u.is_empty())
+            .or_else(|| {
+                let doc = chat.document().ok()?;
+                let v = doc
+                    .get("user")
+                    .or_else(|| doc.get("metadata")?.get("user_id"))?;
+                v.as_str().filter(|u| !u.is_empty()).map(str::to_string)
+            })?;
+        Some(admission::track_user(&self.host, gw, client, &named, now))
+    }
+
     /// The global limits this request asks the rate limit service for (the
     /// reservations go on the request's hold).
     pub(crate) fn global_asks(
@@ -119,7 +149,13 @@ impl<H: Host> RequestContext<H> {
             (r, f.price)
         });
         let held = self.held.get_or_insert_with(Held::default);
-        global_limits::asks(gw, client, reserve, now, held)
+        global_limits::asks(
+            gw,
+            (client, self.request.user.as_deref()),
+            reserve,
+            now,
+            held,
+        )
     }
 
     /// Only providers whose format serves the request's API (`providers::reach`)
@@ -204,7 +240,8 @@ impl<H: Host> RequestContext<H> {
     /// The rate-limit headers with the token bucket as it stands (answers
     /// that took no tokens).
     pub(crate) fn rate_headers_with_tokens(&mut self, gw: &Gateway, client: &Client, now: u64) {
-        let tokens = admission::peek_tokens(&self.host, gw, client, now);
+        let user = self.request.user.as_deref();
+        let tokens = admission::peek_tokens(&self.host, gw, client, user, now);
         self.rate_headers = admission::headers(self.req_take, tokens);
     }
 
@@ -252,9 +289,14 @@ impl<H: Host> RequestContext<H> {
         let (prompt_est, _) = ratelimit::reservation(flight.chat.body_len(), None, 0);
         let asked = (prompt_est, flight.chat.max_tokens);
         let mut clamped = None;
-        if let Some(n) =
-            admission::completion_cap(&self.host, gw, client, asked, flight.price, now)?
-        {
+        if let Some(n) = admission::completion_cap(
+            &self.host,
+            gw,
+            (client, self.request.user.as_deref()),
+            asked,
+            flight.price,
+            now,
+        )? {
             if flight.chat.max_tokens != Some(n) {
                 flight.chat = flight.chat.with_max_tokens(n)?;
                 flight.rewritten = true;
@@ -283,19 +325,30 @@ impl<H: Host> RequestContext<H> {
         price: Option<portcullis_core::ratelimit::Price>,
         now: u64,
     ) -> Result<(), GatewayError> {
-        let counted_here = gw.levels(client).any(|level| {
-            let (l, s) = (level.limits, level.limits.scope);
-            l.max_concurrent.is_some()
-                || (l.tokens_per_minute.is_some() && s.tokens_per_minute.local())
-                || (!l.budgets.is_empty() && s.budgets.local())
-        });
+        let counted_here = gw
+            .levels_of(client, self.request.user.as_deref())
+            .any(|level| {
+                let (l, s) = (level.limits, level.limits.scope);
+                // An end user's request rate is taken at admission too.
+                let user_rate = matches!(level.owner, portcullis_core::keys::Owner::User(_))
+                    && l.requests_per_minute.is_some()
+                    && s.requests_per_minute.local();
+                user_rate
+                    || l.max_concurrent.is_some()
+                    || (l.tokens_per_minute.is_some() && s.tokens_per_minute.local())
+                    || (!l.budgets.is_empty() && s.budgets.local())
+            });
         if !counted_here {
             self.rate_headers = admission::headers(self.req_take, None);
             return Ok(());
         }
-        match admission::admit(&self.host, gw, client, reserve, price, now) {
+        let user = self.request.user.as_deref();
+        match admission::admit(&self.host, gw, (client, user), reserve, price, now) {
             Ok((held, shown)) => {
-                self.rate_headers = admission::headers(self.req_take, shown.tokens);
+                let requests = shown
+                    .requests
+                    .map_or(self.req_take, |u| admission::tighter(self.req_take, u));
+                self.rate_headers = admission::headers(requests, shown.tokens);
                 if let Some(left) = shown.budget {
                     admission::budget_headers(&mut self.rate_headers, left);
                 }

@@ -65,6 +65,9 @@ impl<H: Host> RequestContext<H> {
                 headers::PIN_PROVIDER => {
                     self.request.pin_provider = Some(text(v).trim().to_string())
                 }
+                k if gw.user_header.as_deref() == Some(k) => {
+                    self.request.end_user = Some(text(v).trim().to_string());
+                }
                 k if gw.policy.rule_headers.iter().any(|h| h == k) => {
                     self.request
                         .rule_headers

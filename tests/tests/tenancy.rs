@@ -536,3 +536,46 @@ fn a_low_budget_routes_to_the_cheaper_model_and_says_so() {
         "the provider got the cheaper model's id"
     );
 }
+
+/// The end users of one key (its request's `user`, or a header) each have
+/// the key's `per_user` limits, across 2 workers.
+#[test]
+fn each_end_user_of_a_key_is_limited_on_its_own() {
+    let p = test_plugin();
+    let demo = "  - name: demo\n";
+    assert!(p.contains(demo));
+    let plugin = p.replace(
+        demo,
+        "  - name: demo\n    limits: {per_user: {requests_per_minute: 3}}\n",
+    ) + "";
+    let plugin = plugin.replace(
+        "  max_body_bytes: 33554432\n",
+        "  max_body_bytes: 33554432\n  user_header: x-end-user\n",
+    );
+    assert!(plugin.contains("user_header"));
+    let s = Stack::start(&plugin, 2);
+    let ask = |user: &str, header: Option<&str>| {
+        let body = json!({"model": "gpt-4o-mini", "user": user,
+            "messages": [{"role": "user", "content": "hi"}]})
+        .to_string();
+        let auth = format!("Bearer {DEMO_KEY}");
+        let mut h = vec![("authorization", auth.as_str())];
+        if let Some(v) = header {
+            h.push(("x-end-user", v));
+        }
+        post(&s.envoy.url("/v1/chat/completions"), &h, &body)
+    };
+    let rs = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..6).map(|_| sc.spawn(|| ask("alice", None))).collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!((count(&rs, 200), count(&rs, 429)), (3, 3));
+    let refused = rs.iter().find(|r| r.status == 429).unwrap();
+    let msg = openai_error_message(refused, 429, "rate_limit_exceeded");
+    assert!(msg.contains("user `demo/alice`: limit 3"), "{msg}");
+    assert_eq!(ask("bob", None).status, 200, "another user of the key");
+    // The header names the user before the body: bob's bucket, not alice's.
+    assert_eq!(ask("alice", Some("bob")).status, 200);
+}

@@ -12,12 +12,14 @@ pub fn breaker(provider: &str) -> String {
 pub enum Owner<'a> {
     Key(&'a str),
     Team(&'a str),
+    /// An end user of a key: `<key>/<user>` ([`user_owner`]).
+    User(&'a str),
 }
 
 impl<'a> Owner<'a> {
     pub fn name(self) -> &'a str {
         match self {
-            Owner::Key(n) | Owner::Team(n) => n,
+            Owner::Key(n) | Owner::Team(n) | Owner::User(n) => n,
         }
     }
 
@@ -26,6 +28,7 @@ impl<'a> Owner<'a> {
         match self {
             Owner::Key(_) => "client",
             Owner::Team(_) => "team",
+            Owner::User(_) => "user",
         }
     }
 
@@ -34,6 +37,7 @@ impl<'a> Owner<'a> {
         match self {
             Owner::Key(n) => format!("key `{n}`"),
             Owner::Team(n) => format!("team `{n}`"),
+            Owner::User(n) => format!("user `{n}`"),
         }
     }
 
@@ -43,8 +47,42 @@ impl<'a> Owner<'a> {
         match self {
             Owner::Key(n) => format!("portcullis:{what}:{n}"),
             Owner::Team(n) => format!("portcullis:team:{what}:{n}"),
+            Owner::User(n) => format!("portcullis:user:{what}:{n}"),
         }
     }
+}
+
+/// An end user's owner name: `<key>/<user>`, the user as sent when it is
+/// 1 to 64 characters of `A-Za-z0-9._@+-`, else `~` and a hash of it (so a
+/// key is never longer, and no user can name another key's).
+pub fn user_owner(key: &str, user: &str) -> String {
+    let plain = !user.is_empty()
+        && user.len() <= 64
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b));
+    if plain {
+        format!("{key}/{user}")
+    } else {
+        let mut h = fnv::FnvHasher::default();
+        std::hash::Hasher::write(&mut h, user.as_bytes());
+        format!("{key}/~{:016x}", std::hash::Hasher::finish(&h))
+    }
+}
+
+/// The users beyond a key's `max_users_per_key` share this one.
+pub fn overflow_user(key: &str) -> String {
+    format!("{key}/~overflow")
+}
+
+/// How many end users of a key are tracked.
+pub fn users(key: &str) -> String {
+    format!("portcullis:users:{key}")
+}
+
+/// Set once an end user of a key is tracked.
+pub fn user_seen(owner: &str) -> String {
+    format!("portcullis:user:seen:{owner}")
 }
 
 /// What a limit counter counts.
@@ -150,6 +188,25 @@ mod tests {
             budget(team, Period::Total, 0),
             "portcullis:team:budget:demo:total"
         );
+        assert_eq!(
+            user_owner("demo", "alice@example.com"),
+            "demo/alice@example.com"
+        );
+        assert_eq!(
+            limit(Owner::User("demo/alice"), Limit::TokensPerMinute),
+            "portcullis:user:rl:demo/alice:tpm"
+        );
+        // Anything else is hashed: no user names another key's users.
+        let odd = user_owner("demo", "../other/x");
+        assert!(
+            odd.starts_with("demo/~") && odd.len() == "demo/~".len() + 16,
+            "{odd}"
+        );
+        assert_eq!(
+            user_owner("demo", &"a".repeat(65)).len(),
+            "demo/~".len() + 16
+        );
+        assert_ne!(user_owner("demo", ""), overflow_user("demo"));
         assert_eq!(cache_index(3), "portcullis:cache:3");
         assert_eq!(cache_slot(3, 1), "portcullis:cache:3:1");
     }

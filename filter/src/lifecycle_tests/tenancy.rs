@@ -319,3 +319,67 @@ fn refuse_mode_needs_a_named_cap_and_estimate_sends_the_request_as_it_is() {
         "untouched"
     );
 }
+
+fn user_body(user: &str) -> String {
+    format!(
+        r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"hi"}}],"max_tokens":10,"user":"{user}"}}"#
+    )
+}
+
+#[test]
+fn each_end_user_of_a_key_has_its_own_limits_and_new_users_past_the_bound_share_one() {
+    let g = Gateway::new(&config(
+        "{requests_per_minute: 100, per_user: {requests_per_minute: 2, budgets: [{usd: 1, period: day}]}}",
+        "limits:\n  max_users_per_key: 2\n",
+    ));
+    for _ in 0..2 {
+        let (ctx, a) = g.chat(&[], &user_body("alice"));
+        assert_eq!(a, Action::Continue, "{:?}", ctx.host.sent());
+    }
+    let (ctx, _) = g.chat(&[], &user_body("alice"));
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(status, 429);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("user `demo/alice`: limit 2"), "{msg}");
+    // Another user of the key has their own bucket; a request without a
+    // user has the key's limits only.
+    let (_ctx, a) = g.chat(&[], &user_body("bob"));
+    assert_eq!(a, Action::Continue);
+    let (_ctx, a) = g.chat(&[], &body("anyone"));
+    assert_eq!(a, Action::Continue);
+    // Past two tracked users, new ones share the overflow level.
+    for u in ["carol", "dave"] {
+        let (ctx, a) = g.chat(&[], &user_body(u));
+        assert_eq!(a, Action::Continue, "{u}: {:?}", ctx.host.sent());
+    }
+    let (ctx, _) = g.chat(&[], &user_body("erin"));
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(status, 429);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("user `demo/~overflow`"));
+    assert_eq!(
+        decode_u32(counter(&g, &keys::users("demo")).as_deref()),
+        2,
+        "two users tracked"
+    );
+    // The user's budget was reserved under their own key.
+    let now = g.host.now_ms();
+    assert!(spent(&g, Owner::User("demo/bob"), Period::Day, now) > 0);
+}
+
+#[test]
+fn a_header_names_the_end_user_before_the_body() {
+    let g = Gateway::new(&config(
+        "{per_user: {requests_per_minute: 1}}",
+        "limits:\n  user_header: X-End-User\n",
+    ));
+    let (_ctx, a) = g.chat(&[("x-end-user", "zoe")], &user_body("alice"));
+    assert_eq!(a, Action::Continue);
+    // alice has not been seen: zoe was the user.
+    let (_ctx, a) = g.chat(&[], &user_body("alice"));
+    assert_eq!(a, Action::Continue);
+    let (ctx, _) = g.chat(&[("x-end-user", "zoe")], &body("again"));
+    assert_eq!(sent_json(&ctx).0, 429);
+}

@@ -24,6 +24,10 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
     }
     let prices = clients::prices(&raw, &names, &models, &clients, &teams, problems);
     let global_limits = clients::global_limits(&raw, &clients, &teams, problems);
+    let max_users_per_key = raw.limits.max_users_per_key.unwrap_or(10_000);
+    if max_users_per_key == 0 {
+        problems.push("limits.max_users_per_key must be at least 1".into());
+    }
     let budget_offset_ms = match raw.limits.budget_utc_offset.as_deref() {
         None => 0,
         Some(s) => crate::period::parse_offset(s).unwrap_or_else(|| {
@@ -58,5 +62,11 @@ pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gatewa
         teams,
         budget_offset_ms,
         clock_offset_ms: raw.testing.as_ref().map_or(0, |t| t.clock_offset_ms),
+        user_header: raw
+            .limits
+            .user_header
+            .as_ref()
+            .map(|h| h.to_ascii_lowercase()),
+        max_users_per_key,
     })
 }

@@ -21,9 +21,9 @@ pub(super) fn teams(raw: &RawConfig, problems: &mut Vec<String>) -> Vec<Team> {
         let limits = match &t.limits {
             Some(l) => {
                 check_limits(&format!("{at}.limits"), l, problems);
-                if l.max_body_bytes.is_some() || l.default_max_tokens.is_some() {
+                if l.key_only() || l.per_user.is_some() {
                     problems.push(format!(
-                        "{at}.limits: `max_body_bytes` and `default_max_tokens` are a key's (set them under `limits` or the client's `limits`)"
+                        "{at}.limits: `max_body_bytes`, `default_max_tokens` and `per_user` are a key's (set them under `limits` or the client's `limits`)"
                     ));
                 }
                 l.over(&Limits::default())

@@ -50,7 +50,12 @@ fn fields<T: DeserializeOwned>() -> Vec<&'static str> {
 
 /// `limits` flattens the per-client limits next to its own key.
 fn limits_keys() -> Vec<&'static str> {
-    let mut keys = vec!["global", "budget_utc_offset"];
+    let mut keys = vec![
+        "global",
+        "budget_utc_offset",
+        "user_header",
+        "max_users_per_key",
+    ];
     keys.extend(fields::<RawClientLimits>());
     keys
 }
@@ -91,6 +96,16 @@ const SECTIONS: &[(&[&str], Keys)] = &[
         fields::<RawBudgetLow>,
     ),
     (&["clients[]", "limits", "budgets[]"], fields::<RawBudget>),
+    (&["limits", "per_user"], fields::<RawClientLimits>),
+    (&["limits", "per_user", "budgets[]"], fields::<RawBudget>),
+    (
+        &["clients[]", "limits", "per_user"],
+        fields::<RawClientLimits>,
+    ),
+    (
+        &["clients[]", "limits", "per_user", "budgets[]"],
+        fields::<RawBudget>,
+    ),
     (&["teams[]"], fields::<RawTeam>),
     (&["teams[]", "limits"], fields::<RawClientLimits>),
     (&["teams[]", "limits", "budgets[]"], fields::<RawBudget>),

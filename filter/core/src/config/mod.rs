@@ -148,6 +148,8 @@ pub struct Limits {
     pub max_tokens_mode: MaxTokensMode,
     /// A cheaper model when a budget runs low (`on_budget_low`).
     pub on_budget_low: Option<BudgetLow>,
+    /// Each end user's limits inside a key (`per_user`).
+    pub per_user: Option<Box<Limits>>,
     pub scope: Scopes,
 }
 
@@ -282,6 +284,23 @@ impl Gateway {
         });
         std::iter::once(key).chain(team)
     }
+
+    /// The levels of a request: its key's, its team's, and its end user's
+    /// (`user`: [`crate::keys::user_owner`]) when the key has `per_user`
+    /// limits.
+    pub fn levels_of<'a>(
+        &'a self,
+        c: &'a Client,
+        user: Option<&'a str>,
+    ) -> impl Iterator<Item = Level<'a>> + Clone {
+        let user = user
+            .zip(c.limits.per_user.as_deref())
+            .map(|(u, limits)| Level {
+                owner: crate::keys::Owner::User(u),
+                limits,
+            });
+        self.levels(c).chain(user)
+    }
 }
 
 /// Which requests an experiment covers.
@@ -350,6 +369,10 @@ pub struct Gateway {
     /// Where budget periods start, in ms east of UTC
     /// (`limits.budget_utc_offset`).
     pub budget_offset_ms: i64,
+    /// The header naming a request's end user (`limits.user_header`).
+    pub user_header: Option<String>,
+    /// End users tracked per key (`limits.max_users_per_key`).
+    pub max_users_per_key: u32,
     /// `testing.clock_offset_ms`: added to the host's clock (the host
     /// refuses it unless its environment allows test hooks).
     pub clock_offset_ms: i64,

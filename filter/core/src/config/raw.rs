@@ -244,6 +244,10 @@ pub(super) struct RawClientLimits {
     /// Route to a cheaper model instead of refusing when the level's
     /// tightest budget has less than `below_usd` left.
     pub(super) on_budget_low: Option<RawBudgetLow>,
+    /// Limits of each end user of a key (named by the request's `user`, or
+    /// the header `limits.user_header`): requests, tokens, concurrency and
+    /// budgets per user.
+    pub(super) per_user: Option<Box<RawClientLimits>>,
     /// The largest request body, in bytes: `limits.max_body_bytes` for
     /// every client (32 MiB unless set), a client's own to override it.
     pub(super) max_body_bytes: Option<usize>,
@@ -688,6 +692,13 @@ pub(super) struct RawLimits {
     /// Where budget periods start: `UTC` (default) or `+HH:MM`/`-HH:MM`.
     #[serde(default)]
     pub(super) budget_utc_offset: Option<String>,
+    /// The request header naming the end user (before the body's `user`).
+    #[serde(default)]
+    pub(super) user_header: Option<String>,
+    /// End users tracked per key at most (the rest share one overflow
+    /// level); default 10000.
+    #[serde(default)]
+    pub(super) max_users_per_key: Option<u32>,
     #[serde(flatten)]
     pub(super) defaults: RawClientLimits,
 }
@@ -695,6 +706,11 @@ pub(super) struct RawLimits {
 pub(super) const DEFAULT_MAX_TOKENS: u64 = 1024;
 
 impl RawClientLimits {
+    /// Fields only a key has (not a team, not a user).
+    pub(super) fn key_only(&self) -> bool {
+        self.max_body_bytes.is_some() || self.default_max_tokens.is_some()
+    }
+
     /// This level's own budgets (`None`: it sets none, so the defaults'
     /// apply). Unknown periods are left out (`check_limits` reports them).
     fn budgets(&self) -> Option<Vec<Budget>> {
@@ -727,6 +743,11 @@ impl RawClientLimits {
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             budgets: self.budgets().unwrap_or_else(|| base.budgets.clone()),
             default_max_tokens: self.default_max_tokens.unwrap_or(base.default_max_tokens),
+            per_user: self
+                .per_user
+                .as_ref()
+                .map(|u| Box::new(u.over(&Limits::default())))
+                .or_else(|| base.per_user.clone()),
             on_budget_low: self
                 .on_budget_low
                 .as_ref()
@@ -851,6 +872,19 @@ pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<Str
         problems.push(format!(
             "{at}.max_tokens_mode: `{m}` is not a mode (expected estimate, clamp or refuse)"
         ));
+    }
+    if let Some(u) = &l.per_user {
+        let at = format!("{at}.per_user");
+        check_limits(&at, u, problems);
+        if u.per_user.is_some()
+            || u.key_only()
+            || u.on_budget_low.is_some()
+            || u.max_tokens_mode.is_some()
+        {
+            problems.push(format!(
+                "{at}: a user's limits are requests_per_minute, tokens_per_minute, max_concurrent, budgets and scope"
+            ));
+        }
     }
     if let Some(b) = &l.on_budget_low {
         if !(b.below_usd > 0.0 && b.below_usd.is_finite()) {

@@ -86,7 +86,7 @@ fn team_and_budget_problems_are_reported_together() {
     );
     let e = compile(text.as_bytes()).unwrap_err();
     for want in [
-        "teams[0] (research).limits: `max_body_bytes` and `default_max_tokens` are a key's",
+        "teams[0] (research).limits: `max_body_bytes`, `default_max_tokens` and `per_user` are a key's",
         "teams[0] (research).limits.budgets[0]: `usd` must be a non-negative number",
         "teams[0] (research).limits.budgets[0]: `fortnight` is not a period",
         "teams[0] (research).limits.budgets[2]: a second budget per week",
@@ -166,4 +166,45 @@ fn clamping_and_budget_routing_are_checked() {
             model: "mini".into()
         })
     );
+}
+
+#[test]
+fn per_user_limits_are_a_keys_and_read_like_any_level() {
+    let text = with_teams(
+        "limits:\n  user_header: X-End-User\n  max_users_per_key: 50\n  per_user: {requests_per_minute: 5, budgets: [{usd: 2, period: week}]}\n",
+        "    limits: {per_user: {tokens_per_minute: 1000}}\n",
+    );
+    let g = compile(text.as_bytes()).unwrap();
+    assert_eq!(
+        (g.user_header.as_deref(), g.max_users_per_key),
+        (Some("x-end-user"), 50)
+    );
+    let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
+    let u = demo.limits.per_user.as_deref().unwrap();
+    assert_eq!(u.requests_per_minute, Some(5));
+    assert_eq!(u.budgets[0].period, Period::Week);
+    let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
+    let u = limited.limits.per_user.as_deref().unwrap();
+    assert_eq!(
+        (u.tokens_per_minute, u.requests_per_minute),
+        (Some(1000), None),
+        "replaced, not merged"
+    );
+    let levels: Vec<_> = g
+        .levels_of(demo, Some("demo/alice"))
+        .map(|l| l.owner)
+        .collect();
+    assert_eq!(levels, [Owner::Key("demo"), Owner::User("demo/alice")]);
+    let bad = with_teams(
+        "teams:\n  - name: t\n    limits: {per_user: {requests_per_minute: 1}}\nlimits:\n  max_users_per_key: 0\n",
+        "    limits: {per_user: {default_max_tokens: 5, per_user: {requests_per_minute: 1}}}\n",
+    );
+    let e = compile(bad.as_bytes()).unwrap_err();
+    for want in [
+        "teams[0] (t).limits: `max_body_bytes`, `default_max_tokens` and `per_user` are a key's",
+        "clients[1] (limited).limits.per_user: a user's limits are",
+        "limits.max_users_per_key must be at least 1",
+    ] {
+        assert!(e.contains(want), "{want} missing from: {e}");
+    }
 }
