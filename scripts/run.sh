@@ -44,6 +44,7 @@ TOKEN=$(cat .run/collector-token)
 scripts/keep-running.sh collector \
   "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db \
   --read-token-file .run/collector-token --ingest-token-file .run/ingest-token \
+  --plugin-config envoy/plugin.yaml \
   >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
 

@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex};
 pub struct Api {
     pub reader: Arc<Mutex<Db>>,
     pub stats: Arc<Stats>,
+    /// The plugin config budgets are read from (`--plugin-config`).
+    pub plugin: Option<Arc<crate::budgets::PluginConfig>>,
 }
 
 /// The routes behind the access checks (`access`: the Host allow-list and
@@ -46,6 +48,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/metrics/summary", get(summary_handler))
         .route("/v1/requests/recent", get(recent_handler))
         .route("/v1/metrics/timeseries", get(timeseries_handler))
+        .route("/v1/budgets", get(budgets_handler))
         .route(
             "/dashboard",
             get(|| async {
@@ -163,6 +166,30 @@ async fn timeseries_handler(
     };
     match with_reader(&api, move |c| summary::timeseries(c, since, now)).await {
         Ok(s) => Json(s).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// Spend against every budget of the plugin config, this period.
+async fn budgets_handler(State(api): State<Api>) -> Response {
+    let Some(plugin) = api.plugin.clone() else {
+        return Json(serde_json::json!({"data": [],
+            "note": "start the collector with --plugin-config (the gateway's plugin YAML) to see budgets"}))
+        .into_response();
+    };
+    let gw = match tokio::task::spawn_blocking(move || plugin.current()).await {
+        Ok(Ok(gw)) => gw,
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("plugin config: {e}"),
+            )
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let now = now_ms();
+    match with_reader(&api, move |c| crate::budgets::budgets(c, &gw, now)).await {
+        Ok(rows) => Json(serde_json::json!({"data": rows})).into_response(),
         Err(r) => r,
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod api;
+pub mod budgets;
 pub mod db;
 pub mod grpc;
 pub mod pg;

@@ -1,6 +1,7 @@
 //! portcullis-collector: `--grpc ADDR --http ADDR --db PATH|postgres://... [--retention-days N]
 //! [--retention-records N] [--queue N] [--read-token-file PATH] [--allowed-hosts NAME,...]
-//! [--ingest-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]`.
+//! [--ingest-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]
+//! [--plugin-config PATH]` (the gateway's plugin YAML: the dashboard's budgets).
 //! The TLS flags serve the gRPC ingest over TLS, with client certificates
 //! signed by `--tls-client-ca` required when it is given
 //! (`portcullis_service`).
@@ -70,6 +71,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let api = Api {
         reader,
         stats: writer.stats.clone(),
+        plugin: arg(&args, "--plugin-config")
+            .map(|p| Arc::new(portcullis_collector::budgets::PluginConfig::new(p.into()))),
     };
     tokio::runtime::Runtime::new()?.block_on(serve(
         grpc_addr,

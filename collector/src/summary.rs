@@ -136,7 +136,7 @@ fn failures(db: &mut Db, since_ms: i64) -> Result<Vec<Failure>> {
     Ok(out)
 }
 
-fn window_rows(db: &mut Db, since_ms: i64) -> Result<Vec<(Dims, Counts)>> {
+pub(crate) fn window_rows(db: &mut Db, since_ms: i64) -> Result<Vec<(Dims, Counts)>> {
     let mut out = Vec::new();
     for (table, lo, hi) in grains(since_ms) {
         out.extend(

@@ -43,7 +43,24 @@ fn chrome(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Outp
 #[test]
 fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
     let dir = TempDir::new("dashboard");
-    let c = Collector::start(&dir.0.join("log.db"), 0);
+    // The gateway's plugin config, for the budgets: demo's day budget and
+    // its team's month budget (batch-jobs is in it too).
+    let plugin = dir.0.join("plugin.yaml");
+    std::fs::write(
+        &plugin,
+        format!(
+            "providers:\n  - {{name: primary, cluster: primary, host: primary, models: [{{name: gpt-4o-mini}}, {{name: llama-3.1-8b}}]}}\nprices:\n  llama-3.1-8b: {{input: 1, output: 1}}\nteams:\n  - name: research\n    limits: {{budgets: [{{usd: 1, period: month}}]}}\nclients:\n  - {{name: demo, key_sha256: \"{}\", team: research, limits: {{budget_usd_per_day: 0.002}}}}\n  - {{name: batch-jobs, key_sha256: \"{}\", team: research}}\n",
+            "1".repeat(64),
+            "2".repeat(64)
+        ),
+    )
+    .unwrap();
+    let db = dir.0.join("log.db");
+    let c = Collector::start_args(
+        db.as_os_str(),
+        0,
+        &["--plugin-config", plugin.to_str().unwrap()],
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -131,8 +148,14 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
         html.contains("llama-3.1-8b") && html.contains("backup"),
         "{html}"
     );
-    // The experiment's arms side by side, spend per client, a time series.
+    // The experiment's arms side by side, spend per client, a time series;
+    // the budgets, least left first: demo's day (4 x $0.00025 of $0.002),
+    // then the team's month (7 x $0.00025 of $1).
     for want in [
+        "<td>key demo</td><td>day</td><td>$0.0020</td>",
+        "<td>$0.0010</td><td class=\"\">$0.0010</td>",
+        "<td>team research</td><td>month</td><td>$1.00</td>",
+        "<td class=\"\">$0.998",
         "<td>ab/control</td><td>4</td>",
         "<td>ab/treatment</td><td>3</td>",
         "<td>batch-jobs</td><td>3</td>",
