@@ -113,6 +113,8 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
             prompt_tokens: 10,
             completion_tokens: 20,
             cost_micros: 250,
+            // The oldest one's model had no price: it says so.
+            price_source: if i == 6 { String::new() } else { "config".into() },
             ..Default::default()
         })
         .collect();
@@ -152,6 +154,8 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
     // the budgets, least left first: demo's day (4 x $0.00025 of $0.002),
     // then the team's month (7 x $0.00025 of $1).
     for want in [
+        "<td class=\"\">config</td>",
+        "<td class=\"err\">unpriced</td>",
         "<td>key demo</td><td>day</td><td>$0.0020</td>",
         "<td>$0.0010</td><td class=\"\">$0.0010</td>",
         "<td>team research</td><td>month</td><td>$1.00</td>",
