@@ -85,6 +85,20 @@ for v in route hit; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
 done
 
+# Limits at the key's level only, and at the key's and its team's (#27):
+# requests, tokens, concurrency and two budgets each, far above what the run
+# reaches, so every request is admitted and counted at every level.
+LIMITS='{requests_per_minute: 100000000, tokens_per_minute: 1000000000, max_concurrent: 1000, budgets: [{usd: 1000000, period: day}, {usd: 10000000, period: month}]}'
+awk -v l="$LIMITS" '{print} /^  - name: demo$/ {print "    limits: " l}' "$dir/plugin-route.yaml" >"$dir/plugin-keylimits.yaml"
+awk -v l="$LIMITS" '{print} /^  - name: demo$/ {print "    team: bench"; print "    limits: " l}' "$dir/plugin-route.yaml" >"$dir/plugin-teamlimits.yaml"
+printf 'teams:\n  - name: bench\n    limits: %s\n' "$LIMITS" >>"$dir/plugin-teamlimits.yaml"
+grep -q "team: bench" "$dir/plugin-teamlimits.yaml" || { echo "bench-instructions: no demo client to give limits" >&2; exit 1; }
+# The same without the request log, whose timer-driven flushes make the
+# counts vary between sittings (compare with routenolog).
+for v in keylimits teamlimits; do
+  awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
+done
+
 # Other inbound APIs (#24): Responses passed through to the OpenAI-shaped
 # mock and translated twice for an Anthropic-shaped one; Messages through
 # the pivot to the OpenAI-shaped mock and direct to an Anthropic-shaped one.
@@ -102,8 +116,10 @@ measure() { # variant -> instructions per request
   esac
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|gemini|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
+    # An unknown name would measure the config of the variant before it.
+    *) echo "bench-instructions: unknown variant $v" >&2; exit 1 ;;
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
@@ -148,6 +164,9 @@ mkdir -p .run
   [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[anthropic]:-} || -z ${IPR[route]:-} ]] || echo "An Anthropic-backed routed request (translated both ways) against an OpenAI-backed one: route/anthropic $(ratio "${IPR[route]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[gemini]:-} || -z ${IPR[route]:-} ]] || echo "A Gemini-backed routed request (translated both ways) against an OpenAI-backed one: route/gemini $(ratio "${IPR[route]}" "${IPR[gemini]}")x ($((IPR[gemini] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[keylimits]:-} || -z ${IPR[route]:-} ]] || echo "A key's limits (requests, tokens, concurrency, two budgets) on the routed path: $((IPR[keylimits] - IPR[route])) instructions per request more than none"
+  [[ -z ${IPR[keylimitsnolog]:-} || -z ${IPR[routenolog]:-} || -z ${IPR[teamlimitsnolog]:-} ]] || echo "Without the request log: a key's limits $((IPR[keylimitsnolog] - IPR[routenolog])), the team's too $((IPR[teamlimitsnolog] - IPR[keylimitsnolog])) more instructions per request"
+  [[ -z ${IPR[teamlimits]:-} || -z ${IPR[keylimits]:-} ]] || echo "The same limits at the team's level too: $((IPR[teamlimits] - IPR[keylimits])) instructions per request more than the key's alone (keylimits/teamlimits $(ratio "${IPR[keylimits]}" "${IPR[teamlimits]}")x)"
   [[ -z ${IPR[held]:-} || -z ${IPR[route]:-} ]] || echo "The whole answer held (an output check that never matches) against the routed path: route/held $(ratio "${IPR[route]}" "${IPR[held]}")x ($((IPR[held] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[held]:-} || -z ${IPR[anthropic]:-} ]] || echo "An Anthropic-backed request against the held routed path (the translation itself): held/anthropic $(ratio "${IPR[held]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[held])) instructions per request more)"
   [[ -z ${IPR[responses]:-} || -z ${IPR[route]:-} ]] || echo "A Responses request passed through against a chat request: route/responses $(ratio "${IPR[route]}" "${IPR[responses]}")x ($((IPR[responses] - IPR[route])) instructions per request more)"
