@@ -91,6 +91,11 @@ impl<H: Host> RequestContext<H> {
                 return Err(e);
             }
         };
+        if let Some(m) = gw.models.get(route.model) {
+            if let Some(limit) = m.max_body_bytes.filter(|l| chat.body_len() > *l) {
+                return Err(GatewayError::body_too_large_for_model(limit, &m.name));
+            }
+        }
         let mut flight = self.flight_for(gw, chat, route);
         flight.budget_routed = low.is_some();
         self.flight = Some(flight);

@@ -114,7 +114,11 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
             completion_tokens: 20,
             cost_micros: 250,
             // The oldest one's model had no price: it says so.
-            price_source: if i == 6 { String::new() } else { "config".into() },
+            price_source: if i == 6 {
+                String::new()
+            } else {
+                "config".into()
+            },
             ..Default::default()
         })
         .collect();

@@ -281,6 +281,34 @@ fn a_clients_own_body_limit_overrides_the_gateways() {
     assert_eq!(s.primary.hits(), 1);
 }
 
+/// A model's own body limit lowers the key's and the gateway's for requests
+/// to that model (the smallest its providers set), and names the model.
+#[test]
+fn a_models_own_body_limit_applies_to_requests_for_it() {
+    let plugin = test_plugin().replacen(
+        "      - name: gpt-4o\n",
+        "      - name: gpt-4o\n        max_body_bytes: 4096\n",
+        1,
+    );
+    assert!(plugin.contains("max_body_bytes: 4096"));
+    let s = Stack::start(&plugin, 1);
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o", &"x".repeat(6_000)));
+    let msg = openai_error_message(&r, 413, "request_too_large");
+    assert!(
+        msg.contains("limit of 4096 bytes for the model `gpt-4o`")
+            && msg.contains("providers[].models[].max_body_bytes"),
+        "{msg}"
+    );
+    // Another model, the same body: the gateway's 32 MiB.
+    assert_eq!(
+        s.chat(DEMO_KEY, &chat_body("gpt-4o-mini", &"x".repeat(6_000)))
+            .status,
+        200
+    );
+    assert_eq!(s.chat(DEMO_KEY, &chat_body("gpt-4o", "small")).status, 200);
+    assert_eq!(s.primary.hits(), 2);
+}
+
 /// A chunked upload (no content-length) over the shipped 32 MiB limit gets
 /// the gateway's OpenAI-shaped 413: the listener's buffer limit (33 MiB in
 /// envoy.yaml) is above it, so Envoy's own plain-text 413 never comes first.

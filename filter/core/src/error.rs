@@ -78,6 +78,16 @@ impl GatewayError {
         )
     }
 
+    /// A body over the limit of the model it asks for.
+    pub fn body_too_large_for_model(limit: usize, model: &str) -> Self {
+        Self::new(
+            413,
+            "invalid_request_error",
+            "request_too_large",
+            format!("Request body exceeds the limit of {limit} bytes for the model `{model}` (`providers[].models[].max_body_bytes` in the gateway's plugin config; ask its operator to raise it, or use another model)."),
+        )
+    }
+
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(400, "invalid_request_error", code, message)
     }

@@ -128,6 +128,9 @@ pub struct Model {
     pub name: String,
     pub aliases: Vec<String>,
     pub serving: Vec<Serving>,
+    /// The model's own body limit (`providers[].models[].max_body_bytes`,
+    /// the smallest of its providers'), checked once the model is known.
+    pub max_body_bytes: Option<usize>,
 }
 
 /// Limits of one client key (`None`: no limit).

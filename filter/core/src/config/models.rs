@@ -179,10 +179,20 @@ pub(super) fn providers_and_models(
                     name: m.name.clone(),
                     aliases: Vec::new(),
                     serving: Vec::new(),
+                    max_body_bytes: None,
                 });
                 models.len().saturating_sub(1)
             });
+            if m.max_body_bytes == Some(0) {
+                problems.push(format!(
+                    "provider `{}` model `{}`: `max_body_bytes` of 0 would refuse every request; leave it out for no limit of the model's own",
+                    p.name, m.name
+                ));
+            }
             if let Some(model) = models.get_mut(idx) {
+                if let Some(n) = m.max_body_bytes.filter(|n| *n > 0) {
+                    model.max_body_bytes = Some(model.max_body_bytes.map_or(n, |o| o.min(n)));
+                }
                 model.serving.push(Serving {
                     provider: chain_pos,
                     provider_model_id: m.id.clone().unwrap_or_else(|| m.name.clone()),

@@ -599,6 +599,11 @@ pub(super) struct RawModel {
     /// config error.
     #[serde(default)]
     pub(super) apis: Option<Vec<String>>,
+    /// The largest request body for this model, in bytes (the smallest a
+    /// provider of the model sets; it can lower the key's or the gateway's
+    /// limit, never raise it).
+    #[serde(default)]
+    pub(super) max_body_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -525,3 +525,25 @@ fn a_clients_body_limit_overrides_the_gateways_and_zero_is_refused() {
     let e = compile(format!("{GOOD}limits:\n  max_body_bytes: 0\n").as_bytes()).unwrap_err();
     assert!(e.contains("a limit of 0 would refuse everything"), "{e}");
 }
+
+#[test]
+fn a_models_body_limit_is_the_smallest_its_providers_set() {
+    let text = GOOD
+        .replace(
+            "      - {name: gpt-4o-mini, weight: 3, aliases: [mini]}",
+            "      - {name: gpt-4o-mini, weight: 3, aliases: [mini], max_body_bytes: 9000}",
+        )
+        .replace(
+            "      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}",
+            "      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini], max_body_bytes: 5000}",
+        );
+    let g = compile(text.as_bytes()).unwrap();
+    assert_eq!(g.models[g.names["gpt-4o-mini"]].max_body_bytes, Some(5000));
+    assert_eq!(g.models[g.names["gpt-4o"]].max_body_bytes, None);
+    let bad = GOOD.replace(
+        "      - {name: llama-3, weight: 0}",
+        "      - {name: llama-3, weight: 0, max_body_bytes: 0}",
+    );
+    let e = compile(bad.as_bytes()).unwrap_err();
+    assert!(e.contains("model `llama-3`: `max_body_bytes` of 0"), "{e}");
+}
