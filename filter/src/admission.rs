@@ -1,7 +1,10 @@
-//! A client's limits across one request's life: taken at admission (each
-//! limit one CAS update whose write carries the decision), held while the
+//! A request's limits at every level (its key's, its team's, its end
+//! user's) across its life: taken at admission (each limit one CAS update
+//! whose write carries the decision; all levels or none), held while the
 //! request is in flight, and finished exactly once — settled with the
-//! provider's real usage, or given back when nothing was used.
+//! provider's real usage, or given back when nothing was used. The
+//! counters are created ahead in [`prepare`]; what the levels have room
+//! for before anything is taken is in [`room`].
 //!
 //! This is the admission seam: the limits live in this Envoy's shared data
 //! (`local`); a fleet-wide service answers the same steps.
@@ -12,7 +15,7 @@
 
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::config::{Budget, Client, Gateway, Level, MaxTokensMode};
+use portcullis_core::config::{Budget, Client, Gateway, Level};
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys::{self, Limit, Owner};
 use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
@@ -20,6 +23,11 @@ use portcullis_core::rls::{self, Descriptor};
 use portcullis_core::store::{update, StoreError};
 use portcullis_core::usage::Usage;
 use proxy_wasm::types::LogLevel;
+
+mod prepare;
+mod room;
+pub use prepare::{prepare, track_user};
+pub use room::{budget_low_model, completion_cap};
 
 fn store_unavailable(host: &impl Host, what: &str, e: StoreError) {
     host.log(
@@ -37,111 +45,6 @@ fn limited(
 ) -> GatewayError {
     host.count(metrics::RATE_LIMITED, 1);
     GatewayError::new(429, kind, code, message).with_retry_after(wait_ms.div_ceil(1000).max(1))
-}
-
-/// Create the limit keys that do not exist yet, before any request needs
-/// them: Envoy's shared data has no atomic create (a write without a CAS
-/// token is unconditional), so two workers both creating a key on first use
-/// could each write and one reservation would be lost. Every update of an
-/// existing key is a CAS. Counters are created at configure time; each
-/// budget's keys for the period of `now_ms` and of the next day (the root
-/// context calls this again when the local day changes).
-pub fn prepare(host: &impl Host, gw: &Gateway, now_ms: u64) {
-    let keys = gw.clients.values().map(|c| Level {
-        owner: Owner::Key(&c.name),
-        limits: &c.limits,
-    });
-    let teams = gw.teams.iter().map(|t| Level {
-        owner: Owner::Team(&t.name),
-        limits: &t.limits,
-    });
-    for level in keys.chain(teams) {
-        prepare_level(host, gw, level, now_ms);
-    }
-}
-
-/// Create one level's missing counters (see [`prepare`]).
-fn prepare_level(host: &impl Host, gw: &Gateway, level: Level<'_>, now_ms: u64) {
-    let tomorrow = now_ms.saturating_add(86_400_000);
-    let create = |key: String, initial: &[u8]| {
-        if let Ok((None, _)) = host.get(&key) {
-            let _ = host.set(&key, initial, None);
-        }
-    };
-    let (l, s) = (level.limits, level.limits.scope);
-    if l.requests_per_minute.is_some() && s.requests_per_minute.local() {
-        create(
-            keys::limit(level.owner, Limit::RequestsPerMinute),
-            &Bucket::default().encode(),
-        );
-    }
-    if l.tokens_per_minute.is_some() && s.tokens_per_minute.local() {
-        create(
-            keys::limit(level.owner, Limit::TokensPerMinute),
-            &Bucket::default().encode(),
-        );
-    }
-    if l.max_concurrent.is_some() {
-        create(
-            keys::limit(level.owner, Limit::Concurrency),
-            &0u32.to_le_bytes(),
-        );
-    }
-    for b in l.budgets.iter().filter(|_| s.budgets.local()) {
-        let mut made = None;
-        for t in [now_ms, tomorrow] {
-            let index = b.period.index(t, gw.budget_offset_ms);
-            if made != Some(index) {
-                create(
-                    keys::budget(level.owner, b.period, index),
-                    &0i64.to_le_bytes(),
-                );
-                made = Some(index);
-            }
-        }
-    }
-}
-
-/// The owner of an end user's limits (`<key>/<user>`): a user seen before,
-/// or a new one while the key tracks fewer than `max_users_per_key` (its
-/// counters are created then); past that, new users share the key's
-/// overflow level. A store problem tracks the user all the same.
-pub fn track_user(
-    host: &impl Host,
-    gw: &Gateway,
-    client: &Client,
-    user: &str,
-    now_ms: u64,
-) -> String {
-    let owner = keys::user_owner(&client.name, user);
-    let seen = keys::user_seen(&owner);
-    if !matches!(host.get(&seen), Ok((None, _))) {
-        return owner;
-    }
-    let max = gw.max_users_per_key;
-    let admitted = update(host, &keys::users(&client.name), |cur| {
-        let n = ratelimit::decode_u32(cur);
-        if n < max {
-            (Some(n.saturating_add(1).to_le_bytes().to_vec()), true)
-        } else {
-            (None, false)
-        }
-    });
-    let owner = match admitted {
-        Ok(false) => keys::overflow_user(&client.name),
-        _ => {
-            let _ = host.set(&seen, &[1], None);
-            owner
-        }
-    };
-    if let Some(limits) = client.limits.per_user.as_deref() {
-        let level = Level {
-            owner: Owner::User(&owner),
-            limits,
-        };
-        prepare_level(host, gw, level, now_ms);
-    }
-    owner
 }
 
 /// A limit's state for the `x-ratelimit-*` headers: the limit and what the
@@ -285,105 +188,6 @@ pub fn peek_tokens(
         shown = tighter(shown, Shown { limit: tpm, take });
     }
     shown
-}
-
-/// Decide a request's completion cap before it is reserved: a level in
-/// `refuse` mode needs a cap named; a level in `clamp` mode lowers it (or
-/// sets `default_max_tokens` when none was named) to the room its local
-/// token bucket and budgets have after the prompt estimate. Room counted by
-/// the rate limit service is not read here (the reservation still holds
-/// it). No room at all: the request goes on to be refused by the limit.
-/// `Some(n)`: the cap a level in `clamp` mode holds the request to (set in
-/// its body when it differs).
-pub fn completion_cap(
-    host: &impl Host,
-    gw: &Gateway,
-    (client, user): (&Client, Option<&str>),
-    (prompt_est, asked): (u64, Option<u64>),
-    price: Option<Price>,
-    now_ms: u64,
-) -> Result<Option<u64>, GatewayError> {
-    let mut room: Option<u64> = None;
-    let mut clamps = false;
-    for level in gw.levels_of(client, user) {
-        let l = level.limits;
-        match l.max_tokens_mode {
-            MaxTokensMode::Estimate => continue,
-            MaxTokensMode::Refuse if asked.is_none() => {
-                return Err(GatewayError::bad_request(
-                    "max_tokens_required",
-                    format!(
-                        "The limits of {} need every request to name its completion cap: set `max_tokens` (`max_completion_tokens` for chat completions, `max_output_tokens` for responses).",
-                        level.owner.describe()
-                    ),
-                ));
-            }
-            MaxTokensMode::Refuse => continue,
-            MaxTokensMode::Clamp => clamps = true,
-        }
-        let mut fits = |n: u64| room = Some(room.map_or(n, |r| r.min(n)));
-        if let Some(tpm) = l
-            .tokens_per_minute
-            .filter(|_| l.scope.tokens_per_minute.local())
-        {
-            let key = keys::limit(level.owner, Limit::TokensPerMinute);
-            if let Ok((cur, _)) = host.get(&key) {
-                let left = ratelimit::level(&Bucket::decode(cur.as_deref()), tpm, now_ms).remaining;
-                fits(left.saturating_sub(prompt_est));
-            }
-        }
-        let Some(price) = price.filter(|_| l.scope.budgets.local()) else {
-            continue;
-        };
-        for b in &l.budgets {
-            let key = keys::budget(
-                level.owner,
-                b.period,
-                b.period.index(now_ms, gw.budget_offset_ms),
-            );
-            let spent = host
-                .get(&key)
-                .ok()
-                .map_or(0, |(v, _)| ratelimit::decode_i64(v.as_deref()));
-            let left = b.micros.saturating_sub(spent);
-            fits(price.completion_room(left, prompt_est));
-        }
-    }
-    if !clamps {
-        return Ok(None);
-    }
-    let want = asked.unwrap_or(client.limits.default_max_tokens);
-    let n = room.map_or(want, |r| r.min(want));
-    Ok((n > 0).then_some(n))
-}
-
-/// The cheaper model a low budget sends a request to: the first level
-/// (the key's, then its team's) with `on_budget_low` whose tightest local
-/// budget has less than its threshold left.
-pub fn budget_low_model(
-    host: &impl Host,
-    gw: &Gateway,
-    (client, user): (&Client, Option<&str>),
-    now_ms: u64,
-) -> Option<String> {
-    gw.levels_of(client, user).find_map(|level| {
-        let low = level.limits.on_budget_low.as_ref()?;
-        let tightest = level
-            .limits
-            .budgets
-            .iter()
-            .map(|b| {
-                let index = b.period.index(now_ms, gw.budget_offset_ms);
-                let key = keys::budget(level.owner, b.period, index);
-                let spent = host
-                    .get(&key)
-                    .ok()
-                    .map_or(0, |(v, _)| ratelimit::decode_i64(v.as_deref()));
-                b.micros.saturating_sub(spent)
-            })
-            .min()?;
-        (tightest < low.below_micros).then(|| low.model.clone())
-    })
 }
 
 /// What a request holds of its limits (every level's) until it finishes.

@@ -1,0 +1,108 @@
+//! What a request's levels have room for before anything is taken: the
+//! completion cap of `max_tokens_mode`, and the cheaper model of
+//! `on_budget_low`. Both read the levels' local counters without writing.
+
+use crate::host::Host;
+use portcullis_core::config::{Client, Gateway, MaxTokensMode};
+use portcullis_core::error::GatewayError;
+use portcullis_core::keys::{self, Limit};
+use portcullis_core::ratelimit::{self, Bucket, Price};
+
+/// Decide a request's completion cap before it is reserved: a level in
+/// `refuse` mode needs a cap named; a level in `clamp` mode lowers it (or
+/// sets `default_max_tokens` when none was named) to the room its local
+/// token bucket and budgets have after the prompt estimate. Room counted by
+/// the rate limit service is not read here (the reservation still holds
+/// it). No room at all: the request goes on to be refused by the limit.
+/// `Some(n)`: the cap a level in `clamp` mode holds the request to (set in
+/// its body when it differs).
+pub fn completion_cap(
+    host: &impl Host,
+    gw: &Gateway,
+    (client, user): (&Client, Option<&str>),
+    (prompt_est, asked): (u64, Option<u64>),
+    price: Option<Price>,
+    now_ms: u64,
+) -> Result<Option<u64>, GatewayError> {
+    let mut room: Option<u64> = None;
+    let mut clamps = false;
+    for level in gw.levels_of(client, user) {
+        let l = level.limits;
+        match l.max_tokens_mode {
+            MaxTokensMode::Estimate => continue,
+            MaxTokensMode::Refuse if asked.is_none() => {
+                return Err(GatewayError::bad_request(
+                    "max_tokens_required",
+                    format!(
+                        "The limits of {} need every request to name its completion cap: set `max_tokens` (`max_completion_tokens` for chat completions, `max_output_tokens` for responses).",
+                        level.owner.describe()
+                    ),
+                ));
+            }
+            MaxTokensMode::Refuse => continue,
+            MaxTokensMode::Clamp => clamps = true,
+        }
+        let mut fits = |n: u64| room = Some(room.map_or(n, |r| r.min(n)));
+        if let Some(tpm) = l
+            .tokens_per_minute
+            .filter(|_| l.scope.tokens_per_minute.local())
+        {
+            let key = keys::limit(level.owner, Limit::TokensPerMinute);
+            if let Ok((cur, _)) = host.get(&key) {
+                let left = ratelimit::level(&Bucket::decode(cur.as_deref()), tpm, now_ms).remaining;
+                fits(left.saturating_sub(prompt_est));
+            }
+        }
+        let Some(price) = price.filter(|_| l.scope.budgets.local()) else {
+            continue;
+        };
+        for b in &l.budgets {
+            let key = keys::budget(
+                level.owner,
+                b.period,
+                b.period.index(now_ms, gw.budget_offset_ms),
+            );
+            let spent = host
+                .get(&key)
+                .ok()
+                .map_or(0, |(v, _)| ratelimit::decode_i64(v.as_deref()));
+            let left = b.micros.saturating_sub(spent);
+            fits(price.completion_room(left, prompt_est));
+        }
+    }
+    if !clamps {
+        return Ok(None);
+    }
+    let want = asked.unwrap_or(client.limits.default_max_tokens);
+    let n = room.map_or(want, |r| r.min(want));
+    Ok((n > 0).then_some(n))
+}
+
+/// The cheaper model a low budget sends a request to: the first level
+/// (the key's, then its team's) with `on_budget_low` whose tightest local
+/// budget has less than its threshold left.
+pub fn budget_low_model(
+    host: &impl Host,
+    gw: &Gateway,
+    (client, user): (&Client, Option<&str>),
+    now_ms: u64,
+) -> Option<String> {
+    gw.levels_of(client, user).find_map(|level| {
+        let low = level.limits.on_budget_low.as_ref()?;
+        let tightest = level
+            .limits
+            .budgets
+            .iter()
+            .map(|b| {
+                let index = b.period.index(now_ms, gw.budget_offset_ms);
+                let key = keys::budget(level.owner, b.period, index);
+                let spent = host
+                    .get(&key)
+                    .ok()
+                    .map_or(0, |(v, _)| ratelimit::decode_i64(v.as_deref()));
+                b.micros.saturating_sub(spent)
+            })
+            .min()?;
+        (tightest < low.below_micros).then(|| low.model.clone())
+    })
+}
