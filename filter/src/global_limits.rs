@@ -34,7 +34,6 @@ pub enum Kind {
 /// One level's limit in a call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
-    pub limit: Limit,
     /// "key `alice`", "team `research`".
     pub who: String,
     /// For a budget: its USD cap and the time until its period ends.
@@ -70,7 +69,6 @@ impl Ask {
     ) {
         self.descriptors.push(limit.descriptor(owner, value));
         self.items.push(Item {
-            limit,
             who: owner.describe(),
             budget,
         });
