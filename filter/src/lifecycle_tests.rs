@@ -289,6 +289,42 @@ fn a_fallback_after_503_carries_the_same_client_headers_and_answers_with_the_bac
     assert_eq!(ctx.host.counter("portcullis.fallbacks"), 1);
 }
 
+/// A stream has no overall bound through the router (#29): the route's
+/// timeout is turned off and the provider's `timeout_ms` bounds only the
+/// wait for the answer to start (a per-try timeout, which Envoy ignores once
+/// the answer reaches the client). A fallback's stream arrives whole by
+/// callout: bounded by `stream_timeout_ms`.
+#[test]
+fn a_stream_is_bounded_until_it_starts_and_its_fallback_by_the_stream_timeout() {
+    let g = Gateway::new(&config("{}", ""));
+    let stream_body = body("hello").replacen('{', r#"{"stream":true,"#, 1);
+    let (mut ctx, a) = g.chat(&[], &stream_body);
+    assert_eq!(a, Action::Continue);
+    let h =
+        |ctx: &crate::context::RequestContext<FakeHost>, n: &str| ctx.host.header(Part::Request, n);
+    assert_eq!(
+        h(&ctx, "x-envoy-upstream-rq-timeout-ms").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        h(&ctx, "x-envoy-upstream-rq-per-try-timeout-ms").as_deref(),
+        Some("60000")
+    );
+    assert_eq!(router_answers(&mut ctx, "503", "down"), Action::Pause);
+    let calls = ctx.host.callouts();
+    assert_eq!(
+        calls.iter().map(|c| c.timeout_ms).collect::<Vec<_>>(),
+        [300_000]
+    );
+    // An answer sent whole keeps one bound, and no per-try timeout.
+    let (ctx, _) = g.chat(&[], &body("hello"));
+    assert_eq!(
+        h(&ctx, "x-envoy-upstream-rq-timeout-ms").as_deref(),
+        Some("60000")
+    );
+    assert_eq!(h(&ctx, "x-envoy-upstream-rq-per-try-timeout-ms"), None);
+}
+
 #[test]
 fn a_second_identical_request_is_a_cache_hit_that_reaches_no_provider() {
     let g = Gateway::new(&config("{}", "cache: {enabled: true}"));

@@ -96,6 +96,9 @@ impl<H: Host> RequestContext<H> {
             path: upstream_path,
             authority: &p.host,
             timeout_ms: p.timeout_ms,
+            // `?stream=true` replays a stored response as its events.
+            stream: query.is_some_and(|q| q.split('&').any(|kv| kv == "stream=true")),
+            stream_timeout_ms: p.stream_timeout_ms,
             credential: loaded
                 .credentials
                 .get(index)

@@ -17,7 +17,14 @@ pub struct UpstreamRequest<'a> {
     pub cluster: &'a str,
     pub path: String,
     pub authority: &'a str,
+    /// An answer sent whole: the longest it may take (each try); a stream:
+    /// the longest until it starts.
     pub timeout_ms: u64,
+    /// The client asked for a stream: no overall bound through the router
+    /// (idle timeouts only); a fallback's (whole) stream is bounded by the
+    /// provider's `stream_timeout_ms`.
+    pub stream: bool,
+    pub stream_timeout_ms: u64,
     /// The provider's credential header, when it has a key.
     pub credential: Option<(&'static str, &'a str)>,
     /// The body for this provider; `None`: the client's bytes as they are.
@@ -53,6 +60,8 @@ impl<H: Host> RequestContext<H> {
             path: providers::path(p, api, model_id, flight.chat.stream),
             authority: &p.host,
             timeout_ms: p.timeout_ms,
+            stream: flight.chat.stream,
+            stream_timeout_ms: p.stream_timeout_ms,
             credential: loaded
                 .credentials
                 .get(provider)
@@ -95,12 +104,14 @@ impl<H: Host> RequestContext<H> {
             set("content-type", Some("application/json"))?;
         }
         set(headers::CLUSTER, Some(up.cluster))?;
-        match up.retries {
-            None => set(
-                "x-envoy-upstream-rq-timeout-ms",
-                Some(&up.timeout_ms.to_string()),
-            )?,
-            Some(r) => {
+        // A stream has no overall bound (only Envoy's idle timeouts): 0
+        // turns the route's timeout off, and a per-try timeout bounds the
+        // wait for the answer to start (Envoy ignores it once the answer
+        // has reached the client).
+        let (total, per_try) = match (up.retries, up.stream) {
+            (None, false) => (up.timeout_ms, None),
+            (None, true) => (0, Some(up.timeout_ms)),
+            (Some(r), stream) => {
                 // Each try gets the provider's timeout; the whole request
                 // its tries plus the longest waits between them.
                 let tries = u64::from(r.attempts).saturating_add(1);
@@ -108,16 +119,21 @@ impl<H: Host> RequestContext<H> {
                     .timeout_ms
                     .saturating_mul(tries)
                     .saturating_add(u64::from(r.attempts).saturating_mul(10_000));
-                set("x-envoy-upstream-rq-timeout-ms", Some(&total.to_string()))?;
-                set(
-                    "x-envoy-upstream-rq-per-try-timeout-ms",
-                    Some(&up.timeout_ms.to_string()),
-                )?;
-                set("x-envoy-max-retries", Some(&r.attempts.to_string()))?;
-                set("x-envoy-retry-on", Some(&r.retry_on))?;
-                if !r.status_codes.is_empty() {
-                    set("x-envoy-retriable-status-codes", Some(&r.status_codes))?;
-                }
+                (if stream { 0 } else { total }, Some(up.timeout_ms))
+            }
+        };
+        set("x-envoy-upstream-rq-timeout-ms", Some(&total.to_string()))?;
+        if let Some(per_try) = per_try {
+            set(
+                "x-envoy-upstream-rq-per-try-timeout-ms",
+                Some(&per_try.to_string()),
+            )?;
+        }
+        if let Some(r) = up.retries {
+            set("x-envoy-max-retries", Some(&r.attempts.to_string()))?;
+            set("x-envoy-retry-on", Some(&r.retry_on))?;
+            if !r.status_codes.is_empty() {
+                set("x-envoy-retriable-status-codes", Some(&r.status_codes))?;
             }
         }
         for (name, value) in &up.extra {
@@ -155,7 +171,13 @@ impl<H: Host> RequestContext<H> {
                 client_body.as_deref().unwrap_or_default()
             }
         };
-        let sent = self.host.dispatch(up.cluster, &hdrs, body, up.timeout_ms);
+        // A callout's answer arrives whole, streams included.
+        let timeout_ms = if up.stream {
+            up.stream_timeout_ms
+        } else {
+            up.timeout_ms
+        };
+        let sent = self.host.dispatch(up.cluster, &hdrs, body, timeout_ms);
         drop(hdrs);
         if let Some(f) = self.flight.as_mut() {
             f.forwarded = Some(forwarded);
@@ -164,7 +186,7 @@ impl<H: Host> RequestContext<H> {
         Ok(Call {
             token,
             started_ms: self.host.now_ms(),
-            timeout_ms: up.timeout_ms,
+            timeout_ms,
         })
     }
 

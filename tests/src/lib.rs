@@ -162,6 +162,61 @@ pub fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
     to_resp(req.send_string(body))
 }
 
+/// A streamed answer read to its end or its break.
+#[derive(Debug)]
+pub struct Streamed {
+    pub resp: Resp,
+    /// Why the read stopped early (the connection cut), if it did.
+    pub error: Option<String>,
+    /// From sending the request to the end of the read.
+    pub elapsed: Duration,
+}
+
+/// POST and read the answer as it arrives, each read waiting at most
+/// `read_timeout`; a cut stream is returned with what arrived, not a panic.
+pub fn post_streamed(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    read_timeout: Duration,
+) -> Streamed {
+    let started = Instant::now();
+    let mut req = ureq::AgentBuilder::new()
+        .timeout_read(read_timeout)
+        .build()
+        .post(url)
+        .set("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let r = match req.send_string(body) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let status = r.status();
+    let headers = r
+        .headers_names()
+        .into_iter()
+        .map(|n| {
+            let v = r.header(&n).unwrap_or("").to_string();
+            (n, v)
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    let error = std::io::Read::read_to_end(&mut r.into_reader(), &mut bytes)
+        .err()
+        .map(|e| e.to_string());
+    Streamed {
+        resp: Resp {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        },
+        error,
+        elapsed: started.elapsed(),
+    }
+}
+
 pub fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
     let mut req = agent().get(url);
     for (k, v) in headers {
@@ -661,6 +716,8 @@ pub struct EnvoyOpts<'a> {
     /// certificates in this directory (`scripts/make-certs.sh`), through
     /// `envoy/side-tls.sh`.
     pub side_tls: Option<&'a Path>,
+    /// Edits of `envoy/envoy.yaml` (each text must occur in it).
+    pub bootstrap_patch: Vec<(&'a str, &'a str)>,
 }
 
 pub struct Envoy {
@@ -709,6 +766,10 @@ impl Envoy {
             &format!("port_value: {}", opts.ratelimit_port),
         );
         let bootstrap = replace_once(&bootstrap, ".run/ecds", &ecds_dir.display().to_string());
+        let bootstrap = opts
+            .bootstrap_patch
+            .iter()
+            .fold(bootstrap, |b, (from, to)| replace_once(&b, from, to));
         let bootstrap_path = dir.0.join("envoy.yaml");
         std::fs::write(&bootstrap_path, bootstrap).expect("write bootstrap");
         if let Some(certs) = opts.side_tls {
@@ -810,6 +871,11 @@ impl Envoy {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Envoy's process id (for its memory in /proc).
+    pub fn pid(&self) -> u32 {
+        self.proc.0.id()
     }
 
     pub fn admin(&self, path: &str) -> String {

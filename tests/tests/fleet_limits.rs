@@ -70,6 +70,7 @@ fn envoy(
         ratelimit_port,
         workers: 2,
         side_tls: None,
+        bootstrap_patch: Vec::new(),
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

@@ -195,6 +195,7 @@ fn start_with_test_clock(plugin: &str) -> Stack {
         ratelimit_port: dead_port(),
         workers: 2,
         side_tls: None,
+        bootstrap_patch: Vec::new(),
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

@@ -36,6 +36,23 @@ impl Stack {
         primary_dead: bool,
         collector_port: u16,
     ) -> Stack {
+        Self::start_patched(
+            plugin_yaml,
+            workers,
+            primary_dead,
+            collector_port,
+            Vec::new(),
+        )
+    }
+
+    /// The same with edits of `envoy/envoy.yaml` (each text must occur).
+    pub fn start_patched(
+        plugin_yaml: &str,
+        workers: u32,
+        primary_dead: bool,
+        collector_port: u16,
+        bootstrap_patch: Vec<(&str, &str)>,
+    ) -> Stack {
         let primary = mock("primary", Some(PRIMARY_KEY));
         let backup = mock("backup", Some(BACKUP_KEY));
         let envoy = Envoy::start(EnvoyOpts {
@@ -50,6 +67,7 @@ impl Stack {
             backup_port: backup.port,
             workers,
             side_tls: None,
+            bootstrap_patch,
             env: vec![
                 ("OPENAI_API_KEY", PRIMARY_KEY),
                 ("BACKUP_API_KEY", BACKUP_KEY),

@@ -55,7 +55,12 @@ pub struct Provider {
     pub host: String,
     pub base_path: String,
     pub api_key_env: Option<String>,
+    /// An answer sent whole: the longest it may take; a stream through
+    /// Envoy's router: the longest until its answer starts.
     pub timeout_ms: u64,
+    /// A streamed answer by fallback callout (which arrives whole): the
+    /// longest it may take.
+    pub stream_timeout_ms: u64,
     pub breaker: BreakerConfig,
     /// The provider's API.
     pub schema: Schema,

@@ -62,8 +62,10 @@ fn check_provider_fields(at: &str, p: &RawProvider, problems: &mut Vec<String>) 
             "{at}: `api_key_env` `{env}` is not an environment variable name"
         ));
     }
-    if p.timeout_ms == 0 {
-        problems.push(format!("{at}: `timeout_ms` must be greater than 0"));
+    if p.timeout_ms == 0 || p.stream_timeout_ms == 0 {
+        problems.push(format!(
+            "{at}: `timeout_ms` and `stream_timeout_ms` must be greater than 0"
+        ));
     }
 }
 
@@ -150,6 +152,7 @@ pub(super) fn providers_and_models(
             base_path: p.base_path.clone(),
             api_key_env: p.api_key_env.clone(),
             timeout_ms: p.timeout_ms,
+            stream_timeout_ms: p.stream_timeout_ms,
             breaker: BreakerConfig {
                 probe_timeout_ms: p.timeout_ms.saturating_add(1_000),
                 ..breaker

@@ -9,6 +9,9 @@ use crate::ratelimit::Micros;
 use serde::Deserialize;
 
 pub(super) const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+/// Five minutes: Envoy's own stream idle timeout (a stream waiting for a
+/// callout is idle), so a longer bound would not be reached by default.
+pub(super) const DEFAULT_STREAM_TIMEOUT_MS: u64 = 300_000;
 /// 32 MiB: what Anthropic accepts, and room for an agent's conversation
 /// with screenshots (#29).
 pub(super) const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
@@ -399,8 +402,14 @@ pub(super) struct RawProvider {
     pub(super) base_path: String,
     #[serde(default)]
     pub(super) api_key_env: Option<String>,
+    /// An answer sent whole: the longest it may take. A stream: the longest
+    /// until its answer starts (then only idle timeouts apply).
     #[serde(default = "default_timeout_ms")]
     pub(super) timeout_ms: u64,
+    /// The longest a streamed answer that comes by a fallback may take: a
+    /// fallback's answer arrives whole (a callout), so it is bounded.
+    #[serde(default = "default_stream_timeout_ms")]
+    pub(super) stream_timeout_ms: u64,
     #[serde(default)]
     pub(super) models: Vec<RawModel>,
     #[serde(default)]
@@ -911,6 +920,9 @@ fn default_base_path() -> String {
 }
 fn default_timeout_ms() -> u64 {
     DEFAULT_TIMEOUT_MS
+}
+fn default_stream_timeout_ms() -> u64 {
+    DEFAULT_STREAM_TIMEOUT_MS
 }
 fn default_weight() -> u32 {
     1

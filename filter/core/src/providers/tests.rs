@@ -13,6 +13,7 @@ fn provider(base_path: &str, schema: Schema) -> Provider {
         base_path: base_path.into(),
         api_key_env: None,
         timeout_ms: 1,
+        stream_timeout_ms: 1,
         breaker: BreakerConfig::default(),
         schema,
         retries: None,
