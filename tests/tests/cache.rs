@@ -353,3 +353,20 @@ fn repeated_requests_are_answered_from_the_workers_copy_by_their_exact_bytes() {
         Some(3)
     );
 }
+
+/// An agent-sized prompt (#29): a 1 MB conversation asked twice is a hit
+/// the second time, without reaching the provider.
+#[test]
+fn a_one_megabyte_prompt_is_a_hit_the_second_time() {
+    let s = Stack::start(&plugin(ON), 1);
+    let text = "Context line of a long agent conversation, resent every turn. ".repeat(17_000);
+    assert!(text.len() > 1 << 20);
+    let first = ask_with(&s, &chat(&text), &[]);
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("x-portcullis-cache"), Some("miss"));
+    let second = ask_with(&s, &chat(&text), &[]);
+    assert_eq!(second.status, 200, "{}", second.body);
+    assert_eq!(second.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(second.json()["choices"], first.json()["choices"]);
+    assert_eq!(s.primary.hits(), 1);
+}

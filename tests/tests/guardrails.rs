@@ -457,3 +457,53 @@ fn streamed_answers_of_every_api_are_checked_tool_call_arguments_included() {
         .contains("`secret`"));
     assert!(r.body.contains("event: error\n"), "{}", r.body);
 }
+
+/// Guardrails on an agent-sized prompt (#29): a 2 MB conversation with an
+/// email in its middle is denied for one client and redacted in place for
+/// another (the rest reaching the provider byte for byte); a 1 MB base64
+/// image whose data holds a valid card number is not text and is not
+/// scanned, while the same number in the text is denied.
+#[test]
+fn checks_on_a_one_megabyte_prompt_deny_and_redact_and_skip_image_data() {
+    let plugin = format!(
+        "{}
+guardrails:
+  input:
+    - {{name: no-email, pii: [email], action: deny, clients: [demo]}}
+    - {{name: scrub-email, pii: [email], action: redact, clients: [mini-only]}}
+    - {{name: cards, pii: [card], action: deny}}
+",
+        test_plugin()
+    );
+    let s = Stack::start(&plugin, 1);
+    let filler = "Context line of a long agent conversation, resent every turn. ".repeat(16_000);
+    let text = format!("{filler}mail jane@example.com about it. {filler}");
+    assert!(text.len() > 1 << 20, "{}", text.len());
+    let r = s.chat(DEMO_KEY, &chat_body("mini", &text));
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert_eq!(s.primary.hits(), 0);
+    let r = s.chat(MINI_KEY, &chat_body("mini", &text));
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(300)]);
+    let want = format!("{filler}mail [REDACTED:email] about it. {filler}");
+    assert!(
+        last_prompt(&s.primary).as_str() == Some(want.as_str()),
+        "the 2 MB prompt (2 x 1 MB of context) reached the provider redacted in place and otherwise whole"
+    );
+    // A card number inside base64 image data is not text.
+    let data = format!(
+        // Between `/` and `+` (both base64): a card's word boundaries.
+        "{}/4111111111111111+{}",
+        "iVBORw0KGgo".repeat(50_000),
+        "AAAA".repeat(100_000)
+    );
+    let with_image = |words: &str| {
+        json!({"model": "mini", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": words},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}}]}]})
+        .to_string()
+    };
+    let r = s.chat(MINI_KEY, &with_image("What is in this screenshot?"));
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(300)]);
+    let r = s.chat(MINI_KEY, &with_image("my card is 4111 1111 1111 1111"));
+    assert_openai_error(&r, 400, "guardrail_denied");
+}

@@ -342,7 +342,7 @@ fn chunked_body_over_the_limit_gets_the_gateway_413_not_envoys() {
 }
 
 /// Agent-sized requests under the shipped limit are served (#29): a 30 MiB
-/// conversation, and a request with a 10 MB image (as base64, in a `data:`
+/// conversation (whole and streamed), and a request with a 10 MB image (as base64, in a `data:`
 /// URL), each reaching the provider whole.
 #[test]
 fn agent_sized_requests_are_served_up_to_the_shipped_limit() {
@@ -365,8 +365,22 @@ fn agent_sized_requests_are_served_up_to_the_shipped_limit() {
         .to_string();
     let r = s.chat(DEMO_KEY, &with_image);
     assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(400)]);
+    // The same 30 MiB conversation asking for a stream.
+    let streamed = big.replacen('{', r#"{"stream":true,"#, 1);
+    let r = s.chat(DEMO_KEY, &streamed);
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(400)]);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert!(r.body.trim_end().ends_with("data: [DONE]"), "{}", r.body);
     let sent = s.primary.requests();
-    assert_eq!(sent.len(), 2);
+    assert_eq!(sent.len(), 3);
+    assert_eq!(sent[2]["body"]["stream"], true);
+    assert_eq!(
+        sent[2]["body"]["messages"][0]["content"]
+            .as_str()
+            .map(str::len),
+        Some(text.len()),
+        "the streamed request reached the provider whole"
+    );
     assert_eq!(
         sent[0]["body"]["messages"][0]["content"]
             .as_str()
