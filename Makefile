@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -46,6 +46,7 @@ bench: tools redis wasm bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
 	ENVOY="$(ENVOY)" scripts/bench-global.sh
 	scripts/bench-instructions.sh
+	ENVOY="$(ENVOY)" scripts/bench-sizes.sh
 	ENVOY="$(ENVOY)" scripts/bench-memory.sh
 
 # Limits scoped `global` against local ones on the routed path, and the
@@ -68,6 +69,11 @@ bench-collector: postgres
 # The stable measure: Envoy's instructions per request under callgrind.
 bench-instructions: tools wasm
 	scripts/bench-instructions.sh
+
+# What a request's size costs (1 KB to 10 MB): throughput against bare
+# Envoy forwarding the same body, and instructions per request per size (#29).
+bench-sizes: tools wasm
+	ENVOY="$(ENVOY)" scripts/bench-sizes.sh
 
 # Each translation step's instructions natively, with symbols to attribute
 # them (#24).

@@ -88,7 +88,7 @@ impl<H: Host> RequestContext<H> {
             .host
             .body(Part::Request, x.body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
-        x.chat = Some(ChatRequest::parse_for(self.request.api, &body)?);
+        x.chat = Some(ChatRequest::parse_owned(self.request.api, body)?);
         x.now = self.host.now_ms();
         Ok(Next::Go)
     }

@@ -49,7 +49,7 @@ fn main() -> Result<(), String> {
     time("cache: document tree (built on first use)", || {
         request::ChatRequest::parse(BODY).map(|c| c.document().map(|d| d.len()).unwrap_or(0))
     });
-    time("cache: canonical key (SHA-256)", || {
+    time("cache: canonical key (BLAKE3, texts read in place)", || {
         cache::key("primary", "gpt-4o-mini", &chat, false, None).map(|k| k[0])
     });
     time("cache: replay as SSE", || sse::replay(ANSWER, true));

@@ -20,7 +20,7 @@ use std::fmt;
 pub struct Obj<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
 /// A member name, borrowed when it has no escapes.
-struct Key<'a>(Cow<'a, str>);
+pub(crate) struct Key<'a>(pub(crate) Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -1,5 +1,5 @@
-//! Prompt cache: the key (SHA-256 over a canonical form of the request) and a
-//! bounded set-associative table in the shared store.
+//! Prompt cache: the key (BLAKE3 over a canonical form of the request, read
+//! in place) and a bounded set-associative table in the shared store.
 //!
 //! Layout in the store: per set, one small index value (`ways` entries of key
 //! hash, expiry, store time, length); per slot, one value holding the key hash
@@ -12,11 +12,10 @@ use crate::le;
 use crate::request::ChatRequest;
 use crate::store::{Store, StoreError, MAX_CAS_TRIES};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::io::Write as _;
 
 /// Changes whenever the canonical form changes, so old entries stop matching.
-const KEY_VERSION: &[u8] = b"portcullis-cache-v1";
+const KEY_VERSION: &[u8] = b"portcullis-cache-v2";
 
 /// Request fields that do not change the answer.
 const IGNORED_FIELDS: &[&str] = &["model", "stream", "stream_options", "user"];
@@ -117,44 +116,75 @@ pub fn key(
     normalize: bool,
     client: Option<&str>,
 ) -> Result<Hash, GatewayError> {
-    let doc = request.document()?;
-    let mut h = Sha256::new();
+    let mut h = blake3::Hasher::new();
     h.update(KEY_VERSION);
-    h.update([0]);
+    h.update(&[0]);
     h.update(provider.as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     h.update(model_id.as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     h.update(client.unwrap_or("").as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     // The canonical document is hashed as it is serialized: `{k:v,...}` in
-    // key order, without the ignored fields, and without copying the tree.
+    // key order, without the ignored fields. Without normalization (the
+    // default) it is read in place ([`canon`]: the texts are not copied);
+    // normalization rewrites the messages' text, from the document tree.
     let mut w = HashWriter(&mut h);
-    let _ = w.write(b"{");
-    let mut first = true;
-    for (k, v) in doc
-        .iter()
-        .filter(|(k, _)| !IGNORED_FIELDS.contains(&k.as_str()))
-    {
-        if !first {
-            let _ = w.write(b",");
-        }
-        first = false;
-        let _ = serde_json::to_writer(&mut w, k);
-        let _ = w.write(b":");
-        if normalize && k == "messages" {
-            let mut m = v.clone();
-            normalize_messages(&mut m);
-            let _ = serde_json::to_writer(&mut w, &m);
-        } else {
-            let _ = serde_json::to_writer(&mut w, v);
-        }
+    if normalize {
+        let doc = request.document()?;
+        write_fields(
+            &mut w,
+            doc.iter().map(|(k, v)| (k.as_str(), v)),
+            |w, k, v| {
+                if k == "messages" {
+                    let mut m = v.clone();
+                    normalize_messages(&mut m);
+                    let _ = serde_json::to_writer(w, &m);
+                } else {
+                    let _ = serde_json::to_writer(w, v);
+                }
+            },
+        );
+    } else {
+        let doc: canon::Canon<'_> = serde_json::from_slice(request.body())
+            .map_err(|e| GatewayError::internal(format!("cache key: {e}")))?;
+        let canon::Canon::Object(fields) = doc else {
+            return Err(GatewayError::internal("cache key: not an object"));
+        };
+        write_fields(
+            &mut w,
+            fields.iter().map(|(k, v)| (k.as_ref(), v)),
+            |w, _, v| {
+                let _ = v.write(w);
+            },
+        );
     }
-    let _ = w.write(b"}");
-    Ok(h.finalize().into())
+    Ok(*h.finalize().as_bytes())
 }
 
-struct HashWriter<'a>(&'a mut Sha256);
+/// `{k:v,...}` of the fields that change the answer, in the order given
+/// (sorted), each value written by `value`.
+fn write_fields<'v, V: 'v>(
+    w: &mut HashWriter<'_>,
+    fields: impl Iterator<Item = (&'v str, V)>,
+    mut value: impl FnMut(&mut HashWriter<'_>, &str, V),
+) {
+    let _ = w.write(b"{");
+    for (i, (k, v)) in fields
+        .filter(|(k, _)| !IGNORED_FIELDS.contains(k))
+        .enumerate()
+    {
+        if i > 0 {
+            let _ = w.write(b",");
+        }
+        let _ = serde_json::to_writer(&mut *w, k);
+        let _ = w.write(b":");
+        value(w, k, v);
+    }
+    let _ = w.write(b"}");
+}
+
+struct HashWriter<'a>(&'a mut blake3::Hasher);
 
 impl std::io::Write for HashWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -414,6 +444,7 @@ pub fn directive(cache_control: Option<&str>) -> Directive {
     }
 }
 
+mod canon;
 pub mod local;
 
 #[cfg(test)]

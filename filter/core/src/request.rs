@@ -145,6 +145,22 @@ impl ChatRequest {
     /// Parse and check the fields the gateway relies on for an API; the
     /// rest is the provider's business and passes through untouched.
     pub fn parse_for(api: Api, body: &[u8]) -> Result<Self, GatewayError> {
+        Self::parse_owned(api, body.to_vec())
+    }
+
+    /// The same, keeping the caller's buffer as the request's body (no copy
+    /// of a body that may be 32 MiB).
+    pub fn parse_owned(api: Api, body: Vec<u8>) -> Result<Self, GatewayError> {
+        let fields = Self::read_fields(api, &body)?;
+        Ok(Self {
+            body,
+            doc: OnceCell::new(),
+            ..fields
+        })
+    }
+
+    /// Every field but the body, read from it.
+    fn read_fields(api: Api, body: &[u8]) -> Result<Self, GatewayError> {
         let text = json_object_text(body)?;
         // Anything serde cannot read exactly (a number out of range, a lone
         // surrogate, nesting past its limit) is refused here, before any
@@ -189,7 +205,7 @@ impl ChatRequest {
             ));
         }
         Ok(Self {
-            body: body.to_vec(),
+            body: Vec::new(),
             doc: OnceCell::new(),
             model_span,
             model,

@@ -6,6 +6,9 @@
 //! number in the prompt, so the length stays the same): each request is a
 //! cache miss. `PORTCULLIS_LOAD_API=responses` or `messages` sends the same
 //! question in that API's shape (to the URL given).
+//! `PORTCULLIS_LOAD_BYTES=N` (chat and Messages) pads the body to about N
+//! bytes with an earlier user turn of plain text, as an agent resends its
+//! conversation (`make bench-sizes`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +35,15 @@ fn main() {
         Ok("messages") => MESSAGES_BODY,
         _ => BODY,
     };
+    let template: Arc<String> = Arc::new(
+        match std::env::var("PORTCULLIS_LOAD_BYTES")
+            .ok()
+            .and_then(|b| b.parse::<usize>().ok())
+        {
+            Some(bytes) => pad(template, bytes),
+            None => template.to_string(),
+        },
+    );
     // Requests of one run differ from those of the run before (its warm-up).
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -42,7 +54,13 @@ fn main() {
     let bad = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..c)
         .map(|_| {
-            let (url, auth, next, bad) = (url.clone(), auth.clone(), next.clone(), bad.clone());
+            let (url, auth, next, bad, template) = (
+                url.clone(),
+                auth.clone(),
+                next.clone(),
+                bad.clone(),
+                template.clone(),
+            );
             std::thread::spawn(move || {
                 let agent = ureq::AgentBuilder::new().build();
                 loop {
@@ -53,7 +71,7 @@ fn main() {
                     let body = if unique {
                         template.replace("please.", &format!("please {:010}.", salt + i))
                     } else {
-                        template.to_string()
+                        template.as_ref().clone()
                     };
                     let ok = agent
                         .post(&url)
@@ -74,4 +92,22 @@ fn main() {
         let _ = t.join();
     }
     println!("{n} {}", bad.load(Ordering::Relaxed));
+}
+
+/// The body with a first user turn of plain text making it about `bytes`
+/// long (as it was when shorter already).
+pub fn pad(template: &str, bytes: usize) -> String {
+    const LINE: &str = "Context line of a long agent conversation, resent every turn. ";
+    const TURN: &str = r#"{"role":"user","content":""},"#;
+    let room = bytes.saturating_sub(template.len() + TURN.len());
+    if room == 0 || !template.contains(r#""messages":["#) {
+        return template.to_string();
+    }
+    let mut filler = LINE.repeat(room / LINE.len() + 1);
+    filler.truncate(room);
+    template.replacen(
+        r#""messages":["#,
+        &format!(r#""messages":[{{"role":"user","content":"{filler}"}},"#),
+        1,
+    )
 }

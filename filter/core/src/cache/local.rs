@@ -110,6 +110,11 @@ impl Local {
     /// The canonical key and answer for exactly these parts, if held and
     /// fresh at `now_ms`.
     pub fn get(&mut self, parts: &Parts<'_>, now_ms: u64) -> Option<(Hash, &[u8])> {
+        // A request too large to be held is not hashed (#29: a 1 MB
+        // prompt would be read for nothing).
+        if !self.could_hold(parts, 0) {
+            return None;
+        }
         let h = hash(parts);
         let fresh = match self.map.get(&h) {
             Some(e) if same(&e.fingerprint, parts) => now_ms < e.until_ms,
@@ -133,7 +138,7 @@ impl Local {
         expires_ms: u64,
         now_ms: u64,
     ) {
-        if self.max_bytes == 0 || self.ttl_ms == 0 {
+        if self.max_bytes == 0 || self.ttl_ms == 0 || !self.could_hold(parts, answer.len()) {
             return;
         }
         let h = hash(parts);
@@ -171,9 +176,21 @@ impl Local {
         }
     }
 
+    /// Whether an entry for these parts and an answer of this size is
+    /// within a quarter of the budget, the most one entry may take.
+    fn could_hold(&self, parts: &Parts<'_>, answer_len: usize) -> bool {
+        let size = parts
+            .iter()
+            .map(|p| p.len().saturating_add(8))
+            .fold(answer_len.saturating_add(OVERHEAD), usize::saturating_add);
+        size <= self.max_bytes / 4
+    }
+
     /// Forget what is held for these parts (a refresh stored a new answer).
     pub fn forget(&mut self, parts: &Parts<'_>) {
-        self.remove(hash(parts));
+        if self.could_hold(parts, 0) {
+            self.remove(hash(parts));
+        }
     }
 
     fn remove(&mut self, h: u64) {

@@ -7,6 +7,7 @@ fn key(p: &str, m: &str, r: &ChatRequest, normalize: bool, client: Option<&str>)
     super::key(p, m, r, normalize, client).unwrap()
 }
 use crate::store::MemStore;
+use sha2::{Digest, Sha256};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -37,11 +38,41 @@ fn key_is_the_hash_of_the_canonical_document() {
     let d = doc(
         r#"{"temperature":0.5,"model":"x","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
     );
-    let mut h = Sha256::new();
-    h.update(b"portcullis-cache-v1\0p\0m\0\0");
+    let mut h = blake3::Hasher::new();
+    h.update(b"portcullis-cache-v2\0p\0m\0\0");
     h.update(br#"{"messages":[{"content":"hi","role":"user"}],"temperature":0.5}"#);
-    let want: Hash = h.finalize().into();
+    let want: Hash = *h.finalize().as_bytes();
     assert_eq!(key("p", "m", &d, false, None), want);
+}
+
+/// The key read in place (#29: texts not copied) is the key of the
+/// document tree the gateway used before: the same bytes are hashed, for
+/// escapes, non-ASCII text, nested objects out of order, repeated keys,
+/// numbers in every spelling and whitespace between tokens.
+#[test]
+fn the_key_read_in_place_equals_the_key_of_the_document_tree() {
+    fn tree_key(r: &ChatRequest) -> Hash {
+        let mut h = blake3::Hasher::new();
+        h.update(b"portcullis-cache-v2\0p\0m\0\0");
+        let doc: serde_json::Map<String, Value> = serde_json::from_slice(r.body()).unwrap();
+        let kept: serde_json::Map<String, Value> = doc
+            .into_iter()
+            .filter(|(k, _)| !IGNORED_FIELDS.contains(&k.as_str()))
+            .collect();
+        h.update(&serde_json::to_vec(&kept).unwrap());
+        *h.finalize().as_bytes()
+    }
+    for body in [
+        r#"{"model":"x","messages":[{"role":"user","content":"hi"}]}"#,
+        r#"{ "model" : "x" , "messages" : [ { "content" : "tab\there \"quoted\" \u00e9 caf\u00e9 \ud83d\ude00 \/" , "role" : "user" } ] }"#,
+        r#"{"model":"x","messages":[{"role":"user","content":"café 😀 <b>&amp;</b>"}],"metadata":{"z":1,"a":{"y":[1,2,{"c":null,"b":true}],"x":false}}}"#,
+        r#"{"model":"x","messages":[{"role":"user","content":"a"}],"temperature":1.0,"top_p":1e-2,"seed":18446744073709551615,"n":-0,"logit_bias":{"50256":-100,"11":2.5e3},"presence_penalty":-1.25}"#,
+        r#"{"model":"x","messages":[{"role":"user","content":"first"}],"temperature":0.1,"temperature":0.9,"stop":null}"#,
+        r#"{"model":"x","messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBO+/="}}]}],"user":"u","stream":false}"#,
+    ] {
+        let r = ChatRequest::parse(body.as_bytes()).unwrap();
+        assert_eq!(key("p", "m", &r, false, None), tree_key(&r), "{body}");
+    }
 }
 
 #[test]
