@@ -3,8 +3,8 @@
 # `global` on the routed path, and the limiter's own rate.
 #   local   Envoy + filter, cache off, the demo key's limits counted locally
 #   global  the same limits (never reached) counted by portcullis-limiter:
-#           three calls per request (requests, tokens, budget)
-#   global1 only the request rate global (one call per request)
+#           three limits (requests, tokens, budget) in one call (#34)
+#   global1 only the request rate global (one limit in the call)
 # Both Envoys pinned to core 0 with one worker; wrk, the mock, Redis and the
 # limiter share core 1 (the limiter's work is on the same core as the load
 # generator, which lowers both sides alike). Alternating rounds, medians of
@@ -78,13 +78,14 @@ for v in "${VARIANTS[@]}"; do run_wrk $v >/dev/null; done
 median_of() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'; }
 table="| round | local rps | local p50 / p99 (us) | global rps | global p50 / p99 (us) | global1 rps | global1 p50 / p99 (us) | global/local | global1/local |
 |---|---|---|---|---|---|---|---|---|"
-ratios=(); d50=(); d99=(); ratios1=(); e50=(); e99=(); cl=(); cg=(); cg1=()
+ratios=(); d50=(); d99=(); ratios1=(); ratios3=(); e50=(); e99=(); cl=(); cg=(); cg1=()
 for r in $(seq 1 "$ROUNDS"); do
   read -r l_rps l50 l99 l_cpu < <(run_wrk local)
   read -r g_rps g50 g99 g_cpu < <(run_wrk global)
   read -r o_rps o50 o99 o_cpu < <(run_wrk global1)
   ratios+=("$(awk -v a="$g_rps" -v b="$l_rps" 'BEGIN {printf "%.2f", a/b}')")
   ratios1+=("$(awk -v a="$o_rps" -v b="$l_rps" 'BEGIN {printf "%.2f", a/b}')")
+  ratios3+=("$(awk -v a="$g_rps" -v b="$o_rps" 'BEGIN {printf "%.2f", a/b}')")
   d50+=("$(awk -v a="$g50" -v b="$l50" 'BEGIN {printf "%.0f", a-b}')")
   d99+=("$(awk -v a="$g99" -v b="$l99" 'BEGIN {printf "%.0f", a-b}')")
   e50+=("$(awk -v a="$o50" -v b="$l50" 'BEGIN {printf "%.0f", a-b}')")
@@ -93,6 +94,10 @@ for r in $(seq 1 "$ROUNDS"); do
   table+=$'\n'"| $r | $l_rps | $l50 / $l99 | $g_rps | $g50 / $g99 | $o_rps | $o50 / $o99 | ${ratios[-1]}x | ${ratios1[-1]}x |"
 done
 checks=$(stat global checks); errors=$(stat global errors.deny); errors=${errors:-0}
+# Envoy's histogram of the limiter cluster's calls: P50 and P99 over the run.
+rq_quantiles() { curl -s "http://127.0.0.1:${ADMIN[$1]}/stats?filter=cluster.portcullis_ratelimit.upstream_rq_time\$" |
+  sed -n 's/.*P50(\([^,]*\),\([^)]*\)).*P99(\([^,]*\),\([^)]*\)).*/p50 \2, p99 \4/p'; }
+rq_time=$(rq_quantiles global); rq_time1=$(rq_quantiles global1)
 # The limiter alone: restart it on core 0 with one worker thread.
 kill "${pids[2]}" 2>/dev/null || true; wait "${pids[2]}" 2>/dev/null || true
 taskset -c 0 target/release/portcullis-limiter --listen 127.0.0.1:$LIMITER_PORT --redis redis://127.0.0.1:$REDIS_PORT --threads 1 >"$dir/limiter2.log" 2>&1 & pids+=($!)
@@ -108,8 +113,10 @@ mkdir -p .run
   echo
   echo "$table"
   echo
-  echo "Median global/local (3 calls): $(median_of "${ratios[@]}")x; added latency p50 $(median_of "${d50[@]}") us, p99 $(median_of "${d99[@]}") us"
-  echo "Median global1/local (1 call): $(median_of "${ratios1[@]}")x; added latency p50 $(median_of "${e50[@]}") us, p99 $(median_of "${e99[@]}") us"
+  echo "Median global/local (3 limits, one call): $(median_of "${ratios[@]}")x; added latency p50 $(median_of "${d50[@]}") us, p99 $(median_of "${d99[@]}") us"
+  echo "Median global1/local (1 limit): $(median_of "${ratios1[@]}")x; added latency p50 $(median_of "${e50[@]}") us, p99 $(median_of "${e99[@]}") us"
+  echo "Median global/global1 (3 limits against 1): $(median_of "${ratios3[@]}")x"
+  echo "The limiter's answer as Envoy saw it under this load (cluster upstream_rq_time, ms): global $rq_time; global1 $rq_time1"
   echo "Envoy CPU per request (median, us): local $(median_of "${cl[@]}"), global $(median_of "${cg[@]}"), global1 $(median_of "${cg1[@]}")"
   echo "Global checks counted by the global Envoy: $checks (errors: $errors)"
   echo "Limiter alone (core 0, one worker; Redis and the client on core 1): $decisions"

@@ -24,32 +24,36 @@ impl<H: Host> RequestContext<H> {
         service: &GlobalLimits,
         asks: Vec<Ask>,
     ) -> Result<Sent, GatewayError> {
-        let mut calls = Vec::with_capacity(asks.len());
+        // Every limit in one call, each descriptor with its own hits.
+        let message = rls::encode_weighted(
+            asks.iter()
+                .flat_map(|a| a.descriptors.iter().map(move |d| (d, a.hits))),
+        );
+        self.host.count(metrics::GLOBAL_CHECKS, 1);
+        let credential = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.limiter_credential.clone());
+        let metadata: Vec<(&str, &[u8])> = credential
+            .as_deref()
+            .map(|c| vec![("authorization", c)])
+            .unwrap_or_default();
+        let mut calls = Vec::with_capacity(1);
         let mut failed = None;
-        for ask in asks {
-            let message = rls::encode_request(&ask.descriptors, ask.hits);
-            self.host.count(metrics::GLOBAL_CHECKS, 1);
-            let credential = self
-                .loaded
-                .as_ref()
-                .and_then(|l| l.limiter_credential.clone());
-            let metadata: Vec<(&str, &[u8])> = credential
-                .as_deref()
-                .map(|c| vec![("authorization", c)])
-                .unwrap_or_default();
-            match self.host.dispatch_grpc(
-                &service.cluster,
-                rls::SERVICE,
-                rls::METHOD,
-                &metadata,
-                &message,
-                service.timeout_ms,
-            ) {
-                Ok(token) => calls.push((token, ask)),
-                Err(s) => {
-                    self.forget_reservation(&ask);
-                    failed = Some(format!("cannot call cluster `{}`: {s:?}", service.cluster));
+        match self.host.dispatch_grpc(
+            &service.cluster,
+            rls::SERVICE,
+            rls::METHOD,
+            &metadata,
+            &message,
+            service.timeout_ms,
+        ) {
+            Ok(token) => calls.push((token, asks)),
+            Err(s) => {
+                for ask in &asks {
+                    self.forget_reservation(ask);
                 }
+                failed = Some(format!("cannot call cluster `{}`: {s:?}", service.cluster));
             }
         }
         let pending = Pending {
@@ -92,11 +96,12 @@ impl<H: Host> RequestContext<H> {
             self.global = Some(pending);
             return;
         };
-        let (_, ask) = pending.calls.swap_remove(i);
-        let verdict = if grpc_status == 0 {
+        let (_, asks) = pending.calls.swap_remove(i);
+        let groups: Vec<usize> = asks.iter().map(|a| a.descriptors.len()).collect();
+        let verdicts = if grpc_status == 0 {
             match self.host.grpc_answer(size) {
-                Ok(b) => rls::verdict(&b, ask.descriptors.len()),
-                Err(_) => Verdict::Unusable("the answer could not be read"),
+                Ok(b) => rls::verdicts(&b, &groups),
+                Err(_) => vec![Verdict::Unusable("the answer could not be read"); groups.len()],
             }
         } else {
             let took = self.host.now_ms().saturating_sub(pending.sent_ms);
@@ -106,29 +111,36 @@ impl<H: Host> RequestContext<H> {
                 self.host
                     .count(&metrics::global_timeouts(pending.mode()), 1);
             }
-            Verdict::Unusable(if timed_out {
+            let why = if timed_out {
                 "no answer within limits.global.timeout_ms"
             } else {
                 "the call failed"
-            })
+            };
+            vec![Verdict::Unusable(why); groups.len()]
         };
-        match verdict {
-            Verdict::Ok(status) => {
-                if let Some((i, s)) = status {
-                    rate_headers(&mut self.rate_headers, &ask, i, s);
-                }
-            }
-            Verdict::OverLimit(status) => {
-                if let Some((i, s)) = status {
-                    rate_headers(&mut self.rate_headers, &ask, i, s);
-                }
+        // The call was admitted or refused whole: a refusal or a failure
+        // leaves no reservation to settle.
+        let admitted = verdicts.iter().all(|v| matches!(v, Verdict::Ok(_)));
+        for (ask, verdict) in asks.into_iter().zip(verdicts) {
+            if !admitted {
                 self.forget_reservation(&ask);
-                let (i, s) = status.map_or((0, None), |(i, s)| (i, Some(s)));
-                pending.refused = Some((ask, i, s));
             }
-            Verdict::Unusable(why) => {
-                self.forget_reservation(&ask);
-                pending.failed = Some(format!("{why} (gRPC status {grpc_status})"));
+            match verdict {
+                Verdict::Ok(status) => {
+                    if let Some((i, s)) = status {
+                        rate_headers(&mut self.rate_headers, &ask, i, s);
+                    }
+                }
+                Verdict::OverLimit(status) => {
+                    if let Some((i, s)) = status {
+                        rate_headers(&mut self.rate_headers, &ask, i, s);
+                    }
+                    let (i, s) = status.map_or((0, None), |(i, s)| (i, Some(s)));
+                    pending.refused.get_or_insert((ask, i, s));
+                }
+                Verdict::Unusable(why) => {
+                    pending.failed = Some(format!("{why} (gRPC status {grpc_status})"));
+                }
             }
         }
         if !pending.calls.is_empty() {

@@ -4,10 +4,11 @@
 //! Limits scoped `global`: counted by a rate limit service (Envoy's
 //! protocol, `limits.global`) for every Envoy of the fleet.
 //!
-//! At the body phase, after the local limits, each global limit of the
-//! request is one `ShouldRateLimit` call with its own `hits_addend` (1 for
-//! the request rate, the token reservation, the budget reservation in units
-//! of $0.0001), all sent at once; the request waits for every answer. A
+//! At the body phase, after the local limits, every global limit of the
+//! request goes in one `ShouldRateLimit` call (#34), each descriptor with
+//! its own `hits_addend` (1 for the request rate, the token reservation,
+//! the budget reservation in units of $0.0001); the service admits all of
+//! them or none, and the request waits for the one answer. A
 //! cache hit asks only for the request rate. When an answer uses more than
 //! was reserved the difference is counted after the answer (the root context
 //! sends it); an over-estimate cannot be given back (the protocol only adds),
@@ -89,9 +90,10 @@ pub enum Sent {
     Decided,
 }
 
-/// The calls of one request in flight, and what came back so far.
+/// The call of one request in flight (all its limits in one call, each
+/// descriptor with its own hits), and what came back.
 pub struct Pending {
-    pub calls: Vec<(u32, Ask)>,
+    pub calls: Vec<(u32, Vec<Ask>)>,
     /// The call that refused, its refusing descriptor and status.
     pub refused: Option<(Ask, usize, Option<Status>)>,
     pub failed: Option<String>,

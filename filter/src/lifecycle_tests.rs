@@ -533,6 +533,41 @@ fn rls_answers(overall: u64, statuses: &[(u64, u64, u64, u64)]) -> Vec<u8> {
 
 const GLOBAL: &str = "limits:\n  global: {cluster: rls, timeout_ms: 25}\n";
 
+/// The descriptors of a `RateLimitRequest`: each one's `limit` entry and
+/// its own `hits_addend` (0 when it has none).
+fn rls_request(bytes: &[u8]) -> Vec<(String, u64)> {
+    use portcullis_core::pb::{Reader, Value as Pb};
+    let mut out = Vec::new();
+    let mut r = Reader::new(bytes);
+    while let Ok(Some((n, v))) = r.field() {
+        let (2, Pb::Bytes(d)) = (n, v) else { continue };
+        let (mut limit, mut hits) = (String::new(), 0);
+        let mut dr = Reader::new(d);
+        while let Ok(Some((dn, dv))) = dr.field() {
+            match (dn, dv) {
+                (1, Pb::Bytes(e)) => {
+                    let mut er = Reader::new(e);
+                    let mut kv = Vec::new();
+                    while let Ok(Some((_, Pb::Bytes(b)))) = er.field() {
+                        kv.push(String::from_utf8_lossy(b).into_owned());
+                    }
+                    if kv.first().map(String::as_str) == Some("limit") {
+                        limit = kv.get(1).cloned().unwrap_or_default();
+                    }
+                }
+                (3, Pb::Bytes(w)) => {
+                    if let Ok(Some((1, Pb::Varint(h)))) = Reader::new(w).field() {
+                        hits = h;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push((limit, hits));
+    }
+    out
+}
+
 /// Answer every call in flight with `answer` (or a gRPC error status).
 fn service_answers(ctx: &mut RequestContext<FakeHost>, grpc_status: u32, answer: &[u8]) {
     ctx.host.state.borrow_mut().grpc_answer = answer.to_vec();
@@ -591,10 +626,23 @@ fn a_global_refusal_is_the_local_429_and_the_record_says_global() {
     ));
     let (mut ctx, a) = g.chat(&[], &body("hello"));
     assert_eq!(a, Action::Pause);
-    // Both limits go to the service; the local tokens were taken first.
-    assert_eq!(ctx.host.callouts().len(), 2);
+    // Both limits go to the service in one call (#34), each descriptor
+    // with its own hits; the local tokens were taken first.
+    let calls = ctx.host.callouts();
+    assert_eq!(calls.len(), 1);
+    let sent = rls_request(&calls[0].body);
+    assert_eq!(
+        sent.iter()
+            .map(|(limit, hits)| (limit.as_str(), *hits > 1))
+            .collect::<Vec<_>>(),
+        [("requests_per_minute", false), ("tokens_per_minute", true)]
+    );
     assert!(g.tokens_level() < 5000);
-    service_answers(&mut ctx, 0, &rls_answer(2, (2, 10, 0, 7)));
+    service_answers(
+        &mut ctx,
+        0,
+        &rls_answers(2, &[(2, 10, 0, 7), (1, 5000, 4000, 60)]),
+    );
     let (status, v) = sent_json(&ctx);
     assert_eq!(
         (status, v["error"]["code"].as_str()),
@@ -656,9 +704,27 @@ fn a_hit_asks_only_for_the_request_rate_and_usage_above_the_reservation_is_settl
         cache,
     ));
     let (mut ctx, _) = g.chat(&[], &body("hello"));
-    // A miss: requests, tokens and budget, each its own call.
-    assert_eq!(ctx.host.callouts().len(), 3);
-    service_answers(&mut ctx, 0, &rls_answer(1, (1, 10, 9, 6)));
+    // A miss: requests, tokens and budget, in one call (#34).
+    assert_eq!(ctx.host.callouts().len(), 1);
+    assert_eq!(
+        rls_request(&ctx.host.callouts()[0].body)
+            .iter()
+            .map(|(l, _)| l.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "requests_per_minute",
+            "tokens_per_minute",
+            "budget_usd_per_day"
+        ]
+    );
+    service_answers(
+        &mut ctx,
+        0,
+        &rls_answers(
+            1,
+            &[(1, 10, 9, 6), (1, 100_000, 99_000, 60), (1, 500, 499, 600)],
+        ),
+    );
     // The answer used more tokens than the 100 + prompt estimate reserved.
     let big = ANSWER.replace(
         r#""completion_tokens":5,"total_tokens":15"#,

@@ -13,19 +13,19 @@
 
 use crate::proto::RateLimitDescriptor;
 
-/// `KEYS[i]`: descriptor i's counter. `ARGV[1]`: hits; then per descriptor
-/// its limit and period in ms. Returns `{admitted, code_1, remaining_1,
+/// `KEYS[i]`: descriptor i's counter. Per descriptor, `ARGV[3i-2..3i]`: its
+/// limit, period in ms and hits. Returns `{admitted, code_1, remaining_1,
 /// reset_ms_1, code_2, ...}`; codes 1 OK, 2 OVER_LIMIT.
 pub const SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local hits = tonumber(ARGV[1])
 local n = #KEYS
 local out = {1}
 local after = {}
 for i = 1, n do
-  local limit = tonumber(ARGV[2 * i])
-  local period = tonumber(ARGV[2 * i + 1])
+  local limit = tonumber(ARGV[3 * i - 2])
+  local period = tonumber(ARGV[3 * i - 1])
+  local hits = tonumber(ARGV[3 * i])
   local code, left, reset
   if period >= 86400000 then
     local used = tonumber(redis.call('GET', KEYS[i]) or '0')
@@ -58,7 +58,8 @@ for i = 1, n do
 end
 if out[1] == 1 then
   for i = 1, n do
-    local period = tonumber(ARGV[2 * i + 1])
+    local period = tonumber(ARGV[3 * i - 1])
+    local hits = tonumber(ARGV[3 * i])
     if period >= 86400000 then
       if redis.call('INCRBY', KEYS[i], hits) == hits then
         redis.call('PEXPIRE', KEYS[i], period)
@@ -118,6 +119,7 @@ mod tests {
                 })
                 .collect(),
             limit: None,
+            hits_addend: None,
         }
     }
 

@@ -73,9 +73,8 @@ impl Limiter {
     /// Decide one request: every descriptor with a limit is checked and
     /// counted together; descriptors without a limit are not counted here.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let hits = req.hits_addend.max(1);
+        let request_hits = req.hits_addend.max(1);
         let mut invocation = self.script.prepare_invoke();
-        invocation.arg(hits);
         let mut counted = Vec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
             let Some(limit) = d.limit.as_ref() else {
@@ -92,10 +91,17 @@ impl Limiter {
                     "descriptor {i}: a limit of 0 per unit"
                 )));
             }
+            // A descriptor's own hits override the request's (0: a check
+            // that counts nothing).
+            let hits = d
+                .hits_addend
+                .as_ref()
+                .map_or(u64::from(request_hits), |h| h.value);
             invocation
                 .key(counters::key(&self.prefix, &req.domain, d, limit.unit))
                 .arg(limit.requests_per_unit)
-                .arg(period);
+                .arg(period)
+                .arg(hits);
             counted.push((i, limit.requests_per_unit, limit.unit));
         }
         let mut statuses: Vec<DescriptorStatus> = req

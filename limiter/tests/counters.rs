@@ -31,6 +31,7 @@ fn descriptor(client: &str, limit: &str, per_unit: u32, unit: u32) -> RateLimitD
             requests_per_unit: per_unit,
             unit,
         }),
+        hits_addend: None,
     }
 }
 
@@ -149,6 +150,51 @@ async fn weighted_hits_windows_and_all_or_nothing() {
         .decide(&request(vec![descriptor("e", "x", 0, 2)], 1))
         .await
         .is_err());
+}
+
+/// One call for every kind of limit (#34): each descriptor counts its own
+/// `hits_addend` (Envoy's descriptor-level field, overriding the
+/// request's), and the call is admitted whole or not at all.
+#[tokio::test]
+async fn each_descriptor_counts_its_own_hits_in_one_call() {
+    let redis = Redis::start();
+    let l = limiter(&redis);
+    let with_hits = |mut d: RateLimitDescriptor, hits: u64| {
+        d.hits_addend = Some(portcullis_limiter::proto::Hits { value: hits });
+        d
+    };
+    let rpm = || descriptor("w", "rpm", 10, 2);
+    let tpm = || descriptor("w", "tpm", 1000, 2);
+    // The request's own hits_addend (7) is overridden by each descriptor's.
+    let call = || request(vec![with_hits(rpm(), 1), with_hits(tpm(), 600)], 7);
+    let r = l.decide(&call()).await.unwrap();
+    assert_eq!(r.overall_code, 1);
+    assert!((9..=9).contains(&r.statuses[0].limit_remaining), "{r:?}");
+    assert!(
+        (399..=400).contains(&r.statuses[1].limit_remaining),
+        "{r:?}"
+    );
+    // The tokens no longer fit: neither limit is counted.
+    let refused = l.decide(&call()).await.unwrap();
+    assert_eq!(
+        (
+            refused.overall_code,
+            refused.statuses[0].code,
+            refused.statuses[1].code
+        ),
+        (2, 1, 2)
+    );
+    let after = l
+        .decide(&request(vec![with_hits(rpm(), 0)], 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.statuses[0].limit_remaining, 9,
+        "the refused call took no request"
+    );
+    // Without a descriptor's own hits, the request's apply.
+    let r = l.decide(&request(vec![rpm()], 3)).await.unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 6);
 }
 
 #[tokio::test]

@@ -111,9 +111,26 @@ pub fn encode_request<'a>(
     descriptors: impl IntoIterator<Item = &'a Descriptor>,
     hits: u32,
 ) -> Vec<u8> {
+    let mut out = request_with(descriptors.into_iter().map(|d| (d, None)));
+    pb::uint(&mut out, 3, u64::from(hits.max(1)));
+    out
+}
+
+/// A `RateLimitRequest` whose descriptors each count their own hits: the
+/// descriptor's `hits_addend` (field 3 of Envoy's `RateLimitDescriptor`, a
+/// `UInt64Value` that overrides the request's), so the limits of several
+/// kinds (requests, tokens, budget units) go in one call and the service
+/// admits all of them or none (#34).
+pub fn encode_weighted<'a>(
+    descriptors: impl IntoIterator<Item = (&'a Descriptor, u32)>,
+) -> Vec<u8> {
+    request_with(descriptors.into_iter().map(|(d, hits)| (d, Some(hits))))
+}
+
+fn request_with<'a>(descriptors: impl Iterator<Item = (&'a Descriptor, Option<u32>)>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     pb::bytes(&mut out, 1, DOMAIN.as_bytes());
-    for d in descriptors {
+    for (d, hits) in descriptors {
         let mut dm = Vec::with_capacity(48);
         for (k, v) in &d.entries {
             let mut e = Vec::with_capacity(k.len().saturating_add(v.len()).saturating_add(4));
@@ -125,9 +142,13 @@ pub fn encode_request<'a>(
         pb::uint(&mut lim, 1, u64::from(d.requests_per_unit));
         pb::uint(&mut lim, 2, d.unit as u64);
         pb::message(&mut dm, 2, &lim);
+        if let Some(hits) = hits {
+            let mut w = Vec::with_capacity(6);
+            pb::uint(&mut w, 1, u64::from(hits));
+            pb::message(&mut dm, 3, &w);
+        }
         pb::message(&mut out, 2, &dm);
     }
-    pb::uint(&mut out, 3, u64::from(hits.max(1)));
     out
 }
 
@@ -276,6 +297,45 @@ pub enum Verdict {
     OverLimit(Option<(usize, Status)>),
     /// Not an answer the gateway can act on (the failure mode decides).
     Unusable(&'static str),
+}
+
+/// The answer to one call that carried several groups of descriptors (in
+/// order, `groups[g]` of them in group `g`): a verdict per group. The call
+/// is admitted or refused whole; a refusal is the group holding the first
+/// refusing descriptor (the first group when the service named none), and
+/// every other group reads as admitted with its tightest status.
+pub fn verdicts(bytes: &[u8], groups: &[usize]) -> Vec<Verdict> {
+    let total = groups.iter().fold(0usize, |a, &n| a.saturating_add(n));
+    let whole = verdict(bytes, total);
+    let statuses = match (&whole, decode_response(bytes)) {
+        (Verdict::Unusable(_), _) | (_, Err(_)) => return vec![whole; groups.len()],
+        (_, Ok(r)) => r.statuses,
+    };
+    let refused_at = match whole {
+        Verdict::OverLimit(Some((i, _))) => Some(i),
+        Verdict::OverLimit(None) => Some(0),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(groups.len());
+    let mut start = 0usize;
+    for &n in groups {
+        let end = start.saturating_add(n);
+        let inside = |i: usize| i >= start && i < end;
+        let own = statuses.get(start..end).unwrap_or_default();
+        let tightest = own
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|(_, s)| s.remaining);
+        out.push(match (refused_at, whole) {
+            (Some(i), Verdict::OverLimit(s)) if inside(i) => {
+                Verdict::OverLimit(s.map(|(i, st)| (i.saturating_sub(start), st)))
+            }
+            _ => Verdict::Ok(tightest),
+        });
+        start = end;
+    }
+    out
 }
 
 pub fn verdict(bytes: &[u8], descriptors: usize) -> Verdict {

@@ -200,23 +200,26 @@ fn a_teams_global_limits_go_in_the_keys_call_and_its_refusal_names_the_team() {
     let (mut ctx, a) = g.chat(&[], &body("hello"));
     assert_eq!(a, Action::Pause);
     let calls = ctx.host.callouts();
-    // The request rate (key + team in one call) and the team's budget.
-    assert_eq!(calls.len(), 2);
+    // One call (#34): the request rate of the key and the team, and the
+    // team's budget.
+    assert_eq!(calls.len(), 1);
     let text = String::from_utf8_lossy(&calls[0].body).to_string();
     assert!(
         text.contains("client") && text.contains("team") && text.contains("research"),
         "{text:?}"
     );
-    let budget = String::from_utf8_lossy(&calls[1].body).to_string();
     assert!(
-        budget.contains("budget_usd_per_month") && budget.contains("month"),
-        "{budget:?}"
+        text.contains("budget_usd_per_month") && text.contains("month"),
+        "{text:?}"
     );
-    // The team's descriptor is over its limit.
+    // The team's request rate is over its limit.
     service_answers(
         &mut ctx,
         0,
-        &rls_answers(2, &[(1, 10, 9, 6), (2, 50, 0, 6)]),
+        &rls_answers(
+            2,
+            &[(1, 10, 9, 6), (2, 50, 0, 6), (1, 1_000_000, 999_000, 60)],
+        ),
     );
     let (status, v) = sent_json(&ctx);
     assert_eq!(

@@ -29,6 +29,7 @@ fn request(i: u64) -> RateLimitRequest {
                 requests_per_unit: u32::MAX,
                 unit: 2,
             }),
+            hits_addend: None,
         }],
         hits_addend: 1,
     }

@@ -156,3 +156,59 @@ fn answers_the_gateway_cannot_use() {
         Verdict::Ok(Some((_, Status { reset_ms: 0, .. })))
     ));
 }
+
+/// One call for every kind of limit (#34): each descriptor carries its own
+/// hits as Envoy's `RateLimitDescriptor.hits_addend` (field 3, a
+/// `UInt64Value`), and the answer splits back into a verdict per kind.
+#[test]
+fn one_call_carries_each_descriptors_hits_and_splits_its_answer() {
+    let rpm = Limit::RequestsPerMinute.descriptor(Owner::Key("a"), 10);
+    let tpm = Limit::TokensPerMinute.descriptor(Owner::Key("a"), 1000);
+    let m = encode_weighted([(&rpm, 1), (&tpm, 600)]);
+    let mut hits = Vec::new();
+    let mut r = pb::Reader::new(&m);
+    while let Ok(Some((n, v))) = r.field() {
+        if let (2, pb::Value::Bytes(d)) = (n, v) {
+            let mut dr = pb::Reader::new(d);
+            while let Ok(Some((dn, dv))) = dr.field() {
+                if let (3, pb::Value::Bytes(w)) = (dn, dv) {
+                    let mut wr = pb::Reader::new(w);
+                    if let Ok(Some((1, pb::Value::Varint(h)))) = wr.field() {
+                        hits.push(h);
+                    }
+                }
+            }
+        }
+        assert_ne!(n, 3, "no request-level hits: each descriptor has its own");
+    }
+    assert_eq!(hits, [1, 600]);
+    // Admitted: each group its own tightest status.
+    let ok = answer(1, &[(1, 10, 9, 6), (1, 1000, 400, 60), (1, 5, 1, 60)]);
+    let v = verdicts(&ok, &[1, 2]);
+    assert!(
+        matches!(v[0], Verdict::Ok(Some((0, s))) if s.remaining == 9),
+        "{v:?}"
+    );
+    assert!(
+        matches!(v[1], Verdict::Ok(Some((1, s))) if s.remaining == 1),
+        "{v:?}"
+    );
+    // Refused by the second group's first descriptor: that group refuses,
+    // at its own index; the first reads as admitted.
+    let over = answer(2, &[(1, 10, 9, 6), (2, 1000, 0, 60), (1, 5, 1, 60)]);
+    let v = verdicts(&over, &[1, 2]);
+    assert!(matches!(v[0], Verdict::Ok(_)), "{v:?}");
+    assert!(
+        matches!(v[1], Verdict::OverLimit(Some((0, s))) if s.limit == Some(1000)),
+        "{v:?}"
+    );
+    // No statuses: the first group refuses; a status count that does not
+    // match the descriptors is unusable for every group.
+    assert_eq!(
+        verdicts(&answer(2, &[]), &[1, 2]),
+        [Verdict::OverLimit(None), Verdict::Ok(None)]
+    );
+    assert!(verdicts(&answer(1, &[(1, 1, 1, 1)]), &[1, 2])
+        .iter()
+        .all(|v| matches!(v, Verdict::Unusable(_))));
+}
