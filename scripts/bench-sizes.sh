@@ -5,6 +5,8 @@
 #   bare   envoy/bare.yaml: Envoy forwarding the same body, no filter
 #   route  the gateway, prompt cache off: the routed path
 #   hit    the gateway, prompt cache on: every request a hit
+#   floor  the mechanism's floor (bench/floor: a filter that pauses, reads
+#          the body and sets the route), instructions only
 # Two measures, in one run:
 # 1. Throughput: wrk, BENCH_SIZES_ROUNDS rounds alternating the three per
 #    size (Envoys on core 0 with one worker, wrk and the mock on core 1),
@@ -28,7 +30,7 @@ INSTR="${BENCH_SIZES_INSTR:-1}"
 # BENCH_SIZES_TPUT=0 skips the throughput rounds; BENCH_SIZES_VARIANTS picks
 # the variants counted under callgrind (default: all three).
 TPUT="${BENCH_SIZES_TPUT:-1}"
-COUNTED=(${BENCH_SIZES_VARIANTS:-bare route hit})
+COUNTED=(${BENCH_SIZES_VARIANTS:-bare floor route hit})
 [[ -x $ENVOY_REAL ]] || { echo "bench-sizes: no Envoy binary (make envoy)" >&2; exit 1; }
 command -v wrk >/dev/null || (apt-get install -y -qq wrk >/dev/null 2>&1) || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
@@ -43,7 +45,7 @@ MOCK=18501
 taskset -c 1 target/release/portcullis-mock --port $MOCK --name bench --threads 1 --api-key sk-bench >"$dir/mock.log" 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:$MOCK/__mock/hits
 
-declare -A PORT=([bare]=10501 [route]=10502 [hit]=10503) ADMIN=([bare]=9951 [route]=9952 [hit]=9953) KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo) PID=()
+declare -A PORT=([bare]=10501 [route]=10502 [hit]=10503 [floor]=10504) ADMIN=([bare]=9951 [route]=9952 [hit]=9953 [floor]=9954) KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [floor]=sk-portcullis-demo) PID=()
 VARIANTS=(bare route hit)
 # No request log: the sizes are compared, not the log's timer-driven flushes.
 nolog() { awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$1"; }
@@ -52,9 +54,13 @@ grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench-sizes: can
 # Answers to 10 MB prompts are small: the cache's entry limit is not in play.
 nolog envoy/plugin.yaml >"$dir/plugin-hit.yaml"
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
-for v in route hit; do
+(cd bench/floor && cargo build --release -q --target wasm32-wasip1)
+echo route >"$dir/plugin-floor.yaml"
+for v in route hit floor; do
   sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
-  envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds-$v/portcullis.yaml" "$WASM"
+  wasm=$WASM
+  [[ $v != floor ]] || wasm=$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm
+  envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds-$v/portcullis.yaml" "$wasm"
 done
 # Bare Envoy's listener gets the same buffer limit as the gateway's.
 sed -i 's/^    filter_chains:/    per_connection_buffer_limit_bytes: 34603008\n    filter_chains:/' "$dir/bare.yaml"
@@ -165,28 +171,29 @@ mkdir -p .run
   echo "Throughput: $CONNS connections, ${DURATION}s per run, $ROUNDS alternating rounds per size, one worker; the last round's rps, ratios the median of the rounds."
   echo
   [[ $TPUT != 1 ]] || echo "$tput"
-  if [[ $INSTR == 1 && ${#COUNTED[@]} == 3 ]]; then
+  if [[ $INSTR == 1 ]]; then
     echo
     echo "Instructions per request (callgrind, Envoy's whole process; N per size: $(for s in "${SIZES[@]}"; do printf '%s %s, ' "$(human "$s")" "$(instr_n "$s")"; done | sed 's/, $//')):"
     echo
-    echo "| size | bare | route | hit | route - bare | hit - bare | route/bare |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "| size |$(printf ' %s |' "${COUNTED[@]}")"
+    echo "|---|$(printf -- '---|%.0s' "${COUNTED[@]}")"
     for size in "${SIZES[@]}"; do
-      b=${IPR[bare.$size]}; r=${IPR[route.$size]}; h=${IPR[hit.$size]}
-      echo "| $(human "$size") | $b | $r | $h | $((r - b)) | $((h - b)) | $(awk -v a="$r" -v b="$b" 'BEGIN {printf "%.2f", a/b}')x |"
+      echo "| $(human "$size") |$(for v in "${COUNTED[@]}"; do printf ' %s |' "${IPR[$v.$size]}"; done)"
     done
     echo
     echo "Instructions per KB between sizes (the slope; linear when it stays flat):"
     echo
-    echo "| from | to | bare per KB | route per KB | hit per KB | ours (route - bare) per KB |"
-    echo "|---|---|---|---|---|---|"
+    echo "| from | to |$(printf ' %s per KB |' "${COUNTED[@]}")"
+    echo "|---|---|$(printf -- '---|%.0s' "${COUNTED[@]}")"
     prev=
     for size in "${SIZES[@]}"; do
       if [[ -n $prev ]]; then
         kb=$(awk -v a="$size" -v b="$prev" 'BEGIN {print (a - b) / 1024}')
-        slope() { awk -v a="$1" -v b="$2" -v kb="$kb" 'BEGIN {printf "%.0f", (a - b) / kb}'; }
-        sb=$(slope "${IPR[bare.$size]}" "${IPR[bare.$prev]}"); sr=$(slope "${IPR[route.$size]}" "${IPR[route.$prev]}"); sh=$(slope "${IPR[hit.$size]}" "${IPR[hit.$prev]}")
-        echo "| $(human "$prev") | $(human "$size") | $sb | $sr | $sh | $((sr - sb)) |"
+        row="| $(human "$prev") | $(human "$size") |"
+        for v in "${COUNTED[@]}"; do
+          row+=" $(awk -v a="${IPR[$v.$size]}" -v b="${IPR[$v.$prev]}" -v kb="$kb" 'BEGIN {printf "%.0f", (a - b) / kb}') |"
+        done
+        echo "$row"
       fi
       prev=$size
     done

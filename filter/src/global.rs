@@ -8,9 +8,11 @@ use crate::context::{Phase, RequestContext};
 use crate::global_limits::{rate_headers, refusal, Ask, Kind, Pending, Sent};
 use crate::host::Host;
 use crate::metrics;
-use portcullis_core::config::GlobalLimits;
+use portcullis_core::config::{GlobalFailure, GlobalLimits};
 use portcullis_core::error::GatewayError;
+use portcullis_core::rls::Descriptor;
 use portcullis_core::rls::{self, Verdict};
+use portcullis_core::{share, store};
 use proxy_wasm::types::{Action, LogLevel};
 
 /// gRPC status of a call that ran out of time.
@@ -53,16 +55,22 @@ impl<H: Host> RequestContext<H> {
                 for ask in &asks {
                     self.forget_reservation(ask);
                 }
-                failed = Some(format!("cannot call cluster `{}`: {s:?}", service.cluster));
+                failed = Some((
+                    format!("cannot call cluster `{}`: {s:?}", service.cluster),
+                    asks,
+                ));
             }
         }
+        let (failed, unanswered) = failed.map_or((None, Vec::new()), |(w, a)| (Some(w), a));
         let pending = Pending {
             calls,
             refused: None,
             failed,
             sent_ms: self.host.now_ms(),
             timeout_ms: service.timeout_ms,
-            deny: service.deny_on_failure,
+            failure: service.failure,
+            replicas: service.replicas,
+            unanswered,
         };
         if pending.calls.is_empty() {
             self.decide_global(pending)?;
@@ -71,6 +79,69 @@ impl<H: Host> RequestContext<H> {
         self.global = Some(pending);
         self.phase = Phase::Limiting;
         Ok(Sent::Waiting)
+    }
+
+    /// `local_share`: count the limits the service did not answer for
+    /// against this replica's share of each, all of them or none.
+    fn take_shares(&mut self, asks: &[Ask], replicas: u32) -> Result<(), GatewayError> {
+        let now = self.host.now_ms();
+        let mut taken: Vec<(&Descriptor, u64)> = Vec::new();
+        for ask in asks {
+            let hits = u64::from(ask.hits);
+            for (i, d) in ask.descriptors.iter().enumerate() {
+                let key = share::key(d);
+                match store::update(&self.host, &key, |cur| {
+                    share::take(cur, d, replicas, hits, now)
+                }) {
+                    Ok(true) => taken.push((d, hits)),
+                    Ok(false) => {
+                        for (d, hits) in taken {
+                            let _ = store::update(&self.host, &share::key(d), |cur| {
+                                (share::give_back(cur, d, replicas, hits, now), ())
+                            });
+                        }
+                        self.host.count(metrics::GLOBAL_SHARE_REFUSED, 1);
+                        self.host.count(metrics::RATE_LIMITED, 1);
+                        self.log.limited_by = "global";
+                        let mut e = refusal(ask, i, None);
+                        e.message.push_str(" (This replica's share, counted locally while the rate limit service does not answer.)");
+                        return Err(e);
+                    }
+                    // Shared data refused: the share cannot be counted.
+                    Err(e) => self.host.log(
+                        LogLevel::Warn,
+                        &format!("cannot count the local share of a global limit: {e:?}"),
+                    ),
+                }
+            }
+        }
+        self.host.count(metrics::GLOBAL_SHARE_ADMITTED, 1);
+        Ok(())
+    }
+
+    /// The service failed a call in `local_share` mode: the first failure
+    /// after answers switches this worker to its shares (counted, logged).
+    fn service_away(&mut self) {
+        let w = self.host.worker();
+        if !w.global_away.replace(true) {
+            self.host.count(metrics::GLOBAL_TO_SHARES, 1);
+            self.host.log(
+                LogLevel::Warn,
+                "rate limit service unavailable: counting each global limit's local share (limit / limits.global.replicas) until it answers",
+            );
+        }
+    }
+
+    /// The service answered: back to exact counting (counted, logged).
+    fn service_answered(&mut self) {
+        let w = self.host.worker();
+        if w.global_away.replace(false) {
+            self.host.count(metrics::GLOBAL_TO_SERVICE, 1);
+            self.host.log(
+                LogLevel::Info,
+                "rate limit service answers again: global limits counted by it",
+            );
+        }
     }
 
     /// A reservation the service never counted is not settled either.
@@ -140,8 +211,12 @@ impl<H: Host> RequestContext<H> {
                 }
                 Verdict::Unusable(why) => {
                     pending.failed = Some(format!("{why} (gRPC status {grpc_status})"));
+                    pending.unanswered.push(ask);
                 }
             }
+        }
+        if pending.failed.is_none() {
+            self.service_answered();
         }
         if !pending.calls.is_empty() {
             self.global = Some(pending);
@@ -172,21 +247,27 @@ impl<H: Host> RequestContext<H> {
         }
         let mode = pending.mode();
         if let Some(why) = pending.failed {
-            let deny = pending.deny;
             self.host.count(&metrics::global_errors(mode), 1);
             self.host.log(
                 LogLevel::Warn,
                 &format!("rate limit service: {why}; failure mode `{mode}`"),
             );
-            if deny {
-                self.log.limited_by = "global";
-                return Err(GatewayError::new(
-                    503,
-                    "server_error",
-                    "rate_limit_unavailable",
-                    "The rate limit service did not answer, and this gateway refuses requests it cannot count. Retry shortly.".to_string(),
-                )
-                .with_retry_after(1));
+            match pending.failure {
+                GlobalFailure::Allow => {}
+                GlobalFailure::Deny => {
+                    self.log.limited_by = "global";
+                    return Err(GatewayError::new(
+                        503,
+                        "server_error",
+                        "rate_limit_unavailable",
+                        "The rate limit service did not answer, and this gateway refuses requests it cannot count. Retry shortly.".to_string(),
+                    )
+                    .with_retry_after(1));
+                }
+                GlobalFailure::LocalShare => {
+                    self.service_away();
+                    return self.take_shares(&pending.unanswered, pending.replicas);
+                }
             }
         }
         Ok(())

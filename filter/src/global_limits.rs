@@ -17,7 +17,7 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use crate::admission::{self, BudgetLeft, Held};
-use portcullis_core::config::{Client, Gateway};
+use portcullis_core::config::{Client, Gateway, GlobalFailure};
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys::Owner;
 use portcullis_core::ratelimit::{self, Price};
@@ -102,18 +102,17 @@ pub struct Pending {
     /// failure that took the whole timeout counts as a timeout.
     pub sent_ms: u64,
     pub timeout_ms: u64,
-    /// The service's failure mode: refuse (`deny`) or admit (`allow`).
-    pub deny: bool,
+    /// The service's failure mode, and the replicas sharing its limits.
+    pub failure: GlobalFailure,
+    pub replicas: u32,
+    /// The limits of a call that failed, for `local_share` to count.
+    pub unanswered: Vec<Ask>,
 }
 
 impl Pending {
     /// The failure mode's name, for metrics and the log.
     pub fn mode(&self) -> &'static str {
-        if self.deny {
-            "deny"
-        } else {
-            "allow"
-        }
+        self.failure.as_str()
     }
 }
 

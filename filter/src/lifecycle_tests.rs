@@ -13,6 +13,7 @@ use portcullis_core::ratelimit::{decode_u32, Bucket};
 use portcullis_core::store::Store;
 use proxy_wasm::types::Action;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 const DEMO_KEY: &str = "sk-portcullis-demo";
@@ -693,6 +694,59 @@ fn failure_modes_allow_and_deny() {
                 }
             }
         }
+    }
+}
+
+/// `local_share` (#34, the default mode): a request whose call failed is
+/// counted against this replica's share of the limit (4 over 2 replicas:
+/// 2), all-or-nothing; the first failure switches the worker to its shares
+/// and the next answer back, each switch counted once.
+#[test]
+fn a_failed_call_counts_the_replicas_share_and_an_answer_ends_it() {
+    let extra = "limits:\n  global: {cluster: rls, replicas: 2}\n";
+    let g = Gateway::new(&config("{requests_per_minute: 4, scope: global}", extra));
+    // Counters are per request here: summed over the requests.
+    let mut counted: HashMap<String, u64> = HashMap::new();
+    let mut add = |ctx: &RequestContext<FakeHost>| {
+        for (k, v) in &ctx.host.state.borrow().counters {
+            *counted.entry(k.clone()).or_default() += *v as u64;
+        }
+    };
+    for _ in 0..2 {
+        let (mut ctx, _) = g.chat(&[], &body("hello"));
+        service_answers(&mut ctx, 14, &[]);
+        assert_eq!(ctx.host.state.borrow().resumed, 1, "within the share");
+        add(&ctx);
+    }
+    let (mut ctx, _) = g.chat(&[], &body("hello"));
+    service_answers(&mut ctx, 14, &[]);
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("rate_limit_exceeded"))
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("counted locally"),
+        "{v}"
+    );
+    assert_eq!(ctx.log.limited_by, "global");
+    add(&ctx);
+    // The service answers again: exact counting, the switch counted once.
+    let (mut ctx, _) = g.chat(&[], &body("hello"));
+    service_answers(&mut ctx, 0, &rls_answer(1, (1, 4, 3, 6)));
+    assert_eq!(ctx.host.state.borrow().resumed, 1);
+    add(&ctx);
+    for (name, want) in [
+        ("portcullis.global.to_shares", 1),
+        ("portcullis.global.to_service", 1),
+        ("portcullis.global.share_admitted", 2),
+        ("portcullis.global.share_refused", 1),
+        ("portcullis.global.errors.local_share", 3),
+    ] {
+        assert_eq!(counted.get(name), Some(&want), "{name}: {counted:?}");
     }
 }
 

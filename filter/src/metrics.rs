@@ -249,6 +249,13 @@ pub const VM_MEMORY_BYTES: &str = "portcullis.vm_memory_bytes";
 /// Calls to the rate limit service for `global` limits, and their outcomes.
 pub const GLOBAL_CHECKS: &str = "portcullis.global.checks";
 pub const GLOBAL_OVER_LIMIT: &str = "portcullis.global.over_limit";
+/// `local_share`: requests admitted and refused by this replica's shares
+/// while the service did not answer, and each worker's switches to its
+/// shares and back to the service.
+pub const GLOBAL_SHARE_ADMITTED: &str = "portcullis.global.share_admitted";
+pub const GLOBAL_SHARE_REFUSED: &str = "portcullis.global.share_refused";
+pub const GLOBAL_TO_SHARES: &str = "portcullis.global.to_shares";
+pub const GLOBAL_TO_SERVICE: &str = "portcullis.global.to_service";
 /// Failed calls (no answer, an error status, an answer that makes no
 /// sense), by the failure mode that then decided.
 pub fn global_errors(failure_mode: &str) -> String {

@@ -48,4 +48,7 @@ pub struct Worker {
     pub clock_offset_ms: Cell<i64>,
     /// Hashes of keys that authenticated.
     pub key_hashes: RefCell<KeyHashes>,
+    /// The rate limit service failed a call and has not answered since:
+    /// global limits go by this replica's shares (`local_share`).
+    pub global_away: Cell<bool>,
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 const FLEET_KEY: &str = "sk-fleet-requests";
 const TOKENS_KEY: &str = "sk-fleet-tokens";
 const BUDGET_KEY: &str = "sk-fleet-budget";
+const SECOND_KEY: &str = "sk-fleet-requests-b";
 const TEAM_A: &str = "sk-fleet-team-a";
 const TEAM_B: &str = "sk-fleet-team-b";
 
@@ -40,10 +41,14 @@ fn fleet_plugin(
   - name: fleet-budget
     key_sha256: {}
     limits: {{budget_usd_per_day: {budget_usd}, scope: global}}
+  - name: fleet-requests-b
+    key_sha256: {}
+    limits: {{requests_per_minute: {rpm}, scope: global}}
 ",
         key_hash(FLEET_KEY),
         key_hash(TOKENS_KEY),
-        key_hash(BUDGET_KEY)
+        key_hash(BUDGET_KEY),
+        key_hash(SECOND_KEY)
     );
     assert!(p.contains("clients:\n") && p.contains("  max_body_bytes: 33554432\n"));
     p.replacen("clients:\n", &clients, 1).replacen(
@@ -394,6 +399,95 @@ fn redis_or_the_limiter_away_follows_the_failure_mode_and_recovers() {
     );
     both_serve();
     for e in [&allow, &deny] {
+        assert!(!e.log().contains("panic"), "{}", e.log());
+    }
+}
+
+/// `local_share` (#34, the default): while the limiter is away (killed, or
+/// slower than the timeout), each of two Envoys counts its share of a
+/// global limit of 20 (`replicas: 2`, so 10) itself: a burst of 60 split
+/// across them admits at most the limit fleet-wide (plus what the bucket
+/// refills during the burst) and at least one on each, never everyone and
+/// never no one. Back to exact counting when the limiter answers again,
+/// each switch counted.
+#[test]
+fn local_shares_hold_the_fleet_to_the_limit_while_the_limiter_is_away() {
+    let redis = Redis::start();
+    let mut limiter = Limiter::start(redis.port, 0);
+    let limiter_port = limiter.port;
+    let primary = mock("primary", Some(PRIMARY_KEY));
+    let backup = mock("backup", Some(BACKUP_KEY));
+    let rpm = 20u64;
+    let plugin = fleet_plugin("local_share", 100, rpm, 100_000, 100.0).replace(
+        "failure_mode: local_share}",
+        "failure_mode: local_share, replicas: 2}",
+    );
+    assert!(plugin.contains("replicas: 2"));
+    let a = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let body = chat_body("gpt-4o-mini", "hello");
+    assert_eq!(chat(&a, FLEET_KEY, &body).status, 200);
+    assert_eq!(chat(&b, FLEET_KEY, &body).status, 200);
+    let check = |what: &str, rs: &[Resp], took: Duration| {
+        let per = |i: usize| {
+            rs.iter()
+                .skip(i)
+                .step_by(2)
+                .filter(|r| r.status == 200)
+                .count()
+        };
+        let ok = count(rs, 200);
+        assert!(
+            ok <= rpm as usize + refill(rpm, took) && per(0) >= 1 && per(1) >= 1,
+            "{what}: admitted {ok} of {} ({} through one Envoy, {} through the other) for a fleet limit of {rpm} (burst took {took:?})",
+            rs.len(),
+            per(0),
+            per(1)
+        );
+        for r in rs.iter().filter(|r| r.status != 200) {
+            let m = openai_error_message(r, 429, "rate_limit_exceeded");
+            assert!(m.contains("counted locally"), "{what}: {m}");
+        }
+        eprintln!("{what}: {ok} of {} admitted in {took:?}", rs.len());
+    };
+
+    // The limiter killed: every call fails at once.
+    limiter.kill();
+    let (rs, took) = burst(&[&a, &b], FLEET_KEY, &body, 3 * rpm as usize);
+    check("limiter killed", &rs, took);
+    for e in [&a, &b] {
+        e.wait_stat_at_least("wasmcustom.portcullis.global.to_shares", 1);
+        e.wait_stat_at_least("wasmcustom.portcullis.global.share_refused", 1);
+    }
+
+    // Back: exact counting again, each worker's switch counted.
+    let restarted = Instant::now();
+    let _limiter = Limiter::start(redis.port, limiter_port);
+    let back = poll_until(
+        Duration::from_secs(20),
+        "the limiter answering again",
+        || {
+            let _ = chat(&a, SECOND_KEY, &body);
+            a.stat("wasmcustom.portcullis.global.to_service")
+                .is_some_and(|n| n >= 1)
+                .then(|| restarted.elapsed())
+        },
+    );
+    eprintln!("exact counting again {back:?} after the limiter restarted");
+
+    // The limiter slower than the timeout (Redis pauses its clients): the
+    // same bounds, on a key whose shares are untouched.
+    assert_eq!(
+        redis
+            .command(&["CLIENT", "PAUSE", "4000", "ALL"])
+            .as_deref(),
+        Some("+OK")
+    );
+    let (rs, took) = burst(&[&a, &b], SECOND_KEY, &body, 3 * rpm as usize);
+    let unpaused = redis.command(&["CLIENT", "UNPAUSE"]);
+    check("limiter slower than the timeout", &rs, took);
+    assert!(unpaused.is_some());
+    for e in [&a, &b] {
         assert!(!e.log().contains("panic"), "{}", e.log());
     }
 }

@@ -30,6 +30,7 @@ pub mod rls;
 mod robustness;
 pub mod routing;
 pub mod secrets;
+pub mod share;
 pub mod sse;
 pub mod store;
 pub mod strategy;

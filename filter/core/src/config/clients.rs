@@ -2,7 +2,7 @@
 //! `limits` defaults under its own), and the price table budgets need.
 
 use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
-use super::{parse_sha256_hex, Client, GlobalLimits, Limits, Model, Team};
+use super::{parse_sha256_hex, Client, GlobalFailure, GlobalLimits, Limits, Model, Team};
 use crate::ratelimit::Price;
 use crate::rls;
 use hashbrown::HashMap;
@@ -280,19 +280,24 @@ pub(super) fn global_limits(
     if g.timeout_ms == 0 || g.timeout_ms > 60_000 {
         problems.push("limits.global.timeout_ms must be between 1 and 60000".into());
     }
-    let deny_on_failure = match g.failure_mode.as_str() {
-        "allow" => false,
-        "deny" => true,
+    let failure = match g.failure_mode.as_str() {
+        "allow" => GlobalFailure::Allow,
+        "deny" => GlobalFailure::Deny,
+        "local_share" => GlobalFailure::LocalShare,
         other => {
             problems.push(format!(
-                "limits.global.failure_mode: `{other}` is not a failure mode (expected allow or deny)"
+                "limits.global.failure_mode: `{other}` is not a failure mode (expected local_share, allow or deny)"
             ));
-            false
+            GlobalFailure::LocalShare
         }
     };
+    if g.replicas == 0 {
+        problems.push("limits.global.replicas must be at least 1".into());
+    }
     Some(GlobalLimits {
         cluster: g.cluster.clone(),
         timeout_ms: g.timeout_ms,
-        deny_on_failure,
+        failure,
+        replicas: g.replicas.max(1),
     })
 }

@@ -248,9 +248,34 @@ pub struct GlobalLimits {
     /// Envoy cluster (HTTP/2) of the service.
     pub cluster: String,
     pub timeout_ms: u64,
-    /// When the service does not answer in time: refuse (503) instead of
-    /// admitting.
-    pub deny_on_failure: bool,
+    /// What a request whose call failed gets.
+    pub failure: GlobalFailure,
+    /// Gateway replicas sharing the limits (`limits.global.replicas`).
+    pub replicas: u32,
+}
+
+/// `limits.global.failure_mode`: when the service does not answer (in
+/// time, or at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobalFailure {
+    /// Admit (the limit is off while the service is away).
+    Allow,
+    /// Refuse with 503 (nobody passes while the service is away).
+    Deny,
+    /// Count the request locally against this replica's share of each
+    /// limit (the limit divided by `replicas`, at least 1): the fleet
+    /// admits about the limit, and nobody is refused who is within it.
+    LocalShare,
+}
+
+impl GlobalFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GlobalFailure::Allow => "allow",
+            GlobalFailure::Deny => "deny",
+            GlobalFailure::LocalShare => "local_share",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

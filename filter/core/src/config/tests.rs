@@ -317,9 +317,10 @@ fn global_scopes_and_the_service_section() {
     );
     let g = compile(text.as_bytes()).unwrap();
     let gl = g.global_limits.clone().unwrap();
+    // Local shares by default (#34), one replica unless told.
     assert_eq!(
-        (gl.cluster.as_str(), gl.timeout_ms, gl.deny_on_failure),
-        ("rls", 20, false)
+        (gl.cluster.as_str(), gl.timeout_ms, gl.failure, gl.replicas),
+        ("rls", 50, GlobalFailure::LocalShare, 1)
     );
     let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
     assert_eq!(demo.limits.scope.requests_per_minute, Scope::Global);
@@ -333,7 +334,11 @@ fn global_scopes_and_the_service_section() {
     let limited = g.clients.values().find(|c| c.name == "limited").unwrap();
     assert_eq!(limited.limits.scope.tokens_per_minute, Scope::Both);
     assert_eq!(limited.limits.scope.requests_per_minute, Scope::Local);
-    assert!(g.global_limits.unwrap().deny_on_failure);
+    assert_eq!(g.global_limits.unwrap().failure, GlobalFailure::Deny);
+    let text =
+        format!("{GOOD}limits:\n  global: {{cluster: rls, failure_mode: allow, replicas: 3}}\n");
+    let gl = compile(text.as_bytes()).unwrap().global_limits.unwrap();
+    assert_eq!((gl.failure, gl.replicas), (GlobalFailure::Allow, 3));
 }
 
 #[test]
@@ -354,7 +359,7 @@ fn global_limit_problems_are_reported_together() {
     );
     assert!(e.contains("5000000000 is too large"), "{e}");
     let text = format!(
-        "{GOOD}limits:\n  scope: everywhere\n  global: {{cluster: '', timeout_ms: 0, failure_mode: maybe, retries: 2}}\n"
+        "{GOOD}limits:\n  scope: everywhere\n  global: {{cluster: '', timeout_ms: 0, failure_mode: maybe, retries: 2, replicas: 0}}\n"
     );
     let e = compile(text.as_bytes()).unwrap_err();
     for want in [
@@ -363,6 +368,7 @@ fn global_limit_problems_are_reported_together() {
         "timeout_ms must be between",
         "`maybe` is not a failure mode",
         "limits.global: unknown key `retries`",
+        "limits.global.replicas must be at least 1",
     ] {
         assert!(e.contains(want), "{want} missing from: {e}");
     }
