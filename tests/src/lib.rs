@@ -126,6 +126,17 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
+/// An answer's headers, names as ureq gives them.
+fn headers_of(r: &ureq::Response) -> Vec<(String, String)> {
+    r.headers_names()
+        .into_iter()
+        .map(|n| {
+            let v = r.header(&n).unwrap_or("").to_string();
+            (n, v)
+        })
+        .collect()
+}
+
 fn to_resp(r: Result<ureq::Response, ureq::Error>) -> Resp {
     let r = match r {
         Ok(r) => r,
@@ -133,14 +144,7 @@ fn to_resp(r: Result<ureq::Response, ureq::Error>) -> Resp {
         Err(e) => panic!("request failed: {e}"),
     };
     let status = r.status();
-    let headers = r
-        .headers_names()
-        .into_iter()
-        .map(|n| {
-            let v = r.header(&n).unwrap_or("").to_string();
-            (n, v)
-        })
-        .collect();
+    let headers = headers_of(&r);
     // Not `into_string`: it stops at 10 MB, and tests read bigger answers.
     let mut body = String::new();
     let _ = std::io::Read::read_to_string(
@@ -194,14 +198,7 @@ pub fn post_streamed(
         Err(e) => panic!("request failed: {e}"),
     };
     let status = r.status();
-    let headers = r
-        .headers_names()
-        .into_iter()
-        .map(|n| {
-            let v = r.header(&n).unwrap_or("").to_string();
-            (n, v)
-        })
-        .collect();
+    let headers = headers_of(&r);
     let mut bytes = Vec::new();
     let error = std::io::Read::read_to_end(&mut r.into_reader(), &mut bytes)
         .err()

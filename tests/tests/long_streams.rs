@@ -25,17 +25,9 @@ fn stream_body(text: &str) -> String {
         .to_string()
 }
 
+/// The text a client reads from a chat stream.
 fn content_of(sse: &str) -> String {
-    sse.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .filter_map(|v| {
-            v["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect()
+    stream_text(sse).0
 }
 
 #[test]
