@@ -177,7 +177,8 @@ pub struct Streamed {
 }
 
 /// POST and read the answer as it arrives, each read waiting at most
-/// `read_timeout`; a cut stream is returned with what arrived, not a panic.
+/// `read_timeout`; a cut stream is returned with what arrived, and a request
+/// that got no answer with status 0 and the error, not a panic.
 pub fn post_streamed(
     url: &str,
     headers: &[(&str, &str)],
@@ -195,7 +196,17 @@ pub fn post_streamed(
     }
     let r = match req.send_string(body) {
         Ok(r) | Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("request failed: {e}"),
+        Err(e) => {
+            return Streamed {
+                resp: Resp {
+                    status: 0,
+                    headers: Vec::new(),
+                    body: String::new(),
+                },
+                error: Some(format!("request failed: {e}")),
+                elapsed: started.elapsed(),
+            }
+        }
     };
     let status = r.status();
     let headers = headers_of(&r);
