@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 const FLEET_KEY: &str = "sk-compose-fleet";
 const CUT_KEY: &str = "sk-compose-cut";
+const PAUSE_KEY: &str = "sk-compose-pause";
+const REDIS_KEY: &str = "sk-compose-redis";
+const BACK_KEY: &str = "sk-compose-back";
 
 fn docker_answers() -> bool {
     Command::new("docker")
@@ -48,6 +51,21 @@ fn run(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A stat of the Envoy whose admin port on the host is `admin`; 0 when absent.
+fn stat_at(admin: u16, name: &str) -> u64 {
+    try_get(&format!(
+        "http://127.0.0.1:{admin}/stats?filter=^{}$",
+        name.replace('.', "\\.")
+    ))
+    .and_then(|r| {
+        r.body.lines().find_map(|l| {
+            let (k, v) = l.split_once(": ")?;
+            (k == name).then(|| v.trim().parse().ok()).flatten()
+        })
+    })
+    .unwrap_or(0)
 }
 
 struct Fleet {
@@ -190,18 +208,7 @@ impl Fleet {
     }
 
     fn stat(&self, service: &str, name: &str) -> u64 {
-        let admin = self.published(service, 9901);
-        try_get(&format!(
-            "http://127.0.0.1:{admin}/stats?filter=^{}$",
-            name.replace('.', "\\.")
-        ))
-        .and_then(|r| {
-            r.body.lines().find_map(|l| {
-                let (k, v) = l.split_once(": ")?;
-                (k == name).then(|| v.trim().parse().ok()).flatten()
-            })
-        })
-        .unwrap_or(0)
+        stat_at(self.published(service, 9901), name)
     }
 
     /// Waits until the front's health checks pass on both replicas; on a
@@ -211,10 +218,11 @@ impl Fleet {
         let deadline = Instant::now() + Duration::from_secs(45);
         let admin = self.published("front", 9901);
         let mut last = String::new();
-        while self.stat("front", "cluster.replicas.membership_healthy") != 2 {
-            let now: String = try_get(&format!("http://127.0.0.1:{admin}/clusters"))
+        while stat_at(admin, "cluster.replicas.membership_healthy") != 2 {
+            let hosts = try_get(&format!("http://127.0.0.1:{admin}/clusters"))
                 .map(|r| r.body)
-                .unwrap_or_default()
+                .unwrap_or_default();
+            let now = hosts
                 .lines()
                 .filter(|l| {
                     l.starts_with("replicas::")
@@ -227,23 +235,14 @@ impl Fleet {
                 last = now;
             }
             if Instant::now() > deadline {
-                let admin = self.published("front", 9901);
-                let hosts = try_get(&format!("http://127.0.0.1:{admin}/clusters"))
-                    .map(|r| r.body)
-                    .unwrap_or_default();
-                let view: Vec<&str> = hosts
-                    .lines()
-                    .filter(|l| l.starts_with("replicas::") && !l.contains("::default_priority"))
-                    .collect();
                 let stats = try_get(&format!(
                     "http://127.0.0.1:{admin}/stats?filter=cluster\\.replicas\\.(health_check|outlier|membership|update)"
                 ))
                 .map(|r| r.body)
                 .unwrap_or_default();
                 panic!(
-                    "the front does not see both replicas healthy after 45 s (at {:?}):\n{}\n{stats}",
-                    t0.elapsed(),
-                    view.join("\n")
+                    "the front does not see both replicas healthy after 45 s (at {:?}):\n{last}\n{stats}",
+                    t0.elapsed()
                 );
             }
             std::thread::park_timeout(Duration::from_millis(100));
@@ -271,6 +270,36 @@ impl Fleet {
         let r = get(&url, &[("authorization", &format!("Bearer {READ_TOKEN}"))]);
         assert_eq!(r.status, 200, "{}", r.body);
         r.json()["total"].as_u64().unwrap_or(0)
+    }
+
+    /// `n` requests with `key` at once through the front; the answers and
+    /// how long the burst took.
+    fn burst(&self, key: &str, n: usize, tag: &str) -> (Vec<Resp>, Duration) {
+        let gate = Arc::new(Barrier::new(n));
+        let url = self.url("/v1/chat/completions");
+        let started = Instant::now();
+        let answers = (0..n)
+            .map(|i| {
+                let (gate, url, auth, text) = (
+                    gate.clone(),
+                    url.clone(),
+                    format!("Bearer {key}"),
+                    format!("{tag} {i}"),
+                );
+                std::thread::spawn(move || {
+                    gate.wait();
+                    post(
+                        &url,
+                        &[("authorization", &auth)],
+                        &chat_body("gpt-4o-mini", &text),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        (answers, started.elapsed())
     }
 
     /// The collector's API without the read token.
@@ -327,9 +356,21 @@ fn plugin() -> String {
   - name: compose-cut
     key_sha256: {}
     limits: {{requests_per_minute: 5, scope: global}}
+  - name: compose-pause
+    key_sha256: {}
+    limits: {{requests_per_minute: 20, scope: global}}
+  - name: compose-redis
+    key_sha256: {}
+    limits: {{requests_per_minute: 20, scope: global}}
+  - name: compose-back
+    key_sha256: {}
+    limits: {{requests_per_minute: 1000000, scope: global}}
 ",
         key_hash(FLEET_KEY),
-        key_hash(CUT_KEY)
+        key_hash(CUT_KEY),
+        key_hash(PAUSE_KEY),
+        key_hash(REDIS_KEY),
+        key_hash(BACK_KEY)
     );
     let p = p.replacen("clients:\n", &clients, 1);
     let line = "  # global: {cluster: portcullis_ratelimit";
@@ -416,27 +457,9 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
 
     // A global limit holds exactly across the two replicas.
     let n = 30;
-    let gate = Arc::new(Barrier::new(n));
-    let url = fleet.url("/v1/chat/completions");
-    let started = Instant::now();
-    let answers: Vec<Resp> = (0..n)
-        .map(|i| {
-            let (gate, url) = (gate.clone(), url.clone());
-            std::thread::spawn(move || {
-                gate.wait();
-                post(
-                    &url,
-                    &[("authorization", &format!("Bearer {FLEET_KEY}"))],
-                    &chat_body("gpt-4o-mini", &format!("burst {i}")),
-                )
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|t| t.join().unwrap())
-        .collect();
+    let (answers, took) = fleet.burst(FLEET_KEY, n, "burst");
     let ok = answers.iter().filter(|r| r.status == 200).count();
-    let refill = (10.0 * started.elapsed().as_secs_f64() / 60.0).ceil() as usize;
+    let refill = (10.0 * took.as_secs_f64() / 60.0).ceil() as usize;
     assert!(
         (10..=10 + refill).contains(&ok),
         "admitted {ok} of {n} for a fleet limit of 10"
@@ -489,6 +512,84 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
         },
     );
     run(Command::new("docker").args(["network", "connect", &limits_net, &a_id]));
+
+    // The limiter paused (`docker pause`: connections stay open, nothing
+    // answers) during a burst of 60 for a fleet limit of 20, then Redis
+    // stopped during another: each replica counts its share (20 / 2
+    // replicas), so the fleet admits at most 20 and each replica some; when
+    // the limiter answers again both replicas count with it (#34).
+    let limiter = fleet.container("limiter");
+    let admins = (
+        fleet.published("envoy-a", 9901),
+        fleet.published("envoy-b", 9901),
+    );
+    let back = |what: &str, before: (u64, u64)| {
+        let t = Instant::now();
+        let (mut i, mut a_back, mut b_back) = (0, false, false);
+        poll_until(
+            Duration::from_secs(30),
+            &format!("both replicas counting with the limiter after {what}"),
+            || {
+                // Requests with a key of its own reach every worker in time.
+                let r = fleet.chat(BACK_KEY, &format!("back {what} {i}"));
+                i += 1;
+                assert_eq!(r.status, 200, "{}", r.body);
+                a_back |= stat_at(admins.0, "wasmcustom.portcullis.global.to_service") > before.0;
+                b_back |= stat_at(admins.1, "wasmcustom.portcullis.global.to_service") > before.1;
+                (a_back && b_back).then_some(())
+            },
+        );
+        eprintln!(
+            "both replicas count with the limiter {:?} after {what} ({i} requests)",
+            t.elapsed()
+        );
+    };
+    let to_service = || {
+        (
+            stat_at(admins.0, "wasmcustom.portcullis.global.to_service"),
+            stat_at(admins.1, "wasmcustom.portcullis.global.to_service"),
+        )
+    };
+    for (what, key) in [
+        ("the limiter paused", PAUSE_KEY),
+        ("Redis stopped", REDIS_KEY),
+    ] {
+        let before = to_service();
+        if key == PAUSE_KEY {
+            run(Command::new("docker").args(["pause", &limiter]));
+        } else {
+            run(&mut fleet.cmd(&["stop", "-t", "1", "redis"]));
+        }
+        let (answers, took) = fleet.burst(key, 60, what);
+        if key == PAUSE_KEY {
+            run(Command::new("docker").args(["unpause", &limiter]));
+        } else {
+            run(&mut fleet.cmd(&["start", "redis"]));
+        }
+        let by = |replica: &str| {
+            answers
+                .iter()
+                .filter(|r| r.status == 200 && r.header("x-portcullis-replica") == Some(replica))
+                .count()
+        };
+        let (on_a, on_b) = (by(&a), by(&b));
+        assert_eq!(
+            answers
+                .iter()
+                .filter(|r| r.status == 200 || r.status == 429)
+                .count(),
+            60,
+            "{what}: every answer 200 or 429"
+        );
+        // Each share is 10 a minute, refilled while the burst ran.
+        let refill = (10.0 * took.as_secs_f64() / 60.0).ceil() as usize;
+        assert!(
+            on_a + on_b <= 20 + 2 * refill && on_a >= 1 && on_b >= 1,
+            "{what}: admitted {on_a} on a and {on_b} on b of 60 for a fleet limit of 20 (burst {took:?})"
+        );
+        eprintln!("{what}: admitted {on_a} + {on_b} of 60 in {took:?}");
+        back(what, before);
+    }
 
     // The primary provider stopped: answers come from backup, the breaker opens.
     run(&mut fleet.cmd(&["stop", "-t", "1", "primary"]));
