@@ -3,8 +3,17 @@
 # and put it in place by rename: Envoy reloads on a file moved into the
 # watched directory, not on an in-place edit.
 #   usage: envoy/render-ecds.sh PLUGIN_YAML OUT_FILE [WASM_FILE]
+# The filter reads only the environment variables listed in host_env_keys:
+# the shipped providers' keys, every preset's (docs/providers.md), and any
+# named in PORTCULLIS_ENV_KEYS (space- or comma-separated), for providers
+# whose `api_key_env` is another.
 set -euo pipefail
 in="$1"; out="$2"
+env_keys="OPENAI_API_KEY, BACKUP_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, GROQ_API_KEY, MISTRAL_API_KEY, DEEPSEEK_API_KEY, TOGETHER_API_KEY, FIREWORKS_API_KEY, OPENROUTER_API_KEY, XAI_API_KEY, PERPLEXITY_API_KEY, PORTCULLIS_MAX_CONFIG_BYTES, PORTCULLIS_INGEST_TOKEN, PORTCULLIS_LIMITER_TOKEN, PORTCULLIS_TESTING"
+for k in ${PORTCULLIS_ENV_KEYS:+${PORTCULLIS_ENV_KEYS//,/ }}; do
+  [[ $k =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "render-ecds.sh: PORTCULLIS_ENV_KEYS: $k is not a variable name" >&2; exit 1; }
+  env_keys+=", $k"
+done
 wasm="${3:-target/wasm32-wasip1/release/portcullis_filter.wasm}"
 mkdir -p "$(dirname "$out")"
 tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
@@ -27,7 +36,7 @@ resources:
         runtime: envoy.wasm.runtime.v8
         code: {local: {filename: "$wasm"}}
         environment_variables:
-          host_env_keys: [OPENAI_API_KEY, BACKUP_API_KEY, ANTHROPIC_API_KEY, PORTCULLIS_MAX_CONFIG_BYTES, PORTCULLIS_INGEST_TOKEN, PORTCULLIS_LIMITER_TOKEN, PORTCULLIS_TESTING]
+          host_env_keys: [$env_keys]
       configuration:
         "@type": type.googleapis.com/google.protobuf.StringValue
         value: |

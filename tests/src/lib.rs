@@ -265,8 +265,14 @@ impl Mock {
     /// Start `portcullis-mock` (path from the test binary's
     /// `CARGO_BIN_EXE_portcullis-mock`), expecting `api_key` if given.
     pub fn start(bin: &str, name: &str, api_key: Option<&str>) -> Mock {
+        Self::start_with_args(bin, name, api_key, &[])
+    }
+
+    /// `start`, with more of the mock's flags (`--refuse-fields ...`).
+    pub fn start_with_args(bin: &str, name: &str, api_key: Option<&str>, more: &[&str]) -> Mock {
         let mut cmd = Command::new(bin);
         cmd.args(["--port", "0", "--name", name])
+            .args(more)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         if let Some(k) = api_key {

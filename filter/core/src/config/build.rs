@@ -6,7 +6,11 @@ use super::raw::{check_breaker, RawConfig, DEFAULT_MAX_ATTEMPTS};
 use super::{clients, guardrails, models, policy, sections, Gateway};
 use crate::breaker::BreakerConfig;
 
-pub(super) fn build(raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
+pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
+    for (i, p) in raw.providers.iter_mut().enumerate() {
+        let at = format!("providers[{i}] ({})", p.name);
+        p.apply_preset(&at, problems);
+    }
     let by_name = models::check_providers(&raw.providers, problems);
     let order = models::chain_order(&raw, &by_name, problems);
     let default_breaker = raw.breaker.over(&BreakerConfig::default());

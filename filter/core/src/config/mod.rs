@@ -55,6 +55,9 @@ pub struct Provider {
     pub host: String,
     pub base_path: String,
     pub api_key_env: Option<String>,
+    /// Top-level request fields removed before sending (`drop_fields`, or
+    /// the preset's): fields an OpenAI-compatible service refuses.
+    pub drop_fields: Vec<String>,
     /// An answer sent whole: the longest it may take; a stream through
     /// Envoy's router: the longest until its answer starts.
     pub timeout_ms: u64,

@@ -47,15 +47,25 @@ fn check_provider_fields(at: &str, p: &RawProvider, problems: &mut Vec<String>) 
     }
     if p.host.trim().is_empty() {
         problems.push(format!(
-            "{at}: `host` is empty (the :authority sent to the provider)"
+            "{at}: `host` is empty or missing (the :authority sent to the provider; a `preset` gives one)"
         ));
     }
     // Empty: the API's paths start at the root (Azure's `/openai/...`).
-    if !(p.base_path.is_empty() || p.base_path.starts_with('/')) {
+    if let Some(b) = p
+        .base_path
+        .as_ref()
+        .filter(|b| !(b.is_empty() || b.starts_with('/')))
+    {
         problems.push(format!(
-            "{at}: `base_path` must be empty or start with `/` (got `{}`)",
-            p.base_path
+            "{at}: `base_path` must be empty or start with `/` (got `{b}`)"
         ));
+    }
+    for f in p.drop_fields.iter().flatten() {
+        if f.is_empty() || matches!(f.as_str(), "model" | "messages" | "input" | "stream") {
+            problems.push(format!(
+                "{at}: `drop_fields` cannot drop `{f}` (the request needs it)"
+            ));
+        }
     }
     if let Some(env) = p.api_key_env.as_ref().filter(|e| !valid_env_name(e)) {
         problems.push(format!(
@@ -149,8 +159,9 @@ pub(super) fn providers_and_models(
             name: p.name.clone(),
             cluster: p.cluster.clone(),
             host: p.host.clone(),
-            base_path: p.base_path.clone(),
+            base_path: p.base_path.clone().unwrap_or_else(|| "/v1".into()),
             api_key_env: p.api_key_env.clone(),
+            drop_fields: p.drop_fields.clone().unwrap_or_default(),
             timeout_ms: p.timeout_ms,
             stream_timeout_ms: p.stream_timeout_ms,
             breaker: BreakerConfig {

@@ -412,11 +412,24 @@ pub(super) fn check_breaker(at: &str, b: &BreakerConfig, problems: &mut Vec<Stri
 pub(super) struct RawProvider {
     pub(super) name: String,
     pub(super) cluster: String,
+    /// An OpenAI-compatible service's preset (`groq`, `mistral`, ...):
+    /// fills `host`, `base_path`, `api_key_env` and `drop_fields` where
+    /// they are left out (`crate::providers::presets`).
+    #[serde(default)]
+    pub(super) preset: Option<String>,
+    /// The `:authority` sent; required unless a preset gives it.
+    #[serde(default)]
     pub(super) host: String,
-    #[serde(default = "default_base_path")]
-    pub(super) base_path: String,
+    /// The path before the API's endpoint; default `/v1` (or the preset's).
+    #[serde(default)]
+    pub(super) base_path: Option<String>,
     #[serde(default)]
     pub(super) api_key_env: Option<String>,
+    /// Top-level request fields removed before sending (schema `openai`):
+    /// fields an OpenAI-compatible service refuses. Default: the preset's,
+    /// else none.
+    #[serde(default)]
+    pub(super) drop_fields: Option<Vec<String>>,
     /// An answer sent whole: the longest it may take. A stream: the longest
     /// until its answer starts (then only idle timeouts apply).
     #[serde(default = "default_timeout_ms")]
@@ -537,6 +550,37 @@ impl RawRetries {
 }
 
 impl RawProvider {
+    /// Fill what the provider's preset gives and the config left out.
+    pub(super) fn apply_preset(&mut self, at: &str, problems: &mut Vec<String>) {
+        let Some(name) = self.preset.as_deref() else {
+            return;
+        };
+        let Some(p) = crate::providers::presets::find(name) else {
+            problems.push(format!(
+                "{at}: preset `{name}` is not one of {}",
+                crate::providers::presets::names()
+            ));
+            return;
+        };
+        if self.schema.as_deref().is_some_and(|s| s != "openai") {
+            problems.push(format!(
+                "{at}: a preset is an OpenAI-compatible service: `schema` must be `openai` or left out"
+            ));
+        }
+        if self.host.is_empty() {
+            self.host = p.host.into();
+        }
+        if self.base_path.is_none() {
+            self.base_path = Some(p.base_path.into());
+        }
+        if self.api_key_env.is_none() {
+            self.api_key_env = p.api_key_env.map(Into::into);
+        }
+        if self.drop_fields.is_none() {
+            self.drop_fields = Some(p.drop_fields.iter().map(|f| (*f).into()).collect());
+        }
+    }
+
     pub(super) fn schema(&self, at: &str, problems: &mut Vec<String>) -> super::Schema {
         use super::Schema;
         let schema = self.schema.as_deref().unwrap_or("openai");
@@ -555,6 +599,9 @@ impl RawProvider {
                     misplaced(k, "anthropic", problems);
                 }
             }
+        }
+        if schema != "openai" && self.drop_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+            misplaced("drop_fields", "openai", problems);
         }
         if !matches!(schema, "anthropic" | "gemini") && self.drop_unsupported {
             problems.push(format!(
@@ -930,9 +977,6 @@ pub(super) fn check_limits(at: &str, l: &RawClientLimits, problems: &mut Vec<Str
     }
 }
 
-fn default_base_path() -> String {
-    "/v1".to_string()
-}
 fn default_timeout_ms() -> u64 {
     DEFAULT_TIMEOUT_MS
 }

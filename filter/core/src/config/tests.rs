@@ -553,3 +553,75 @@ fn a_models_body_limit_is_the_smallest_its_providers_set() {
     let e = compile(bad.as_bytes()).unwrap_err();
     assert!(e.contains("model `llama-3`: `max_body_bytes` of 0"), "{e}");
 }
+
+#[test]
+fn a_preset_fills_what_the_provider_leaves_out_and_the_config_wins() {
+    let text = r#"
+providers:
+  - {name: m, cluster: c_m, preset: mistral, models: [{name: mistral-large}]}
+  - {name: g, cluster: c_g, preset: groq, base_path: /custom/v1, api_key_env: MY_GROQ, models: [{name: llama}]}
+  - {name: o, cluster: c_o, preset: ollama, host: gpu-box:11434, drop_fields: [logit_bias], models: [{name: qwen}]}
+  - {name: p, cluster: c_p, preset: perplexity, models: [{name: sonar}]}
+clients:
+  - name: demo
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"
+"#;
+    let gw = compile(text.as_bytes()).unwrap();
+    let by = |n: &str| gw.providers.iter().find(|p| p.name == n).unwrap();
+    let m = by("m");
+    assert_eq!(
+        (
+            m.host.as_str(),
+            m.base_path.as_str(),
+            m.api_key_env.as_deref()
+        ),
+        ("api.mistral.ai", "/v1", Some("MISTRAL_API_KEY"))
+    );
+    assert_eq!(m.drop_fields, ["stream_options"]);
+    assert_eq!(m.schema, Schema::OpenAi);
+    let g = by("g");
+    assert_eq!(
+        (
+            g.host.as_str(),
+            g.base_path.as_str(),
+            g.api_key_env.as_deref()
+        ),
+        ("api.groq.com", "/custom/v1", Some("MY_GROQ"))
+    );
+    let o = by("o");
+    assert_eq!(
+        (
+            o.host.as_str(),
+            o.base_path.as_str(),
+            o.api_key_env.as_deref()
+        ),
+        ("gpu-box:11434", "/v1", None)
+    );
+    assert_eq!(o.drop_fields, ["logit_bias"]);
+    assert_eq!(by("p").base_path, "");
+}
+
+#[test]
+fn presets_and_drop_fields_that_cannot_apply_are_refused_in_one_report() {
+    let text = r#"
+providers:
+  - {name: a, cluster: c, preset: nonesuch, host: h, models: [{name: x}]}
+  - {name: b, cluster: c, preset: groq, schema: anthropic, models: [{name: y}]}
+  - {name: c, cluster: c, host: h, schema: gemini, drop_fields: [stream_options], models: [{name: z}]}
+  - {name: d, cluster: c, models: [{name: w}]}
+  - {name: e, cluster: c, host: h, drop_fields: [messages], models: [{name: v}]}
+clients:
+  - name: demo
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"
+"#;
+    let err = compile(text.as_bytes()).unwrap_err();
+    for want in [
+        "providers[0] (a): preset `nonesuch` is not one of groq, mistral",
+        "providers[1] (b): a preset is an OpenAI-compatible service",
+        "`drop_fields` applies to schema `openai` only",
+        "providers[3] (d): `host` is empty or missing",
+        "providers[4] (e): `drop_fields` cannot drop `messages`",
+    ] {
+        assert!(err.contains(want), "{want} in {err}");
+    }
+}

@@ -17,6 +17,7 @@ pub mod anthropic;
 pub mod azure_openai;
 pub mod gemini;
 pub mod openai;
+pub mod presets;
 
 use crate::api::Api;
 use crate::config::{Provider, Schema};
@@ -266,6 +267,9 @@ pub fn request_body(
         Reach::ViaPivot => {
             let (body, mut dropped) = api.to_pivot(req, model_id)?;
             let Some(f) = pivot_format(p) else {
+                let (body, removed) = drop_fields(p, body)?;
+                // `stream_options` in the pivot is the gateway's own.
+                dropped.extend(removed.into_iter().filter(|f| f != "stream_options"));
                 return Ok(Prepared {
                     body: Some(body),
                     dropped,
@@ -279,14 +283,26 @@ pub fn request_body(
             Ok(prepared)
         }
         Reach::Direct => {
-            // Only chat completions have the usage chunk to ask for.
-            let ask = usage_chunk && api == Api::ChatCompletions;
-            if model_id == req.model && !(ask && req.needs_usage_request()) {
-                return Ok(Prepared::default());
+            // Only chat completions have the usage chunk to ask for, and
+            // not from a provider that refuses `stream_options`.
+            let ask = usage_chunk
+                && api == Api::ChatCompletions
+                && !p.drop_fields.iter().any(|f| f == "stream_options");
+            let body = if model_id == req.model && !(ask && req.needs_usage_request()) {
+                None
+            } else {
+                Some(req.body_for_with(model_id, ask)?)
+            };
+            if p.drop_fields.is_empty() {
+                return Ok(Prepared {
+                    body,
+                    dropped: Vec::new(),
+                });
             }
+            let (body, dropped) = drop_fields(p, body.unwrap_or_else(|| req.body().to_vec()))?;
             Ok(Prepared {
-                body: Some(req.body_for_with(model_id, ask)?),
-                dropped: Vec::new(),
+                body: Some(body),
+                dropped,
             })
         }
         Reach::Local | Reach::No => Err(GatewayError::internal(format!(
@@ -295,6 +311,32 @@ pub fn request_body(
             api.path()
         ))),
     }
+}
+
+/// The body without the provider's `drop_fields` (top level), and which
+/// of them it had. A body that names none of them is not parsed.
+fn drop_fields(p: &Provider, body: Vec<u8>) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
+    let named = |f: &String| {
+        let quoted = format!("\"{f}\"");
+        body.windows(quoted.len()).any(|w| w == quoted.as_bytes())
+    };
+    if !p.drop_fields.iter().any(named) {
+        return Ok((body, Vec::new()));
+    }
+    let mut doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body)
+        .map_err(|e| GatewayError::bad_request("invalid_json", format!("request body: {e}")))?;
+    let dropped: Vec<String> = p
+        .drop_fields
+        .iter()
+        .filter(|f| doc.remove(f.as_str()).is_some())
+        .cloned()
+        .collect();
+    if dropped.is_empty() {
+        return Ok((body, dropped));
+    }
+    let body = serde_json::to_vec(&doc)
+        .map_err(|e| GatewayError::internal(format!("request rewrite: {e}")))?;
+    Ok((body, dropped))
 }
 
 /// The credential header for a provider key.

@@ -12,6 +12,7 @@ fn provider(base_path: &str, schema: Schema) -> Provider {
         host: "h".into(),
         base_path: base_path.into(),
         api_key_env: None,
+        drop_fields: Vec::new(),
         timeout_ms: 1,
         stream_timeout_ms: 1,
         breaker: BreakerConfig::default(),
@@ -383,4 +384,50 @@ fn embeddings_reach_openai_shaped_providers_only_at_their_endpoint() {
         path(&az, Api::Messages, "g", false),
         "/openai/deployments/g/chat/completions?api-version=2024-10-21"
     );
+}
+
+#[test]
+fn drop_fields_leave_out_what_the_service_refuses_and_say_which() {
+    let mut p = provider("/v1", Schema::OpenAi);
+    p.drop_fields = vec!["stream_options".into(), "logit_bias".into()];
+    let msgs = json!([{"role": "user", "content": "x"}]);
+    // A stream whose client asked for usage: both fields out, reported, and
+    // the gateway does not ask for the usage chunk itself.
+    let s = chat(json!({"model": "m", "messages": msgs, "stream": true,
+        "stream_options": {"include_usage": true}, "logit_bias": {"1": 2}}));
+    let out = request_body(&p, Api::ChatCompletions, &s, "m-2", true).unwrap();
+    let body: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"model": "m-2", "messages": msgs, "stream": true})
+    );
+    assert_eq!(out.dropped, ["stream_options", "logit_bias"]);
+    // A stream that asked nothing: nothing added, nothing dropped.
+    let s = chat(json!({"model": "m", "messages": msgs, "stream": true}));
+    let out = request_body(&p, Api::ChatCompletions, &s, "m", true).unwrap();
+    assert_eq!(out.body.as_deref(), Some(s.body()));
+    assert!(out.dropped.is_empty());
+    // A field's name inside a message is not the field.
+    let c =
+        chat(json!({"model": "m", "messages": [{"role": "user", "content": "\"logit_bias\"?"}]}));
+    let out = request_body(&p, Api::ChatCompletions, &c, "m", true).unwrap();
+    assert_eq!(out.body.as_deref(), Some(c.body()));
+    assert!(out.dropped.is_empty());
+    // Messages through the pivot: the pivot's own stream_options out, not
+    // reported as the client's.
+    let m = ChatRequest::parse_for(
+        Api::Messages,
+        br#"{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .unwrap();
+    let out = request_body(&p, Api::Messages, &m, "m", true).unwrap();
+    let body: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+    assert_eq!(body.get("stream_options"), None);
+    assert_eq!(body["stream"], true);
+    assert!(out.dropped.is_empty(), "{:?}", out.dropped);
+    // Without drop_fields the gateway asks for the usage chunk as before.
+    p.drop_fields.clear();
+    let out = request_body(&p, Api::Messages, &m, "m", true).unwrap();
+    let body: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
 }

@@ -36,6 +36,10 @@
 //!   request offers tools; `cache_read` and `stream_error` apply to the
 //!   Anthropic and Gemini modes.
 //!
+//! `--refuse-fields a,b` refuses those top-level chat fields as Mistral
+//! does (422 `extra_forbidden`), and with `stream_options` among them puts
+//! a stream's usage in its last chunk unasked, as Mistral does.
+//!
 //! Every mode refuses what the real API refuses, in its own error shape:
 //! the table of checks is `tests/MOCK.md` (a test sends each bad request).
 //!
@@ -211,6 +215,10 @@ struct Usage {
 struct State {
     name: String,
     api_key: Option<String>,
+    /// `--refuse-fields a,b`: top-level chat fields refused with Mistral's
+    /// 422 `extra_forbidden`; refusing `stream_options` also puts a
+    /// stream's usage in its last chunk unasked, as Mistral does.
+    refuse_fields: Vec<String>,
     script: Mutex<VecDeque<Step>>,
     /// Used when the script is empty (`POST /__mock/default`).
     default: Mutex<Step>,
@@ -347,6 +355,16 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     if let Some(refusal) = wrong_key(&state, auth.as_deref()) {
         return Ok(refusal);
     }
+    if let Some(f) = state
+        .refuse_fields
+        .iter()
+        .find(|f| parsed.get(f.as_str()).is_some())
+    {
+        return Ok(json_response(
+            422,
+            &json!({"object": "error", "message": {"detail": [{"type": "extra_forbidden", "loc": ["body", f], "msg": "Extra inputs are not permitted"}]}, "type": "invalid_request_error", "param": null, "code": null}),
+        ));
+    }
     // What OpenAI refuses, the mock refuses (tests/MOCK.md).
     if let Err(openai_checks::Refusal(status, body)) = openai_checks::check(&parsed) {
         return Ok(json_response(status, &body));
@@ -478,7 +496,14 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             Value::Null,
         ));
     }
-    events.push(chunk(json!({}), json!(finish)));
+    let unasked = state.refuse_fields.iter().any(|f| f == "stream_options");
+    if unasked && !step.no_usage {
+        let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": finish, "logprobs": null}], "usage": usage_json});
+        events.push(Bytes::from(format!("data: {v}\n\n")));
+    } else {
+        events.push(chunk(json!({}), json!(finish)));
+    }
     if include_usage && !step.no_usage {
         let v = json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64, "model": model,
             "choices": [], "usage": usage_json});
@@ -662,6 +687,9 @@ fn main() -> io::Result<()> {
         .and_then(|p| p.parse().ok())
         .unwrap_or(1);
     let api_key = arg(&args, "--api-key");
+    let refuse_fields: Vec<String> = arg(&args, "--refuse-fields")
+        .map(|f| f.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
     // Loopback unless told (containers listen on their network).
     let bind = arg(&args, "--bind").unwrap_or_else(|| "127.0.0.1".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -675,6 +703,7 @@ fn main() -> io::Result<()> {
         let state = Arc::new(State {
             name,
             api_key,
+            refuse_fields,
             script: Mutex::new(VecDeque::new()),
             default: Mutex::new(Step::default()),
             hits: AtomicU64::new(0),
