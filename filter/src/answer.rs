@@ -94,7 +94,7 @@ impl<H: Host> RequestContext<H> {
             .current
             .as_ref()
             .and_then(|c| loaded.gw.providers.get(c.provider))
-            .and_then(|p| providers::back(p, api));
+            .and_then(|p| providers::back_for(p, &f.chat));
         f.hold = false;
         f.translation = None;
         f.remember_response = api.keeps_responses() && status == 200 && translated_by.is_none();

@@ -31,7 +31,14 @@ out["default"] = summary(client.embeddings.create(model=model, input="hello ther
 out["float"] = summary(
     client.embeddings.create(model=model, input=["one", "two words"], encoding_format="float", dimensions=4)
 )
-out["tokens"] = summary(client.embeddings.create(model=model, input=[[1, 2, 3], [4, 5]]))
+try:
+    out["tokens"] = summary(client.embeddings.create(model=model, input=[[1, 2, 3], [4, 5]]))
+except openai.APIStatusError as e:
+    out["tokens"] = {"class": type(e).__name__, "status": e.status_code, "message": e.message}
+# The same vector whether it came as base64 (decoded by the SDK) or floats.
+a = client.embeddings.create(model=model, input="hello there world").data[0].embedding
+b = client.embeddings.create(model=model, input="hello there world", encoding_format="float").data[0].embedding
+out["base64_equals_float"] = len(a) == len(b) > 0 and all(abs(x - y) < 1e-6 for x, y in zip(a, b))
 raw = client.embeddings.with_raw_response.create(model=model, input="hello there world")
 out["headers"] = {k: raw.headers.get(k) for k in ["x-portcullis-model", "x-portcullis-provider", "x-portcullis-cache"]}
 try:

@@ -2,7 +2,8 @@
 //! base64 decoded by the SDK, several inputs, token arrays, an unknown
 //! model), usage into the record and the token limit, the exact cache
 //! (apart from chat completions), only providers whose format serves
-//! embeddings, Azure's deployment path, and the body checks.
+//! embeddings, Azure's deployment path, Gemini's `batchEmbedContents`, and
+//! the body checks.
 mod common;
 use common::*;
 use portcullis_tests::*;
@@ -78,6 +79,71 @@ fn the_openai_sdk_embeds_through_the_gateway_and_the_record_has_the_usage() {
         .expect("the token-array record");
     assert_eq!(rec["completion_tokens"], 0);
     assert_eq!(rec["provider"], "primary");
+}
+
+#[test]
+fn the_openai_sdk_embeds_with_a_gemini_backed_model() {
+    // The backup speaks Gemini's API; its embedding model is served by
+    // `batchEmbedContents` (#26).
+    let plugin = test_plugin()
+        .replace(
+            "    host: backup.mock\n    base_path: /v1\n",
+            "    host: backup.mock\n    base_path: /v1beta\n    schema: gemini\n",
+        )
+        .replace(
+            "      - name: llama-3.1-8b\n",
+            "      - name: llama-3.1-8b\n      - {name: gemini-embed, id: gemini-embedding-001, apis: [embeddings]}\n",
+        );
+    assert!(plugin.contains("schema: gemini") && plugin.contains("gemini-embed"));
+    let s = Stack::start(&plugin, 1);
+    let v = sdk_script(
+        "embeddings_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, "gemini-embed"],
+    );
+    // "hello there world": 17 characters, 5 tokens estimated (Gemini
+    // reports none); "one" and "two words": 1 + 3.
+    assert_eq!(
+        v["default"],
+        json!({"model": "gemini-embed", "lengths": [8], "indexes": [0], "prompt_tokens": 5, "total_tokens": 5})
+    );
+    assert_eq!(
+        v["float"],
+        json!({"model": "gemini-embed", "lengths": [4, 4], "indexes": [0, 1], "prompt_tokens": 4, "total_tokens": 4})
+    );
+    assert_eq!(v["base64_equals_float"], true, "{v}");
+    assert_eq!(v["tokens"]["status"], 400, "{v}");
+    assert!(
+        v["tokens"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("token arrays"),
+        "{v}"
+    );
+    assert_eq!(v["headers"]["x-portcullis-provider"], "backup");
+    assert_eq!(v["missing"]["status"], 404);
+    // What Gemini got: its path, its key header, one request per input
+    // naming the path's model.
+    let sent = s.backup.requests();
+    let first = sent
+        .iter()
+        .find(|r| r["path"] == "/v1beta/models/gemini-embedding-001:batchEmbedContents")
+        .unwrap_or_else(|| panic!("no batchEmbedContents call in {sent:?}"));
+    assert_eq!(first["headers"]["x-goog-api-key"], BACKUP_KEY);
+    assert_eq!(first["headers"].get("authorization"), None);
+    assert_eq!(
+        first["body"],
+        json!({"requests": [{"model": "models/gemini-embedding-001", "content": {"parts": [{"text": "hello there world"}]}}]})
+    );
+    let dims = sent
+        .iter()
+        .find(|r| r["body"]["requests"][0]["outputDimensionality"] == 4)
+        .expect("the call with dimensions");
+    assert_eq!(dims["body"]["requests"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        s.primary.hits(),
+        0,
+        "the Gemini model is served by the backup only"
+    );
 }
 
 #[test]

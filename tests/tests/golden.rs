@@ -70,7 +70,7 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
     let back = providers::back(p, api);
     if let Some(answer) = case.get("provider_answer") {
         let bytes = serde_json::to_vec(answer).unwrap();
-        let client = match back {
+        let client = match &back {
             Some(b) => b
                 .answer(&bytes, 1_700_000_000)
                 .map_or(Value::Null, |a| json_or_text(&a)),

@@ -2,7 +2,8 @@
 //! `models/{id}:streamGenerateContent?alt=sse`, the key in
 //! `x-goog-api-key`. Chat completions are translated both ways (the
 //! request, a whole answer, a stream event by event, errors); Messages and
-//! Responses reach it through the pivot.
+//! Responses reach it through the pivot; embeddings go to
+//! `models/{id}:batchEmbedContents` ([`embeddings`]).
 //!
 //! Like every translation, this one reads bodies in place and writes typed
 //! structs ([`crate::borrowed`]): no JSON tree.
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
+pub mod embeddings;
 mod stream;
 pub use stream::Stream;
 
@@ -23,9 +25,11 @@ pub use stream::Stream;
 pub struct Gemini;
 
 impl super::Format for Gemini {
-    fn path(&self, p: &Provider, _api: Api, model_id: &str, stream: bool) -> String {
+    fn path(&self, p: &Provider, api: Api, model_id: &str, stream: bool) -> String {
         let model = super::path_segment(model_id);
-        if stream {
+        if api == Api::Embeddings {
+            format!("{}/models/{model}:batchEmbedContents", super::base(p))
+        } else if stream {
             format!(
                 "{}/models/{model}:streamGenerateContent?alt=sse",
                 super::base(p)
@@ -39,8 +43,15 @@ impl super::Format for Gemini {
         &self,
         p: &Provider,
         chat: &ChatRequest,
-        _model_id: &str,
+        model_id: &str,
     ) -> Result<super::Prepared, GatewayError> {
+        if chat.api == Api::Embeddings {
+            let (body, _) = embeddings::request(chat.body(), model_id, &chat.model)?;
+            return Ok(super::Prepared {
+                body: Some(body),
+                dropped: Vec::new(),
+            });
+        }
         let drop_unsupported = matches!(
             p.schema,
             Schema::Gemini {

@@ -69,7 +69,7 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Gemini { .. }, Api::ChatCompletions) => Translated,
         (Schema::Gemini { .. }, Api::Messages | Api::Responses) => ViaPivot,
         (Schema::Gemini { .. }, Api::CountTokens) => Local,
-        (Schema::Gemini { .. }, Api::Embeddings) => No,
+        (Schema::Gemini { .. }, Api::Embeddings) => Translated,
     }
 }
 
@@ -172,13 +172,15 @@ impl Stream {
 }
 
 /// Who turns a provider's answer back into the client's API's shape.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub enum Back {
     /// The provider's format, to the pivot (the client speaks it).
     Format(&'static dyn Format),
     /// The inbound API, from the pivot; first the provider's format to the
     /// pivot when it speaks another (`None`: it speaks the pivot).
     Api(Option<&'static dyn Format>, Api),
+    /// Gemini's embeddings, to OpenAI's (with what the request asked).
+    GeminiEmbeddings(gemini::embeddings::Answer),
 }
 
 impl Back {
@@ -188,6 +190,7 @@ impl Back {
             Back::Format(f) => f.answer(body, created),
             Back::Api(None, a) => a.answer_from_pivot(body),
             Back::Api(Some(f), a) => a.answer_from_pivot(&f.answer(body, created)?),
+            Back::GeminiEmbeddings(a) => gemini::embeddings::answer(body, a),
         }
     }
 
@@ -197,6 +200,7 @@ impl Back {
             Back::Format(f) => f.error(body, status),
             Back::Api(None, a) => a.error_from_pivot(body, status),
             Back::Api(Some(f), a) => a.error_from_pivot(&f.error(body, status), status),
+            Back::GeminiEmbeddings(_) => gemini::error(body, status),
         }
     }
 
@@ -209,12 +213,27 @@ impl Back {
                 Box::new(f.stream(created, true)?),
                 Box::new(a.stream_from_pivot(created)?),
             )),
+            Back::GeminiEmbeddings(_) => None,
         }
+    }
+}
+
+/// Who translates a provider's answers to a request back, if anyone (what
+/// the request asked that the answer's translation needs, read from it).
+pub fn back_for(p: &Provider, req: &ChatRequest) -> Option<Back> {
+    match (&p.schema, req.api) {
+        (Schema::Gemini { .. }, Api::Embeddings) => Some(Back::GeminiEmbeddings(
+            gemini::embeddings::answer_for(req.body(), &req.model),
+        )),
+        _ => back(p, req.api),
     }
 }
 
 /// Who translates a provider's answers to an API back, if anyone.
 pub fn back(p: &Provider, api: Api) -> Option<Back> {
+    if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::Embeddings)) {
+        return Some(Back::GeminiEmbeddings(Default::default()));
+    }
     match reach(&p.schema, api) {
         Reach::Translated => Some(Back::Format(format(&p.schema))),
         Reach::ViaPivot => Some(Back::Api(pivot_format(p), api)),

@@ -98,7 +98,7 @@ fn check(req: &Value) -> Result<Vec<(String, u64)>, Refusal> {
 }
 
 /// A deterministic unit-ish vector for a text.
-fn vector(text: &str, dims: usize) -> Vec<f32> {
+pub(crate) fn vector(text: &str, dims: usize) -> Vec<f32> {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     (0..dims)
         .map(|i| {

@@ -8,7 +8,9 @@
 //! call) and answer with real-shaped answers, SSE
 //! streams (each event a partial answer, the last with `finishReason` and
 //! the usage), usage (`usageMetadata`) and errors
-//! (`{"error":{"code","message","status"}}`).
+//! (`{"error":{"code","message","status"}}`). `:batchEmbedContents`
+//! checks its requests (each naming the path's model, text parts) and
+//! answers each with a deterministic vector.
 
 use super::{json_response, Body, State, Step};
 use hyper::body::Incoming;
@@ -203,7 +205,7 @@ pub async fn generate(
         return Ok(error(404, "NOT_FOUND", "mock: no model in the path"));
     };
     let stream = match method {
-        "generateContent" => false,
+        "generateContent" | "batchEmbedContents" => false,
         "streamGenerateContent" if query.split('&').any(|q| q == "alt=sse") => true,
         "streamGenerateContent" => {
             return Ok(error(
@@ -222,6 +224,12 @@ pub async fn generate(
             return Ok(error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key."))
         }
         _ => {}
+    }
+    if method == "batchEmbedContents" {
+        return Ok(match embed(&parsed, model) {
+            Ok(v) => json_response(200, &v),
+            Err(why) => error(400, "INVALID_ARGUMENT", &why),
+        });
     }
     if let Err(why) = check(&parsed) {
         return Ok(error(400, "INVALID_ARGUMENT", &why));
@@ -301,4 +309,69 @@ fn parts_empty(v: &Value) -> bool {
     v.pointer("/candidates/0/content/parts")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty)
+}
+
+/// `batchEmbedContents`: only `requests`, each with only Gemini's fields,
+/// its `model` the one in the path (`models/<model>`), one or more text
+/// parts, `outputDimensionality` above 0 when given; each answered with a
+/// deterministic vector (8 values unless asked).
+fn embed(req: &Value, model: &str) -> Result<Value, String> {
+    let obj = req.as_object().ok_or("mock: the body is not an object")?;
+    if let Some(k) = obj.keys().find(|k| *k != "requests") {
+        return Err(unknown("", k));
+    }
+    let items = obj
+        .get("requests")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .ok_or("* BatchEmbedContentsRequest.requests: contents is not specified")?;
+    let want = format!("models/{model}");
+    let mut out = Vec::new();
+    for (i, r) in items.iter().enumerate() {
+        let r = r.as_object().ok_or("mock: a request is not an object")?;
+        const ONE: &[&str] = &[
+            "model",
+            "content",
+            "taskType",
+            "title",
+            "outputDimensionality",
+        ];
+        if let Some(k) = r.keys().find(|k| !ONE.contains(&k.as_str())) {
+            return Err(unknown(&format!("requests[{i}]"), k));
+        }
+        if r.get("model").and_then(Value::as_str) != Some(want.as_str()) {
+            return Err(format!(
+                "Model {} in requests[{i}] differs from the model in the URL ({want})",
+                r.get("model").unwrap_or(&Value::Null)
+            ));
+        }
+        let parts = r
+            .get("content")
+            .and_then(|c| c.get("parts"))
+            .and_then(Value::as_array)
+            .filter(|p| !p.is_empty())
+            .ok_or(format!("* BatchEmbedContentsRequest.requests[{i}].content.parts: contents.parts must not be empty."))?;
+        let text: String = parts
+            .iter()
+            .map(|p| {
+                p.get("text")
+                    .and_then(Value::as_str)
+                    .ok_or(format!("mock: requests[{i}]: only text parts are embedded"))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
+        let dims = match r.get("outputDimensionality") {
+            None => 8,
+            Some(d) => match d.as_u64().filter(|d| (1..=3072).contains(d)) {
+                Some(d) => d as usize,
+                None => {
+                    return Err(format!(
+                        "requests[{i}].outputDimensionality must be between 1 and 3072"
+                    ))
+                }
+            },
+        };
+        out.push(json!({"values": super::embeddings::vector(&text, dims)}));
+    }
+    Ok(json!({"embeddings": out}))
 }
