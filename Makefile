@@ -8,13 +8,19 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm
 	cargo build --release -p portcullis-tests --bin portcullis-mock
 	cargo build --release -p portcullis-collector --bin portcullis-collector
 	cargo build --release -p portcullis-limiter --bin portcullis-limiter
 	ENVOY="$(ENVOY)" scripts/run.sh
+
+# The compose fleet, up and healthy, with either Compose (v2's
+# `docker compose` or Debian 12's `docker-compose` 1.29, which has no
+# --wait): scripts/compose-up.sh.
+compose-up: images
+	scripts/compose-up.sh
 
 reload:
 	envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
