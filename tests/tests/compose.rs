@@ -348,30 +348,19 @@ impl Drop for Fleet {
 /// the fleet.
 fn plugin() -> String {
     let p = shipped_plugin();
-    let clients = format!(
-        "clients:
-  - name: compose-fleet
-    key_sha256: {}
-    limits: {{requests_per_minute: 10, scope: global}}
-  - name: compose-cut
-    key_sha256: {}
-    limits: {{requests_per_minute: 5, scope: global}}
-  - name: compose-pause
-    key_sha256: {}
-    limits: {{requests_per_minute: 20, scope: global}}
-  - name: compose-redis
-    key_sha256: {}
-    limits: {{requests_per_minute: 20, scope: global}}
-  - name: compose-back
-    key_sha256: {}
-    limits: {{requests_per_minute: 1000000, scope: global}}
-",
-        key_hash(FLEET_KEY),
-        key_hash(CUT_KEY),
-        key_hash(PAUSE_KEY),
-        key_hash(REDIS_KEY),
-        key_hash(BACK_KEY)
-    );
+    let mut clients = String::from("clients:\n");
+    for (name, key, per_minute) in [
+        ("compose-fleet", FLEET_KEY, 10),
+        ("compose-cut", CUT_KEY, 5),
+        ("compose-pause", PAUSE_KEY, 20),
+        ("compose-redis", REDIS_KEY, 20),
+        ("compose-back", BACK_KEY, 1_000_000),
+    ] {
+        clients += &format!(
+            "  - name: {name}\n    key_sha256: {}\n    limits: {{requests_per_minute: {per_minute}, scope: global}}\n",
+            key_hash(key)
+        );
+    }
     let p = p.replacen("clients:\n", &clients, 1);
     let line = "  # global: {cluster: portcullis_ratelimit";
     assert!(
@@ -523,6 +512,11 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
         fleet.published("envoy-a", 9901),
         fleet.published("envoy-b", 9901),
     );
+    // A global-limit stat of each replica.
+    let both = |stat: &str| {
+        let name = format!("wasmcustom.portcullis.global.{stat}");
+        (stat_at(admins.0, &name), stat_at(admins.1, &name))
+    };
     let back = |what: &str, before: (u64, u64)| {
         let t = Instant::now();
         let (mut i, mut a_back, mut b_back) = (0, false, false);
@@ -534,8 +528,9 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
                 let r = fleet.chat(BACK_KEY, &format!("back {what} {i}"));
                 i += 1;
                 assert_eq!(r.status, 200, "{}", r.body);
-                a_back |= stat_at(admins.0, "wasmcustom.portcullis.global.to_service") > before.0;
-                b_back |= stat_at(admins.1, "wasmcustom.portcullis.global.to_service") > before.1;
+                let now = both("to_service");
+                a_back |= now.0 > before.0;
+                b_back |= now.1 > before.1;
                 (a_back && b_back).then_some(())
             },
         );
@@ -544,17 +539,11 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
             t.elapsed()
         );
     };
-    let to_service = || {
-        (
-            stat_at(admins.0, "wasmcustom.portcullis.global.to_service"),
-            stat_at(admins.1, "wasmcustom.portcullis.global.to_service"),
-        )
-    };
     for (what, key) in [
         ("the limiter paused", PAUSE_KEY),
         ("Redis stopped", REDIS_KEY),
     ] {
-        let before = to_service();
+        let (before, shares_before) = (both("to_service"), both("share_admitted"));
         if key == PAUSE_KEY {
             run(Command::new("docker").args(["pause", &limiter]));
         } else {
@@ -586,6 +575,12 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
         assert!(
             on_a + on_b <= 20 + 2 * refill && on_a >= 1 && on_b >= 1,
             "{what}: admitted {on_a} on a and {on_b} on b of 60 for a fleet limit of 20 (burst {took:?})"
+        );
+        // Each replica decided by its share, not by a late answer.
+        let shares = both("share_admitted");
+        assert!(
+            shares.0 > shares_before.0 && shares.1 > shares_before.1,
+            "{what}: both replicas counted their shares: {shares_before:?} -> {shares:?}"
         );
         eprintln!("{what}: admitted {on_a} + {on_b} of 60 in {took:?}");
         back(what, before);

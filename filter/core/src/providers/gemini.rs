@@ -46,9 +46,8 @@ impl super::Format for Gemini {
         model_id: &str,
     ) -> Result<super::Prepared, GatewayError> {
         if chat.api == Api::Embeddings {
-            let (body, _) = embeddings::request(chat.body(), model_id, &chat.model)?;
             return Ok(super::Prepared {
-                body: Some(body),
+                body: Some(embeddings::request(chat.body(), model_id)?),
                 dropped: Vec::new(),
             });
         }

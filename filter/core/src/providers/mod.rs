@@ -286,9 +286,19 @@ pub fn request_body(
         Reach::ViaPivot => {
             let (body, mut dropped) = api.to_pivot(req, model_id)?;
             let Some(f) = pivot_format(p) else {
-                let (body, removed) = drop_fields(p, body)?;
-                // `stream_options` in the pivot is the gateway's own.
-                dropped.extend(removed.into_iter().filter(|f| f != "stream_options"));
+                let body = match drop_fields(p, &body)? {
+                    Some(rewritten) => {
+                        // `stream_options` in the pivot is the gateway's own.
+                        dropped.extend(
+                            rewritten
+                                .dropped
+                                .into_iter()
+                                .filter(|f| f != "stream_options"),
+                        );
+                        rewritten.body.unwrap_or(body)
+                    }
+                    None => body,
+                };
                 return Ok(Prepared {
                     body: Some(body),
                     dropped,
@@ -312,17 +322,12 @@ pub fn request_body(
             } else {
                 Some(req.body_for_with(model_id, ask)?)
             };
-            if p.drop_fields.is_empty() {
-                return Ok(Prepared {
+            Ok(
+                drop_fields(p, body.as_deref().unwrap_or(req.body()))?.unwrap_or(Prepared {
                     body,
                     dropped: Vec::new(),
-                });
-            }
-            let (body, dropped) = drop_fields(p, body.unwrap_or_else(|| req.body().to_vec()))?;
-            Ok(Prepared {
-                body: Some(body),
-                dropped,
-            })
+                }),
+            )
         }
         Reach::Local | Reach::No => Err(GatewayError::internal(format!(
             "routing chose provider `{}`, which does not serve {}",
@@ -332,17 +337,18 @@ pub fn request_body(
     }
 }
 
-/// The body without the provider's `drop_fields` (top level), and which
-/// of them it had. A body that names none of them is not parsed.
-fn drop_fields(p: &Provider, body: Vec<u8>) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
+/// The body without the provider's `drop_fields` (top level) and which of
+/// them it had; `None` when it has none of them (a body that does not name
+/// one is not parsed).
+fn drop_fields(p: &Provider, body: &[u8]) -> Result<Option<Prepared>, GatewayError> {
     let named = |f: &String| {
         let quoted = format!("\"{f}\"");
         body.windows(quoted.len()).any(|w| w == quoted.as_bytes())
     };
     if !p.drop_fields.iter().any(named) {
-        return Ok((body, Vec::new()));
+        return Ok(None);
     }
-    let mut doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body)
+    let mut doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
         .map_err(|e| GatewayError::bad_request("invalid_json", format!("request body: {e}")))?;
     let dropped: Vec<String> = p
         .drop_fields
@@ -351,11 +357,14 @@ fn drop_fields(p: &Provider, body: Vec<u8>) -> Result<(Vec<u8>, Vec<String>), Ga
         .cloned()
         .collect();
     if dropped.is_empty() {
-        return Ok((body, dropped));
+        return Ok(None);
     }
     let body = serde_json::to_vec(&doc)
         .map_err(|e| GatewayError::internal(format!("request rewrite: {e}")))?;
-    Ok((body, dropped))
+    Ok(Some(Prepared {
+        body: Some(body),
+        dropped,
+    }))
 }
 
 /// The credential header for a provider key.

@@ -405,13 +405,13 @@ fn drop_fields_leave_out_what_the_service_refuses_and_say_which() {
     // A stream that asked nothing: nothing added, nothing dropped.
     let s = chat(json!({"model": "m", "messages": msgs, "stream": true}));
     let out = request_body(&p, Api::ChatCompletions, &s, "m", true).unwrap();
-    assert_eq!(out.body.as_deref(), Some(s.body()));
+    assert_eq!(out.body, None, "the client's bytes as they are, not copied");
     assert!(out.dropped.is_empty());
     // A field's name inside a message is not the field.
     let c =
         chat(json!({"model": "m", "messages": [{"role": "user", "content": "\"logit_bias\"?"}]}));
     let out = request_body(&p, Api::ChatCompletions, &c, "m", true).unwrap();
-    assert_eq!(out.body.as_deref(), Some(c.body()));
+    assert_eq!(out.body, None, "the client's bytes as they are, not copied");
     assert!(out.dropped.is_empty());
     // Messages through the pivot: the pivot's own stream_options out, not
     // reported as the client's.

@@ -81,22 +81,27 @@ fn read(body: &[u8]) -> Result<In<'_>, GatewayError> {
     serde_json::from_slice(body).map_err(|e| bad(format!("embeddings request: {e}")))
 }
 
-/// The body for `batchEmbedContents`, and what the answer needs.
-pub fn request(
-    body: &[u8],
-    model_id: &str,
-    model: &str,
-) -> Result<(Vec<u8>, Answer), GatewayError> {
+/// The inputs' tokens as the gateway estimates them: 4 characters a token,
+/// rounded up per input.
+fn estimate(texts: &[&str]) -> u64 {
+    texts
+        .iter()
+        .map(|t| (t.chars().count() as u64).div_ceil(4))
+        .fold(0, u64::saturating_add)
+}
+
+/// The body for `batchEmbedContents`.
+pub fn request(body: &[u8], model_id: &str) -> Result<Vec<u8>, GatewayError> {
     let req = read(body)?;
-    let base64 = match req.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(other) => {
-            return Err(bad(format!(
-                "`encoding_format` `{other}` is not one of float, base64"
-            )))
-        }
-    };
+    if !matches!(
+        req.encoding_format.as_deref(),
+        None | Some("float" | "base64")
+    ) {
+        return Err(bad(format!(
+            "`encoding_format` `{}` is not one of float, base64",
+            req.encoding_format.as_deref().unwrap_or_default()
+        )));
+    }
     if req.dimensions == Some(0) {
         return Err(bad("`dimensions` must be at least 1"));
     }
@@ -114,40 +119,23 @@ pub fn request(
             })
             .collect(),
     };
-    let prompt_tokens = texts
-        .iter()
-        .map(|t| (t.chars().count() as u64).div_ceil(4))
-        .fold(0, u64::saturating_add);
-    let body = serde_json::to_vec(&batch)
-        .map_err(|e| GatewayError::internal(format!("embeddings request: {e}")))?;
-    Ok((
-        body,
-        Answer {
-            base64,
-            prompt_tokens,
-            model: model.to_string(),
-        },
-    ))
+    serde_json::to_vec(&batch)
+        .map_err(|e| GatewayError::internal(format!("embeddings request: {e}")))
 }
 
-/// What the answer needs, read again from the client's body (`None`: it
-/// does not read as an embeddings request; the answer then has floats and
-/// no estimate).
+/// What the answer's translation needs, read from the client's body (one
+/// that does not read, which [`request`] refused, gets floats and no
+/// estimate).
 pub fn answer_for(body: &[u8], model: &str) -> Answer {
-    let Ok(req) = read(body) else {
-        return Answer {
-            model: model.to_string(),
-            ..Answer::default()
-        };
-    };
-    let prompt_tokens = texts(&req.input)
-        .unwrap_or_default()
-        .iter()
-        .map(|t| (t.chars().count() as u64).div_ceil(4))
-        .fold(0, u64::saturating_add);
+    let req = read(body).ok();
     Answer {
-        base64: req.encoding_format.as_deref() == Some("base64"),
-        prompt_tokens,
+        base64: req
+            .as_ref()
+            .is_some_and(|r| r.encoding_format.as_deref() == Some("base64")),
+        prompt_tokens: req
+            .as_ref()
+            .and_then(|r| texts(&r.input).ok())
+            .map_or(0, |t| estimate(&t)),
         model: model.to_string(),
     }
 }
@@ -265,12 +253,8 @@ mod tests {
 
     #[test]
     fn inputs_become_one_request_each_and_vectors_come_back_in_either_encoding() {
-        let (body, a) = request(
-            br#"{"model":"emb","input":["hello world","abc"],"dimensions":3,"encoding_format":"base64","user":"u1"}"#,
-            "gemini-embedding-001",
-            "emb",
-        )
-        .unwrap();
+        let client = br#"{"model":"emb","input":["hello world","abc"],"dimensions":3,"encoding_format":"base64","user":"u1"}"#;
+        let body = request(client, "gemini-embedding-001").unwrap();
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
@@ -279,6 +263,7 @@ mod tests {
                 {"model": "models/gemini-embedding-001", "content": {"parts": [{"text": "abc"}]}, "outputDimensionality": 3}
             ]})
         );
+        let a = answer_for(client, "emb");
         assert_eq!(
             a,
             Answer {
@@ -286,13 +271,6 @@ mod tests {
                 prompt_tokens: 3 + 1,
                 model: "emb".into()
             }
-        );
-        assert_eq!(
-            answer_for(
-                br#"{"model":"emb","input":["hello world","abc"],"encoding_format":"base64"}"#,
-                "emb"
-            ),
-            a
         );
         let gemini = br#"{"embeddings":[{"values":[1.0,-0.5,0.25]},{"values":[0,0,1]}]}"#;
         let out: Value = serde_json::from_slice(&answer(gemini, &a).unwrap()).unwrap();
@@ -326,7 +304,7 @@ mod tests {
             ),
             (r#"{"model":"e","input":"x","dimensions":0}"#, "at least 1"),
         ] {
-            let e = request(body.as_bytes(), "g", "e").unwrap_err();
+            let e = request(body.as_bytes(), "g").unwrap_err();
             assert_eq!(e.status, 400);
             assert!(e.message.contains(says), "{body}: {}", e.message);
         }
