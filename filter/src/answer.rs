@@ -194,6 +194,13 @@ impl<H: Host> RequestContext<H> {
         Some(capped)
     }
 
+    /// Whether the answer is a stream translated to the client's events.
+    fn translates_stream(&self) -> bool {
+        self.flight
+            .as_ref()
+            .is_some_and(|f| matches!(f.translation, Some(Translation::Stream(_))))
+    }
+
     /// Whether the router's answer is held whole (output checks, a
     /// translation).
     fn holds_answer(&self) -> bool {
@@ -342,6 +349,13 @@ impl<H: Host> RequestContext<H> {
         {
             // A translated answer has its own length.
             let _ = self.host.set_header(Part::Response, "content-length", None);
+        }
+        if self.translates_stream() {
+            // Server-sent events, whatever the provider's framing (AWS's
+            // binary event stream).
+            let _ = self
+                .host
+                .set_header(Part::Response, "content-type", Some("text/event-stream"));
         }
         if self.holds_answer() {
             if end_of_stream {
@@ -518,6 +532,7 @@ impl<H: Host> RequestContext<H> {
         if let Some(clean) = self.scrubbed_error(status, &body) {
             body = clean;
         }
+        let translated_stream = self.translates_stream();
         if let Some(out) = self.answer_chunk(&body, true) {
             body = out;
         }
@@ -535,18 +550,23 @@ impl<H: Host> RequestContext<H> {
             })
             .collect();
         let ours = self.gateway_headers();
+        let event_stream = translated_stream;
         let mut hdrs: Vec<(&str, &[u8])> = resp
             .iter()
             .filter(|(k, _)| {
-                !k.starts_with(':')
-                    && !matches!(
+                let hop_or_length = k.starts_with(':')
+                    || matches!(
                         k.as_str(),
                         "content-length" | "transfer-encoding" | "connection" | "keep-alive"
-                    )
-                    && !headers::is_gateway_header(k)
+                    );
+                let replaced = event_stream && k == "content-type";
+                !(hop_or_length || replaced || headers::is_gateway_header(k))
             })
             .map(|(k, v)| (k.as_str(), v.as_slice()))
             .collect();
+        if event_stream {
+            hdrs.push(("content-type", b"text/event-stream"));
+        }
         hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
         self.send(status, &hdrs, &body);
     }

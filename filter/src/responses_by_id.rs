@@ -103,7 +103,7 @@ impl<H: Host> RequestContext<H> {
                 .credentials
                 .get(index)
                 .and_then(Option::as_ref)
-                .map(|(name, value)| (*name, value.as_str())),
+                .map(|(name, value)| (*name, std::borrow::Cow::Borrowed(value.as_str()))),
             body: None,
             extra: providers::extra_headers(p),
             retries: None,

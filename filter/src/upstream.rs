@@ -8,10 +8,13 @@ use crate::context::RequestContext;
 use crate::flight::Call;
 use crate::host::{Host, Part};
 use crate::loaded::Loaded;
+use portcullis_core::config::Schema;
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::providers;
+use portcullis_core::sigv4;
 use proxy_wasm::types::{LogLevel, Status};
+use std::borrow::Cow;
 
 pub struct UpstreamRequest<'a> {
     pub cluster: &'a str,
@@ -25,8 +28,8 @@ pub struct UpstreamRequest<'a> {
     /// provider's `stream_timeout_ms`.
     pub stream: bool,
     pub stream_timeout_ms: u64,
-    /// The provider's credential header, when it has a key.
-    pub credential: Option<(&'static str, &'a str)>,
+    /// The provider's credential header, when it has a key (or signs).
+    pub credential: Option<(&'static str, Cow<'a, str>)>,
     /// The body for this provider; `None`: the client's bytes as they are.
     pub body: Option<Vec<u8>>,
     /// Headers the provider's API requires (e.g. `anthropic-version`).
@@ -55,7 +58,7 @@ impl<H: Host> RequestContext<H> {
         let api = self.request.api;
         let prepared = providers::request_body(p, api, &flight.chat, model_id, flight.usage_chunk)?;
         flight.dropped = prepared.dropped;
-        Ok(UpstreamRequest {
+        let mut up = UpstreamRequest {
             cluster: &p.cluster,
             path: providers::path(p, api, model_id, flight.chat.stream),
             authority: &p.host,
@@ -66,7 +69,7 @@ impl<H: Host> RequestContext<H> {
                 .credentials
                 .get(provider)
                 .and_then(Option::as_ref)
-                .map(|(name, value)| (*name, value.as_str())),
+                .map(|(name, value)| (*name, Cow::Borrowed(value.as_str()))),
             body: match prepared.body {
                 // The client's bytes are not what the checks left.
                 None if flight.rewritten => Some(flight.chat.body().to_vec()),
@@ -74,7 +77,33 @@ impl<H: Host> RequestContext<H> {
             },
             extra: providers::extra_headers(p),
             retries: p.retries.as_ref(),
-        })
+        };
+        if let (Schema::Bedrock { region, .. }, Some(keys)) =
+            (&p.schema, loaded.aws.get(provider).and_then(Option::as_ref))
+        {
+            // Signed last, over the final body, as it is sent.
+            let (path, query) = up.path.split_once('?').unwrap_or((&up.path, ""));
+            let body = up.body.as_deref().unwrap_or(flight.chat.body());
+            let scope = sigv4::Scope {
+                region,
+                service: providers::bedrock::SIGNING_SERVICE,
+            };
+            let req = sigv4::Request {
+                method: "POST",
+                path,
+                query,
+                host: &p.host,
+                body,
+            };
+            for (name, value) in sigv4::sign(keys, &scope, &req, self.host.now_ms() / 1000) {
+                if name == "authorization" {
+                    up.credential = Some((name, Cow::Owned(value)));
+                } else {
+                    up.extra.push((name, value));
+                }
+            }
+        }
+        Ok(up)
     }
 
     /// The first attempt: rewrite the client's request for Envoy's router,
@@ -160,7 +189,7 @@ impl<H: Host> RequestContext<H> {
         }
         hdrs.extend(forwarded.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         if let Some((name, value)) = &up.credential {
-            hdrs.push((name, value));
+            hdrs.push((name, value.as_ref()));
         }
         hdrs.extend(up.extra.iter().map(|(k, v)| (*k, v.as_str())));
         let client_body;

@@ -10,6 +10,7 @@ pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Ga
     for (i, p) in raw.providers.iter_mut().enumerate() {
         let at = format!("providers[{i}] ({})", p.name);
         p.apply_preset(&at, problems);
+        p.apply_bedrock(&at, problems);
     }
     let by_name = models::check_providers(&raw.providers, problems);
     let order = models::chain_order(&raw, &by_name, problems);

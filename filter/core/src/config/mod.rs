@@ -102,6 +102,16 @@ pub enum Schema {
         /// request.
         drop_unsupported: bool,
     },
+    /// AWS Bedrock's Converse API, each request signed with SigV4.
+    Bedrock {
+        /// The AWS region signed for.
+        region: String,
+        /// The prefix of the credentials' environment variables.
+        env_prefix: String,
+        /// Drop fields Converse cannot honour instead of refusing the
+        /// request.
+        drop_unsupported: bool,
+    },
 }
 
 impl Schema {
@@ -112,6 +122,7 @@ impl Schema {
             Schema::AzureOpenAi { .. } => "azure_openai",
             Schema::Anthropic { .. } => "anthropic",
             Schema::Gemini { .. } => "gemini",
+            Schema::Bedrock { .. } => "bedrock",
         }
     }
 }

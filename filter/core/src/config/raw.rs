@@ -442,7 +442,8 @@ pub(super) struct RawProvider {
     pub(super) models: Vec<RawModel>,
     #[serde(default)]
     pub(super) breaker: Option<RawBreaker>,
-    /// `openai` (default), `azure_openai` or `anthropic`.
+    /// `openai` (default), `azure_openai`, `anthropic`, `gemini` or
+    /// `bedrock`.
     #[serde(default)]
     pub(super) schema: Option<String>,
     /// Azure: the `api-version` query parameter.
@@ -454,9 +455,19 @@ pub(super) struct RawProvider {
     /// Anthropic: `max_tokens` for requests that name none.
     #[serde(default)]
     pub(super) default_max_tokens: Option<u64>,
-    /// Anthropic: drop the fields it cannot honour instead of a 400.
+    /// Anthropic, Gemini and Bedrock: drop the fields it cannot honour
+    /// instead of a 400.
     #[serde(default)]
     pub(super) drop_unsupported: bool,
+    /// Bedrock: the AWS region (required); the default `host` is
+    /// `bedrock-runtime.<region>.amazonaws.com`.
+    #[serde(default)]
+    pub(super) region: Option<String>,
+    /// Bedrock: the prefix of the environment variables holding its
+    /// credentials (`<prefix>AWS_ACCESS_KEY_ID`, `<prefix>AWS_SECRET_ACCESS_KEY`,
+    /// `<prefix>AWS_SESSION_TOKEN`); default none (AWS's own names).
+    #[serde(default)]
+    pub(super) aws_env_prefix: Option<String>,
     /// Tries of the same provider before falling over (Envoy's retries).
     #[serde(default)]
     pub(super) retries: Option<RawRetries>,
@@ -581,6 +592,52 @@ impl RawProvider {
         }
     }
 
+    /// Fill Bedrock's defaults: the regional runtime host, paths from the
+    /// root.
+    pub(super) fn apply_bedrock(&mut self, at: &str, problems: &mut Vec<String>) {
+        if self.schema.as_deref() != Some("bedrock") {
+            for (k, on) in [
+                ("region", self.region.is_some()),
+                ("aws_env_prefix", self.aws_env_prefix.is_some()),
+            ] {
+                if on {
+                    problems.push(format!("{at}: `{k}` applies to schema `bedrock` only"));
+                }
+            }
+            return;
+        }
+        let region = self.region.as_deref().unwrap_or("");
+        if region.is_empty()
+            || !region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            problems.push(format!(
+                "{at}: schema `bedrock` needs `region` (an AWS region such as us-east-1; got `{region}`)"
+            ));
+        }
+        if self.api_key_env.is_some() {
+            problems.push(format!(
+                "{at}: schema `bedrock` signs with AWS credentials, not a key: use `aws_env_prefix` (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in Envoy's environment) instead of `api_key_env`"
+            ));
+        }
+        if let Some(prefix) = self
+            .aws_env_prefix
+            .as_deref()
+            .filter(|p| !super::valid_env_name(&format!("{p}AWS_ACCESS_KEY_ID")))
+        {
+            problems.push(format!(
+                "{at}: `aws_env_prefix` `{prefix}` does not make environment variable names"
+            ));
+        }
+        if self.host.is_empty() && !region.is_empty() {
+            self.host = format!("bedrock-runtime.{region}.amazonaws.com");
+        }
+        if self.base_path.is_none() {
+            self.base_path = Some(String::new());
+        }
+    }
+
     pub(super) fn schema(&self, at: &str, problems: &mut Vec<String>) -> super::Schema {
         use super::Schema;
         let schema = self.schema.as_deref().unwrap_or("openai");
@@ -603,9 +660,9 @@ impl RawProvider {
         if schema != "openai" && self.drop_fields.as_ref().is_some_and(|f| !f.is_empty()) {
             misplaced("drop_fields", "openai", problems);
         }
-        if !matches!(schema, "anthropic" | "gemini") && self.drop_unsupported {
+        if !matches!(schema, "anthropic" | "gemini" | "bedrock") && self.drop_unsupported {
             problems.push(format!(
-                "{at}: `drop_unsupported` applies to schemas `anthropic` and `gemini` only"
+                "{at}: `drop_unsupported` applies to schemas `anthropic`, `gemini` and `bedrock` only"
             ));
         }
         match schema {
@@ -634,9 +691,14 @@ impl RawProvider {
             "gemini" => Schema::Gemini {
                 drop_unsupported: self.drop_unsupported,
             },
+            "bedrock" => Schema::Bedrock {
+                region: self.region.clone().unwrap_or_default(),
+                env_prefix: self.aws_env_prefix.clone().unwrap_or_default(),
+                drop_unsupported: self.drop_unsupported,
+            },
             other => {
                 problems.push(format!(
-                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic, gemini"
+                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic, gemini, bedrock"
                 ));
                 Schema::OpenAi
             }

@@ -449,6 +449,60 @@ fn a_models_apis_are_known_apis_its_providers_format_serves() {
 }
 
 #[test]
+fn a_bedrock_provider_needs_a_region_and_gets_its_host_and_paths() {
+    let yaml = |extra: &str| {
+        format!(
+            "providers:\n  - name: b\n    cluster: b\n    schema: bedrock\n{extra}    models: [{{name: claude, id: \"anthropic.claude-3-haiku-20240307-v1:0\"}}]\nclients:\n  - name: c\n    key_sha256: \"0000000000000000000000000000000000000000000000000000000000000001\"\n"
+        )
+    };
+    let g = compile(yaml("    region: eu-west-3\n    aws_env_prefix: PROD_\n").as_bytes()).unwrap();
+    let p = &g.providers[0];
+    assert_eq!(
+        p.schema,
+        Schema::Bedrock {
+            region: "eu-west-3".into(),
+            env_prefix: "PROD_".into(),
+            drop_unsupported: false
+        }
+    );
+    assert_eq!(p.host, "bedrock-runtime.eu-west-3.amazonaws.com");
+    let path = |api, stream| {
+        crate::providers::path(p, api, "anthropic.claude-3-haiku-20240307-v1:0", stream)
+    };
+    assert_eq!(
+        path(crate::api::Api::ChatCompletions, false),
+        "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse"
+    );
+    assert_eq!(
+        path(crate::api::Api::Messages, true),
+        "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream"
+    );
+    // A host of one's own (a VPC endpoint) stays.
+    let g = compile(yaml("    region: us-east-1\n    host: vpce.example\n").as_bytes()).unwrap();
+    assert_eq!(g.providers[0].host, "vpce.example");
+    // Every problem in one report.
+    let e =
+        compile(yaml("    api_key_env: KEY\n    aws_env_prefix: \"1-\"\n").as_bytes()).unwrap_err();
+    for says in [
+        "schema `bedrock` needs `region`",
+        "instead of `api_key_env`",
+        "`aws_env_prefix` `1-` does not make environment variable names",
+    ] {
+        assert!(e.contains(says), "{says}: {e}");
+    }
+    let e = compile(
+        yaml("    region: us-east-1\n")
+            .replace("schema: bedrock", "schema: openai\n    host: h")
+            .as_bytes(),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("`region` applies to schema `bedrock` only"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
     let yaml = |extra: &str| {
         format!(
@@ -491,7 +545,9 @@ fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
     )
     .unwrap_err();
     assert!(
-        e.contains("`drop_unsupported` applies to schemas `anthropic` and `gemini` only"),
+        e.contains(
+            "`drop_unsupported` applies to schemas `anthropic`, `gemini` and `bedrock` only"
+        ),
         "{e}"
     );
     let e = compile(

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 mod body;
 pub use body::{answer, finish_reason, request, usage};
-pub(crate) use body::{tool_use_block, Block};
+pub(crate) use body::{tool_use_block, Block, ChatUsage};
 
 /// Anthropic's Messages API as a provider format: `/v1/messages` passes
 /// to it as it is, chat completions are translated both ways.

@@ -15,6 +15,7 @@
 
 pub mod anthropic;
 pub mod azure_openai;
+pub mod bedrock;
 pub mod gemini;
 pub mod openai;
 pub mod presets;
@@ -70,6 +71,10 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Gemini { .. }, Api::Messages | Api::Responses) => ViaPivot,
         (Schema::Gemini { .. }, Api::CountTokens) => Local,
         (Schema::Gemini { .. }, Api::Embeddings) => Translated,
+        (Schema::Bedrock { .. }, Api::ChatCompletions) => Translated,
+        (Schema::Bedrock { .. }, Api::Messages | Api::Responses) => ViaPivot,
+        (Schema::Bedrock { .. }, Api::CountTokens) => Local,
+        (Schema::Bedrock { .. }, Api::Embeddings) => No,
     }
 }
 
@@ -124,6 +129,7 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
         Schema::AzureOpenAi { .. } => &azure_openai::AzureOpenAi,
         Schema::Anthropic { .. } => &anthropic::Anthropic,
         Schema::Gemini { .. } => &gemini::Gemini,
+        Schema::Bedrock { .. } => &bedrock::Bedrock,
     }
 }
 
@@ -133,6 +139,7 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
 pub enum Stream {
     Anthropic(anthropic::Stream),
     Gemini(gemini::Stream),
+    Bedrock(bedrock::Stream),
     ChatToMessages(crate::api::messages::FromChatStream),
     ChatToResponses(crate::api::responses::FromChatStream),
     /// A format's stream to the pivot, then the pivot to the API.
@@ -145,6 +152,7 @@ impl Stream {
         match self {
             Stream::Anthropic(s) => s.push(bytes),
             Stream::Gemini(s) => s.push(bytes),
+            Stream::Bedrock(s) => s.push(bytes),
             Stream::ChatToMessages(s) => s.push(bytes),
             Stream::ChatToResponses(s) => s.push(bytes),
             Stream::Chain(first, then) => {
@@ -159,6 +167,7 @@ impl Stream {
         match self {
             Stream::Anthropic(s) => s.finish(),
             Stream::Gemini(s) => s.finish(),
+            Stream::Bedrock(s) => s.finish(),
             Stream::ChatToMessages(s) => s.finish(),
             Stream::ChatToResponses(s) => s.finish(),
             Stream::Chain(first, then) => {
@@ -181,6 +190,10 @@ pub enum Back {
     Api(Option<&'static dyn Format>, Api),
     /// Gemini's embeddings, to OpenAI's (with what the request asked).
     GeminiEmbeddings(gemini::embeddings::Answer),
+    /// Bedrock's Converse, to the pivot naming the client's model (its
+    /// answers name none), then to the inbound API when it is not the
+    /// pivot.
+    Bedrock { model: String, api: Option<Api> },
 }
 
 impl Back {
@@ -191,6 +204,11 @@ impl Back {
             Back::Api(None, a) => a.answer_from_pivot(body),
             Back::Api(Some(f), a) => a.answer_from_pivot(&f.answer(body, created)?),
             Back::GeminiEmbeddings(a) => gemini::embeddings::answer(body, a),
+            Back::Bedrock { model, api: None } => bedrock::answer(body, created, model),
+            Back::Bedrock {
+                model,
+                api: Some(a),
+            } => a.answer_from_pivot(&bedrock::answer(body, created, model)?),
         }
     }
 
@@ -201,6 +219,10 @@ impl Back {
             Back::Api(None, a) => a.error_from_pivot(body, status),
             Back::Api(Some(f), a) => a.error_from_pivot(&f.error(body, status), status),
             Back::GeminiEmbeddings(_) => gemini::error(body, status),
+            Back::Bedrock { api: None, .. } => bedrock::error(body, status),
+            Back::Bedrock { api: Some(a), .. } => {
+                a.error_from_pivot(&bedrock::error(body, status), status)
+            }
         }
     }
 
@@ -214,6 +236,20 @@ impl Back {
                 Box::new(a.stream_from_pivot(created)?),
             )),
             Back::GeminiEmbeddings(_) => None,
+            Back::Bedrock { model, api } => {
+                let s = Stream::Bedrock(bedrock::Stream::new(
+                    created,
+                    emit_usage || api.is_some(),
+                    model,
+                ));
+                match api {
+                    None => Some(s),
+                    Some(a) => Some(Stream::Chain(
+                        Box::new(s),
+                        Box::new(a.stream_from_pivot(created)?),
+                    )),
+                }
+            }
         }
     }
 }
@@ -225,6 +261,7 @@ pub fn back_for(p: &Provider, req: &ChatRequest) -> Option<Back> {
         (Schema::Gemini { .. }, Api::Embeddings) => Some(Back::GeminiEmbeddings(
             gemini::embeddings::answer_for(req.body(), &req.model),
         )),
+        (Schema::Bedrock { .. }, api) => bedrock_back(p, api, &req.model),
         _ => back(p, req.api),
     }
 }
@@ -234,9 +271,25 @@ pub fn back(p: &Provider, api: Api) -> Option<Back> {
     if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::Embeddings)) {
         return Some(Back::GeminiEmbeddings(Default::default()));
     }
+    if matches!(p.schema, Schema::Bedrock { .. }) {
+        return bedrock_back(p, api, "");
+    }
     match reach(&p.schema, api) {
         Reach::Translated => Some(Back::Format(format(&p.schema))),
         Reach::ViaPivot => Some(Back::Api(pivot_format(p), api)),
+        Reach::Direct | Reach::Local | Reach::No => None,
+    }
+}
+
+/// Bedrock's way back for an API, its answers naming `model`.
+fn bedrock_back(p: &Provider, api: Api, model: &str) -> Option<Back> {
+    let model = model.to_string();
+    match reach(&p.schema, api) {
+        Reach::Translated => Some(Back::Bedrock { model, api: None }),
+        Reach::ViaPivot => Some(Back::Bedrock {
+            model,
+            api: Some(api),
+        }),
         Reach::Direct | Reach::Local | Reach::No => None,
     }
 }

@@ -459,7 +459,7 @@ struct PromptDetails {
 
 impl ChatUsage {
     /// From Anthropic's four counts.
-    fn new(input: u64, read: u64, write: u64, output: u64) -> Self {
+    pub(crate) fn new(input: u64, read: u64, write: u64, output: u64) -> Self {
         let prompt = input.saturating_add(read).saturating_add(write);
         ChatUsage {
             prompt_tokens: prompt,
