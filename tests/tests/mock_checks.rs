@@ -31,6 +31,68 @@ enum Mode {
     Responses,
     Gemini,
     GeminiStream,
+    Bedrock,
+}
+
+/// The Bedrock mode's credentials (the mock is started with them).
+const AWS_KEY_ID: &str = "AKIDMOCKEXAMPLE";
+const AWS_SECRET: &str = "mock/secret+KEY";
+const BEDROCK_PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse";
+
+/// SigV4 headers for a Converse request to the mock at `host`.
+fn signed(
+    host: &str,
+    body: &str,
+    secret: &str,
+    region: &str,
+    now_s: u64,
+) -> Vec<(&'static str, String)> {
+    use portcullis_core::sigv4;
+    let keys = sigv4::Keys {
+        access_key_id: AWS_KEY_ID.into(),
+        secret_access_key: secret.into(),
+        session_token: None,
+    };
+    let req = sigv4::Request {
+        method: "POST",
+        path: BEDROCK_PATH,
+        query: "",
+        host,
+        body: body.as_bytes(),
+    };
+    let scope = sigv4::Scope {
+        region,
+        service: "bedrock",
+    };
+    sigv4::sign(&keys, &scope, &req, now_s)
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A Converse request signed as it is sent (`sign` from the body).
+fn bedrock(host: &str, body: Value, status: u16, kind: &'static str, says: &'static str) -> Case {
+    let body = body.to_string();
+    Case {
+        mode: Mode::Bedrock,
+        headers: signed(host, &body, AWS_SECRET, "us-east-1", now_s()),
+        body,
+        status,
+        kind: Some(kind),
+        says,
+    }
+}
+
+fn converse(messages: Value) -> Value {
+    json!({"messages": messages})
+}
+
+fn said(text: &str) -> Value {
+    json!({"role": "user", "content": [{"text": text}]})
 }
 
 fn gemini(body: Value, status: u16, kind: Option<&'static str>, says: &'static str) -> Case {
@@ -89,7 +151,7 @@ fn tool_use(id: Option<&str>, name: Option<&str>) -> Value {
     json!({"role": "assistant", "content": [b]})
 }
 
-fn cases() -> Vec<(&'static str, Case)> {
+fn cases(host: &str) -> Vec<(&'static str, Case)> {
     let chat = |extra: Value| {
         let mut b = json!({"model": "gpt-4o", "messages": [user("hi")]});
         if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
@@ -99,7 +161,210 @@ fn cases() -> Vec<(&'static str, Case)> {
     };
     let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
     let invalid = Some("invalid_request_error");
+    let hi = converse(json!([said("hi")]));
+    let use_turn = json!({"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "f", "input": {}}}]});
+    let tools = json!({"tools": [{"toolSpec": {"name": "f", "inputSchema": {"json": {"type": "object"}}}}]});
     vec![
+        (
+            "bedrock-unsigned",
+            Case {
+                headers: vec![("authorization", String::new())],
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    403,
+                    "MissingAuthenticationTokenException",
+                    "Missing Authentication Token",
+                )
+            },
+        ),
+        (
+            "bedrock-wrong-secret",
+            Case {
+                headers: signed(
+                    host,
+                    &hi.to_string(),
+                    "another secret",
+                    "us-east-1",
+                    now_s(),
+                ),
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    403,
+                    "InvalidSignatureException",
+                    "does not match the signature you provided",
+                )
+            },
+        ),
+        (
+            "bedrock-tampered-body",
+            Case {
+                body: converse(json!([said("hi there")])).to_string(),
+                headers: {
+                    // Signed over another body, its hash header left out.
+                    let mut h = signed(host, &hi.to_string(), AWS_SECRET, "us-east-1", now_s());
+                    h.push(("x-amz-content-sha256", String::new()));
+                    h
+                },
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    403,
+                    "InvalidSignatureException",
+                    "does not match the signature you provided",
+                )
+            },
+        ),
+        (
+            "bedrock-content-hash-mismatch",
+            Case {
+                body: converse(json!([said("hi there")])).to_string(),
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    400,
+                    "ValidationException",
+                    "x-amz-content-sha256",
+                )
+            },
+        ),
+        (
+            "bedrock-wrong-region",
+            Case {
+                headers: signed(host, &hi.to_string(), AWS_SECRET, "eu-west-1", now_s()),
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    403,
+                    "InvalidSignatureException",
+                    "scoped to a valid region",
+                )
+            },
+        ),
+        (
+            "bedrock-stale-date",
+            Case {
+                headers: signed(
+                    host,
+                    &hi.to_string(),
+                    AWS_SECRET,
+                    "us-east-1",
+                    now_s() - 900,
+                ),
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    403,
+                    "InvalidSignatureException",
+                    "Signature expired",
+                )
+            },
+        ),
+        (
+            "bedrock-unknown-field",
+            bedrock(
+                host,
+                json!({"messages": [said("hi")], "max_tokens": 5}),
+                400,
+                "ValidationException",
+                "extraneous key [max_tokens]",
+            ),
+        ),
+        (
+            "bedrock-first-turn-assistant",
+            bedrock(
+                host,
+                converse(json!([{"role": "assistant", "content": [{"text": "x"}]}])),
+                400,
+                "ValidationException",
+                "must start with a user message",
+            ),
+        ),
+        (
+            "bedrock-not-alternating",
+            bedrock(
+                host,
+                converse(json!([said("a"), said("b")])),
+                400,
+                "ValidationException",
+                "must alternate between user and assistant",
+            ),
+        ),
+        (
+            "bedrock-blank-text",
+            bedrock(
+                host,
+                converse(json!([said(" ")])),
+                400,
+                "ValidationException",
+                "is blank",
+            ),
+        ),
+        (
+            "bedrock-two-member-block",
+            bedrock(
+                host,
+                converse(json!([{"role": "user", "content": [{"text": "a", "image": {}}]}])),
+                400,
+                "ValidationException",
+                "exactly one member",
+            ),
+        ),
+        (
+            "bedrock-tools-undeclared",
+            bedrock(
+                host,
+                converse(
+                    json!([said("a"), use_turn.clone(), {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "r"}]}}]}]),
+                ),
+                400,
+                "ValidationException",
+                "toolConfig field must be defined",
+            ),
+        ),
+        (
+            "bedrock-result-unmatched",
+            bedrock(
+                host,
+                json!({"toolConfig": tools.clone(), "messages": [said("a"), use_turn.clone(), {"role": "user", "content": [{"toolResult": {"toolUseId": "t9", "content": [{"text": "r"}]}}]}]}),
+                400,
+                "ValidationException",
+                "does not match a toolUse",
+            ),
+        ),
+        (
+            "bedrock-use-unanswered",
+            bedrock(
+                host,
+                json!({"toolConfig": tools.clone(), "messages": [said("a"), use_turn.clone(), said("next")]}),
+                400,
+                "ValidationException",
+                "Expected toolResult blocks",
+            ),
+        ),
+        (
+            "bedrock-image-format",
+            bedrock(
+                host,
+                converse(
+                    json!([{"role": "user", "content": [{"image": {"format": "bmp", "source": {"bytes": "AA=="}}}]}]),
+                ),
+                400,
+                "ValidationException",
+                "needs a format",
+            ),
+        ),
+        (
+            "bedrock-max-tokens-zero",
+            bedrock(
+                host,
+                json!({"messages": [said("a")], "inferenceConfig": {"maxTokens": 0}}),
+                400,
+                "ValidationException",
+                "greater than or equal to 1",
+            ),
+        ),
         (
             "openai-wrong-key",
             Case {
@@ -639,6 +904,7 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             "/v1beta/models/gemini-x:streamGenerateContent",
             vec![("x-goog-api-key", KEY.into())],
         ),
+        Mode::Bedrock => (BEDROCK_PATH, Vec::new()),
         Mode::Anthropic => (
             "/v1/messages",
             vec![
@@ -682,8 +948,21 @@ fn rows_of_the_table() -> BTreeSet<String> {
 
 #[test]
 fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
-    let mock = Mock::start(env!("CARGO_BIN_EXE_portcullis-mock"), "strict", Some(KEY));
-    let cases = cases();
+    let mock = Mock::start_with_args(
+        env!("CARGO_BIN_EXE_portcullis-mock"),
+        "strict",
+        Some(KEY),
+        &[
+            "--aws-access-key-id",
+            AWS_KEY_ID,
+            "--aws-secret-access-key",
+            AWS_SECRET,
+            "--aws-region",
+            "us-east-1",
+        ],
+    );
+    let host = format!("127.0.0.1:{}", mock.port);
+    let cases = cases(&host);
     let names: BTreeSet<String> = cases.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(
         names,
@@ -718,6 +997,14 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
                     v["error"]["message"].as_str().unwrap_or("").to_string(),
                 )
             }
+            Mode::Bedrock => (
+                vec![r
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k == "x-amzn-errortype")
+                    .map_or(Value::Null, |(_, v)| json!(v))],
+                v["message"].as_str().unwrap_or("").to_string(),
+            ),
             _ => (
                 vec![v["error"]["type"].clone(), v["error"]["code"].clone()],
                 v["error"]["message"].as_str().unwrap_or("").to_string(),
@@ -740,6 +1027,22 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
     let good_claude = claude(json!([user("hi"), tool_use(Some("toolu_1"), Some("f")), {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "r"}]}])).to_string();
     let r = send(&mock, Mode::Anthropic, &[], &good_claude);
     assert_eq!(r.status, 200, "{}", r.body);
+    let use_turn = json!({"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "f", "input": {}}}]});
+    let good_bedrock = json!({
+        "toolConfig": {"tools": [{"toolSpec": {"name": "f", "inputSchema": {"json": {"type": "object"}}}}], "toolChoice": {"auto": {}}},
+        "system": [{"text": "Be brief."}],
+        "inferenceConfig": {"maxTokens": 5, "temperature": 0.1},
+        "messages": [said("a"), use_turn, {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"json": {"x": 1}}]}}, {"text": "and?"}]}]
+    })
+    .to_string();
+    let r = send(
+        &mock,
+        Mode::Bedrock,
+        &signed(&host, &good_bedrock, AWS_SECRET, "us-east-1", now_s()),
+        &good_bedrock,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["output"]["message"]["role"], "assistant");
     let good = json!({"model": "e", "input": ["a b", [1, 2, 3]], "encoding_format": "base64", "dimensions": 4});
     let r = send(&mock, Mode::Embeddings, &[], &good.to_string());
     assert_eq!(r.status, 200, "{}", r.body);

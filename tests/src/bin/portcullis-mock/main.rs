@@ -36,6 +36,11 @@
 //!   request offers tools; `cache_read` and `stream_error` apply to the
 //!   Anthropic and Gemini modes.
 //!
+//! `POST /model/<modelId>/converse` and `/converse-stream` — AWS Bedrock's
+//! Converse API (see `bedrock.rs`): with `--aws-access-key-id ID
+//! --aws-secret-access-key S [--aws-session-token T] [--aws-region R]` every
+//! request must carry a SigV4 signature the mock recomputes.
+//!
 //! `--refuse-fields a,b` refuses those top-level chat fields as Mistral
 //! does (422 `extra_forbidden`), and with `stream_options` among them puts
 //! a stream's usage in its last chunk unasked, as Mistral does.
@@ -47,6 +52,7 @@
 //! `portcullis-mock <name> listening on 127.0.0.1:<port>` once ready.
 
 mod anthropic;
+mod bedrock;
 mod embeddings;
 mod gemini;
 mod openai_checks;
@@ -227,6 +233,8 @@ struct State {
     release: Notify,
     /// Responses kept by id (the Responses API is stateful), with their input.
     responses: Mutex<std::collections::HashMap<String, (Value, Value)>>,
+    /// Bedrock mode's credentials: requests must be signed with them.
+    aws: Option<bedrock::Aws>,
 }
 
 const LOG_KEEP: usize = 64;
@@ -642,6 +650,11 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
     if path.starts_with("/__mock/") {
         control(state, req).await
     } else if req.method() == hyper::Method::POST
+        && path.starts_with("/model/")
+        && (path.ends_with("/converse") || path.ends_with("/converse-stream"))
+    {
+        bedrock::converse(state, req).await
+    } else if req.method() == hyper::Method::POST
         && path.contains("/models/")
         && path
             .rsplit('/')
@@ -690,6 +703,12 @@ fn main() -> io::Result<()> {
     let refuse_fields: Vec<String> = arg(&args, "--refuse-fields")
         .map(|f| f.split(',').map(str::to_string).collect())
         .unwrap_or_default();
+    let aws = arg(&args, "--aws-access-key-id").map(|access_key_id| bedrock::Aws {
+        access_key_id,
+        secret: arg(&args, "--aws-secret-access-key").unwrap_or_default(),
+        session_token: arg(&args, "--aws-session-token"),
+        region: arg(&args, "--aws-region").unwrap_or_else(|| "us-east-1".into()),
+    });
     // Loopback unless told (containers listen on their network).
     let bind = arg(&args, "--bind").unwrap_or_else(|| "127.0.0.1".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -710,6 +729,7 @@ fn main() -> io::Result<()> {
             log: Mutex::new(VecDeque::new()),
             release: Notify::new(),
             responses: Mutex::new(std::collections::HashMap::new()),
+            aws,
         });
         loop {
             let (sock, _) = listener.accept().await?;
