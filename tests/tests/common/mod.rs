@@ -161,3 +161,49 @@ pub fn assert_openai_error(r: &Resp, status: u16, code: &str) {
     );
     assert_eq!(r.header("content-type"), Some("application/json"));
 }
+
+/// The answers of the mock's script for `anthropic_backed_check.py` (a
+/// plain answer with cache reads, a stream, a tool call plain and
+/// streamed, the tool-result turn, a 400), for a translated provider.
+pub fn backed_sdk_script() -> serde_json::Value {
+    let tool = serde_json::json!({"name": "get_weather", "input": {"city": "Paris"}});
+    serde_json::json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "cache_read": 4},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "chunk_delay_ms": 5},
+        {"content": "Let me check.", "tool_call": tool},
+        {"content": "Let me check.", "tool_call": tool},
+        {"content": "It is sunny."},
+        {"status": 400}
+    ])
+}
+
+/// What `anthropic_backed_check.py` saw of [`backed_sdk_script`]'s answers
+/// through a translated provider: its prompt count (13 where cache reads
+/// are added to the input, 9 where they are in it) and its 400's code.
+pub fn assert_backed_sdk_run(v: &serde_json::Value, prompt_tokens: u64, error_code: &str) {
+    use serde_json::json;
+    assert_eq!(v["plain"]["content"], "Hi there friend");
+    assert_eq!(v["plain"]["finish"], "stop");
+    assert_eq!(v["plain"]["object"], "chat.completion");
+    assert_eq!(v["plain"]["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(v["plain"]["usage"]["completion_tokens"], 3);
+    assert_eq!(
+        v["plain"]["usage"]["prompt_tokens_details"]["cached_tokens"],
+        4
+    );
+    assert_eq!(v["stream"]["text"], "Hi there friend");
+    assert_eq!(v["stream"]["usage_total"], 12);
+    assert_eq!(v["stream"]["roles"], 1, "the role only in the first chunk");
+    assert_eq!(v["stream"]["finish"], "stop");
+    assert_eq!(v["tool_plain"]["name"], "get_weather");
+    assert_eq!(v["tool_plain"]["arguments"], json!({"city": "Paris"}));
+    assert_eq!(v["tool_plain"]["finish"], "tool_calls");
+    assert_eq!(
+        v["tool_stream"]["calls"]["0"]["arguments"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(v["tool_stream"]["finish"], "tool_calls");
+    assert_eq!(v["tool_result_turn"], "It is sunny.");
+    assert_eq!(v["error"]["class"], "BadRequestError");
+    assert_eq!(v["error"]["code"], error_code);
+}

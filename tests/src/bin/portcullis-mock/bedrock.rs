@@ -104,6 +104,10 @@ fn parse_amz_date(d: &str) -> Option<i64> {
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
+fn refuse(status: u16, kind: &str, message: &str) -> Box<Response<Body>> {
+    Box::new(aws_error(status, kind, message))
+}
+
 /// The signature check; `Err` is the answer AWS would give.
 fn verify(
     aws: &Aws,
@@ -111,17 +115,17 @@ fn verify(
     query: &str,
     headers: &hyper::HeaderMap,
     body: &[u8],
-) -> Result<(), Response<Body>> {
+) -> Result<(), Box<Response<Body>>> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let Some(auth) = header("authorization") else {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "MissingAuthenticationTokenException",
             "Missing Authentication Token",
         ));
     };
     let incomplete = || {
-        aws_error(
+        refuse(
             403,
             "IncompleteSignatureException",
             "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' parameters.",
@@ -150,7 +154,7 @@ fn verify(
         return Err(incomplete());
     };
     if *key_id != aws.access_key_id {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "UnrecognizedClientException",
             "The security token included in the request is invalid.",
@@ -158,7 +162,7 @@ fn verify(
     }
     let amz_date = header("x-amz-date").unwrap_or("");
     let Some(at) = parse_amz_date(amz_date) else {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "IncompleteSignatureException",
             "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header.",
@@ -168,7 +172,7 @@ fn verify(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     if (now - at).abs() > 300 {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "InvalidSignatureException",
             &format!(
@@ -181,7 +185,7 @@ fn verify(
         || *service != "bedrock"
         || *terminator != "aws4_request"
     {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "InvalidSignatureException",
             &format!("Credential should be scoped to a valid region and service: {credential}"),
@@ -189,7 +193,7 @@ fn verify(
     }
     let names: Vec<&str> = signed.split(';').collect();
     if !names.contains(&"host") {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "InvalidSignatureException",
             "'Host' must be a signed header.",
@@ -199,7 +203,7 @@ fn verify(
         if header("x-amz-security-token") != Some(token.as_str())
             || !names.contains(&"x-amz-security-token")
         {
-            return Err(aws_error(
+            return Err(refuse(
                 403,
                 "UnrecognizedClientException",
                 "The security token included in the request is invalid.",
@@ -209,7 +213,7 @@ fn verify(
     let payload = sha256_hex(body);
     if let Some(claimed) = header("x-amz-content-sha256") {
         if claimed != payload {
-            return Err(aws_error(
+            return Err(refuse(
                 400,
                 "ValidationException",
                 "The provided 'x-amz-content-sha256' header does not match what was computed.",
@@ -248,7 +252,7 @@ fn verify(
         .map(|x| format!("{x:02x}"))
         .collect();
     if expected != signature {
-        return Err(aws_error(
+        return Err(refuse(
             403,
             "InvalidSignatureException",
             &format!("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.\n\nThe Canonical String for this request should have been\n'{canonical}'"),
@@ -531,7 +535,7 @@ pub async fn converse(
     };
     if let Some(aws) = &state.aws {
         if let Err(refusal) = verify(aws, &path, &query, &headers, &body) {
-            return Ok(refusal);
+            return Ok(*refusal);
         }
     }
     if let Err(why) = check(&parsed) {
