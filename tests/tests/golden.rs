@@ -20,6 +20,7 @@ providers:
   - {name: azure, cluster: c2, host: h2, base_path: "", schema: azure_openai, api_version: 2024-10-21, models: [{name: m, id: provider-m}]}
   - {name: anthropic, cluster: c3, host: h3, base_path: /v1, schema: anthropic, default_max_tokens: 1000, models: [{name: m, id: provider-m}]}
   - {name: gemini, cluster: c4, host: h4, base_path: /v1beta, schema: gemini, models: [{name: m, id: provider-m}]}
+  - {name: bedrock, cluster: c5, schema: bedrock, region: us-east-1, models: [{name: m, id: "provider.m:0"}]}
 clients: [{name: c, key_sha256: "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3"}]
 "#;
     compile(yaml.as_bytes()).expect("the golden gateway compiles")
@@ -78,14 +79,38 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
         };
         out.insert("answer".into(), client);
     }
-    if let Some(stream) = case.get("provider_stream").and_then(Value::as_str) {
+    // AWS's binary event stream, written as its frames' types and payloads.
+    let frames = case
+        .get("provider_eventstream")
+        .and_then(Value::as_array)
+        .map(|f| {
+            f.iter()
+                .flat_map(|e| {
+                    let kind = e["type"].as_str().unwrap_or("");
+                    portcullis_core::eventstream::encode(
+                        &[
+                            (":event-type", kind),
+                            (":content-type", "application/json"),
+                            (":message-type", "event"),
+                        ],
+                        e["payload"].to_string().as_bytes(),
+                    )
+                })
+                .collect::<Vec<u8>>()
+        });
+    let stream = case
+        .get("provider_stream")
+        .and_then(Value::as_str)
+        .map(|s| s.as_bytes().to_vec())
+        .or(frames);
+    if let Some(stream) = stream {
         let client = match back.and_then(|b| b.stream(1_700_000_000, false)) {
             Some(mut s) => {
-                let mut o = s.push(stream.as_bytes());
+                let mut o = s.push(&stream);
                 o.extend(s.finish());
                 String::from_utf8(o).unwrap()
             }
-            None => stream.to_string(),
+            None => String::from_utf8(stream).unwrap(),
         };
         let events: Vec<Value> = client
             .split("\n\n")
