@@ -28,7 +28,8 @@ trap cleanup EXIT INT TERM
 wait_for() { local d=$((SECONDS + 300)); until curl -fsS -o /dev/null "$@" 2>/dev/null; do ((SECONDS < d)) || { echo "bench-instructions: $* not ready" >&2; exit 1; }; sleep 0.2; done; }
 
 MOCK=18401; COLLECTOR=18451; PORT=10401; ADMIN=9941
-target/release/portcullis-mock --port $MOCK --name bench --api-key sk-bench >"$dir/mock.log" 2>&1 & pids+=($!)
+target/release/portcullis-mock --port $MOCK --name bench --api-key sk-bench \
+  --aws-access-key-id AKIDBENCH --aws-secret-access-key bench/secret --aws-region us-east-1 >"$dir/mock.log" 2>&1 & pids+=($!)
 target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR --http 127.0.0.1:18452 --db "$dir/log.db" >"$dir/collector.log" 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:$MOCK/__mock/hits
 wait_for http://127.0.0.1:18452/healthz
@@ -64,6 +65,11 @@ grep -q "schema: anthropic" "$dir/plugin-anthropic.yaml" || { echo "bench-instru
 # request and the answer translated; the mock's Gemini mode answers it.
 awk '/^ +apis: \[embeddings\]/ {next} /^  - name: primary$/ {p=1} p && /^    base_path: \/v1$/ {print "    base_path: /v1beta"; print "    schema: gemini"; p=0; next} {print}' "$dir/plugin-route.yaml" >"$dir/plugin-gemini.yaml"
 grep -q "schema: gemini" "$dir/plugin-gemini.yaml" || { echo "bench-instructions: no primary provider to make Gemini" >&2; exit 1; }
+# The routed path to AWS Bedrock's Converse (#26): translated both ways and
+# signed (SigV4 over the final body); the mock's Bedrock mode checks each
+# signature.
+awk '/^ +apis: \[embeddings\]/ {next} /^  - name: primary$/ {p=1} p && /^    models:/ {p=0} p && /^    api_key_env:/ {next} p && /^    base_path: \/v1$/ {print "    base_path: \"\""; print "    schema: bedrock"; print "    region: us-east-1"; next} {print}' "$dir/plugin-route.yaml" >"$dir/plugin-bedrock.yaml"
+grep -q "schema: bedrock" "$dir/plugin-bedrock.yaml" || { echo "bench-instructions: no primary provider to make Bedrock" >&2; exit 1; }
 # The routed path with the whole answer held (an output check that never
 # matches): what every whole-answer translation pays for Envoy buffering the
 # answer and the body being replaced, before any translation (#24).
@@ -116,14 +122,14 @@ measure() { # variant -> instructions per request
   esac
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|gemini|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # An unknown name would measure the config of the variant before it.
     *) echo "bench-instructions: unknown variant $v" >&2; exit 1 ;;
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
-  OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+  OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
     --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
     >"$dir/$v.log" 2>&1 &
   local pid=$!
@@ -164,6 +170,7 @@ mkdir -p .run
   [[ -z ${IPR[guard]:-} || -z ${IPR[route]:-} ]] || echo "Guardrails (five input checks, one output check) against the same routed path without: route/guard $(ratio "${IPR[route]}" "${IPR[guard]}")x ($((IPR[guard] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[anthropic]:-} || -z ${IPR[route]:-} ]] || echo "An Anthropic-backed routed request (translated both ways) against an OpenAI-backed one: route/anthropic $(ratio "${IPR[route]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[gemini]:-} || -z ${IPR[route]:-} ]] || echo "A Gemini-backed routed request (translated both ways) against an OpenAI-backed one: route/gemini $(ratio "${IPR[route]}" "${IPR[gemini]}")x ($((IPR[gemini] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[bedrock]:-} || -z ${IPR[route]:-} ]] || echo "A Bedrock-backed routed request (translated both ways, SigV4-signed) against an OpenAI-backed one: route/bedrock $(ratio "${IPR[route]}" "${IPR[bedrock]}")x ($((IPR[bedrock] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[keylimits]:-} || -z ${IPR[route]:-} ]] || echo "A key's limits (requests, tokens, concurrency, two budgets) on the routed path: $((IPR[keylimits] - IPR[route])) instructions per request more than none"
   [[ -z ${IPR[keylimitsnolog]:-} || -z ${IPR[routenolog]:-} || -z ${IPR[teamlimitsnolog]:-} ]] || echo "Without the request log: a key's limits $((IPR[keylimitsnolog] - IPR[routenolog])), the team's too $((IPR[teamlimitsnolog] - IPR[keylimitsnolog])) more instructions per request"
   [[ -z ${IPR[teamlimits]:-} || -z ${IPR[keylimits]:-} ]] || echo "The same limits at the team's level too: $((IPR[teamlimits] - IPR[keylimits])) instructions per request more than the key's alone (keylimits/teamlimits $(ratio "${IPR[keylimits]}" "${IPR[teamlimits]}")x)"

@@ -659,3 +659,50 @@ guardrails:
     - {name: pii, pii: [all], action: redact}
     - {name: secret, regex: "(?i)top\\s+secret", action: deny}
 "#;
+
+/// Bedrock: the Converse translation of any chat request is JSON with
+/// messages or a 400; any bytes as a whole answer, an error, and an event
+/// stream (as they are, and framed as events) translate without a panic,
+/// the stream the same whether split or not.
+pub fn bedrock(data: &[u8]) {
+    use portcullis_core::eventstream;
+    use portcullis_core::providers::bedrock::{self, Stream};
+    let (a, b) = two(data);
+    if let Ok(r) = ChatRequest::parse(a) {
+        for drop_unsupported in [false, true] {
+            match bedrock::request(r.body(), drop_unsupported) {
+                Ok((body, _)) => {
+                    let v: Value = serde_json::from_slice(&body).expect("the translation is JSON");
+                    assert!(v["messages"].as_array().is_some_and(|c| !c.is_empty()), "{v}");
+                }
+                Err(e) => assert_eq!(e.status, 400, "{}", e.message),
+            }
+        }
+    }
+    let tail = b.unwrap_or(a);
+    if let Some(out) = bedrock::answer(tail, 1, "m") {
+        let _: Value = serde_json::from_slice(&out).expect("the translated answer is JSON");
+    }
+    let _: Value = serde_json::from_slice(&bedrock::error(tail, 400)).expect("the error is JSON");
+    // The bytes as they are (mostly bad frames), and the same bytes as the
+    // payloads of well-framed events of each type.
+    let mut framed = Vec::new();
+    for (i, chunk) in tail.chunks(64).enumerate() {
+        let kinds = ["messageStart", "contentBlockStart", "contentBlockDelta", "messageStop", "metadata"];
+        let kind = kinds.get(i % kinds.len()).copied().unwrap_or("metadata");
+        framed.extend(eventstream::encode(&[(":event-type", kind), (":message-type", "event")], chunk));
+    }
+    for stream in [tail, framed.as_slice()] {
+        let run = |split: usize| {
+            let mut s = Stream::new(1, true, "m");
+            let (x, y) = stream.split_at(split.min(stream.len()));
+            let mut out = s.push(x);
+            out.extend(s.push(y));
+            out.extend(s.finish());
+            out
+        };
+        let whole = run(stream.len());
+        let split = usize::from(stream.first().copied().unwrap_or(0));
+        assert_eq!(whole, run(split), "a split stream translates differently");
+    }
+}

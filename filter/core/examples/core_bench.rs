@@ -186,5 +186,67 @@ fn guard_checks() -> Result<(), String> {
             .verdicts
             .len()
     });
+    bedrock()
+}
+
+/// Bedrock (#26): SigV4 over a 2 KB body, and a 100-event ConverseStream
+/// (AWS's binary framing) back to chat chunks in 256-byte network chunks.
+fn bedrock() -> Result<(), String> {
+    use portcullis_core::eventstream::encode;
+    use portcullis_core::providers::bedrock::Stream;
+    use portcullis_core::sigv4;
+    let keys = sigv4::Keys {
+        access_key_id: "AKIDEXAMPLE".into(),
+        secret_access_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into(),
+        session_token: Some("session-token".into()),
+    };
+    let scope = sigv4::Scope {
+        region: "us-east-1",
+        service: "bedrock",
+    };
+    let body = vec![b'x'; 2048];
+    let req = sigv4::Request {
+        method: "POST",
+        path: "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse",
+        query: "",
+        host: "bedrock-runtime.us-east-1.amazonaws.com",
+        body: &body,
+    };
+    time("SigV4 over a 2 KB body (session token)", || {
+        sigv4::sign(&keys, &scope, &req, 1_700_000_000).len()
+    });
+    let frame = |kind: &str, payload: String| {
+        encode(
+            &[
+                (":event-type", kind),
+                (":content-type", "application/json"),
+                (":message-type", "event"),
+            ],
+            payload.as_bytes(),
+        )
+    };
+    let mut stream = frame("messageStart", r#"{"role":"assistant"}"#.into());
+    for i in 0..98 {
+        stream.extend(frame(
+            "contentBlockDelta",
+            format!(r#"{{"contentBlockIndex":0,"delta":{{"text":"word{i} "}},"p":"abcdefgh"}}"#),
+        ));
+    }
+    stream.extend(frame("messageStop", r#"{"stopReason":"end_turn"}"#.into()));
+    stream.extend(frame(
+        "metadata",
+        r#"{"usage":{"inputTokens":20,"outputTokens":98,"totalTokens":118}}"#.into(),
+    ));
+    time(
+        "100-event Bedrock event stream back (256-byte network chunks)",
+        || {
+            let mut s = Stream::new(1, true, "claude");
+            let mut n = 0;
+            for c in stream.chunks(256) {
+                n += s.push(c).len();
+            }
+            n + s.finish().len()
+        },
+    );
     Ok(())
 }
