@@ -1,7 +1,7 @@
 """The official OpenAI Python SDK's embeddings against the gateway. Run by
 tests/tests/embeddings.rs:
 
-    python embeddings_check.py BASE_URL KEY MODEL
+    python embeddings_check.py BASE_URL KEY MODEL [DIMENSIONS]
 
 Prints one JSON object: what each call returned (vector lengths, indexes,
 usage) or raised.
@@ -12,6 +12,7 @@ import sys
 import openai
 
 base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
+dims = int(sys.argv[4]) if len(sys.argv) > 4 else 4
 client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=20)
 out = {}
 
@@ -29,7 +30,7 @@ def summary(r):
 # The SDK asks for base64 by default and decodes it to floats itself.
 out["default"] = summary(client.embeddings.create(model=model, input="hello there world"))
 out["float"] = summary(
-    client.embeddings.create(model=model, input=["one", "two words"], encoding_format="float", dimensions=4)
+    client.embeddings.create(model=model, input=["one", "two words"], encoding_format="float", dimensions=dims)
 )
 try:
     out["tokens"] = summary(client.embeddings.create(model=model, input=[[1, 2, 3], [4, 5]]))

@@ -32,6 +32,8 @@ fn plugin(chain: &str) -> String {
     models:
       - {{name: claude-bedrock, id: \"{MODEL_ID}\"}}
       - {{name: both, id: \"{MODEL_ID}\"}}
+      - {{name: cohere-embed, id: \"cohere.embed-v4:0\", apis: [embeddings]}}
+      - {{name: titan-embed, id: \"amazon.titan-embed-text-v2:0\", apis: [embeddings]}}
 routing:
   chain: {chain}
 clients:
@@ -256,4 +258,62 @@ fn a_wrong_secret_is_refused_by_bedrock_and_a_broken_stream_ends_with_an_error()
         r.body
     );
     assert!(!r.body.contains("[DONE]"));
+}
+
+#[test]
+fn the_openai_sdk_embeds_with_cohere_and_titan_on_bedrock() {
+    let b = start("[openai, bedrock]", SECRET);
+    let v = sdk_script(
+        "embeddings_check.py",
+        &[&b.envoy.url("/v1"), DEMO_KEY, "cohere-embed", "256"],
+    );
+    // Cohere reports no token count: the gateway's estimate ("hello there
+    // world" 5; "one" and "two words" 1 + 3).
+    assert_eq!(
+        v["default"],
+        json!({"model": "cohere-embed", "lengths": [1536], "indexes": [0], "prompt_tokens": 5, "total_tokens": 5})
+    );
+    assert_eq!(
+        v["float"],
+        json!({"model": "cohere-embed", "lengths": [256, 256], "indexes": [0, 1], "prompt_tokens": 4, "total_tokens": 4})
+    );
+    assert_eq!(v["base64_equals_float"], true, "{v}");
+    assert_eq!(v["tokens"]["status"], 400, "{v}");
+    assert_eq!(v["headers"]["x-portcullis-provider"], "bedrock");
+    let sent = converse_requests(&b.bedrock);
+    let batch = sent
+        .iter()
+        .find(|r| r["body"]["texts"] == json!(["one", "two words"]))
+        .unwrap_or_else(|| panic!("no Cohere batch in {sent:?}"));
+    assert_eq!(batch["path"], "/model/cohere.embed-v4%3A0/invoke");
+    assert_eq!(
+        batch["body"],
+        json!({"texts": ["one", "two words"], "input_type": "search_document", "embedding_types": ["float"], "output_dimension": 256})
+    );
+    assert!(batch["headers"]["authorization"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 ")));
+    // Titan: one text a request, its own token count.
+    let auth = format!("Bearer {DEMO_KEY}");
+    let embed = |input: Value| {
+        post(
+            &b.envoy.url("/v1/embeddings"),
+            &[("authorization", &auth)],
+            &json!({"model": "titan-embed", "input": input, "encoding_format": "float", "dimensions": 256}).to_string(),
+        )
+    };
+    let r = embed(json!("hello there world"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["data"][0]["embedding"].as_array().map(Vec::len),
+        Some(256)
+    );
+    assert_eq!(
+        r.json()["usage"]["prompt_tokens"],
+        3,
+        "Titan's inputTextTokenCount"
+    );
+    let r = embed(json!(["a", "b"]));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("one text per request"), "{}", r.body);
 }

@@ -32,15 +32,29 @@ enum Mode {
     Gemini,
     GeminiStream,
     Bedrock,
+    BedrockInvoke,
 }
 
 /// The Bedrock mode's credentials (the mock is started with them).
 const AWS_KEY_ID: &str = "AKIDMOCKEXAMPLE";
 const AWS_SECRET: &str = "mock/secret+KEY";
 const BEDROCK_PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse";
+const INVOKE_PATH: &str = "/model/cohere.embed-v4%3A0/invoke";
 
 /// SigV4 headers for a Converse request to the mock at `host`.
 fn signed(
+    host: &str,
+    body: &str,
+    secret: &str,
+    region: &str,
+    now_s: u64,
+) -> Vec<(&'static str, String)> {
+    signed_at(BEDROCK_PATH, host, body, secret, region, now_s)
+}
+
+/// SigV4 headers for a request to `path` on the mock at `host`.
+fn signed_at(
+    path: &str,
     host: &str,
     body: &str,
     secret: &str,
@@ -55,7 +69,7 @@ fn signed(
     };
     let req = sigv4::Request {
         method: "POST",
-        path: BEDROCK_PATH,
+        path,
         query: "",
         host,
         body: body.as_bytes(),
@@ -354,6 +368,50 @@ fn cases(host: &str) -> Vec<(&'static str, Case)> {
                 "ValidationException",
                 "needs a format",
             ),
+        ),
+        (
+            "bedrock-cohere-no-input-type",
+            Case {
+                mode: Mode::BedrockInvoke,
+                headers: signed_at(
+                    INVOKE_PATH,
+                    host,
+                    r#"{"texts":["a"]}"#,
+                    AWS_SECRET,
+                    "us-east-1",
+                    now_s(),
+                ),
+                body: r#"{"texts":["a"]}"#.into(),
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    400,
+                    "ValidationException",
+                    "required key [input_type]",
+                )
+            },
+        ),
+        (
+            "bedrock-cohere-bad-dimension",
+            Case {
+                mode: Mode::BedrockInvoke,
+                headers: signed_at(
+                    INVOKE_PATH,
+                    host,
+                    r#"{"texts":["a"],"input_type":"search_query","output_dimension":4}"#,
+                    AWS_SECRET,
+                    "us-east-1",
+                    now_s(),
+                ),
+                body: r#"{"texts":["a"],"input_type":"search_query","output_dimension":4}"#.into(),
+                ..bedrock(
+                    host,
+                    hi.clone(),
+                    400,
+                    "ValidationException",
+                    "output_dimension: 4 is not a valid enum value",
+                )
+            },
         ),
         (
             "bedrock-max-tokens-zero",
@@ -905,6 +963,7 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             vec![("x-goog-api-key", KEY.into())],
         ),
         Mode::Bedrock => (BEDROCK_PATH, Vec::new()),
+        Mode::BedrockInvoke => (INVOKE_PATH, Vec::new()),
         Mode::Anthropic => (
             "/v1/messages",
             vec![
@@ -997,7 +1056,7 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
                     v["error"]["message"].as_str().unwrap_or("").to_string(),
                 )
             }
-            Mode::Bedrock => (
+            Mode::Bedrock | Mode::BedrockInvoke => (
                 vec![r
                     .headers
                     .iter()

@@ -477,6 +477,10 @@ fn a_bedrock_provider_needs_a_region_and_gets_its_host_and_paths() {
         path(crate::api::Api::Messages, true),
         "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream"
     );
+    assert_eq!(
+        path(crate::api::Api::Embeddings, false),
+        "/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke"
+    );
     // A host of one's own (a VPC endpoint) stays.
     let g = compile(yaml("    region: us-east-1\n    host: vpce.example\n").as_bytes()).unwrap();
     assert_eq!(g.providers[0].host, "vpce.example");

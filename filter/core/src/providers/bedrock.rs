@@ -4,7 +4,8 @@
 //! by the host, with credentials from the VM's environment. Chat
 //! completions are translated both ways (the request, a whole answer, a
 //! stream from AWS's binary event stream ([`stream`]), errors); Messages
-//! and Responses reach it through the pivot.
+//! and Responses reach it through the pivot; embeddings go to InvokeModel
+//! for Titan and Cohere models ([`embeddings`]).
 //!
 //! Like every translation, this one reads bodies in place and writes typed
 //! structs ([`crate::borrowed`]): no JSON tree.
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
+pub mod embeddings;
 mod stream;
 pub use stream::Stream;
 
@@ -28,12 +30,12 @@ pub const SIGNING_SERVICE: &str = "bedrock";
 pub struct Bedrock;
 
 impl super::Format for Bedrock {
-    fn path(&self, p: &Provider, _api: Api, model_id: &str, stream: bool) -> String {
+    fn path(&self, p: &Provider, api: Api, model_id: &str, stream: bool) -> String {
         let model = super::path_segment(model_id);
-        let method = if stream {
-            "converse-stream"
-        } else {
-            "converse"
+        let method = match (api, stream) {
+            (Api::Embeddings, _) => "invoke",
+            (_, true) => "converse-stream",
+            (_, false) => "converse",
         };
         format!("{}/model/{model}/{method}", super::base(p))
     }
@@ -42,8 +44,14 @@ impl super::Format for Bedrock {
         &self,
         p: &Provider,
         chat: &ChatRequest,
-        _model_id: &str,
+        model_id: &str,
     ) -> Result<super::Prepared, GatewayError> {
+        if chat.api == Api::Embeddings {
+            return Ok(super::Prepared {
+                body: Some(embeddings::request(chat.body(), model_id)?),
+                dropped: Vec::new(),
+            });
+        }
         let drop_unsupported = matches!(
             p.schema,
             Schema::Bedrock {

@@ -74,7 +74,7 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Bedrock { .. }, Api::ChatCompletions) => Translated,
         (Schema::Bedrock { .. }, Api::Messages | Api::Responses) => ViaPivot,
         (Schema::Bedrock { .. }, Api::CountTokens) => Local,
-        (Schema::Bedrock { .. }, Api::Embeddings) => No,
+        (Schema::Bedrock { .. }, Api::Embeddings) => Translated,
     }
 }
 
@@ -194,6 +194,8 @@ pub enum Back {
     /// answers name none), then to the inbound API when it is not the
     /// pivot.
     Bedrock { model: String, api: Option<Api> },
+    /// Bedrock's InvokeModel embeddings (Titan, Cohere), to OpenAI's.
+    BedrockEmbeddings(gemini::embeddings::Answer),
 }
 
 impl Back {
@@ -205,6 +207,7 @@ impl Back {
             Back::Api(Some(f), a) => a.answer_from_pivot(&f.answer(body, created)?),
             Back::GeminiEmbeddings(a) => gemini::embeddings::answer(body, a),
             Back::Bedrock { model, api: None } => bedrock::answer(body, created, model),
+            Back::BedrockEmbeddings(a) => bedrock::embeddings::answer(body, a),
             Back::Bedrock {
                 model,
                 api: Some(a),
@@ -219,7 +222,9 @@ impl Back {
             Back::Api(None, a) => a.error_from_pivot(body, status),
             Back::Api(Some(f), a) => a.error_from_pivot(&f.error(body, status), status),
             Back::GeminiEmbeddings(_) => gemini::error(body, status),
-            Back::Bedrock { api: None, .. } => bedrock::error(body, status),
+            Back::Bedrock { api: None, .. } | Back::BedrockEmbeddings(_) => {
+                bedrock::error(body, status)
+            }
             Back::Bedrock { api: Some(a), .. } => {
                 a.error_from_pivot(&bedrock::error(body, status), status)
             }
@@ -235,7 +240,7 @@ impl Back {
                 Box::new(f.stream(created, true)?),
                 Box::new(a.stream_from_pivot(created)?),
             )),
-            Back::GeminiEmbeddings(_) => None,
+            Back::GeminiEmbeddings(_) | Back::BedrockEmbeddings(_) => None,
             Back::Bedrock { model, api } => {
                 let s = Stream::Bedrock(bedrock::Stream::new(
                     created,
@@ -261,6 +266,9 @@ pub fn back_for(p: &Provider, req: &ChatRequest) -> Option<Back> {
         (Schema::Gemini { .. }, Api::Embeddings) => Some(Back::GeminiEmbeddings(
             gemini::embeddings::answer_for(req.body(), &req.model),
         )),
+        (Schema::Bedrock { .. }, Api::Embeddings) => Some(Back::BedrockEmbeddings(
+            gemini::embeddings::answer_for(req.body(), &req.model),
+        )),
         (Schema::Bedrock { .. }, api) => bedrock_back(p, api, &req.model),
         _ => back(p, req.api),
     }
@@ -270,6 +278,9 @@ pub fn back_for(p: &Provider, req: &ChatRequest) -> Option<Back> {
 pub fn back(p: &Provider, api: Api) -> Option<Back> {
     if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::Embeddings)) {
         return Some(Back::GeminiEmbeddings(Default::default()));
+    }
+    if matches!((&p.schema, api), (Schema::Bedrock { .. }, Api::Embeddings)) {
+        return Some(Back::BedrockEmbeddings(Default::default()));
     }
     if matches!(p.schema, Schema::Bedrock { .. }) {
         return bedrock_back(p, api, "");

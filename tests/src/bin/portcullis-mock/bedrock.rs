@@ -525,6 +525,7 @@ pub async fn converse(
     let (model, stream) = match rest.rsplit_once('/') {
         Some((m, "converse")) => (m, false),
         Some((m, "converse-stream")) => (m, true),
+        Some((m, "invoke")) => (m, false),
         _ => {
             return Ok(aws_error(
                 404,
@@ -537,6 +538,12 @@ pub async fn converse(
         if let Err(refusal) = verify(aws, &path, &query, &headers, &body) {
             return Ok(*refusal);
         }
+    }
+    if path.ends_with("/invoke") {
+        return Ok(match invoke_embeddings(&parsed, &decode_model(model)) {
+            Ok(v) => json_response(200, &v),
+            Err(why) => aws_error(400, "ValidationException", &why),
+        });
     }
     if let Err(why) = check(&parsed) {
         return Ok(aws_error(400, "ValidationException", &why));
@@ -573,6 +580,87 @@ pub async fn converse(
         }
     }
     answer(&state, &parsed, &step, &decode_model(model), stream)
+}
+
+/// InvokeModel for the embedding families: Titan (`inputText`, one text;
+/// `dimensions` 256, 512 or 1024) and Cohere (`texts`, 1 to 96;
+/// `input_type` required; `output_dimension` 256, 512, 1024 or 1536), each
+/// checked for unknown fields and answered with deterministic vectors in
+/// its own shape (Titan with its token count).
+fn invoke_embeddings(req: &Value, model: &str) -> Result<Value, String> {
+    let obj = req
+        .as_object()
+        .ok_or("Malformed input request, please reformat your input and try again.")?;
+    let extraneous = |allowed: &[&str]| {
+        obj.keys()
+            .find(|k| !allowed.contains(&k.as_str()))
+            .map(|k| format!("Malformed input request: extraneous key [{k}] is not permitted, please reformat your input and try again."))
+    };
+    let dims_of = |key: &str, allowed: &[u64], default: usize| {
+        match obj.get(key) {
+        None => Ok(default),
+        Some(d) => d
+            .as_u64()
+            .filter(|d| allowed.contains(d))
+            .map(|d| d as usize)
+            .ok_or(format!("Malformed input request: #/{key}: {d} is not a valid enum value, please reformat your input and try again.")),
+    }
+    };
+    if model.contains("amazon.titan-embed") {
+        if let Some(e) = extraneous(&["inputText", "dimensions", "normalize", "embeddingTypes"]) {
+            return Err(e);
+        }
+        let text = obj
+            .get("inputText")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or("Malformed input request: #: required key [inputText] not found, please reformat your input and try again.")?;
+        let dims = dims_of("dimensions", &[256, 512, 1024], 1024)?;
+        let tokens = text.split_whitespace().count();
+        return Ok(
+            json!({"embedding": super::embeddings::vector(text, dims), "inputTextTokenCount": tokens}),
+        );
+    }
+    if model.contains("cohere.embed") {
+        if let Some(e) = extraneous(&[
+            "texts",
+            "images",
+            "input_type",
+            "truncate",
+            "embedding_types",
+            "output_dimension",
+            "max_tokens",
+        ]) {
+            return Err(e);
+        }
+        let texts = obj
+            .get("texts")
+            .and_then(Value::as_array)
+            .filter(|t| !t.is_empty() && t.len() <= 96)
+            .ok_or("Malformed input request: #/texts: expected 1 to 96 texts, please reformat your input and try again.")?;
+        let kinds = [
+            "search_document",
+            "search_query",
+            "classification",
+            "clustering",
+        ];
+        if !obj
+            .get("input_type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| kinds.contains(&t))
+        {
+            return Err("Malformed input request: #: required key [input_type] not found, please reformat your input and try again.".into());
+        }
+        let dims = dims_of("output_dimension", &[256, 512, 1024, 1536], 1536)?;
+        let vectors: Vec<Value> = texts
+            .iter()
+            .map(|t| json!(super::embeddings::vector(t.as_str().unwrap_or(""), dims)))
+            .collect();
+        return Ok(
+            json!({"id": "mock-embed", "embeddings": {"float": vectors}, "texts": texts, "response_type": "embeddings_by_type"}),
+        );
+    }
+    Err(format!("mock: {model} is not an embedding model"))
 }
 
 /// A model id from the path (`%3A` back to `:`).

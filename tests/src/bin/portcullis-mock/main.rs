@@ -651,7 +651,9 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
         control(state, req).await
     } else if req.method() == hyper::Method::POST
         && path.starts_with("/model/")
-        && (path.ends_with("/converse") || path.ends_with("/converse-stream"))
+        && (path.ends_with("/converse")
+            || path.ends_with("/converse-stream")
+            || path.ends_with("/invoke"))
     {
         bedrock::converse(state, req).await
     } else if req.method() == hyper::Method::POST

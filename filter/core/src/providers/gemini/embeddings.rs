@@ -18,12 +18,12 @@ fn bad(message: impl Into<String>) -> GatewayError {
 }
 
 #[derive(Deserialize)]
-struct In<'a> {
-    input: Value,
+pub(crate) struct In<'a> {
+    pub input: Value,
     #[serde(default)]
-    dimensions: Option<u32>,
+    pub dimensions: Option<u32>,
     #[serde(default, borrow)]
-    encoding_format: Option<Cow<'a, str>>,
+    pub encoding_format: Option<Cow<'a, str>>,
 }
 
 #[derive(Serialize)]
@@ -64,8 +64,13 @@ pub struct Answer {
 /// The request's texts: a string or strings (Gemini embeds text; token
 /// arrays cannot be sent).
 fn texts(input: &Value) -> Result<Vec<&str>, GatewayError> {
+    texts_for(input, "Gemini")
+}
+
+/// The request's texts for a provider that embeds text only.
+pub(crate) fn texts_for<'a>(input: &'a Value, who: &str) -> Result<Vec<&'a str>, GatewayError> {
     let not_text = || {
-        bad("Gemini embeds text: `input` must be a string or an array of strings (token arrays cannot be sent to it).")
+        bad(format!("{who} embeds text: `input` must be a string or an array of strings (token arrays cannot be sent to it)."))
     };
     match input {
         Value::String(s) => Ok(vec![s.as_str()]),
@@ -77,22 +82,10 @@ fn texts(input: &Value) -> Result<Vec<&str>, GatewayError> {
     }
 }
 
-fn read(body: &[u8]) -> Result<In<'_>, GatewayError> {
-    serde_json::from_slice(body).map_err(|e| bad(format!("embeddings request: {e}")))
-}
-
-/// The inputs' tokens as the gateway estimates them: 4 characters a token,
-/// rounded up per input.
-fn estimate(texts: &[&str]) -> u64 {
-    texts
-        .iter()
-        .map(|t| (t.chars().count() as u64).div_ceil(4))
-        .fold(0, u64::saturating_add)
-}
-
-/// The body for `batchEmbedContents`.
-pub fn request(body: &[u8], model_id: &str) -> Result<Vec<u8>, GatewayError> {
-    let req = read(body)?;
+/// The client's request, its `encoding_format` and `dimensions` checked.
+pub(crate) fn read(body: &[u8]) -> Result<In<'_>, GatewayError> {
+    let req: In =
+        serde_json::from_slice(body).map_err(|e| bad(format!("embeddings request: {e}")))?;
     if !matches!(
         req.encoding_format.as_deref(),
         None | Some("float" | "base64")
@@ -105,6 +98,21 @@ pub fn request(body: &[u8], model_id: &str) -> Result<Vec<u8>, GatewayError> {
     if req.dimensions == Some(0) {
         return Err(bad("`dimensions` must be at least 1"));
     }
+    Ok(req)
+}
+
+/// The inputs' tokens as the gateway estimates them: 4 characters a token,
+/// rounded up per input.
+pub(crate) fn estimate(texts: &[&str]) -> u64 {
+    texts
+        .iter()
+        .map(|t| (t.chars().count() as u64).div_ceil(4))
+        .fold(0, u64::saturating_add)
+}
+
+/// The body for `batchEmbedContents`.
+pub fn request(body: &[u8], model_id: &str) -> Result<Vec<u8>, GatewayError> {
+    let req = read(body)?;
     let texts = texts(&req.input)?;
     let name = format!("models/{model_id}");
     let batch = Batch {
@@ -182,18 +190,27 @@ struct Usage {
 /// read.
 pub fn answer(body: &[u8], a: &Answer) -> Option<Vec<u8>> {
     let out: Out = serde_json::from_slice(body).ok()?;
-    let data = out
-        .embeddings
+    list(
+        out.embeddings.into_iter().map(|e| e.values).collect(),
+        a,
+        a.prompt_tokens,
+    )
+}
+
+/// Vectors as OpenAI's embeddings list, floats or base64 as the client
+/// asked, with `prompt_tokens` as the usage.
+pub(crate) fn list(vectors: Vec<Vec<f32>>, a: &Answer, prompt_tokens: u64) -> Option<Vec<u8>> {
+    let data = vectors
         .into_iter()
         .enumerate()
-        .map(|(index, e)| Item {
+        .map(|(index, values)| Item {
             object: "embedding",
             index,
             embedding: if a.base64 {
-                let bytes: Vec<u8> = e.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
                 Embedding::Base64(base64(&bytes))
             } else {
-                Embedding::Floats(e.values)
+                Embedding::Floats(values)
             },
         })
         .collect();
@@ -202,8 +219,8 @@ pub fn answer(body: &[u8], a: &Answer) -> Option<Vec<u8>> {
         data,
         model: &a.model,
         usage: Usage {
-            prompt_tokens: a.prompt_tokens,
-            total_tokens: a.prompt_tokens,
+            prompt_tokens,
+            total_tokens: prompt_tokens,
         },
     })
     .ok()
