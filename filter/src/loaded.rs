@@ -22,7 +22,14 @@ pub struct Loaded {
     pub limiter_credential: Option<Vec<u8>>,
     /// Each AWS provider's credentials (SigV4 signs each request with
     /// them), from the VM environment, by provider index.
-    pub aws: Vec<Option<sigv4::Keys>>,
+    pub aws: Vec<Option<Aws>>,
+}
+
+/// An AWS provider's credentials and the day's signing key derived from
+/// them (kept: the key changes with the date only).
+pub struct Aws {
+    pub keys: sigv4::Keys,
+    pub day_key: std::cell::RefCell<sigv4::DayKey>,
 }
 
 /// An AWS provider's credentials from the VM environment: its prefix's
@@ -57,11 +64,14 @@ fn aws_keys(p: &Provider) -> Option<Result<sigv4::Keys, String>> {
 
 impl Loaded {
     pub fn new(gw: Gateway, host: &impl Host) -> Self {
-        let aws: Vec<Option<sigv4::Keys>> = gw
+        let aws: Vec<Option<Aws>> = gw
             .providers
             .iter()
             .map(|p| match aws_keys(p)? {
-                Ok(keys) => Some(keys),
+                Ok(keys) => Some(Aws {
+                    keys,
+                    day_key: std::cell::RefCell::new(None),
+                }),
                 Err(missing) => {
                     host.log(
                         LogLevel::Warn,
@@ -80,9 +90,9 @@ impl Loaded {
             .iter()
             .zip(&aws)
             .map(|(p, aws)| {
-                if let Some(keys) = aws {
+                if let Some(aws) = aws {
                     // Scrubbed from answers like a key.
-                    return Some(keys.secret_access_key.clone());
+                    return Some(aws.keys.secret_access_key.clone());
                 }
                 let env = p.api_key_env.as_ref()?;
                 match std::env::var(env) {

@@ -78,7 +78,7 @@ impl<H: Host> RequestContext<H> {
             extra: providers::extra_headers(p),
             retries: p.retries.as_ref(),
         };
-        if let (Schema::Bedrock { region, .. }, Some(keys)) =
+        if let (Schema::Bedrock { region, .. }, Some(aws)) =
             (&p.schema, loaded.aws.get(provider).and_then(Option::as_ref))
         {
             // Signed last, over the final body, as it is sent.
@@ -95,7 +95,12 @@ impl<H: Host> RequestContext<H> {
                 host: &p.host,
                 body,
             };
-            for (name, value) in sigv4::sign(keys, &scope, &req, self.host.now_ms() / 1000) {
+            let now_s = self.host.now_ms() / 1000;
+            let signed = match aws.day_key.try_borrow_mut() {
+                Ok(mut day_key) => sigv4::sign_with(&aws.keys, &scope, &req, now_s, &mut day_key),
+                Err(_) => sigv4::sign(&aws.keys, &scope, &req, now_s),
+            };
+            for (name, value) in signed {
                 if name == "authorization" {
                     up.credential = Some((name, Cow::Owned(value)));
                 } else {

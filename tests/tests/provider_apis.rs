@@ -148,6 +148,27 @@ fn the_openai_and_anthropic_sdks_use_a_gemini_backed_model_without_noticing() {
         "{}",
         r.body
     );
+    // A token count is Gemini's own (countTokens), not the estimate: one
+    // token a word in the mock, the system instruction's included.
+    let r = post(
+        &s.envoy.url("/v1/messages/count_tokens"),
+        &[("x-api-key", DEMO_KEY), ("anthropic-version", "2023-06-01")],
+        &json!({"model": "gemini-flash", "system": "Be brief.", "messages": [{"role": "user", "content": "Say hi there"}]}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json(), json!({"input_tokens": 5}));
+    assert_eq!(r.header("x-portcullis-estimated"), None);
+    let counted = s
+        .backup
+        .requests()
+        .into_iter()
+        .find(|q| q["path"] == "/v1beta/models/gemini-2.5-flash:countTokens")
+        .expect("a countTokens call");
+    assert_eq!(
+        counted["body"]["generateContentRequest"]["model"],
+        "models/gemini-2.5-flash"
+    );
+    assert_eq!(counted["headers"]["x-goog-api-key"], BACKUP_KEY);
 }
 
 #[test]

@@ -159,6 +159,11 @@ pub fn canonical_query(query: &str) -> String {
     out
 }
 
+/// A signing key kept for the day it was derived for (the key depends only
+/// on the secret, the date, the region and the service): four of the five
+/// HMACs of a signature are done once a day, not per request.
+pub type DayKey = Option<(String, [u8; 32])>;
+
 /// The signature of a canonical request already built (the lower half of
 /// [`sign`], where the published test vectors enter).
 pub fn signature(
@@ -167,13 +172,30 @@ pub fn signature(
     scope: &Scope<'_>,
     canonical_request: &str,
 ) -> (String, String) {
+    signature_with(secret, amz_date, scope, canonical_request, &mut None)
+}
+
+fn signature_with(
+    secret: &str,
+    amz_date: &str,
+    scope: &Scope<'_>,
+    canonical_request: &str,
+    day_key: &mut DayKey,
+) -> (String, String) {
     let date = amz_date.get(..8).unwrap_or(amz_date);
     let credential_scope = format!("{date}/{}/{}/aws4_request", scope.region, scope.service);
     let string_to_sign = format!(
         "AWS4-HMAC-SHA256\n{amz_date}\n{credential_scope}\n{}",
         hex(&Sha256::digest(canonical_request.as_bytes()))
     );
-    let key = signing_key(secret, date, scope);
+    let key = match day_key {
+        Some((d, k)) if d == date => *k,
+        _ => {
+            let k = signing_key(secret, date, scope);
+            *day_key = Some((date.to_string(), k));
+            k
+        }
+    };
     (
         credential_scope,
         hex(&hmac_sha256(&key, string_to_sign.as_bytes())),
@@ -187,6 +209,18 @@ pub fn sign(
     scope: &Scope<'_>,
     req: &Request<'_>,
     now_s: u64,
+) -> Vec<(&'static str, String)> {
+    sign_with(keys, scope, req, now_s, &mut None)
+}
+
+/// [`sign`] with the day's signing key kept between calls (one per
+/// credentials and scope).
+pub fn sign_with(
+    keys: &Keys,
+    scope: &Scope<'_>,
+    req: &Request<'_>,
+    now_s: u64,
+    day_key: &mut DayKey,
 ) -> Vec<(&'static str, String)> {
     let date = amz_date(now_s);
     let payload = hex(&Sha256::digest(req.body));
@@ -217,7 +251,8 @@ pub fn sign(
     canonical.push_str(&signed);
     canonical.push('\n');
     canonical.push_str(&payload);
-    let (credential_scope, sig) = signature(&keys.secret_access_key, &date, scope, &canonical);
+    let (credential_scope, sig) =
+        signature_with(&keys.secret_access_key, &date, scope, &canonical, day_key);
     let authorization = format!(
         "AWS4-HMAC-SHA256 Credential={}/{credential_scope}, SignedHeaders={signed}, Signature={sig}",
         keys.access_key_id

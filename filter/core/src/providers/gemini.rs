@@ -3,7 +3,8 @@
 //! `x-goog-api-key`. Chat completions are translated both ways (the
 //! request, a whole answer, a stream event by event, errors); Messages and
 //! Responses reach it through the pivot; embeddings go to
-//! `models/{id}:batchEmbedContents` ([`embeddings`]).
+//! `models/{id}:batchEmbedContents` ([`embeddings`]) and token counts to
+//! `models/{id}:countTokens` ([`count`]).
 //!
 //! Like every translation, this one reads bodies in place and writes typed
 //! structs ([`crate::borrowed`]): no JSON tree.
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
+pub mod count;
 pub mod embeddings;
 mod stream;
 pub use stream::Stream;
@@ -29,6 +31,8 @@ impl super::Format for Gemini {
         let model = super::path_segment(model_id);
         if api == Api::Embeddings {
             format!("{}/models/{model}:batchEmbedContents", super::base(p))
+        } else if api == Api::CountTokens {
+            format!("{}/models/{model}:countTokens", super::base(p))
         } else if stream {
             format!(
                 "{}/models/{model}:streamGenerateContent?alt=sse",
@@ -48,6 +52,12 @@ impl super::Format for Gemini {
         if chat.api == Api::Embeddings {
             return Ok(super::Prepared {
                 body: Some(embeddings::request(chat.body(), model_id)?),
+                dropped: Vec::new(),
+            });
+        }
+        if chat.api == Api::CountTokens {
+            return Ok(super::Prepared {
+                body: Some(count::request(chat.body(), model_id)?),
                 dropped: Vec::new(),
             });
         }

@@ -69,7 +69,7 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Anthropic { .. }, Api::Responses) => ViaPivot,
         (Schema::Gemini { .. }, Api::ChatCompletions) => Translated,
         (Schema::Gemini { .. }, Api::Messages | Api::Responses) => ViaPivot,
-        (Schema::Gemini { .. }, Api::CountTokens) => Local,
+        (Schema::Gemini { .. }, Api::CountTokens) => Translated,
         (Schema::Gemini { .. }, Api::Embeddings) => Translated,
         (Schema::Bedrock { .. }, Api::ChatCompletions) => Translated,
         (Schema::Bedrock { .. }, Api::Messages | Api::Responses) => ViaPivot,
@@ -194,6 +194,8 @@ pub enum Back {
     /// answers name none), then to the inbound API when it is not the
     /// pivot.
     Bedrock { model: String, api: Option<Api> },
+    /// Gemini's token count, to Anthropic's.
+    GeminiCount,
     /// Bedrock's InvokeModel embeddings (Titan, Cohere), to OpenAI's.
     BedrockEmbeddings(gemini::embeddings::Answer),
 }
@@ -208,6 +210,7 @@ impl Back {
             Back::GeminiEmbeddings(a) => gemini::embeddings::answer(body, a),
             Back::Bedrock { model, api: None } => bedrock::answer(body, created, model),
             Back::BedrockEmbeddings(a) => bedrock::embeddings::answer(body, a),
+            Back::GeminiCount => gemini::count::answer(body),
             Back::Bedrock {
                 model,
                 api: Some(a),
@@ -222,6 +225,7 @@ impl Back {
             Back::Api(None, a) => a.error_from_pivot(body, status),
             Back::Api(Some(f), a) => a.error_from_pivot(&f.error(body, status), status),
             Back::GeminiEmbeddings(_) => gemini::error(body, status),
+            Back::GeminiCount => gemini::count::error(body, status),
             Back::Bedrock { api: None, .. } | Back::BedrockEmbeddings(_) => {
                 bedrock::error(body, status)
             }
@@ -240,7 +244,7 @@ impl Back {
                 Box::new(f.stream(created, true)?),
                 Box::new(a.stream_from_pivot(created)?),
             )),
-            Back::GeminiEmbeddings(_) | Back::BedrockEmbeddings(_) => None,
+            Back::GeminiEmbeddings(_) | Back::BedrockEmbeddings(_) | Back::GeminiCount => None,
             Back::Bedrock { model, api } => {
                 let s = Stream::Bedrock(bedrock::Stream::new(
                     created,
@@ -278,6 +282,9 @@ pub fn back_for(p: &Provider, req: &ChatRequest) -> Option<Back> {
 pub fn back(p: &Provider, api: Api) -> Option<Back> {
     if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::Embeddings)) {
         return Some(Back::GeminiEmbeddings(Default::default()));
+    }
+    if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::CountTokens)) {
+        return Some(Back::GeminiCount);
     }
     if matches!((&p.schema, api), (Schema::Bedrock { .. }, Api::Embeddings)) {
         return Some(Back::BedrockEmbeddings(Default::default()));

@@ -166,3 +166,32 @@ fn keys_never_print_their_secret() {
         "{shown}"
     );
 }
+
+/// The day's key kept between calls signs as a fresh derivation does, and
+/// is derived again when the date changes.
+#[test]
+fn a_kept_day_key_signs_the_same() {
+    let keys = Keys {
+        access_key_id: "AKIDEXAMPLE".into(),
+        secret_access_key: SECRET.into(),
+        session_token: None,
+    };
+    let req = Request {
+        method: "POST",
+        path: "/",
+        query: "",
+        host: "example.amazonaws.com",
+        body: b"{}",
+    };
+    let mut kept = None;
+    for now in [1_440_938_160, 1_440_938_161, 1_441_024_560] {
+        assert_eq!(
+            sign_with(&keys, &SCOPE, &req, now, &mut kept),
+            sign(&keys, &SCOPE, &req, now)
+        );
+        assert_eq!(
+            kept.as_ref().map(|(d, _)| d.as_str()),
+            Some(&amz_date(now)[..8])
+        );
+    }
+}

@@ -205,7 +205,7 @@ pub async fn generate(
         return Ok(error(404, "NOT_FOUND", "mock: no model in the path"));
     };
     let stream = match method {
-        "generateContent" | "batchEmbedContents" => false,
+        "generateContent" | "batchEmbedContents" | "countTokens" => false,
         "streamGenerateContent" if query.split('&').any(|q| q == "alt=sse") => true,
         "streamGenerateContent" => {
             return Ok(error(
@@ -224,6 +224,12 @@ pub async fn generate(
             return Ok(error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key."))
         }
         _ => {}
+    }
+    if method == "countTokens" {
+        return Ok(match count(&parsed, model) {
+            Ok(v) => json_response(200, &v),
+            Err(why) => error(400, "INVALID_ARGUMENT", &why),
+        });
     }
     if method == "batchEmbedContents" {
         return Ok(match embed(&parsed, model) {
@@ -303,6 +309,53 @@ fn answer(
         events.push(ev(last));
     }
     super::event_stream(events, step, "text/event-stream")
+}
+
+/// `countTokens`: `contents` alone, or a `generateContentRequest` naming
+/// the path's model and passing `generateContent`'s checks; the count is
+/// one token a word of every text part, the system instruction's included.
+fn count(req: &Value, model: &str) -> Result<Value, String> {
+    let obj = req.as_object().ok_or("Invalid JSON payload received.")?;
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !["contents", "generateContentRequest"].contains(&k.as_str()))
+    {
+        return Err(unknown("", k));
+    }
+    let inner = match (obj.get("contents"), obj.get("generateContentRequest")) {
+        (Some(c), None) => json!({"contents": c}),
+        (None, Some(g)) => {
+            let mut g = g.clone();
+            let named = g
+                .as_object_mut()
+                .and_then(|o| o.remove("model"))
+                .and_then(|m| m.as_str().map(str::to_string));
+            if named.as_deref() != Some(&format!("models/{model}")) {
+                return Err(format!(
+                    "* CountTokensRequest.generate_content_request.model: the model must be models/{model}"
+                ));
+            }
+            g
+        }
+        _ => return Err("* CountTokensRequest: exactly one of contents and generate_content_request is required".into()),
+    };
+    check(&inner)?;
+    let words = |v: &Value| -> usize {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(|t| t.split_whitespace().count())
+            .sum()
+    };
+    let mut n: usize = inner["contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| words(&c["parts"]))
+        .sum();
+    n += words(&inner["systemInstruction"]["parts"]);
+    Ok(json!({"totalTokens": n, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": n}]}))
 }
 
 fn parts_empty(v: &Value) -> bool {
