@@ -146,6 +146,16 @@ impl Host for AbiHost {
         abi::resume_request()
     }
 
+    fn wake(&self, context_id: u32, authorization: Option<&str>) -> Result<(), Status> {
+        // The calls that follow act on that request, until the callback
+        // this runs in returns.
+        hostcalls::set_effective_context(context_id)?;
+        if let Some(a) = authorization {
+            hostcalls::set_map_value(MapType::HttpRequestHeaders, "authorization", Some(a))?;
+        }
+        abi::resume_request()
+    }
+
     fn send_later(&self, message: Vec<u8>) {
         if !crate::global_limits::later::push(&self.worker, message) {
             registry::count(&self.worker, crate::metrics::GLOBAL_SETTLE_DROPPED, 1);

@@ -119,7 +119,10 @@ impl<H: Host> RequestContext<H> {
             let sent = self
                 .upstream_for(&loaded, idx, &model_id)
                 .map_err(|e| e.message)
-                .and_then(|up| self.dispatch_fallback(&up).map_err(|s| format!("{s:?}")));
+                .and_then(|up| match up.awaiting_token {
+                    Some(_) => Err("no access token yet".to_string()),
+                    None => self.dispatch_fallback(&up).map_err(|s| format!("{s:?}")),
+                });
             match sent {
                 Ok(call) => {
                     self.host.count(metrics::FALLBACKS, 1);

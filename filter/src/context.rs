@@ -32,6 +32,9 @@ pub enum Phase {
     Guarding,
     /// Waiting for the rate limit service (global limits).
     Limiting,
+    /// The first attempt is ready for Envoy's router but for its access
+    /// token, which this request fetches (the callout's token).
+    AwaitingToken(u32),
     /// The first attempt went through Envoy's router.
     Proxied,
     /// A fallback callout is in flight; the upstream's answer is held.
@@ -89,6 +92,8 @@ pub struct ClientRequest {
 
 pub struct RequestContext<H: Host> {
     pub host: H,
+    /// Envoy's id of this request's context (0 in lifecycle tests).
+    pub id: u32,
     pub loaded: Option<Rc<Loaded>>,
     /// A random number for this request (`auto` picks by weight).
     pub roll: u64,
@@ -115,6 +120,7 @@ impl<H: Host> RequestContext<H> {
     pub fn new(host: H, loaded: Option<Rc<Loaded>>, roll: u64) -> Self {
         Self {
             host,
+            id: 0,
             loaded,
             roll,
             phase: Phase::Headers,
@@ -260,6 +266,7 @@ impl<H: Host> RequestContext<H> {
         match self.phase {
             Phase::FallbackPending => self.fallback_answer(token, body_size),
             Phase::Guarding => self.on_guard_answer(token, body_size),
+            Phase::AwaitingToken(call) if call == token => self.on_token_answer(body_size),
             _ => {}
         }
     }
@@ -271,6 +278,7 @@ impl<H: Host> RequestContext<H> {
             | Phase::FallbackPending
             | Phase::ChatBody
             | Phase::Guarding
+            | Phase::AwaitingToken(_)
             | Phase::Limiting => Finish::Release,
             // An answer cut short: what a capped stream counted, else the
             // reservation stands.

@@ -49,6 +49,8 @@ pub struct State {
     pub grpc_answer: Vec<u8>,
     /// How many times the request was resumed.
     pub resumed: u32,
+    /// Other requests woken (context id, `authorization`).
+    pub woken: Vec<(u32, Option<String>)>,
     /// Messages queued for the root context.
     pub later: Vec<Vec<u8>>,
     /// Every call that crosses into Envoy (the ABI), in order, with what it
@@ -279,6 +281,14 @@ impl Host for FakeHost {
     fn resume_request(&self) -> Result<(), Status> {
         self.trace("resume", "");
         self.state.borrow_mut().resumed += 1;
+        Ok(())
+    }
+
+    fn wake(&self, context_id: u32, authorization: Option<&str>) -> Result<(), Status> {
+        self.state
+            .borrow_mut()
+            .woken
+            .push((context_id, authorization.map(str::to_string)));
         Ok(())
     }
 

@@ -119,6 +119,8 @@ pub struct Flight {
     pub price: Option<Price>,
     /// The client's headers every fallback sends, read at the first one.
     pub forwarded: Option<Vec<(String, String)>>,
+    /// The provider whose access token this request is fetching.
+    pub token_provider: Option<String>,
     /// How the answer on its way is read (usage, cache, content).
     pub reader: Option<Reader>,
     /// The completion cap a level in `clamp` mode holds the answer to, and
@@ -169,6 +171,7 @@ impl Flight {
             experiment,
             price,
             forwarded: None,
+            token_provider: None,
             reader: None,
             cap: None,
             budget_routed: false,

@@ -70,6 +70,9 @@ pub trait Host: Store {
     fn grpc_answer(&self, size: usize) -> Result<Vec<u8>, Status>;
     /// Let a request paused at its body go on.
     fn resume_request(&self) -> Result<(), Status>;
+    /// Let another request of this worker, paused for an access token, go
+    /// on: its `authorization` set (none: left out) and its request resumed.
+    fn wake(&self, context_id: u32, authorization: Option<&str>) -> Result<(), Status>;
     /// Queue a rate-limit message the root context sends on its next tick
     /// (a request's context may be gone before an answer would come).
     fn send_later(&self, message: Vec<u8>);

@@ -68,6 +68,7 @@ mod responses_by_id;
 mod root;
 mod shipper;
 mod telemetry;
+mod tokens;
 mod upstream;
 mod worker;
 

@@ -1197,3 +1197,4 @@ fn without_worker_copies_a_repeat_reads_the_shared_table() {
 }
 
 mod tenancy;
+mod tokens;

@@ -117,7 +117,7 @@ impl Loaded {
             .zip(&secrets)
             .map(|(p, key)| {
                 key.as_ref()
-                    .filter(|_| !matches!(p.schema, Schema::Bedrock { .. }))
+                    .filter(|_| !matches!(p.schema, Schema::Bedrock { .. } | Schema::Vertex { .. }))
                     .map(|k| providers::credential(p, k))
             })
             .collect();

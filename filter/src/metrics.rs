@@ -61,6 +61,11 @@ pub const CACHE_TOO_LARGE: &str = "portcullis.cache.too_large";
 /// Gauge: bytes held by the cache table.
 pub const CACHE_BYTES: &str = "portcullis.cache.bytes";
 pub const FALLBACKS: &str = "portcullis.fallbacks";
+/// Access tokens fetched from a token source (Vertex AI).
+pub const TOKEN_FETCHES: &str = "portcullis.token_fetches";
+/// Token fetches that failed, and waits that ran out (requests went on
+/// without a token).
+pub const TOKEN_FAILURES: &str = "portcullis.token_failures";
 /// Histogram: providers tried, for requests that tried more than one.
 pub const ATTEMPTS: &str = "portcullis.attempts";
 pub const RATE_LIMITED: &str = "portcullis.rate_limited";

@@ -395,6 +395,15 @@ impl<H: Host> RequestContext<H> {
         let upstream = self.upstream_for(&loaded, provider, &model_id)?;
         self.send_through_router(&upstream, body_size)?;
         self.phase = Phase::Proxied;
+        if let Some(source) = upstream.awaiting_token {
+            let name = loaded
+                .gw
+                .providers
+                .get(provider)
+                .map(|p| p.name.clone())
+                .unwrap_or_default();
+            return Ok(self.await_token(&name, source));
+        }
         Ok(Action::Continue)
     }
 }

@@ -107,6 +107,7 @@ impl<H: Host> RequestContext<H> {
             body: None,
             extra: providers::extra_headers(p),
             retries: None,
+            awaiting_token: None,
         };
         self.request.has_content_type = true;
         self.send_through_router(&up, 0)?;

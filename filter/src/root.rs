@@ -240,12 +240,10 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(RequestContext::new(
-            self.host.clone(),
-            self.loaded.clone(),
-            self.next_roll(),
-        )))
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let mut c = RequestContext::new(self.host.clone(), self.loaded.clone(), self.next_roll());
+        c.id = context_id;
+        Some(Box::new(c))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -263,6 +261,9 @@ impl RootContext for Root {
                 admission::prepare(&self.host, &l.gw, now);
                 self.prepared_day = day;
             }
+        }
+        if let Some(l) = self.loaded.as_ref() {
+            crate::tokens::wake_ready(&self.host, l, now);
         }
         self.send_settlements();
         self.report_memory();

@@ -36,6 +36,10 @@ pub struct UpstreamRequest<'a> {
     pub extra: Vec<(&'static str, String)>,
     /// Envoy's retries of this provider (first attempt only).
     pub retries: Option<&'a portcullis_core::config::Retries>,
+    /// The provider takes an access token it does not have yet (fetched
+    /// from this source): the first attempt waits for it, a fallback skips
+    /// the provider.
+    pub awaiting_token: Option<&'a portcullis_core::config::TokenSource>,
 }
 
 impl<H: Host> RequestContext<H> {
@@ -77,7 +81,21 @@ impl<H: Host> RequestContext<H> {
             },
             extra: providers::extra_headers(p),
             retries: p.retries.as_ref(),
+            awaiting_token: None,
         };
+        if let Schema::Vertex { token, .. } = &p.schema {
+            match crate::tokens::cached(&self.host, &p.name, self.host.now_ms()) {
+                Some(t) => {
+                    let (name, value) = providers::credential(p, &t);
+                    up.credential = Some((name, Cow::Owned(value)));
+                }
+                None => {
+                    // No key of any kind goes with it: the token, or none.
+                    up.credential = None;
+                    up.awaiting_token = Some(token);
+                }
+            }
+        }
         if let (Schema::Bedrock { region, .. }, Some(aws)) =
             (&p.schema, loaded.aws.get(provider).and_then(Option::as_ref))
         {

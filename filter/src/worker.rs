@@ -48,6 +48,9 @@ pub struct Worker {
     pub clock_offset_ms: Cell<i64>,
     /// Hashes of keys that authenticated.
     pub key_hashes: RefCell<KeyHashes>,
+    /// Requests of this worker paused for a provider's access token, by
+    /// provider name: (context id, since when).
+    pub token_waiters: RefCell<HashMap<String, Vec<(u32, u64)>>>,
     /// The rate limit service failed a call and has not answered since:
     /// global limits go by this replica's shares (`local_share`).
     pub global_away: Cell<bool>,

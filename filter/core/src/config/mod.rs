@@ -102,6 +102,18 @@ pub enum Schema {
         /// request.
         drop_unsupported: bool,
     },
+    /// Google Cloud's Vertex AI: a publisher's models, an OAuth access
+    /// token from a token source.
+    Vertex {
+        project: String,
+        /// The location (`us-east5`, `europe-west1`, `global`).
+        region: String,
+        publisher: Publisher,
+        token: TokenSource,
+        /// Claude on Vertex: as Anthropic's options; Gemini on Vertex:
+        /// `drop_unsupported` only.
+        options: crate::providers::anthropic::Options,
+    },
     /// AWS Bedrock's Converse API, each request signed with SigV4.
     Bedrock {
         /// The AWS region signed for.
@@ -114,6 +126,27 @@ pub enum Schema {
     },
 }
 
+/// Whose models a Vertex provider serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Publisher {
+    /// Gemini (`publishers/google`).
+    #[default]
+    Google,
+    /// Claude (`publishers/anthropic`).
+    Anthropic,
+}
+
+/// Where a Vertex provider's OAuth access token comes from: a GET to this
+/// Envoy cluster (the GCE/GKE metadata server's shape: `Metadata-Flavor:
+/// Google`, `{"access_token", "expires_in"}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSource {
+    pub cluster: String,
+    pub host: String,
+    pub path: String,
+    pub timeout_ms: u64,
+}
+
 impl Schema {
     /// Its name in the config (`schema:`).
     pub fn name(&self) -> &'static str {
@@ -123,6 +156,7 @@ impl Schema {
             Schema::Anthropic { .. } => "anthropic",
             Schema::Gemini { .. } => "gemini",
             Schema::Bedrock { .. } => "bedrock",
+            Schema::Vertex { .. } => "vertex",
         }
     }
 }

@@ -463,6 +463,25 @@ pub(super) struct RawProvider {
     /// `bedrock-runtime.<region>.amazonaws.com`.
     #[serde(default)]
     pub(super) region: Option<String>,
+    /// Vertex: the Google Cloud project (required).
+    #[serde(default)]
+    pub(super) project: Option<String>,
+    /// Vertex: whose models, `google` (Gemini, the default) or `anthropic`
+    /// (Claude).
+    #[serde(default)]
+    pub(super) publisher: Option<String>,
+    /// Vertex: the Envoy cluster of the token source (default
+    /// `gcp_metadata`, the metadata server).
+    #[serde(default)]
+    pub(super) token_cluster: Option<String>,
+    /// Vertex: the token source's `:authority` (default
+    /// `metadata.google.internal`).
+    #[serde(default)]
+    pub(super) token_host: Option<String>,
+    /// Vertex: the token source's path (default the metadata server's
+    /// `/computeMetadata/v1/instance/service-accounts/default/token`).
+    #[serde(default)]
+    pub(super) token_path: Option<String>,
     /// Bedrock: the prefix of the environment variables holding its
     /// credentials (`<prefix>AWS_ACCESS_KEY_ID`, `<prefix>AWS_SECRET_ACCESS_KEY`,
     /// `<prefix>AWS_SESSION_TOKEN`); default none (AWS's own names).
@@ -595,6 +614,23 @@ impl RawProvider {
     /// Fill Bedrock's defaults: the regional runtime host, paths from the
     /// root.
     pub(super) fn apply_bedrock(&mut self, at: &str, problems: &mut Vec<String>) {
+        if self.schema.as_deref() == Some("vertex") {
+            self.apply_vertex(at, problems);
+            return;
+        }
+        if self.schema.as_deref() != Some("vertex") {
+            for (k, on) in [
+                ("project", self.project.is_some()),
+                ("publisher", self.publisher.is_some()),
+                ("token_cluster", self.token_cluster.is_some()),
+                ("token_host", self.token_host.is_some()),
+                ("token_path", self.token_path.is_some()),
+            ] {
+                if on {
+                    problems.push(format!("{at}: `{k}` applies to schema `vertex` only"));
+                }
+            }
+        }
         if self.schema.as_deref() != Some("bedrock") {
             for (k, on) in [
                 ("region", self.region.is_some()),
@@ -638,6 +674,60 @@ impl RawProvider {
         }
     }
 
+    /// Vertex's checks and defaults: the project and region it needs, the
+    /// regional host, paths from the root, no key variable (the token comes
+    /// from the token source).
+    fn apply_vertex(&mut self, at: &str, problems: &mut Vec<String>) {
+        let name_ok = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        let region = self.region.clone().unwrap_or_default();
+        if !name_ok(&region) {
+            problems.push(format!(
+                "{at}: schema `vertex` needs `region` (a Google Cloud location such as us-east5 or global; got `{region}`)"
+            ));
+        }
+        let project = self.project.clone().unwrap_or_default();
+        if !name_ok(&project) {
+            problems.push(format!(
+                "{at}: schema `vertex` needs `project` (a Google Cloud project id; got `{project}`)"
+            ));
+        }
+        if !matches!(
+            self.publisher.as_deref(),
+            None | Some("google" | "anthropic")
+        ) {
+            problems.push(format!(
+                "{at}: `publisher` must be google or anthropic (got `{}`)",
+                self.publisher.as_deref().unwrap_or_default()
+            ));
+        }
+        if self.api_key_env.is_some() || self.aws_env_prefix.is_some() {
+            problems.push(format!(
+                "{at}: schema `vertex` takes an access token from its token source (`token_cluster`), not `api_key_env` or `aws_env_prefix`"
+            ));
+        }
+        if self
+            .token_path
+            .as_deref()
+            .is_some_and(|p| !p.starts_with('/'))
+        {
+            problems.push(format!("{at}: `token_path` must start with `/`"));
+        }
+        if self.host.is_empty() && !region.is_empty() {
+            self.host = if region == "global" {
+                "aiplatform.googleapis.com".into()
+            } else {
+                format!("{region}-aiplatform.googleapis.com")
+            };
+        }
+        if self.base_path.is_none() {
+            self.base_path = Some(String::new());
+        }
+    }
+
     pub(super) fn schema(&self, at: &str, problems: &mut Vec<String>) -> super::Schema {
         use super::Schema;
         let schema = self.schema.as_deref().unwrap_or("openai");
@@ -650,7 +740,10 @@ impl RawProvider {
         if schema != "anthropic" {
             for (k, on) in [
                 ("anthropic_version", self.anthropic_version.is_some()),
-                ("default_max_tokens", self.default_max_tokens.is_some()),
+                (
+                    "default_max_tokens",
+                    self.default_max_tokens.is_some() && schema != "vertex",
+                ),
             ] {
                 if on {
                     misplaced(k, "anthropic", problems);
@@ -660,9 +753,10 @@ impl RawProvider {
         if schema != "openai" && self.drop_fields.as_ref().is_some_and(|f| !f.is_empty()) {
             misplaced("drop_fields", "openai", problems);
         }
-        if !matches!(schema, "anthropic" | "gemini" | "bedrock") && self.drop_unsupported {
+        if !matches!(schema, "anthropic" | "gemini" | "bedrock" | "vertex") && self.drop_unsupported
+        {
             problems.push(format!(
-                "{at}: `drop_unsupported` applies to schemas `anthropic`, `gemini` and `bedrock` only"
+                "{at}: `drop_unsupported` applies to schemas `anthropic`, `gemini`, `bedrock` and `vertex` only"
             ));
         }
         match schema {
@@ -691,6 +785,33 @@ impl RawProvider {
             "gemini" => Schema::Gemini {
                 drop_unsupported: self.drop_unsupported,
             },
+            "vertex" => Schema::Vertex {
+                project: self.project.clone().unwrap_or_default(),
+                region: self.region.clone().unwrap_or_default(),
+                publisher: match self.publisher.as_deref() {
+                    Some("anthropic") => super::Publisher::Anthropic,
+                    _ => super::Publisher::Google,
+                },
+                token: super::TokenSource {
+                    cluster: self
+                        .token_cluster
+                        .clone()
+                        .unwrap_or_else(|| "gcp_metadata".into()),
+                    host: self
+                        .token_host
+                        .clone()
+                        .unwrap_or_else(|| crate::providers::vertex::METADATA_HOST.into()),
+                    path: self
+                        .token_path
+                        .clone()
+                        .unwrap_or_else(|| crate::providers::vertex::METADATA_PATH.into()),
+                    timeout_ms: 5_000,
+                },
+                options: crate::providers::anthropic::Options {
+                    default_max_tokens: self.default_max_tokens.unwrap_or(4096),
+                    drop_unsupported: self.drop_unsupported,
+                },
+            },
             "bedrock" => Schema::Bedrock {
                 region: self.region.clone().unwrap_or_default(),
                 env_prefix: self.aws_env_prefix.clone().unwrap_or_default(),
@@ -698,7 +819,7 @@ impl RawProvider {
             },
             other => {
                 problems.push(format!(
-                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic, gemini, bedrock"
+                    "{at}: schema `{other}` is not one of openai, azure_openai, anthropic, gemini, bedrock, vertex"
                 ));
                 Schema::OpenAi
             }

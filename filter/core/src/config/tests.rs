@@ -507,6 +507,65 @@ fn a_bedrock_provider_needs_a_region_and_gets_its_host_and_paths() {
 }
 
 #[test]
+fn a_vertex_provider_needs_a_project_and_region_and_gets_its_host_paths_and_token_source() {
+    let yaml = |extra: &str| {
+        format!(
+            "providers:\n  - name: v\n    cluster: v\n    schema: vertex\n{extra}    models: [{{name: m, id: \"claude-sonnet-4-5@20250929\"}}]\nclients:\n  - name: c\n    key_sha256: \"0000000000000000000000000000000000000000000000000000000000000001\"\n"
+        )
+    };
+    let g = compile(yaml("    project: my-proj\n    region: europe-west1\n    publisher: anthropic\n    default_max_tokens: 512\n").as_bytes()).unwrap();
+    let p = &g.providers[0];
+    assert_eq!(p.host, "europe-west1-aiplatform.googleapis.com");
+    let Schema::Vertex {
+        publisher,
+        token,
+        options,
+        ..
+    } = &p.schema
+    else {
+        panic!("{:?}", p.schema);
+    };
+    assert_eq!(*publisher, super::Publisher::Anthropic);
+    assert_eq!(options.default_max_tokens, 512);
+    assert_eq!(
+        (token.cluster.as_str(), token.host.as_str()),
+        ("gcp_metadata", "metadata.google.internal")
+    );
+    assert_eq!(
+        crate::providers::path(p, crate::api::Api::Messages, "claude-sonnet-4-5@20250929", true),
+        "/v1/projects/my-proj/locations/europe-west1/publishers/anthropic/models/claude-sonnet-4-5%4020250929:streamRawPredict"
+    );
+    let g = compile(yaml("    project: my-proj\n    region: global\n").as_bytes()).unwrap();
+    assert_eq!(g.providers[0].host, "aiplatform.googleapis.com");
+    assert_eq!(
+        crate::providers::path(&g.providers[0], crate::api::Api::CountTokens, "gemini-2.5-flash", false),
+        "/v1/projects/my-proj/locations/global/publishers/google/models/gemini-2.5-flash:countTokens"
+    );
+    let e =
+        compile(yaml("    publisher: meta\n    api_key_env: K\n    token_path: x\n").as_bytes())
+            .unwrap_err();
+    for says in [
+        "schema `vertex` needs `region`",
+        "schema `vertex` needs `project`",
+        "`publisher` must be google or anthropic",
+        "not `api_key_env`",
+        "`token_path` must start with `/`",
+    ] {
+        assert!(e.contains(says), "{says}: {e}");
+    }
+    let e = compile(
+        yaml("    region: us-east1\n")
+            .replace("schema: vertex", "schema: bedrock\n    project: p")
+            .as_bytes(),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("`project` applies to schema `vertex` only"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
     let yaml = |extra: &str| {
         format!(
@@ -550,7 +609,7 @@ fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
     .unwrap_err();
     assert!(
         e.contains(
-            "`drop_unsupported` applies to schemas `anthropic`, `gemini` and `bedrock` only"
+            "`drop_unsupported` applies to schemas `anthropic`, `gemini`, `bedrock` and `vertex` only"
         ),
         "{e}"
     );

@@ -19,6 +19,7 @@ pub mod bedrock;
 pub mod gemini;
 pub mod openai;
 pub mod presets;
+pub mod vertex;
 
 use crate::api::Api;
 use crate::config::{Provider, Schema};
@@ -46,6 +47,10 @@ pub enum Reach {
     /// completion (sent to the format as chat completions), its answers
     /// translated back into the API's shape.
     ViaPivot,
+    /// In the API's own shape with the body rewritten by the format
+    /// (Claude on Vertex: no `model`, its `anthropic_version`); answers
+    /// passed as they are.
+    Rewritten,
     /// Answered by the gateway itself (an estimate), never sent.
     Local,
     /// Not at all: such a provider is no candidate for that API.
@@ -71,10 +76,30 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Gemini { .. }, Api::Messages | Api::Responses) => ViaPivot,
         (Schema::Gemini { .. }, Api::CountTokens) => Translated,
         (Schema::Gemini { .. }, Api::Embeddings) => Translated,
+        (Schema::Vertex { publisher, .. }, api) => vertex_reach(*publisher, api),
         (Schema::Bedrock { .. }, Api::ChatCompletions) => Translated,
         (Schema::Bedrock { .. }, Api::Messages | Api::Responses) => ViaPivot,
         (Schema::Bedrock { .. }, Api::CountTokens) => Local,
         (Schema::Bedrock { .. }, Api::Embeddings) => Translated,
+    }
+}
+
+/// Vertex's table: Gemini on Vertex as Gemini (no embeddings: Vertex's
+/// take another API), Claude on Vertex as Anthropic, its Messages bodies
+/// rewritten for Vertex (translated, answers passed as they are) and its
+/// counts estimated.
+fn vertex_reach(publisher: crate::config::Publisher, api: Api) -> Reach {
+    use crate::config::Publisher;
+    use Reach::*;
+    match (publisher, api) {
+        (Publisher::Google, Api::ChatCompletions | Api::CountTokens) => Translated,
+        (Publisher::Google, Api::Messages | Api::Responses) => ViaPivot,
+        (Publisher::Google, Api::Embeddings) => No,
+        (Publisher::Anthropic, Api::ChatCompletions) => Translated,
+        (Publisher::Anthropic, Api::Messages) => Rewritten,
+        (Publisher::Anthropic, Api::Responses) => ViaPivot,
+        (Publisher::Anthropic, Api::CountTokens) => Local,
+        (Publisher::Anthropic, Api::Embeddings) => No,
     }
 }
 
@@ -130,6 +155,7 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
         Schema::Anthropic { .. } => &anthropic::Anthropic,
         Schema::Gemini { .. } => &gemini::Gemini,
         Schema::Bedrock { .. } => &bedrock::Bedrock,
+        Schema::Vertex { publisher, .. } => vertex::format(*publisher),
     }
 }
 
@@ -283,7 +309,8 @@ pub fn back(p: &Provider, api: Api) -> Option<Back> {
     if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::Embeddings)) {
         return Some(Back::GeminiEmbeddings(Default::default()));
     }
-    if matches!((&p.schema, api), (Schema::Gemini { .. }, Api::CountTokens)) {
+    if api == Api::CountTokens && reach(&p.schema, api) == Reach::Translated {
+        // Gemini's count, on the Gemini API or on Vertex.
         return Some(Back::GeminiCount);
     }
     if matches!((&p.schema, api), (Schema::Bedrock { .. }, Api::Embeddings)) {
@@ -295,7 +322,7 @@ pub fn back(p: &Provider, api: Api) -> Option<Back> {
     match reach(&p.schema, api) {
         Reach::Translated => Some(Back::Format(format(&p.schema))),
         Reach::ViaPivot => Some(Back::Api(pivot_format(p), api)),
-        Reach::Direct | Reach::Local | Reach::No => None,
+        Reach::Direct | Reach::Rewritten | Reach::Local | Reach::No => None,
     }
 }
 
@@ -308,7 +335,7 @@ fn bedrock_back(p: &Provider, api: Api, model: &str) -> Option<Back> {
             model,
             api: Some(api),
         }),
-        Reach::Direct | Reach::Local | Reach::No => None,
+        Reach::Direct | Reach::Rewritten | Reach::Local | Reach::No => None,
     }
 }
 
@@ -353,7 +380,9 @@ pub fn request_body(
     usage_chunk: bool,
 ) -> Result<Prepared, GatewayError> {
     match reach(&p.schema, api) {
-        Reach::Translated => format(&p.schema).translate_request(p, req, model_id),
+        Reach::Translated | Reach::Rewritten => {
+            format(&p.schema).translate_request(p, req, model_id)
+        }
         Reach::ViaPivot => {
             let (body, mut dropped) = api.to_pivot(req, model_id)?;
             let Some(f) = pivot_format(p) else {

@@ -248,6 +248,74 @@ pub async fn count_tokens(
     ))
 }
 
+/// Claude on Vertex AI: `.../publishers/anthropic/models/<model>:rawPredict`
+/// (`:streamRawPredict`) with an access token the mock's metadata
+/// endpoint issued, `anthropic_version: vertex-2023-10-16` in the body and
+/// no `model` (the path names it); then the Messages checks and answers.
+pub async fn vertex_raw_predict(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let uri_path = req.uri().path().to_string();
+    let (path, headers) = super::request_facts(&req);
+    let (parsed, step) = super::receive(&state, &path, headers, req.into_body()).await?;
+    if !super::live_token(&state, bearer.as_deref()) {
+        return Ok(error(
+            401,
+            "authentication_error",
+            "invalid or expired access token",
+        ));
+    }
+    let Some((model, method)) = uri_path
+        .rsplit_once("/models/")
+        .and_then(|(_, rest)| rest.split_once(':'))
+    else {
+        return Ok(error(404, "not_found_error", "mock: no model in the path"));
+    };
+    if parsed.get("anthropic_version").and_then(Value::as_str) != Some("vertex-2023-10-16") {
+        return Ok(error(
+            400,
+            "invalid_request_error",
+            "anthropic_version: vertex-2023-10-16 is required in the body",
+        ));
+    }
+    if parsed.get("model").is_some() {
+        return Ok(error(
+            400,
+            "invalid_request_error",
+            "model: Extra inputs are not permitted",
+        ));
+    }
+    let streams = parsed
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if streams != (method == "streamRawPredict") {
+        return Ok(error(
+            400,
+            "invalid_request_error",
+            "mock: `stream` and the method disagree",
+        ));
+    }
+    let mut body = parsed.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.remove("anthropic_version");
+        o.insert("model".into(), Value::String(model.to_string()));
+    }
+    if let Err(why) = check(&body) {
+        return Ok(error(400, "invalid_request_error", &why));
+    }
+    if let Some(s) = step.status.filter(|s| *s != 200) {
+        return Ok(error(s, "api_error", "mock: scripted failure"));
+    }
+    answer(&state, &body, &step)
+}
+
 pub async fn messages(
     state: Arc<State>,
     req: Request<Incoming>,

@@ -194,6 +194,11 @@ pub async fn generate(
         .get("x-goog-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let (logged_path, headers) = super::request_facts(&req);
@@ -216,7 +221,13 @@ pub async fn generate(
         }
         other => return Ok(error(404, "NOT_FOUND", &format!("mock: no method {other}"))),
     };
-    match (&state.api_key, key.as_deref()) {
+    // Gemini on Vertex AI: an OAuth access token, no API key.
+    if path.contains("/publishers/google/models/") {
+        if !super::live_token(&state, bearer.as_deref()) {
+            return Ok(error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential."));
+        }
+    } else {
+        match (&state.api_key, key.as_deref()) {
         (Some(_), None) => {
             return Ok(error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."))
         }
@@ -224,6 +235,7 @@ pub async fn generate(
             return Ok(error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key."))
         }
         _ => {}
+    }
     }
     if method == "countTokens" {
         return Ok(match count(&parsed, model) {

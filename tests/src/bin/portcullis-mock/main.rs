@@ -235,6 +235,11 @@ struct State {
     responses: Mutex<std::collections::HashMap<String, (Value, Value)>>,
     /// Bedrock mode's credentials: requests must be signed with them.
     aws: Option<bedrock::Aws>,
+    /// Access tokens issued by the metadata endpoint, with when each
+    /// expires (Vertex mode takes only these, unexpired).
+    tokens: Mutex<Vec<(String, std::time::Instant)>>,
+    /// `--token-ttl S`: the lifetime of the tokens issued (default 3600).
+    token_ttl_s: u64,
 }
 
 const LOG_KEEP: usize = 64;
@@ -586,6 +591,10 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
             state.release.notify_one();
             json_response(200, &json!({"ok": true}))
         }
+        ("GET", "/__mock/tokens") => json_response(
+            200,
+            &json!({"issued": state.tokens.lock().map_or(0, |t| t.len())}),
+        ),
         ("GET", "/__mock/hits") => {
             json_response(200, &json!({"hits": state.hits.load(Ordering::Relaxed)}))
         }
@@ -649,6 +658,13 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
     let path = req.uri().path();
     if path.starts_with("/__mock/") {
         control(state, req).await
+    } else if req.method() == hyper::Method::GET && path == METADATA_TOKEN_PATH {
+        Ok(metadata_token(&state, &req))
+    } else if req.method() == hyper::Method::POST
+        && path.contains("/publishers/anthropic/models/")
+        && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"))
+    {
+        anthropic::vertex_raw_predict(state, req).await
     } else if req.method() == hyper::Method::POST
         && path.starts_with("/model/")
         && (path.ends_with("/converse")
@@ -683,6 +699,51 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
             &json!({"error": {"message": format!("mock: unknown path {p}"), "type": "invalid_request_error", "code": null}}),
         ))
     }
+}
+
+/// The GCE/GKE metadata server's token endpoint, which the mock plays for
+/// Vertex mode.
+const METADATA_TOKEN_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+
+/// A new access token, as the metadata server issues them (it refuses a
+/// call without `Metadata-Flavor: Google`, as the real one does).
+fn metadata_token(state: &State, req: &Request<Incoming>) -> Response<Body> {
+    let flavored = req
+        .headers()
+        .get("metadata-flavor")
+        .is_some_and(|v| v.as_bytes() == b"Google");
+    if !flavored {
+        return json_response(
+            403,
+            &json!({"error": "Missing Metadata-Flavor:Google header."}),
+        );
+    }
+    let Ok(mut tokens) = state.tokens.lock() else {
+        return json_response(500, &json!({"error": "mock: lock"}));
+    };
+    let token = format!("ya29.mock-{}", tokens.len() + 1);
+    let ttl = state.token_ttl_s;
+    tokens.push((
+        token.clone(),
+        std::time::Instant::now() + Duration::from_secs(ttl),
+    ));
+    json_response(
+        200,
+        &json!({"access_token": token, "expires_in": ttl, "token_type": "Bearer"}),
+    )
+}
+
+/// Whether `authorization` carries a token the metadata endpoint issued
+/// and that has not expired.
+fn live_token(state: &State, authorization: Option<&str>) -> bool {
+    let Some(t) = authorization.and_then(|a| a.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    let now = std::time::Instant::now();
+    state
+        .tokens
+        .lock()
+        .is_ok_and(|tokens| tokens.iter().any(|(x, until)| x == t && *until > now))
 }
 
 fn arg(args: &[String], flag: &str) -> Option<String> {
@@ -732,6 +793,10 @@ fn main() -> io::Result<()> {
             release: Notify::new(),
             responses: Mutex::new(std::collections::HashMap::new()),
             aws,
+            tokens: Mutex::new(Vec::new()),
+            token_ttl_s: arg(&args, "--token-ttl")
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(3600),
         });
         loop {
             let (sock, _) = listener.accept().await?;

@@ -1,0 +1,258 @@
+//! Access tokens for providers that take an OAuth bearer token (Vertex AI):
+//! obtained by the filter itself from the provider's token source (the
+//! GCE/GKE metadata server's shape, through an Envoy cluster, by callout),
+//! kept in shared data for every worker until shortly before they expire.
+//!
+//! One fetch at a time across the workers: the request that finds no token
+//! takes a lock in shared data and makes the call; every other request that
+//! needs the token meanwhile has gone as far as Envoy's router (its request
+//! rewritten for the provider but for `authorization`) and is paused. The
+//! fetching request's answer wakes the waiters of its worker (their
+//! `authorization` set, their requests resumed, through Envoy's effective
+//! context); each other worker's tick wakes its own once the token is in
+//! shared data. A waiter left waiting past the token source's timeout (its
+//! fetch failed, or its fetching request went away) goes on without a token
+//! and gets the provider's 401; the log says why.
+
+use crate::context::{Phase, RequestContext};
+use crate::host::Host;
+use crate::loaded::Loaded;
+use crate::metrics;
+use portcullis_core::config::{Schema, TokenSource};
+use portcullis_core::providers::vertex;
+use portcullis_core::store;
+use proxy_wasm::types::{Action, LogLevel};
+
+fn key(provider: &str) -> String {
+    format!("portcullis.token.{provider}")
+}
+
+fn lock_key(provider: &str) -> String {
+    format!("portcullis.token_lock.{provider}")
+}
+
+/// The token in shared data while it is fresh: `<refresh_at_ms>
+/// <expires_at_ms> <token>`, used until `refresh_at` (a quarter of its
+/// life, at most five minutes, before it expires).
+pub fn cached(host: &impl Host, provider: &str, now: u64) -> Option<String> {
+    let (value, _) = host.get(&key(provider)).ok()?;
+    let value = String::from_utf8(value?).ok()?;
+    let mut parts = value.splitn(3, ' ');
+    let refresh_at: u64 = parts.next()?.parse().ok()?;
+    let _expires_at: u64 = parts.next()?.parse().ok()?;
+    let token = parts.next()?;
+    (now < refresh_at && !token.is_empty()).then(|| token.to_string())
+}
+
+fn store_token(host: &impl Host, provider: &str, token: &str, ttl_s: u64, now: u64) {
+    let life = ttl_s.saturating_mul(1000);
+    let early = (life / 4).min(300_000);
+    let expires_at = now.saturating_add(life);
+    let refresh_at = expires_at.saturating_sub(early);
+    let value = format!("{refresh_at} {expires_at} {token}");
+    if let Err(e) = host.set(&key(provider), value.as_bytes(), None) {
+        host.log(
+            LogLevel::Warn,
+            &format!("provider `{provider}`: the access token was not kept in shared data: {e:?}"),
+        );
+    }
+}
+
+/// Take the fetch lock (until `until`) unless another holds it unexpired.
+fn try_lock(host: &impl Host, provider: &str, now: u64, until: u64) -> bool {
+    store::update(host, &lock_key(provider), |current| {
+        let held = current
+            .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok())
+            .is_some_and(|t| t > now);
+        if held {
+            (None, false)
+        } else {
+            (Some(until.to_string().into_bytes()), true)
+        }
+    })
+    .unwrap_or(false)
+}
+
+fn unlock(host: &impl Host, provider: &str) {
+    let _ = host.set(&lock_key(provider), b"0", None);
+}
+
+/// Wake this worker's waiters for `provider` with `authorization` (none:
+/// without a token).
+fn wake_all(host: &impl Host, provider: &str, authorization: Option<&str>) {
+    let waiters = host
+        .worker()
+        .token_waiters
+        .borrow_mut()
+        .remove(provider)
+        .unwrap_or_default();
+    for (id, _) in waiters {
+        // A request that went away meanwhile is not found: nothing to do.
+        let _ = host.wake(id, authorization);
+    }
+}
+
+/// The tick: wake this worker's waiters whose token another worker
+/// fetched, and let go on without one those waiting past the timeout.
+pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
+    let waiting: Vec<String> = host
+        .worker()
+        .token_waiters
+        .borrow()
+        .iter()
+        .filter(|(_, w)| !w.is_empty())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for name in waiting {
+        let Some(p) = loaded.gw.providers.iter().find(|p| p.name == name) else {
+            wake_all(host, &name, None);
+            continue;
+        };
+        let (Schema::Vertex { token: source, .. }, f) =
+            (&p.schema, portcullis_core::providers::format(&p.schema))
+        else {
+            continue;
+        };
+        if let Some(t) = cached(host, &name, now) {
+            let (_, value) = f.credential(&t);
+            wake_all(host, &name, Some(&value));
+            continue;
+        }
+        let oldest = host
+            .worker()
+            .token_waiters
+            .borrow()
+            .get(&name)
+            .and_then(|w| w.iter().map(|(_, since)| *since).min())
+            .unwrap_or(now);
+        if now.saturating_sub(oldest) > source.timeout_ms.saturating_mul(2) {
+            host.log(
+                LogLevel::Warn,
+                &format!(
+                    "provider `{name}`: no access token from cluster `{}` in {} ms; requests go on without one",
+                    source.cluster,
+                    now.saturating_sub(oldest)
+                ),
+            );
+            host.count(metrics::TOKEN_FAILURES, 1);
+            wake_all(host, &name, None);
+        }
+    }
+}
+
+impl<H: Host> RequestContext<H> {
+    /// The first attempt is rewritten for the router but has no token yet:
+    /// wait for it, fetching it unless another request is.
+    pub(crate) fn await_token(&mut self, provider: &str, source: &TokenSource) -> Action {
+        let now = self.host.now_ms();
+        self.host
+            .worker()
+            .token_waiters
+            .borrow_mut()
+            .entry(provider.to_string())
+            .or_default()
+            .push((self.id, now));
+        // Its phase stays `Proxied`: a waiter is woken by another's code,
+        // which cannot change it, and its next callback is the router's.
+        self.phase = Phase::Proxied;
+        let until = now.saturating_add(source.timeout_ms.saturating_add(1_000));
+        if !try_lock(&self.host, provider, now, until) {
+            return Action::Pause;
+        }
+        let headers = [
+            (":method", "GET"),
+            (":path", source.path.as_str()),
+            (":authority", source.host.as_str()),
+            ("metadata-flavor", "Google"),
+        ];
+        match self
+            .host
+            .dispatch(&source.cluster, &headers, b"", source.timeout_ms)
+        {
+            Ok(call) => {
+                self.host.count(metrics::TOKEN_FETCHES, 1);
+                if let Some(f) = self.flight.as_mut() {
+                    f.token_provider = Some(provider.to_string());
+                }
+                self.phase = Phase::AwaitingToken(call);
+            }
+            Err(s) => {
+                self.host.log(
+                    LogLevel::Warn,
+                    &format!(
+                        "provider `{provider}`: the token source's cluster `{}` cannot be called ({s:?}); requests go on without a token",
+                        source.cluster
+                    ),
+                );
+                self.host.count(metrics::TOKEN_FAILURES, 1);
+                unlock(&self.host, provider);
+                self.phase = Phase::Proxied;
+                wake_all(&self.host, provider, None);
+                return Action::Continue;
+            }
+        }
+        Action::Pause
+    }
+
+    /// The token source answered this request's fetch: keep the token for
+    /// every worker and wake this worker's waiters, this request last.
+    pub(crate) fn on_token_answer(&mut self, body_size: usize) {
+        let now = self.host.now_ms();
+        let provider = self
+            .flight
+            .as_mut()
+            .and_then(|f| f.token_provider.take())
+            .unwrap_or_default();
+        let status = self
+            .host
+            .headers(crate::host::Part::CallResponse)
+            .ok()
+            .and_then(|h| {
+                h.into_iter()
+                    .find(|(k, _)| k == ":status")
+                    .and_then(|(_, v)| std::str::from_utf8(&v).ok()?.parse::<u16>().ok())
+            });
+        let body = self
+            .host
+            .body(crate::host::Part::CallResponse, body_size)
+            .unwrap_or_default();
+        let token = (status == Some(200))
+            .then(|| vertex::token_answer(&body))
+            .flatten();
+        unlock(&self.host, &provider);
+        self.phase = Phase::Proxied;
+        let credential = match &token {
+            Some((t, ttl)) => {
+                store_token(&self.host, &provider, t, *ttl, now);
+                self.loaded.as_ref().and_then(|l| {
+                    let p = l.gw.providers.iter().find(|p| p.name == provider)?;
+                    Some(portcullis_core::providers::credential(p, t).1)
+                })
+            }
+            None => {
+                self.host.log(
+                    LogLevel::Warn,
+                    &format!(
+                        "provider `{provider}`: the token source answered {status:?} without a token; requests go on without one"
+                    ),
+                );
+                self.host.count(metrics::TOKEN_FAILURES, 1);
+                None
+            }
+        };
+        // The others first: each wake switches the calls' context, and this
+        // request's own comes last.
+        let mine = self.id;
+        let waiters: Vec<(u32, u64)> = self
+            .host
+            .worker()
+            .token_waiters
+            .borrow_mut()
+            .remove(&provider)
+            .unwrap_or_default();
+        for (id, _) in waiters.iter().filter(|(id, _)| *id != mine) {
+            let _ = self.host.wake(*id, credential.as_deref());
+        }
+        let _ = self.host.wake(mine, credential.as_deref());
+    }
+}
