@@ -284,6 +284,10 @@ impl<H: Host> RequestContext<H> {
             // reservation stands.
             _ => Finish::Settle(self.counted_usage()),
         };
+        if let Phase::AwaitingToken(_) = self.phase {
+            // Gone before its token fetch answered: another request may fetch.
+            crate::tokens::abandon_fetch(self);
+        }
         self.emit_record();
         self.finish_limits(how);
         self.release_unreported_probe();

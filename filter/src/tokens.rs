@@ -140,6 +140,15 @@ pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
     }
 }
 
+/// A fetching request went away before its answer: free the lock so the
+/// next request that needs the token fetches it (this worker's waiters are
+/// woken by the tick once it is kept, or go on at the timeout).
+pub fn abandon_fetch<H: Host>(ctx: &mut RequestContext<H>) {
+    if let Some(provider) = ctx.flight.as_mut().and_then(|f| f.token_provider.take()) {
+        unlock(&ctx.host, &provider);
+    }
+}
+
 impl<H: Host> RequestContext<H> {
     /// The first attempt is rewritten for the router but has no token yet:
     /// wait for it, fetching it unless another request is.

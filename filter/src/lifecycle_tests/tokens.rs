@@ -125,3 +125,13 @@ fn a_failed_fetch_wakes_the_waiters_without_a_token_and_the_next_request_tries_a
     token_answer(&mut c, "200", r#"{"access_token":"has space"}"#);
     assert_eq!(c.host.state.borrow().woken, vec![(23, None)]);
 }
+
+#[test]
+fn a_fetching_request_that_goes_away_frees_the_lock() {
+    let g = Gateway::new(&vertex());
+    let (mut a, _) = request(&g, 31);
+    a.on_log();
+    let (c, act) = request(&g, 32);
+    assert_eq!(act, Action::Pause);
+    assert_eq!(c.host.callouts().len(), 1, "the next request fetches");
+}
