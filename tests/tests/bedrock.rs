@@ -317,3 +317,17 @@ fn the_openai_sdk_embeds_with_cohere_and_titan_on_bedrock() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.body.contains("one text per request"), "{}", r.body);
 }
+
+#[test]
+fn the_anthropic_sdk_uses_a_bedrock_backed_model() {
+    let b = start("[openai, bedrock]", SECRET);
+    b.bedrock.script(anthropic_sdk_script());
+    let v = sdk_script(
+        "anthropic_sdk_check.py",
+        &[&b.envoy.url(""), DEMO_KEY, "claude-bedrock"],
+    );
+    assert_anthropic_sdk_run(&v);
+    // Bedrock's counts are the gateway's estimate.
+    assert_eq!(v["count"]["estimated"], "true", "{v}");
+    assert_eq!(converse_requests(&b.bedrock).len(), 5);
+}

@@ -282,3 +282,72 @@ fn azure_gets_its_deployment_path_api_version_and_api_key() {
     assert_eq!(req["headers"]["api-key"], PRIMARY_KEY);
     assert!(req["headers"].get("authorization").is_none());
 }
+
+/// Gemini to Anthropic and back: one model served by both formats, the
+/// first failing (503), plain and streamed (the fallback's answer arrives
+/// whole by callout and is translated as a stream).
+#[test]
+fn fallback_crosses_between_gemini_and_anthropic_both_ways() {
+    for chain in ["[gemini, claude]", "[claude, gemini]"] {
+        let anthropic = mock("anthropic", Some(PRIMARY_KEY));
+        let gemini = mock("gemini", Some(BACKUP_KEY));
+        let plugin = format!(
+            "providers:
+  - {{name: claude, cluster: primary, host: primary.mock, base_path: /v1, schema: anthropic, api_key_env: ANTHROPIC_API_KEY, models: [{{name: both, id: claude-sonnet-4-5}}]}}
+  - {{name: gemini, cluster: backup, host: backup.mock, base_path: /v1beta, schema: gemini, api_key_env: BACKUP_API_KEY, models: [{{name: both, id: gemini-2.5-flash}}]}}
+routing:
+  chain: {chain}
+clients:
+  - name: demo
+    key_sha256: {}
+",
+            key_hash(DEMO_KEY)
+        );
+        let envoy = Envoy::start(EnvoyOpts {
+            plugin_yaml: &plugin,
+            primary_port: anthropic.port,
+            backup_port: gemini.port,
+            collector_port: dead_port(),
+            ratelimit_port: dead_port(),
+            workers: 1,
+            env: vec![
+                ("ANTHROPIC_API_KEY", PRIMARY_KEY),
+                ("BACKUP_API_KEY", BACKUP_KEY),
+            ],
+            side_tls: None,
+            bootstrap_patch: Vec::new(),
+        });
+        let (failing, answering) = if chain.starts_with("[gemini") {
+            (&gemini, &anthropic)
+        } else {
+            (&anthropic, &gemini)
+        };
+        failing.default_step(json!({"status": 503}));
+        answering.default_step(json!({"content": "from the other format"}));
+        let auth = format!("Bearer {DEMO_KEY}");
+        let chat = |body: serde_json::Value| {
+            post(
+                &envoy.url("/v1/chat/completions"),
+                &[("authorization", &auth)],
+                &body.to_string(),
+            )
+        };
+        let r = chat(json!({"model": "both", "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(r.status, 200, "{chain}: {}", r.body);
+        assert_eq!(
+            r.json()["choices"][0]["message"]["content"],
+            "from the other format"
+        );
+        assert_eq!(r.header("x-portcullis-attempts"), Some("2"), "{chain}");
+        let r = chat(
+            json!({"model": "both", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        assert_eq!(r.status, 200, "{chain}: {}", r.body);
+        let (text, error, usage) = stream_text(&r.body);
+        assert_eq!(text, "from the other format", "{chain}");
+        assert!(error.is_none(), "{chain}: {}", r.body);
+        assert!(usage.is_some(), "{chain}: {}", r.body);
+        assert!(r.body.ends_with("data: [DONE]\n\n"), "{chain}");
+    }
+}

@@ -244,3 +244,34 @@ fn claude_on_vertex_takes_messages_as_they_are_and_chat_translated() {
     assert!(reqs[0]["headers"].get("x-api-key").is_none());
     assert_eq!(issued(&v.vertex), 1, "one fetch for the three requests");
 }
+
+#[test]
+fn the_anthropic_sdk_uses_gemini_and_claude_on_vertex() {
+    let v = start("3600");
+    for model in ["gemini-vertex", "claude-on-vertex"] {
+        let mut script = anthropic_sdk_script();
+        if model == "gemini-vertex" {
+            // Vertex counts (the script counts twice): each count takes a
+            // step before the 400.
+            if let Some(steps) = script.as_array_mut() {
+                steps.insert(4, json!({}));
+                steps.insert(4, json!({}));
+            }
+        }
+        v.vertex.script(script);
+        let out = sdk_script(
+            "anthropic_sdk_check.py",
+            &[&v.envoy.url(""), DEMO_KEY, model],
+        );
+        assert_anthropic_sdk_run(&out);
+        // Gemini counts on Vertex (a token a word in the mock: "Be brief."
+        // and "Say hi"); Claude on Vertex's count is the gateway's estimate.
+        match model {
+            "gemini-vertex" => {
+                assert_eq!(out["count"], json!({"input_tokens": 4, "estimated": null}))
+            }
+            _ => assert_eq!(out["count"]["estimated"], "true", "{out}"),
+        }
+    }
+    assert_eq!(issued(&v.vertex), 2, "one token per provider");
+}

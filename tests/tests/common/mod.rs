@@ -207,3 +207,40 @@ pub fn assert_backed_sdk_run(v: &serde_json::Value, prompt_tokens: u64, error_co
     assert_eq!(v["error"]["class"], "BadRequestError");
     assert_eq!(v["error"]["code"], error_code);
 }
+
+/// The mock's answers for `anthropic_sdk_check.py` through a translated
+/// provider: a message, a stream, a tool use plain and streamed, a 400.
+pub fn anthropic_sdk_script() -> serde_json::Value {
+    let tool = serde_json::json!({"name": "get_weather", "input": {"city": "Paris"}});
+    serde_json::json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}, "chunk_delay_ms": 5},
+        {"content": "Checking.", "tool_call": tool},
+        {"content": "Checking.", "tool_call": tool},
+        {"status": 400}
+    ])
+}
+
+/// What `anthropic_sdk_check.py` saw of [`anthropic_sdk_script`]'s answers
+/// (the count and the 400's class left to the caller).
+pub fn assert_anthropic_sdk_run(v: &serde_json::Value) {
+    use serde_json::json;
+    assert_eq!(
+        v["create"],
+        json!({"text": "Hi there friend", "stop": "end_turn", "input": 9, "output": 3, "type": "message"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"text": "Hi there friend", "output": 3, "stop": "end_turn"})
+    );
+    for k in ["tool", "tool_stream"] {
+        assert_eq!(
+            v[k],
+            json!({"name": "get_weather", "input": {"city": "Paris"}, "stop": "tool_use"}),
+            "{k}"
+        );
+    }
+    assert_eq!(v["errors"]["provider_400"]["class"], "BadRequestError");
+    assert_eq!(v["errors"]["bad_key"]["class"], "AuthenticationError");
+    assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
+}
