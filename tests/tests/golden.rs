@@ -21,6 +21,7 @@ providers:
   - {name: anthropic, cluster: c3, host: h3, base_path: /v1, schema: anthropic, default_max_tokens: 1000, models: [{name: m, id: provider-m}]}
   - {name: gemini, cluster: c4, host: h4, base_path: /v1beta, schema: gemini, models: [{name: m, id: provider-m}]}
   - {name: bedrock, cluster: c5, schema: bedrock, region: us-east-1, models: [{name: m, id: "provider.m:0"}]}
+  - {name: vertex_anthropic, cluster: c6, schema: vertex, publisher: anthropic, project: p1, region: us-east5, models: [{name: m, id: provider-m}]}
 clients: [{name: c, key_sha256: "a665a45920422f9d417e4867efdc4fb8a04a1f3fff1fa07e998e86f7f7a27ae3"}]
 "#;
     compile(yaml.as_bytes()).expect("the golden gateway compiles")
