@@ -158,3 +158,87 @@ fn presets_route_to_their_service_and_leave_out_what_it_refuses() {
         );
     }
 }
+
+/// Every preset in the table loads, routes to its host and base path with
+/// its key (none for a local server), and is listed in `/v1/models`.
+#[test]
+fn every_preset_routes_to_its_service_and_is_listed() {
+    use portcullis_core::providers::presets::PRESETS;
+    const KEY: &str = "sk-every-preset";
+    let service = mock("service", Some(KEY));
+    let local = mock("local", None);
+    let mut providers = String::new();
+    for p in PRESETS {
+        let cluster = if p.api_key_env.is_some() {
+            "primary"
+        } else {
+            "backup"
+        };
+        providers.push_str(&format!(
+            "  - {{name: {n}, cluster: {cluster}, preset: {n}, models: [{{name: m-{n}, id: {n}-model}}]}}\n",
+            n = p.name
+        ));
+    }
+    let plugin = format!(
+        "providers:\n{providers}clients:\n  - name: demo\n    key_sha256: {}\n",
+        key_hash(DEMO_KEY)
+    );
+    let env: Vec<(&str, &str)> = PRESETS
+        .iter()
+        .filter_map(|p| p.api_key_env)
+        .map(|e| (e, KEY))
+        .collect();
+    let envoy = Envoy::start(EnvoyOpts {
+        plugin_yaml: &plugin,
+        primary_port: service.port,
+        backup_port: local.port,
+        collector_port: dead_port(),
+        ratelimit_port: dead_port(),
+        workers: 1,
+        env,
+        side_tls: None,
+        bootstrap_patch: Vec::new(),
+    });
+    let auth = format!("Bearer {DEMO_KEY}");
+    let hdrs = [("authorization", auth.as_str())];
+    for p in PRESETS {
+        let r = post(
+            &envoy.url("/v1/chat/completions"),
+            &hdrs,
+            &chat_body(&format!("m-{}", p.name), "hi"),
+        );
+        assert_eq!(r.status, 200, "{}: {}", p.name, r.body);
+        assert_eq!(r.header("x-portcullis-provider"), Some(p.name));
+        let seen = last_request(if p.api_key_env.is_some() {
+            &service
+        } else {
+            &local
+        });
+        assert_eq!(
+            seen["path"],
+            format!("{}/chat/completions", p.base_path),
+            "{}",
+            p.name
+        );
+        assert_eq!(seen["headers"]["host"], p.host, "{}", p.name);
+        assert_eq!(seen["body"]["model"], format!("{}-model", p.name));
+        match p.api_key_env {
+            Some(_) => assert_eq!(seen["headers"]["authorization"], format!("Bearer {KEY}")),
+            None => assert_eq!(seen["headers"].get("authorization"), None, "{}", p.name),
+        }
+    }
+    let listed = get(&envoy.url("/v1/models"), &hdrs).json();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    for p in PRESETS {
+        assert!(
+            ids.contains(&format!("m-{}", p.name).as_str()),
+            "{}: {ids:?}",
+            p.name
+        );
+    }
+}

@@ -323,7 +323,7 @@ fn estimate_tokens(messages: &Value) -> u64 {
 /// The key an OpenAI-shaped request carries, as a bearer value: Azure's
 /// (deployments in the path) in `api-key`, OpenAI's in `authorization`.
 fn openai_auth(req: &Request<Incoming>, path: &str) -> Option<String> {
-    let (header, bearer) = if path.contains("/openai/") {
+    let (header, bearer) = if path.contains("/openai/deployments/") {
         ("api-key", true)
     } else {
         ("authorization", false)
