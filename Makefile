@@ -44,6 +44,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p portcullis-core -p portcullis-filter --target wasm32-wasip1 -- -D warnings
 	python3 scripts/gen-prices.py --check
+	python3 scripts/gen-config-ref.py --check
 
 wasm:
 	cargo build --release --target wasm32-wasip1 -p portcullis-filter

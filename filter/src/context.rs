@@ -286,7 +286,7 @@ impl<H: Host> RequestContext<H> {
         };
         if let Phase::AwaitingToken(_) = self.phase {
             // Gone before its token fetch answered: another request may fetch.
-            crate::tokens::abandon_fetch(self);
+            self.abandon_token_fetch();
         }
         self.emit_record();
         self.finish_limits(how);

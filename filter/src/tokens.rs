@@ -140,16 +140,17 @@ pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
     }
 }
 
-/// A fetching request went away before its answer: free the lock so the
-/// next request that needs the token fetches it (this worker's waiters are
-/// woken by the tick once it is kept, or go on at the timeout).
-pub fn abandon_fetch<H: Host>(ctx: &mut RequestContext<H>) {
-    if let Some(provider) = ctx.flight.as_mut().and_then(|f| f.token_provider.take()) {
-        unlock(&ctx.host, &provider);
-    }
-}
-
 impl<H: Host> RequestContext<H> {
+    /// A fetching request went away before its answer: free the lock so
+    /// the next request that needs the token fetches it (this worker's
+    /// waiters are woken by the tick once it is kept, or go on at the
+    /// timeout).
+    pub(crate) fn abandon_token_fetch(&mut self) {
+        if let Some(provider) = self.flight.as_mut().and_then(|f| f.token_provider.take()) {
+            unlock(&self.host, &provider);
+        }
+    }
+
     /// The first attempt is rewritten for the router but has no token yet:
     /// wait for it, fetching it unless another request is.
     pub(crate) fn await_token(&mut self, provider: &str, source: &TokenSource) -> Action {

@@ -19,24 +19,34 @@ pub(super) const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
+    /// The providers, each an Envoy cluster speaking one API (`schema`), with the models it serves.
     #[serde(default)]
     pub(super) providers: Vec<RawProvider>,
+    /// How a request's model becomes a provider: the chain order, attempts, strategies and conditional routes.
     #[serde(default)]
     pub(super) routing: RawRouting,
+    /// The client keys (only their SHA-256 is stored), their allowed models and limits.
     #[serde(default)]
     pub(super) clients: Vec<RawClient>,
+    /// The gateway's limits: the default limits of every key, the body limit, global (fleet) limits, end users.
     #[serde(default)]
     pub(super) limits: RawLimits,
+    /// Circuit breaker defaults for every provider (a provider's own `breaker` overrides them).
     #[serde(default)]
     pub(super) breaker: RawBreaker,
+    /// The prompt cache: answers kept in Envoy's shared data, and each worker's copies of hot ones.
     #[serde(default)]
     pub(super) cache: RawCache,
+    /// Prices per model name (USD per million tokens), over the built-in table; a provider model's own `price` wins.
     #[serde(default)]
     pub(super) prices: std::collections::BTreeMap<String, RawPrice>,
+    /// Sticky A/B experiments: a key is assigned an arm (a model) by hash, the same on every worker and reload.
     #[serde(default)]
     pub(super) experiments: Vec<RawExperiment>,
+    /// The request log: records batched to the collector over gRPC (none: no records).
     #[serde(default)]
     pub(super) log: Option<RawLog>,
+    /// Checks of prompts (`input`) and answers (`output`): PII, patterns, sizes, models, JSON schemas, external guards.
     #[serde(default)]
     pub(super) guardrails: Option<RawGuardrails>,
     /// Teams: limits and budgets shared by their keys (`clients[].team`).
@@ -53,7 +63,9 @@ pub(super) struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTeam {
+    /// The team's name (`clients[].team`).
     pub(super) name: String,
+    /// The team's limits and budgets, shared by its keys.
     #[serde(default)]
     pub(super) limits: Option<RawClientLimits>,
 }
@@ -72,7 +84,9 @@ pub(super) struct RawTesting {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBudgetLow {
+    /// When the remaining budget falls below this many USD...
     pub(super) below_usd: f64,
+    /// ...requests go to this model (or alias) instead; the answer says so in `x-portcullis-budget-routed`.
     pub(super) use_model: String,
 }
 
@@ -80,7 +94,9 @@ pub(super) struct RawBudgetLow {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBudget {
+    /// The spend allowed per period, in USD (priced from the answers' usage).
     pub(super) usd: f64,
+    /// The period: `day`, `week`, `month` or `total`.
     pub(super) period: String,
 }
 
@@ -88,14 +104,19 @@ pub(super) struct RawBudget {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawGuardrails {
+    /// The status of a denied request or answer (400-599; default 400).
     #[serde(default)]
     pub(super) deny_status: Option<u16>,
+    /// Streams: the text held back so that a match split across chunks is still found (default 256).
     #[serde(default)]
     pub(super) lookbehind_bytes: Option<usize>,
+    /// Records carry the text a check matched (default false).
     #[serde(default)]
     pub(super) include_content: bool,
+    /// Checks of the prompt, before anything is sent.
     #[serde(default)]
     pub(super) input: Vec<RawCheck>,
+    /// Checks of the answer (whole answers held, streams as they pass).
     #[serde(default)]
     pub(super) output: Vec<RawCheck>,
 }
@@ -106,29 +127,42 @@ pub(super) struct RawGuardrails {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCheck {
+    /// The check's name: in the error, headers, records and metrics.
     pub(super) name: String,
+    /// `deny` (default), `redact` (pii and regex checks) or `log`.
     #[serde(default)]
     pub(super) action: Option<String>,
+    /// The clients it applies to (none: every client).
     #[serde(default)]
     pub(super) clients: Option<Vec<String>>,
+    /// The models or aliases it applies to, as resolved (none: every model).
     #[serde(default)]
     pub(super) models: Option<Vec<String>>,
+    /// A pattern (Rust `regex` syntax, linear time) the text must not match.
     #[serde(default)]
     pub(super) regex: Option<String>,
+    /// Kinds of personal data found by the built-in detectors: `email`, `phone`, `card`, `iban`, `api_key`.
     #[serde(default)]
     pub(super) pii: Option<Vec<String>>,
+    /// The fewest words a prompt must have.
     #[serde(default)]
     pub(super) min_words: Option<u64>,
+    /// The most words a prompt may have.
     #[serde(default)]
     pub(super) max_words: Option<u64>,
+    /// The most tokens (estimated) a prompt may have.
     #[serde(default)]
     pub(super) max_tokens: Option<u64>,
+    /// Only these models may be asked for (resolved names).
     #[serde(default)]
     pub(super) allow_models: Option<Vec<String>>,
+    /// These models may not be asked for (resolved names).
     #[serde(default)]
     pub(super) deny_models: Option<Vec<String>>,
+    /// Output: the answer must be JSON valid against this schema.
     #[serde(default)]
     pub(super) json_schema: Option<serde_yaml::Value>,
+    /// An external guard service asked over HTTP.
     #[serde(default)]
     pub(super) external: Option<RawExternal>,
 }
@@ -137,13 +171,18 @@ pub(super) struct RawCheck {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawExternal {
+    /// The Envoy cluster of the guard service.
     pub(super) cluster: String,
+    /// The path it is called at (default `/v1/guard`).
     #[serde(default = "default_guard_path")]
     pub(super) path: String,
+    /// The `:authority` sent (default: the cluster's name).
     #[serde(default)]
     pub(super) authority: Option<String>,
+    /// How long the guard may take, in ms (default 200).
     #[serde(default = "default_guard_timeout")]
     pub(super) timeout_ms: u64,
+    /// When the guard fails or times out: `allow` (default) or `deny`.
     #[serde(default = "default_failure_mode")]
     pub(super) failure_mode: String,
 }
@@ -158,17 +197,24 @@ fn default_guard_timeout() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLog {
+    /// The Envoy cluster of the collector (gRPC).
     pub(super) collector_cluster: String,
+    /// Records per batch sent (default 500).
     #[serde(default = "default_log_batch")]
     pub(super) batch_size: usize,
+    /// How often a worker sends what it holds, in ms (default 250); also the filter's tick.
     #[serde(default = "default_log_flush")]
     pub(super) flush_interval_ms: u64,
+    /// Records a worker holds while the collector is away; past this the oldest are dropped and counted (default 10000).
     #[serde(default = "default_log_buffer")]
     pub(super) buffer_records: usize,
+    /// Bytes of records a worker holds at most (default 8 MiB).
     #[serde(default = "default_log_buffer_bytes")]
     pub(super) buffer_bytes: usize,
+    /// How long a batch may take to be acknowledged, in ms (default 5000).
     #[serde(default = "default_log_timeout")]
     pub(super) timeout_ms: u64,
+    /// Records carry the prompt and the completion text (default false).
     #[serde(default)]
     pub(super) include_content: bool,
 }
@@ -192,8 +238,11 @@ fn default_log_timeout() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPrice {
+    /// USD per million input tokens.
     pub(super) input: f64,
+    /// USD per million output tokens.
     pub(super) output: f64,
+    /// USD per million cached input tokens (default: `input`).
     #[serde(default)]
     pub(super) cached_input: Option<f64>,
     /// Prompt tokens written to a provider's cache (Anthropic; default:
@@ -208,11 +257,15 @@ pub(super) struct RawPrice {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawExperiment {
+    /// The experiment's name: in headers (`x-portcullis-experiment`), records and metrics.
     pub(super) name: String,
+    /// Mixed into the hash that assigns a key its arm (default: the name); a new salt reshuffles.
     #[serde(default)]
     pub(super) salt: Option<String>,
+    /// The models or aliases (or `auto`) whose requests the experiment takes.
     #[serde(default)]
     pub(super) applies_to: Vec<String>,
+    /// The arms: each a model and its weight.
     #[serde(default)]
     pub(super) arms: Vec<RawArm>,
 }
@@ -220,9 +273,12 @@ pub(super) struct RawExperiment {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawArm {
+    /// The arm's name.
     pub(super) name: String,
+    /// The arm's share of keys (default 1).
     #[serde(default = "default_weight")]
     pub(super) weight: u32,
+    /// The model (or alias) the arm's requests go to.
     pub(super) model: String,
 }
 
@@ -230,14 +286,18 @@ pub(super) struct RawArm {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawClientLimits {
+    /// Requests a minute (a token bucket).
     pub(super) requests_per_minute: Option<u64>,
+    /// Tokens a minute, reserved by estimate at admission and settled with the answer's usage.
     pub(super) tokens_per_minute: Option<u64>,
+    /// Requests in flight at once.
     pub(super) max_concurrent: Option<u32>,
     /// Shorthand for `budgets: [{usd: N, period: day}]`.
     pub(super) budget_usd_per_day: Option<f64>,
     /// USD budgets per period; with `budget_usd_per_day`, they replace the
     /// defaults' budgets as a whole.
     pub(super) budgets: Option<Vec<RawBudget>>,
+    /// The output tokens reserved for a request that names no cap (default 1024).
     pub(super) default_max_tokens: Option<u64>,
     /// A request without a completion cap, or with one larger than the
     /// limits have room for: `estimate` (reserve `default_max_tokens`, send
@@ -271,7 +331,9 @@ pub(super) enum RawScope {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawGlobal {
+    /// The Envoy cluster of the rate limit service (gRPC).
     pub(super) cluster: String,
+    /// How long a limit check may take before `failure_mode` applies, in ms (default 50).
     #[serde(default = "default_global_timeout")]
     pub(super) timeout_ms: u64,
     /// When the service does not answer: `local_share` (the default: each
@@ -303,23 +365,31 @@ fn default_replicas() -> u32 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCache {
+    /// Answers are cached and served from the cache (default false).
     #[serde(default)]
     pub(super) enabled: bool,
+    /// The whole table's size in shared data, in bytes (default 16 MiB).
     #[serde(default = "default_cache_bytes")]
     pub(super) max_bytes: usize,
+    /// The largest answer kept, in bytes (default 64 KiB).
     #[serde(default = "default_cache_entry_bytes")]
     pub(super) max_entry_bytes: usize,
+    /// Entries per set of the set-associative table (default 4).
     #[serde(default = "default_cache_ways")]
     pub(super) ways: u32,
+    /// How long an entry is served, in seconds (default 3600).
     #[serde(default = "default_cache_ttl_s")]
     pub(super) ttl_s: u64,
+    /// Prompts that differ only in case and whitespace share an entry (default false).
     #[serde(default)]
     pub(super) normalize: bool,
+    /// `shared` (default): one entry for every key; `client`: each key its own.
     #[serde(default = "default_cache_scope")]
     pub(super) scope: String,
     /// Default: an eighth of `max_bytes`, at most 1 MiB.
     #[serde(default)]
     pub(super) worker_bytes: Option<usize>,
+    /// How long a worker trusts its copy of an entry, in ms (default 1000).
     #[serde(default = "default_cache_worker_ttl_ms")]
     pub(super) worker_ttl_ms: u64,
 }
@@ -363,11 +433,17 @@ fn default_cache_scope() -> String {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBreaker {
+    /// Failures in a row that open the breaker (default 5).
     pub(super) consecutive_failures: Option<u32>,
+    /// The share of failed requests, of at least `min_requests` within `window_ms`, that opens the breaker (none: ratio not used).
     pub(super) failure_ratio: Option<f64>,
+    /// Requests within `window_ms` before `failure_ratio` applies (default 20).
     pub(super) min_requests: Option<u32>,
+    /// The window `failure_ratio` counts over, in ms (default 10000).
     pub(super) window_ms: Option<u64>,
+    /// How long an open breaker skips the provider before probing it, in ms (default 10000).
     pub(super) cooldown_ms: Option<u64>,
+    /// Requests let through to a half-open provider; their success closes the breaker (default 1).
     pub(super) half_open_probes: Option<u32>,
 }
 
@@ -410,7 +486,9 @@ pub(super) fn check_breaker(at: &str, b: &BreakerConfig, problems: &mut Vec<Stri
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProvider {
+    /// The provider's name (letters, digits, `_`, `-`): in metrics, headers, records and the routing chain.
     pub(super) name: String,
+    /// The Envoy cluster the provider's requests go to (its address, TLS and circuit breakers are Envoy's).
     pub(super) cluster: String,
     /// An OpenAI-compatible service's preset (`groq`, `mistral`, ...):
     /// fills `host`, `base_path`, `api_key_env` and `drop_fields` where
@@ -423,6 +501,7 @@ pub(super) struct RawProvider {
     /// The path before the API's endpoint; default `/v1` (or the preset's).
     #[serde(default)]
     pub(super) base_path: Option<String>,
+    /// The environment variable of Envoy's VM holding the provider's key (listed in `host_env_keys`); never the key itself. None: no credential sent.
     #[serde(default)]
     pub(super) api_key_env: Option<String>,
     /// Top-level request fields removed before sending (schema `openai`):
@@ -438,8 +517,10 @@ pub(super) struct RawProvider {
     /// fallback's answer arrives whole (a callout), so it is bounded.
     #[serde(default = "default_stream_timeout_ms")]
     pub(super) stream_timeout_ms: u64,
+    /// The models this provider serves.
     #[serde(default)]
     pub(super) models: Vec<RawModel>,
+    /// This provider's circuit breaker, over the top-level `breaker`.
     #[serde(default)]
     pub(super) breaker: Option<RawBreaker>,
     /// `openai` (default), `azure_openai`, `anthropic`, `gemini` or
@@ -498,11 +579,15 @@ pub(super) struct RawProvider {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConcurrency {
+    /// Requests in flight allowed to the provider at first.
     pub(super) initial: u32,
+    /// The fewest in flight a 429 or 503 can bring it to (default 1).
     #[serde(default)]
     pub(super) min: Option<u32>,
+    /// The most in flight it grows to (default 4 x `initial`).
     #[serde(default)]
     pub(super) max: Option<u32>,
+    /// Successes in a row that add one to the limit (default 20).
     #[serde(default)]
     pub(super) increase_after: Option<u32>,
 }
@@ -527,6 +612,7 @@ impl RawConcurrency {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRetries {
+    /// Tries of the same provider after the first (at most 10), by Envoy's retries.
     pub(super) attempts: u32,
     /// Failure classes retried: rate_limited, overloaded, transient,
     /// connect, timeout (default: all of them).
@@ -833,11 +919,15 @@ pub(super) const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawModel {
+    /// The model's name as clients ask for it.
     pub(super) name: String,
+    /// The provider's own model id (default: the name).
     #[serde(default)]
     pub(super) id: Option<String>,
+    /// The model's share when `auto` picks among the first provider's models (0: never picked by `auto`).
     #[serde(default = "default_weight")]
     pub(super) weight: u32,
+    /// Other names clients may ask for this model by.
     #[serde(default)]
     pub(super) aliases: Vec<String>,
     /// This provider's price for the model (else the `prices` table's).
@@ -863,8 +953,10 @@ pub(super) struct RawModel {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRouting {
+    /// The providers' order for fallback (default: the order of `providers`).
     #[serde(default)]
     pub(super) chain: Option<Vec<String>>,
+    /// Providers tried per request at most (default 3).
     #[serde(default)]
     pub(super) max_attempts: Option<u32>,
     /// The strategy of every model without its own: weighted (default),
@@ -877,6 +969,7 @@ pub(super) struct RawRouting {
     /// `cheapest`: the share of a request's tokens expected as output.
     #[serde(default)]
     pub(super) output_share: Option<f64>,
+    /// The `fastest` strategy's settings.
     #[serde(default)]
     pub(super) fastest: Option<RawFastest>,
     /// Conditional routes, first match wins.
@@ -893,8 +986,10 @@ pub(super) struct RawFastest {
     /// Latency assumed before a provider is measured, by provider name.
     #[serde(default)]
     pub(super) initial_ms: std::collections::BTreeMap<String, u64>,
+    /// The share of requests that try another candidate first, so every provider stays measured (default 0.05).
     #[serde(default)]
     pub(super) explore: Option<f64>,
+    /// The weight of a new latency in each provider's moving average (default 0.3).
     #[serde(default)]
     pub(super) alpha: Option<f64>,
 }
@@ -902,11 +997,13 @@ pub(super) struct RawFastest {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRule {
+    /// What a request must match (every given field): `clients`, `headers`, `metadata`, `users`, `models`.
     #[serde(rename = "match", default)]
     pub(super) when: RawMatch,
     /// A model or alias.
     #[serde(default)]
     pub(super) to: Option<String>,
+    /// The strategy for matching requests (weighted, cheapest, fastest, least_busy).
     #[serde(default)]
     pub(super) strategy: Option<String>,
 }
@@ -914,14 +1011,19 @@ pub(super) struct RawRule {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMatch {
+    /// Client names (any of them).
     #[serde(default)]
     pub(super) clients: Option<Vec<String>>,
+    /// Request headers and their exact values (all of them).
     #[serde(default)]
     pub(super) headers: std::collections::BTreeMap<String, String>,
+    /// Values of the request's `metadata` object (all of them).
     #[serde(default)]
     pub(super) metadata: std::collections::BTreeMap<String, String>,
+    /// End users (the `user` field or `limits.user_header`), any of them.
     #[serde(default)]
     pub(super) users: Option<Vec<String>>,
+    /// Models or aliases asked for (`auto` included), any of them.
     #[serde(default)]
     pub(super) models: Option<Vec<String>>,
 }
@@ -929,10 +1031,14 @@ pub(super) struct RawMatch {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawClient {
+    /// The client's name: in metrics, records, limits and routing rules.
     pub(super) name: String,
+    /// The SHA-256 of the client's key, hex (`printf %s "$KEY" | sha256sum`); the key itself is never stored.
     pub(super) key_sha256: String,
+    /// The models and aliases the key may ask for (none: every model).
     #[serde(default)]
     pub(super) models: Option<Vec<String>>,
+    /// The key's own limits, over `limits`' defaults.
     #[serde(default)]
     pub(super) limits: Option<RawClientLimits>,
     /// May pin a provider for one request (`x-portcullis-pin-provider`).
@@ -946,6 +1052,7 @@ pub(super) struct RawClient {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
+    /// Limits counted across a fleet of Envoys by the rate limit service (`limiter/`).
     #[serde(default)]
     pub(super) global: Option<RawGlobal>,
     /// Where budget periods start: `UTC` (default) or `+HH:MM`/`-HH:MM`.
