@@ -84,5 +84,9 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|info| {
         let _ = abi::log(proxy_wasm::types::LogLevel::Critical, &format!("portcullis: panic: {info}"));
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|id| -> Box<dyn proxy_wasm::traits::RootContext> {
+        let mut root = Root::default();
+        root.context_id = id;
+        Box::new(root)
+    });
 }}

@@ -39,6 +39,9 @@ pub struct Root {
     reported_memory: u64,
     /// Envoy, with this worker's state (every request's host shares it).
     host: AbiHost,
+    /// Envoy's id of this root context: the calls after a wake of a paused
+    /// request (which switches the calls' context) are switched back to it.
+    pub context_id: u32,
 }
 
 /// This VM's linear memory in bytes (64 KiB pages).
@@ -262,12 +265,23 @@ impl RootContext for Root {
                 self.prepared_day = day;
             }
         }
-        if let Some(l) = self.loaded.as_ref() {
-            crate::tokens::wake_ready(&self.host, l, now);
-        }
         self.send_settlements();
         self.report_memory();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(self.host.worker(), cfg.as_ref());
+        // Last: a wake switches the calls' context to the woken request, and
+        // a callout made after it would answer there.
+        let woke = self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| crate::tokens::wake_ready(&self.host, l, now));
+        if woke {
+            if let Err(s) = proxy_wasm::hostcalls::set_effective_context(self.context_id) {
+                self.host.log(
+                    LogLevel::Warn,
+                    &format!("effective context not restored: {s:?}"),
+                );
+            }
+        }
     }
 }

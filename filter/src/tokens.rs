@@ -93,8 +93,10 @@ fn wake_all(host: &impl Host, provider: &str, authorization: Option<&str>) {
 }
 
 /// The tick: wake this worker's waiters whose token another worker
-/// fetched, and let go on without one those waiting past the timeout.
-pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
+/// fetched, and let go on without one those waiting past the timeout;
+/// whether any was woken (the calls' context was switched).
+pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) -> bool {
+    let mut woke = false;
     let waiting: Vec<String> = host
         .worker()
         .token_waiters
@@ -105,6 +107,7 @@ pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
         .collect();
     for name in waiting {
         let Some(p) = loaded.gw.providers.iter().find(|p| p.name == name) else {
+            woke = true;
             wake_all(host, &name, None);
             continue;
         };
@@ -115,6 +118,7 @@ pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
         };
         if let Some(t) = cached(host, &name, now) {
             let (_, value) = f.credential(&t);
+            woke = true;
             wake_all(host, &name, Some(&value));
             continue;
         }
@@ -135,9 +139,11 @@ pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) {
                 ),
             );
             host.count(metrics::TOKEN_FAILURES, 1);
+            woke = true;
             wake_all(host, &name, None);
         }
     }
+    woke
 }
 
 impl<H: Host> RequestContext<H> {
