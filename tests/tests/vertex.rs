@@ -13,7 +13,12 @@ use std::time::Duration;
 const PATH: &str =
     "/v1/projects/my-project/locations/us-east5/publishers/google/models/gemini-2.5-flash";
 
-fn plugin() -> String {
+fn plugin(log: bool) -> String {
+    let log = if log {
+        "log:\n  collector_cluster: portcullis_collector\n"
+    } else {
+        ""
+    };
     format!(
         "providers:
   - name: openai
@@ -42,7 +47,7 @@ fn plugin() -> String {
 clients:
   - name: demo
     key_sha256: {}
-",
+{log}",
         key_hash(DEMO_KEY)
     )
 }
@@ -54,6 +59,11 @@ struct Vx {
 }
 
 fn start(token_ttl_s: &str) -> Vx {
+    start_logging(token_ttl_s, None)
+}
+
+/// With the request log to a collector at `collector` (its gRPC port).
+fn start_logging(token_ttl_s: &str, collector: Option<u16>) -> Vx {
     let openai = mock("openai", Some(PRIMARY_KEY));
     let vertex = Mock::start_with_args(
         env!("CARGO_BIN_EXE_portcullis-mock"),
@@ -61,12 +71,12 @@ fn start(token_ttl_s: &str) -> Vx {
         None,
         &["--token-ttl", token_ttl_s],
     );
-    let plugin = plugin();
+    let plugin = plugin(collector.is_some());
     let envoy = Envoy::start(EnvoyOpts {
         plugin_yaml: &plugin,
         primary_port: openai.port,
         backup_port: vertex.port,
-        collector_port: dead_port(),
+        collector_port: collector.unwrap_or_else(dead_port),
         ratelimit_port: dead_port(),
         workers: 2,
         env: vec![("OPENAI_API_KEY", PRIMARY_KEY)],
@@ -149,7 +159,11 @@ fn the_openai_sdk_uses_gemini_on_vertex_with_a_token_the_filter_fetched() {
 
 #[test]
 fn fifty_concurrent_requests_make_one_metadata_call() {
-    let v = start("3600");
+    // With the request log on: the workers' ticks that wake requests also
+    // ship the records, which must all arrive.
+    let dir = TempDir::new("collector");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let v = start_logging("3600", Some(c.grpc_port));
     let answers: Vec<Resp> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..50)
             .map(|i| {
@@ -168,6 +182,15 @@ fn fifty_concurrent_requests_make_one_metadata_call() {
         .stat("wasmcustom.portcullis.token_fetches")
         .unwrap_or(0);
     assert_eq!(fetches, 1);
+    let records = poll_until(
+        Duration::from_secs(15),
+        "50 records in the collector",
+        || {
+            let r = c.recent(1000);
+            (r.len() >= 50).then_some(r)
+        },
+    );
+    assert!(records.iter().all(|r| r["status"] == 200), "{records:?}");
 }
 
 #[test]
