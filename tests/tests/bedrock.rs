@@ -29,6 +29,7 @@ fn plugin(chain: &str) -> String {
     cluster: backup
     schema: bedrock
     region: us-east-1
+    drop_unsupported: true
     models:
       - {{name: claude-bedrock, id: \"{MODEL_ID}\"}}
       - {{name: both, id: \"{MODEL_ID}\"}}
@@ -330,4 +331,23 @@ fn the_anthropic_sdk_uses_a_bedrock_backed_model() {
     // Bedrock's counts are the gateway's estimate.
     assert_eq!(v["count"]["estimated"], "true", "{v}");
     assert_eq!(converse_requests(&b.bedrock).len(), 5);
+}
+
+#[test]
+fn the_openai_sdk_uses_responses_with_a_bedrock_backed_model() {
+    let b = start("[openai, bedrock]", SECRET);
+    b.bedrock.script(responses_script());
+    let v = sdk_script(
+        "responses_check.py",
+        &[&b.envoy.url("/v1"), DEMO_KEY, "claude-bedrock", "0"],
+    );
+    assert_responses_run(&v);
+    // Two hops: Responses to chat to Converse; the structured request's
+    // format, which Converse has not, dropped (the provider's
+    // `drop_unsupported`).
+    let reqs = converse_requests(&b.bedrock);
+    assert_eq!(reqs[0]["body"]["system"], json!([{"text": "Be brief."}]));
+    let turn = &reqs[3]["body"]["messages"];
+    assert!(turn[1]["content"][0]["toolUse"].is_object(), "{turn}");
+    assert!(turn[2]["content"][0]["toolResult"].is_object(), "{turn}");
 }

@@ -22,14 +22,7 @@ fn plugin() -> String {
 }
 
 fn script(m: &Mock) {
-    let tool = json!({"name": "get_weather", "input": {"city": "Paris"}});
-    m.script(json!([
-        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
-        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
-        {"content": "Checking.", "tool_call": tool},
-        {"content": "It is sunny."},
-        {"content": "{\"a\": 1}"}
-    ]));
+    m.script(responses_script());
 }
 
 #[test]
@@ -42,24 +35,7 @@ fn the_openai_sdk_uses_responses_passed_through_to_an_openai_backed_model() {
         "responses_check.py",
         &[&s.envoy.url("/v1"), DEMO_KEY, "gpt-4o-mini", "1"],
     );
-    assert_eq!(
-        v["create"],
-        json!({"text": "Hi there friend", "status": "completed", "input": 9, "output": 3, "object": "response"})
-    );
-    assert_eq!(
-        v["stream"],
-        json!({"text": "Hi there friend", "final": "Hi there friend", "output": 3, "first": "response.created", "last": "response.completed"})
-    );
-    assert_eq!(
-        v["tool"],
-        json!({"name": "get_weather", "arguments": {"city": "Paris"}})
-    );
-    assert_eq!(
-        v["tool_result"],
-        json!({"text": "It is sunny.", "status": "completed"})
-    );
-    assert_eq!(v["structured"], json!({"text": "{\"a\": 1}"}));
-    assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
+    assert_responses_run(&v);
     // The provider said it does not know that response: its 404 as it was.
     assert_eq!(v["errors"]["stale_previous"]["status"], 404);
     // Read back by id at the provider that made it, listed, deleted.
@@ -110,23 +86,7 @@ fn the_openai_sdk_uses_responses_translated_for_an_anthropic_backed_model() {
         "responses_check.py",
         &[&s.envoy.url("/v1"), DEMO_KEY, "claude-sonnet", "0"],
     );
-    assert_eq!(
-        v["create"],
-        json!({"text": "Hi there friend", "status": "completed", "input": 9, "output": 3, "object": "response"})
-    );
-    assert_eq!(
-        v["stream"],
-        json!({"text": "Hi there friend", "final": "Hi there friend", "output": 3, "first": "response.created", "last": "response.completed"})
-    );
-    assert_eq!(
-        v["tool"],
-        json!({"name": "get_weather", "arguments": {"city": "Paris"}})
-    );
-    assert_eq!(
-        v["tool_result"],
-        json!({"text": "It is sunny.", "status": "completed"})
-    );
-    assert_eq!(v["structured"], json!({"text": "{\"a\": 1}"}));
+    assert_responses_run(&v);
     let stale = &v["errors"]["stale_previous"];
     assert_eq!(stale["status"], 400);
     assert!(

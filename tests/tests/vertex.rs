@@ -298,3 +298,30 @@ fn the_anthropic_sdk_uses_gemini_and_claude_on_vertex() {
     }
     assert_eq!(issued(&v.vertex), 2, "one token per provider");
 }
+
+#[test]
+fn the_openai_sdk_uses_responses_with_gemini_on_vertex() {
+    let v = start("3600");
+    v.vertex.script(responses_script());
+    let out = sdk_script(
+        "responses_check.py",
+        &[&v.envoy.url("/v1"), DEMO_KEY, "gemini-vertex", "0"],
+    );
+    assert_responses_run(&out);
+    // The structured request as Gemini's response schema.
+    let last = v
+        .vertex
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(":generateContent"))
+        })
+        .expect("generateContent calls");
+    assert_eq!(
+        last["body"]["generationConfig"]["responseMimeType"],
+        "application/json"
+    );
+}

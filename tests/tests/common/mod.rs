@@ -244,3 +244,40 @@ pub fn assert_anthropic_sdk_run(v: &serde_json::Value) {
     assert_eq!(v["errors"]["bad_key"]["class"], "AuthenticationError");
     assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
 }
+
+/// The mock's answers for `responses_check.py` (a response, a stream, a
+/// function call, the answer to its output, a structured answer).
+pub fn responses_script() -> serde_json::Value {
+    let tool = serde_json::json!({"name": "get_weather", "input": {"city": "Paris"}});
+    serde_json::json!([
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+        {"content": "Checking.", "tool_call": tool},
+        {"content": "It is sunny."},
+        {"content": "{\"a\": 1}"}
+    ])
+}
+
+/// What `responses_check.py` (the conversation resent, not chained) saw
+/// of [`responses_script`]'s answers through a translated provider.
+pub fn assert_responses_run(v: &serde_json::Value) {
+    use serde_json::json;
+    assert_eq!(
+        v["create"],
+        json!({"text": "Hi there friend", "status": "completed", "input": 9, "output": 3, "object": "response"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"text": "Hi there friend", "final": "Hi there friend", "output": 3, "first": "response.created", "last": "response.completed"})
+    );
+    assert_eq!(
+        v["tool"],
+        json!({"name": "get_weather", "arguments": {"city": "Paris"}})
+    );
+    assert_eq!(
+        v["tool_result"],
+        json!({"text": "It is sunny.", "status": "completed"})
+    );
+    assert_eq!(v["structured"], json!({"text": "{\"a\": 1}"}));
+    assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
+}
