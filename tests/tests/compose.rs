@@ -576,12 +576,17 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
             on_a + on_b <= 20 + 2 * refill && on_a >= 1 && on_b >= 1,
             "{what}: admitted {on_a} on a and {on_b} on b of 60 for a fleet limit of 20 (burst {took:?})"
         );
-        // Each replica decided by its share, not by a late answer.
-        let shares = both("share_admitted");
-        assert!(
-            shares.0 > shares_before.0 && shares.1 > shares_before.1,
-            "{what}: both replicas counted their shares: {shares_before:?} -> {shares:?}"
+        // Each replica decided by its share, not by a late answer (its
+        // counters reach Envoy's stats at its next tick: polled).
+        let shares = poll_until(
+            Duration::from_secs(15),
+            &format!("{what}: both replicas counting their shares (from {shares_before:?})"),
+            || {
+                let now = both("share_admitted");
+                (now.0 > shares_before.0 && now.1 > shares_before.1).then_some(now)
+            },
         );
+        eprintln!("{what}: shares counted {shares_before:?} -> {shares:?}");
         eprintln!("{what}: admitted {on_a} + {on_b} of 60 in {took:?}");
         back(what, before);
     }
