@@ -246,6 +246,11 @@ impl<H: Host> RequestContext<H> {
     pub fn on_response_headers(&mut self, end_of_stream: bool) -> Action {
         match self.phase {
             Phase::Proxied => self.router_answer_headers(end_of_stream),
+            // Woken by another's fetch (the tick) before its own answered.
+            Phase::AwaitingToken(_) => {
+                self.phase = Phase::Proxied;
+                self.router_answer_headers(end_of_stream)
+            }
             // Held until the fallback's answer replaces it.
             Phase::FallbackPending => Action::Pause,
             _ => Action::Continue,

@@ -269,6 +269,9 @@ impl<H: Host> RequestContext<H> {
         for (id, _) in waiters.iter().filter(|(id, _)| *id != mine) {
             let _ = self.host.wake(*id, credential.as_deref());
         }
-        let _ = self.host.wake(mine, credential.as_deref());
+        // Unless the tick already let it go (another worker's token).
+        if waiters.iter().any(|(id, _)| *id == mine) {
+            let _ = self.host.wake(mine, credential.as_deref());
+        }
     }
 }

@@ -25,6 +25,8 @@ clients:
     )
 }
 
+const GEMINI_ANSWER: &str = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"hi"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":1}}"#;
+
 const CHAT: &str = r#"{"model":"gemini","messages":[{"role":"user","content":"hi"}]}"#;
 
 /// A chat request from a context with Envoy's id `id`.
@@ -134,4 +136,61 @@ fn a_fetching_request_that_goes_away_frees_the_lock() {
     let (c, act) = request(&g, 32);
     assert_eq!(act, Action::Pause);
     assert_eq!(c.host.callouts().len(), 1, "the next request fetches");
+}
+
+/// The tick: a waiter whose token another worker kept is woken with it; a
+/// waiter left past twice the token source's timeout goes on without one,
+/// counted.
+#[test]
+fn the_tick_wakes_waiters_with_another_workers_token_or_at_the_timeout() {
+    let g = Gateway::new(&vertex());
+    let (mut a, _) = request(&g, 41);
+    let (_b, act) = request(&g, 42);
+    assert_eq!(act, Action::Pause);
+    let now = g.host.now_ms();
+    // Nothing kept yet, not yet timed out: nobody woken.
+    assert!(!crate::tokens::wake_ready(&g.host, &g.loaded, now + 1_000));
+    assert!(g.host.state.borrow().woken.is_empty());
+    // Another worker kept a token: both waiters go on with it.
+    let expires = now + 3_600_000;
+    g.host
+        .set(
+            "portcullis.token.vertex",
+            format!("{} {expires} ya29.other", expires - 300_000).as_bytes(),
+            None,
+        )
+        .unwrap();
+    assert!(crate::tokens::wake_ready(&g.host, &g.loaded, now + 1_000));
+    assert_eq!(
+        g.host.state.borrow().woken,
+        vec![
+            (41, Some("Bearer ya29.other".to_string())),
+            (42, Some("Bearer ya29.other".to_string()))
+        ]
+    );
+    // The fetching request, already let go, is not woken again by its own
+    // answer, and the router's answer to it is read as any first attempt's.
+    token_answer(
+        &mut a,
+        "200",
+        r#"{"access_token":"ya29.late","expires_in":3600}"#,
+    );
+    assert!(a.host.state.borrow().woken.is_empty());
+    // Held whole for its translation: its body follows.
+    assert_eq!(router_answers(&mut a, "200", GEMINI_ANSWER), Action::Pause);
+    a.host
+        .set_body_bytes(Part::Response, GEMINI_ANSWER.as_bytes());
+    a.on_response_body(GEMINI_ANSWER.len(), true);
+    let v: Value = serde_json::from_slice(&a.host.body_of(Part::Response)).unwrap();
+    assert_eq!(v["object"], "chat.completion", "translated: {v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "hi");
+    // A waiter whose fetch never answers goes on without a token after
+    // twice the source's 5 s timeout, not before.
+    let g = Gateway::new(&vertex());
+    let (_c, _) = request(&g, 43);
+    let now = g.host.now_ms();
+    assert!(!crate::tokens::wake_ready(&g.host, &g.loaded, now + 10_000));
+    assert!(crate::tokens::wake_ready(&g.host, &g.loaded, now + 10_001));
+    assert_eq!(g.host.state.borrow().woken, vec![(43, None)]);
+    assert_eq!(g.host.counter(metrics::TOKEN_FAILURES), 1);
 }

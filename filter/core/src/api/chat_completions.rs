@@ -219,3 +219,34 @@ pub fn function_tool(t: &RawValue) -> Result<(Obj<'_>, Cow<'_, str>), crate::err
         .ok_or_else(|| bad("A tool function needs a `name`."))?;
     Ok((f, name))
 }
+
+/// A chat message as the translations to other formats read it: the
+/// members they use, in one pass.
+#[derive(Deserialize)]
+pub(crate) struct InMessage<'a> {
+    #[serde(borrow, default)]
+    pub role: Str<'a>,
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub tool_calls: Option<Vec<InCall<'a>>>,
+    #[serde(borrow, default)]
+    pub tool_call_id: Str<'a>,
+}
+
+/// An assistant message's tool call, as the translations read it.
+#[derive(Deserialize)]
+pub(crate) struct InCall<'a> {
+    #[serde(borrow, default)]
+    pub id: Str<'a>,
+    #[serde(borrow, default)]
+    pub function: Option<InFunction<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct InFunction<'a> {
+    #[serde(borrow, default)]
+    pub name: Str<'a>,
+    #[serde(borrow, default)]
+    pub arguments: Str<'a>,
+}

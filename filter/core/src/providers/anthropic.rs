@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 mod body;
 pub use body::{answer, finish_reason, request, usage};
-pub(crate) use body::{tool_use_block, Block, ChatUsage};
+pub(crate) use body::{tool_use_block, Block, ChatUsage, READ};
 
 /// Anthropic's Messages API as a provider format: `/v1/messages` passes
 /// to it as it is, chat completions are translated both ways.

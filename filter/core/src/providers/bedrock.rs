@@ -88,26 +88,10 @@ fn bad(message: impl Into<String>) -> GatewayError {
     GatewayError::bad_request("invalid_request_for_provider", message)
 }
 
-/// Fields of a chat request the translation reads; `user`,
-/// `parallel_tool_calls` and `stream_options` change nothing Converse
-/// answers, so they are read and left.
-const READ: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "stream",
-    "stream_options",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "user",
-    "n",
-    "response_format",
-];
+/// Fields of a chat request the translation reads: Anthropic's list (the
+/// same chat fields have a Converse equivalent); `response_format` is
+/// judged by its type below.
+use super::anthropic::READ;
 
 /// Fields the provider cannot honour: the names, in order.
 fn unsupported(doc: &Obj) -> Vec<String> {
@@ -240,34 +224,7 @@ enum ToolChoice<'a> {
     Tool { name: Cow<'a, str> },
 }
 
-/// A chat message: the members the translation reads, in one pass.
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default)]
-    role: Str<'a>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<InCall<'a>>>,
-    #[serde(borrow, default)]
-    tool_call_id: Str<'a>,
-}
-
-#[derive(Deserialize)]
-struct InCall<'a> {
-    #[serde(borrow, default)]
-    id: Str<'a>,
-    #[serde(borrow, default)]
-    function: Option<InFunction<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-struct InFunction<'a> {
-    #[serde(borrow, default)]
-    name: Str<'a>,
-    #[serde(borrow, default)]
-    arguments: Str<'a>,
-}
+use crate::api::chat_completions::InMessage as Message;
 
 /// An empty JSON schema for a function that declares no parameters.
 const NO_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;

@@ -21,6 +21,7 @@ use std::borrow::Cow;
 pub mod count;
 pub mod embeddings;
 mod stream;
+pub(crate) use stream::error_event;
 pub use stream::Stream;
 
 /// Google's Gemini API (generativelanguage.googleapis.com, `/v1beta`).
@@ -272,34 +273,7 @@ enum Stop<'a> {
     Many(&'a RawValue),
 }
 
-/// A chat message: the members the translation reads, in one pass.
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default)]
-    role: Str<'a>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<InCall<'a>>>,
-    #[serde(borrow, default)]
-    tool_call_id: Str<'a>,
-}
-
-#[derive(Deserialize)]
-struct InCall<'a> {
-    #[serde(borrow, default)]
-    id: Str<'a>,
-    #[serde(borrow, default)]
-    function: Option<InFunction<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-struct InFunction<'a> {
-    #[serde(borrow, default)]
-    name: Str<'a>,
-    #[serde(borrow, default)]
-    arguments: Str<'a>,
-}
+use crate::api::chat_completions::InMessage as Message;
 
 /// The `generateContent` request for a chat request's body, and the fields
 /// dropped (only with `drop_unsupported`; otherwise they are a 400 naming

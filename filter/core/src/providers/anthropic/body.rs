@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 /// Fields of a chat request the translation reads (anything else is
 /// unsupported).
-const READ: [&str; 14] = [
+pub(crate) const READ: [&str; 14] = [
     "model",
     "messages",
     "max_tokens",

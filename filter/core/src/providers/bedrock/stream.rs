@@ -286,29 +286,6 @@ fn exception_code(kind: &str) -> String {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorEvent<'a> {
-    error: ErrorBody<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    message: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    code: &'a str,
-    param: (),
-}
-
 fn error_event(message: &str, code: &str) -> Vec<u8> {
-    let body = ErrorEvent {
-        error: ErrorBody {
-            message,
-            kind: "api_error",
-            code,
-            param: (),
-        },
-    };
-    let json = serde_json::to_string(&body).unwrap_or_default();
-    format!("data: {json}\n\n").into_bytes()
+    super::super::gemini::error_event(message, Some(code))
 }

@@ -233,7 +233,9 @@ struct ErrorBody<'a> {
     param: (),
 }
 
-fn error_event(message: &str, code: Option<&str>) -> Vec<u8> {
+/// An OpenAI error event that ends a translated stream (`code` default
+/// `provider_stream_error`).
+pub(crate) fn error_event(message: &str, code: Option<&str>) -> Vec<u8> {
     let body = ErrorEvent {
         error: ErrorBody {
             message,
