@@ -8,13 +8,13 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
-run: tools redis wasm
+run: tools redis wasm native
 	cargo build --release -p portcullis-tests --bin portcullis-mock
 	cargo build --release -p portcullis-collector --bin portcullis-collector
 	cargo build --release -p portcullis-limiter --bin portcullis-limiter
-	ENVOY="$(ENVOY)" scripts/run.sh
+	ENVOY="$(ENVOY)" NATIVE="$(NATIVE)" scripts/run.sh
 
 # The compose fleet, up and healthy, with either Compose (v2's
 # `docker compose` or Debian 12's `docker-compose` 1.29, which has no
@@ -23,7 +23,7 @@ compose-up: images
 	scripts/compose-up.sh
 
 reload:
-	envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
+	PORTCULLIS_BUILD=$(if $(filter 1,$(NATIVE)),native,wasm) envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 	@echo "plugin config handed to Envoy; check: curl -s 127.0.0.1:9901/stats | grep extension_config_discovery"
 
 test: tools wasm lint unit wasm-unit fuzz-smoke integration
@@ -31,10 +31,17 @@ test: tools wasm lint unit wasm-unit fuzz-smoke integration
 unit:
 	cargo test --workspace --lib --bins
 
-integration: tools redis postgres cacerts wasm chromium sdk images-if-docker
+integration: tools redis postgres cacerts wasm native chromium sdk images-if-docker
 	cargo build -p portcullis-collector -p portcullis-limiter
 	cargo test -p portcullis-limiter --tests
 	ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests --tests
+	$(MAKE) integration-native
+
+# Every integration suite that starts Envoy runs again on the native build
+# (docs/native.md); the compose test switches its fleet to it live.
+NATIVE_SUITES := $(sort $(basename $(notdir $(shell grep -l 'Stack::\|Envoy::start' tests/tests/*.rs))))
+integration-native: native
+	PORTCULLIS_BUILD=native ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests $(addprefix --test ,$(NATIVE_SUITES))
 
 # The core's tests natively and on wasm32; both counts printed, equal.
 wasm-unit: $(WBG_RUNNER)
@@ -49,7 +56,14 @@ lint:
 wasm:
 	cargo build --release --target wasm32-wasip1 -p portcullis-filter
 
-bench: tools redis wasm bench-collector bench-core
+# The native build: the same filter as an Envoy dynamic module
+# (target/native/libportcullis.so; docs/native.md).
+native:
+	cargo build --release -p portcullis-filter
+	mkdir -p target/native
+	cp target/release/libportcullis_filter.so target/native/libportcullis.so
+
+bench: tools redis wasm native bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
 	ENVOY="$(ENVOY)" scripts/bench-global.sh
 	scripts/bench-instructions.sh
@@ -74,7 +88,7 @@ bench-collector: postgres
 	scripts/bench-collector.sh
 
 # The stable measure: Envoy's instructions per request under callgrind.
-bench-instructions: tools wasm
+bench-instructions: tools wasm native
 	scripts/bench-instructions.sh
 
 # What a request's size costs (1 KB to 10 MB): throughput against bare

@@ -5,6 +5,10 @@
 ARG ENVOY_BASE=envoyproxy/envoy:v1.40.0
 FROM ${ENVOY_BASE}
 COPY portcullis_filter.wasm /etc/portcullis/portcullis_filter.wasm
+# The native build, for an ECDS resource that names it (docs/native.md):
+# either build serves from the same image.
+COPY libportcullis.so /etc/portcullis/libportcullis.so
+ENV ENVOY_DYNAMIC_MODULES_SEARCH_PATH=/etc/portcullis
 COPY envoy-replica.yaml envoy-front.yaml /etc/portcullis/
 # The plugin config (an ECDS resource) comes in a mounted directory, so it
 # can be replaced live; this one serves until then.

@@ -3,6 +3,9 @@
 # and put it in place by rename: Envoy reloads on a file moved into the
 # watched directory, not on an in-place edit.
 #   usage: envoy/render-ecds.sh PLUGIN_YAML OUT_FILE [WASM_FILE]
+# With PORTCULLIS_BUILD=native the resource loads the native build instead
+# (libportcullis.so, found through Envoy's ENVOY_DYNAMIC_MODULES_SEARCH_PATH);
+# it reads Envoy's own environment, so no variable list is needed.
 # The filter reads only the environment variables listed in host_env_keys:
 # the shipped providers' keys, every preset's (docs/providers.md), and any
 # named in PORTCULLIS_ENV_KEYS (space- or comma-separated), for providers
@@ -17,6 +20,27 @@ done
 wasm="${3:-target/wasm32-wasip1/release/portcullis_filter.wasm}"
 mkdir -p "$(dirname "$out")"
 tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
+if [[ "${PORTCULLIS_BUILD:-wasm}" == native ]]; then
+  {
+    cat <<HEAD
+resources:
+- "@type": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig
+  name: portcullis
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+    # Metrics are portcullis.* (the Wasm build's are wasmcustom.portcullis.*;
+    # docs/native.md).
+    dynamic_module_config: {name: portcullis, do_not_close: true, metrics_namespace: portcullis}
+    filter_name: portcullis
+    filter_config:
+      "@type": type.googleapis.com/google.protobuf.StringValue
+      value: |
+HEAD
+    sed 's/^/        /' "$in"
+  } > "$tmp"
+  mv -f "$tmp" "$out"
+  exit 0
+fi
 {
   cat <<HEAD
 resources:

@@ -4,7 +4,8 @@
 # valgrind's callgrind: the same build, config and request give the same
 # count whatever the neighbours do (perf counters are not available on
 # these VMs). For each variant (bare Envoy, our routed path, our cache hit,
-# and the mechanism's two floors), Envoy (one worker) starts under
+# the mechanism's two floors, and the native build's routed path, miss and
+# hit and its two floors: nroute, nmiss, nhit, nfloor, nfloorhit), Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
@@ -21,6 +22,10 @@ cargo build --release -q -p portcullis-tests --bin portcullis-mock --bin portcul
 cargo build --release -q -p portcullis-collector --bin portcullis-collector
 (cd bench/floor && cargo build --release -q --target wasm32-wasip1)
 FLOOR_WASM="$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm"
+# The native floors (bench/floor-native), beside the native build.
+(cd bench/floor-native && cargo build --release -q)
+mkdir -p target/native
+cp bench/floor-native/target/release/libportcullis_floor.so target/native/
 dir=$(mktemp -d /tmp/portcullis-instr.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
@@ -115,7 +120,7 @@ cp "$dir/plugin-anthropic.yaml" "$dir/plugin-messages.yaml"
 
 measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat
-  [[ $v != miss ]] || unique=1
+  [[ $v != miss && $v != nmiss ]] || unique=1
   case $v in
     responses|responses_anthropic) path=/v1/responses; api=responses ;;
     messages|messages_openai) path=/v1/messages; api=messages ;;
@@ -124,12 +129,16 @@ measure() { # variant -> instructions per request
     bare) cfg=bare.yaml; key=sk-bench ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
+    # The native build (make native) on the same configs.
+    nroute|nhit|nmiss) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
+    nfloor|nfloorhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
+      sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.
     *) echo "bench-instructions: unknown variant $v" >&2; exit 1 ;;
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
-  OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
     --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
     >"$dir/$v.log" 2>&1 &
   local pid=$!
@@ -151,7 +160,7 @@ measure() { # variant -> instructions per request
 declare -A IPR
 table="| variant | instructions per request, run 1 | run 2 | spread |
 |---|---|---|---|"
-for v in ${BENCH_INSTR_VARIANTS:-bare route miss hit guard anthropic cheapest fastest least_busy floor floorhit}; do
+for v in ${BENCH_INSTR_VARIANTS:-bare route miss hit guard anthropic cheapest fastest least_busy floor floorhit nroute nmiss nhit nfloor nfloorhit}; do
   runs=()
   for r in $(seq 1 "$RUNS"); do runs+=("$(measure $v)"); done
   IPR[$v]=${runs[0]}
@@ -184,4 +193,7 @@ mkdir -p .run
   done
   [[ -z ${IPR[floor]:-} || -z ${IPR[route]:-} || -z ${IPR[hit]:-} || -z ${IPR[floorhit]:-} ]] || echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
   [[ -z ${IPR[floor]:-} || -z ${IPR[miss]:-} ]] || echo "A cache miss against the routed floor: miss/floor $(ratio "${IPR[floor]}" "${IPR[miss]}")x"
+  [[ -z ${IPR[bare]:-} || -z ${IPR[nroute]:-} || -z ${IPR[nhit]:-} ]] || echo "The native build (dynamic module), instructions as a multiple of bare Envoy's: routed $(ratio "${IPR[nroute]}" "${IPR[bare]}")x, cache hit $(ratio "${IPR[nhit]}" "${IPR[bare]}")x (bare / variant: routed $(ratio "${IPR[bare]}" "${IPR[nroute]}")x, hit $(ratio "${IPR[bare]}" "${IPR[nhit]}")x)"
+  [[ -z ${IPR[bare]:-} || -z ${IPR[nfloor]:-} || -z ${IPR[nfloorhit]:-} || -z ${IPR[nroute]:-} || -z ${IPR[nhit]:-} ]] || echo "The native floors (bench/floor-native) as a multiple of bare Envoy's instructions: routed $(ratio "${IPR[nfloor]}" "${IPR[bare]}")x, local answer $(ratio "${IPR[nfloorhit]}" "${IPR[bare]}")x; ours above them: nroute $((IPR[nroute] - IPR[nfloor])), nhit $((IPR[nhit] - IPR[nfloorhit]))"
+  [[ -z ${IPR[route]:-} || -z ${IPR[nroute]:-} || -z ${IPR[hit]:-} || -z ${IPR[nhit]:-} ]] || echo "Native against Wasm, same configs: routed $((IPR[route] - IPR[nroute])) instructions per request fewer (route/nroute $(ratio "${IPR[route]}" "${IPR[nroute]}")x), hit $((IPR[hit] - IPR[nhit])) fewer (hit/nhit $(ratio "${IPR[hit]}" "${IPR[nhit]}")x)"
 } | tee .run/bench-instructions-latest.md

@@ -4,6 +4,8 @@
 # with one worker (only one is under load at a time); wrk and the mock share
 # core 1.
 #   bare   envoy/bare.yaml: router only
+#   nroute, nhit  the native build (libportcullis.so) on route's and hit's
+#          configs (BENCH_NATIVE=0 leaves them out)
 #   route  envoy/envoy.yaml + filter, prompt cache off: the routed request path
 #   hit    envoy/envoy.yaml + filter, prompt cache on: every request a hit
 # Many short rounds alternate bare/route/hit and we report the median of the
@@ -42,7 +44,7 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo)
 BASE_WASM="${BENCH_BASELINE_WASM:-}"
 # miss: the cache on and every request a new prompt (a lookup that misses
 # and a store each: the target's "cache miss").
@@ -54,6 +56,12 @@ FLOOR_WASM="$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm"
 if [[ $FLOOR == 1 ]]; then
   (cd bench/floor && cargo build --release -q --target wasm32-wasip1)
   VARIANTS+=(floor floorhit); FILTERS+=(floor floorhit)
+fi
+# The native build (make native), same configs: nroute, nhit (BENCH_NATIVE=0 skips).
+NATIVE="${BENCH_NATIVE:-1}"
+if [[ $NATIVE == 1 ]]; then
+  [[ -f target/native/libportcullis.so ]] || { echo "bench: no native build (make native)" >&2; exit 1; }
+  VARIANTS+=(nroute nhit); FILTERS+=(nroute nhit)
 fi
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/bare.yaml"
 for v in "${FILTERS[@]}"; do
@@ -70,13 +78,17 @@ if [[ $FLOOR == 1 ]]; then
   envoy/render-ecds.sh "$dir/plugin-floor.yaml" "$dir/ecds-floor/portcullis.yaml" "$FLOOR_WASM"
   envoy/render-ecds.sh "$dir/plugin-floorhit.yaml" "$dir/ecds-floorhit/portcullis.yaml" "$FLOOR_WASM"
 fi
+if [[ $NATIVE == 1 ]]; then
+  PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-nroute/portcullis.yaml"
+  PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-nhit/portcullis.yaml"
+fi
 if [[ -n $BASE_WASM ]]; then
   envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route0/portcullis.yaml" "$BASE_WASM"
   envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit0/portcullis.yaml" "$BASE_WASM"
 fi
 
 for v in "${VARIANTS[@]}"; do
-  taskset -c 0 env OPENAI_API_KEY=sk-bench "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
+  taskset -c 0 env ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-bench "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
   PID[$v]=$!; pids+=($!)
 done
 for v in "${VARIANTS[@]}"; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; done
@@ -137,6 +149,9 @@ mr=(); fm=(); p99r=(); p99h=(); p99m=()
 to_us() { awk -v x="$1" 'BEGIN {v = x + 0; if (x ~ /us$/) print v; else if (x ~ /ms$/) print v * 1000; else if (x ~ /s$/) print v * 1e6; else print v}'; }
 p99_added() { awk -v a="$(to_us "$1")" -v b="$(to_us "$2")" 'BEGIN {printf "%.0f", a - b}'; }
 rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=(); fr=(); fh=(); fb=(); fhb=()
+nr=(); nh=(); nrc=(); nhc=(); nrw=(); nhw=(); p99nr=(); p99nh=()
+ntable="| round | nroute rps | nroute p50 / p99 | nhit rps | nhit p50 / p99 | nroute/bare | nhit/bare | nroute/route | nhit/hit |
+|---|---|---|---|---|---|---|---|---|"
 vs="| round | route0 rps | hit0 rps | route/route0 | hit/hit0 |
 |---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
@@ -159,6 +174,18 @@ for r in $(seq 1 "$ROUNDS"); do
     fh+=("$(awk -v a="$h_rps" -v b="$fh_rps" 'BEGIN {printf "%.2f", a/b}')")
     fb+=("$(awk -v a="$f_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
     fhb+=("$(awk -v a="$fh_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+  fi
+  if [[ $NATIVE == 1 ]]; then
+    read -r nr_rps nr_p50 nr_p99 nr_cpu < <(run_wrk nroute)
+    read -r nh_rps nh_p50 nh_p99 nh_cpu < <(run_wrk nhit)
+    nr+=("$(awk -v a="$nr_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+    nh+=("$(awk -v a="$nh_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+    nrc+=("$(awk -v a="$nr_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
+    nhc+=("$(awk -v a="$nh_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
+    nrw+=("$(awk -v a="$nr_rps" -v b="$r_rps" 'BEGIN {printf "%.2f", a/b}')")
+    nhw+=("$(awk -v a="$nh_rps" -v b="$h_rps" 'BEGIN {printf "%.2f", a/b}')")
+    p99nr+=("$(p99_added "$nr_p99" "$b_p99")"); p99nh+=("$(p99_added "$nh_p99" "$b_p99")")
+    ntable+=$'\n'"| $r | $nr_rps | $nr_p50 / $nr_p99 | $nh_rps | $nh_p50 / $nh_p99 | ${nr[-1]}x | ${nh[-1]}x | ${nrw[-1]}x | ${nhw[-1]}x |"
   fi
   if [[ -n $BASE_WASM ]]; then
     read -r r0_rps _ _ _ < <(run_wrk route0)
@@ -186,6 +213,16 @@ mkdir -p .run
   if [[ $FLOOR == 1 ]]; then
     echo "Floors (bench/floor, same rounds): routed floor/bare $(median_of "${fb[@]}")x, local-answer floor/bare $(median_of "${fhb[@]}")x"
     echo "Median route/floor: $(median_of "${fr[@]}")x, miss/floor: $(median_of "${fm[@]}")x, hit/floorhit: $(median_of "${fh[@]}")x"
+  fi
+  if [[ $NATIVE == 1 ]]; then
+    echo
+    echo "The native build (dynamic module), same rounds:"
+    echo
+    echo "$ntable"
+    echo
+    echo "Median nroute/bare: $(median_of "${nr[@]}")x (CPU per request: $(median_of "${nrc[@]}")x), nhit/bare: $(median_of "${nh[@]}")x (CPU per request: $(median_of "${nhc[@]}")x)"
+    echo "Median native over Wasm: nroute/route $(median_of "${nrw[@]}")x, nhit/hit $(median_of "${nhw[@]}")x"
+    echo "Median p99 added over bare (us): nroute $(median_of "${p99nr[@]}"), nhit $(median_of "${p99nh[@]}")"
   fi
   if [[ -n $BASE_WASM ]]; then
     echo

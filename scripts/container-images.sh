@@ -24,10 +24,12 @@ trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/ecds"
 
 cargo build --release -q --target wasm32-wasip1 -p portcullis-filter
+cargo build --release -q -p portcullis-filter   # the native build
 cargo build --release -q -p portcullis-tests --bin portcullis-mock
 cargo build --release -q -p portcullis-collector --bin portcullis-collector
 cargo build --release -q -p portcullis-limiter --bin portcullis-limiter
 cp target/release/portcullis-mock target/release/portcullis-collector target/release/portcullis-limiter "$ctx/"
+cp target/release/libportcullis_filter.so "$ctx/libportcullis.so"
 cp target/wasm32-wasip1/release/portcullis_filter.wasm docker/envoy-front.yaml docker/envoy-entrypoint.sh "$ctx/"
 docker/render-replica.sh "$ctx/envoy-replica.yaml"
 # The compose plugin config: the shipped one with limits.global on.

@@ -55,6 +55,11 @@ scripts/keep-running.sh limiter \
   "$LIMITER" --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 --token-file .run/limiter-token \
   >>.run/logs/limiter.log 2>&1 & pids+=($!)
 
+# NATIVE=1 (make run NATIVE=1): the native build, libportcullis.so, found
+# through ENVOY_DYNAMIC_MODULES_SEARCH_PATH; otherwise the .wasm.
+if [[ "${NATIVE:-}" == 1 ]]; then
+  export PORTCULLIS_BUILD=native ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native"
+fi
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
   PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
@@ -67,7 +72,7 @@ until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http:
 done
 
 cat <<MSG
-portcullis: ready on http://127.0.0.1:10000 (admin http://127.0.0.1:9901, logs in .run/logs/).
+portcullis: ready on http://127.0.0.1:10000, the ${PORTCULLIS_BUILD:-wasm} build (admin http://127.0.0.1:9901, logs in .run/logs/).
 Dashboard: http://127.0.0.1:9090/dashboard (read token: $TOKEN; the collector's API takes it as 'Authorization: Bearer $TOKEN'). Try:
   curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
   curl -s http://127.0.0.1:10000/v1/responses -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"claude-sonnet","input":"Hello!"}'

@@ -13,8 +13,9 @@
 //! answer back to the right context. The statuses Envoy returns for them
 //! (`BadArgument`, `ParseFailure`, `InternalFailure`) are all mapped by the SDK.
 
+use crate::host::{LogLevel, Status};
 use portcullis_core::headers::{decode_pairs, encode_pairs};
-use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status};
+use proxy_wasm::types::{BufferType, MapType, MetricType};
 use std::ptr::{null, null_mut};
 
 #[link(wasm_import_module = "env")]

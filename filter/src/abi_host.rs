@@ -1,17 +1,57 @@
-//! The host as Envoy provides it: [`Host`] over the proxy-wasm ABI (`abi`),
-//! shared data as the core's [`Store`], metrics through the VM's registry.
+//! The host as Envoy provides it to a Wasm VM: [`Host`] over the proxy-wasm
+//! ABI (`abi`), shared data as the core's [`Store`], metrics defined by name
+//! in the VM.
 
 use crate::abi;
-use crate::host::{Headers, Host, Part};
+use crate::host::{Headers, Host, LogLevel, Part, Status};
 use crate::registry;
 use crate::shipper;
 use crate::worker::Worker;
 use portcullis_core::record::Record;
 use portcullis_core::store::{Store, StoreError};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status};
+use proxy_wasm::types::{BufferType, MapType, MetricType};
 use std::rc::Rc;
 use std::time::Duration;
+
+/// The SDK's statuses as ours (the SDK's own calls: callouts, the
+/// effective context).
+pub fn status(s: proxy_wasm::types::Status) -> Status {
+    use proxy_wasm::types::Status as S;
+    match s {
+        S::NotFound => Status::NotFound,
+        S::BadArgument => Status::BadArgument,
+        S::SerializationFailure => Status::SerializationFailure,
+        S::ParseFailure => Status::ParseFailure,
+        S::Empty => Status::Empty,
+        S::CasMismatch => Status::CasMismatch,
+        _ => Status::InternalFailure,
+    }
+}
+
+/// Metric id by name, defined on first use (ids are per VM).
+pub fn metric(w: &Worker, kind: MetricType, name: &str) -> Option<u32> {
+    let mut m = w.metric_ids.try_borrow_mut().ok()?;
+    if let Some(id) = m.get(name) {
+        return Some(*id);
+    }
+    let id = abi::define_metric(kind, name).ok()?;
+    m.insert(name.to_string(), id);
+    Some(id)
+}
+
+/// Hand the worker's summed counters and shared-gauge changes to Envoy.
+pub fn flush_metrics(w: &Worker) {
+    registry::flush(w, |kind, name, by| {
+        let kind = match kind {
+            registry::Kind::Counter => MetricType::Counter,
+            registry::Kind::Gauge => MetricType::Gauge,
+        };
+        if let Some(id) = metric(w, kind, name) {
+            let _ = abi::increment_metric(id, by);
+        }
+    });
+}
 
 /// Envoy, for the context that is running (the ABI knows which), with the
 /// worker's state the root context owns.
@@ -117,6 +157,7 @@ impl Host for AbiHost {
             vec![],
             Duration::from_millis(timeout_ms),
         )
+        .map_err(status)
     }
 
     fn dispatch_grpc(
@@ -136,6 +177,7 @@ impl Host for AbiHost {
             Some(message),
             Duration::from_millis(timeout_ms),
         )
+        .map_err(status)
     }
 
     fn grpc_answer(&self, size: usize) -> Result<Vec<u8>, Status> {
@@ -149,9 +191,10 @@ impl Host for AbiHost {
     fn wake(&self, context_id: u32, authorization: Option<&str>) -> Result<(), Status> {
         // The calls that follow act on that request, until the callback
         // this runs in returns.
-        hostcalls::set_effective_context(context_id)?;
+        hostcalls::set_effective_context(context_id).map_err(status)?;
         if let Some(a) = authorization {
-            hostcalls::set_map_value(MapType::HttpRequestHeaders, "authorization", Some(a))?;
+            hostcalls::set_map_value(MapType::HttpRequestHeaders, "authorization", Some(a))
+                .map_err(status)?;
         }
         abi::resume_request()
     }
@@ -167,7 +210,7 @@ impl Host for AbiHost {
     }
 
     fn gauge(&self, name: &str, value: u64) {
-        if let Some(id) = registry::metric(&self.worker, MetricType::Gauge, name) {
+        if let Some(id) = metric(&self.worker, MetricType::Gauge, name) {
             let _ = abi::record_metric(id, value);
         }
     }
@@ -177,7 +220,7 @@ impl Host for AbiHost {
     }
 
     fn histogram(&self, name: &str, value: u64) {
-        if let Some(id) = registry::metric(&self.worker, MetricType::Histogram, name) {
+        if let Some(id) = metric(&self.worker, MetricType::Histogram, name) {
             let _ = abi::record_metric(id, value);
         }
     }

@@ -14,6 +14,7 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use crate::host::Host;
+use crate::host::LogLevel;
 use crate::metrics;
 use portcullis_core::config::{Budget, Client, Gateway, Level};
 use portcullis_core::error::GatewayError;
@@ -22,7 +23,6 @@ use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
 use portcullis_core::rls::{self, Descriptor};
 use portcullis_core::store::{update, StoreError};
 use portcullis_core::usage::Usage;
-use proxy_wasm::types::LogLevel;
 
 mod prepare;
 mod room;

@@ -10,6 +10,7 @@
 use crate::admission::Finish;
 use crate::context::{Phase, RequestContext};
 use crate::flight::Translation;
+use crate::host::Action;
 use crate::host::{Headers, Host, Part};
 use crate::metrics;
 use crate::reading::Reader;
@@ -21,7 +22,6 @@ use portcullis_core::providers;
 use portcullis_core::secrets;
 use portcullis_core::sse;
 use portcullis_core::stream_cap::{Shape, StreamCap};
-use proxy_wasm::types::Action;
 
 /// Whether a response's headers say its body is content-encoded.
 fn is_encoded(headers: &Headers) -> bool {

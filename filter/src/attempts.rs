@@ -4,10 +4,10 @@
 use crate::breakers;
 use crate::context::{Phase, RequestContext};
 use crate::host::Host;
+use crate::host::{Action, LogLevel};
 use crate::metrics;
 use portcullis_core::attempt::{class_of_refusal, exhausted, Cause, Class, Outcome};
 use portcullis_core::cache::CacheStatus;
-use proxy_wasm::types::{Action, LogLevel};
 
 impl<H: Host> RequestContext<H> {
     /// Record the current attempt's outcome; on a retryable failure, start

@@ -3,12 +3,12 @@
 //! line. A store problem fails open: it never takes a provider out.
 
 use crate::host::Host;
+use crate::host::LogLevel;
 use crate::metrics;
 use portcullis_core::breaker::{self, Admission, Breaker, Transition};
 use portcullis_core::config::{Gateway, Provider};
 use portcullis_core::keys;
 use portcullis_core::store::update;
-use proxy_wasm::types::LogLevel;
 
 /// How long a VM trusts its own read of a closed breaker with nothing
 /// counted: its requests meanwhile skip the shared-data read (a copy and

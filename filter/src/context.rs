@@ -9,17 +9,15 @@
 //! | callout answer | a fallback's answer, [`answer`](crate::answer) |
 //! | log | the record ([`telemetry`](crate::telemetry)), limits, probes |
 
-use crate::abi_host::AbiHost;
 use crate::admission::{Finish, Held};
 use crate::flight::Flight;
 use crate::host::Host;
+use crate::host::{Action, LogLevel};
 use crate::loaded::Loaded;
 use portcullis_core::api::Api;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::usage::Usage;
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, LogLevel};
 use std::rc::Rc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,43 +295,5 @@ impl<H: Host> RequestContext<H> {
         self.finish_limits(how);
         self.release_unreported_probe();
         self.release_busy();
-    }
-}
-
-impl Context for RequestContext<AbiHost> {
-    fn on_http_call_response(
-        &mut self,
-        token: u32,
-        _headers: usize,
-        body_size: usize,
-        _trailers: usize,
-    ) {
-        self.on_call_response(token, body_size);
-    }
-
-    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
-        self.on_global_answer(token, status_code, response_size);
-    }
-}
-
-impl HttpContext for RequestContext<AbiHost> {
-    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        self.on_request_headers(end_of_stream)
-    }
-
-    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.on_request_body(body_size, end_of_stream)
-    }
-
-    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        self.on_response_headers(end_of_stream)
-    }
-
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.on_response_body(body_size, end_of_stream)
-    }
-
-    fn on_log(&mut self) {
-        RequestContext::on_log(self);
     }
 }

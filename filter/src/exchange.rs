@@ -2,8 +2,8 @@
 //! ends: state types only (the context keeps a paused exchange), so the
 //! context does not depend on the steps.
 
+use crate::host::Action;
 use portcullis_core::request::ChatRequest;
-use proxy_wasm::types::Action;
 
 /// A step of the body phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

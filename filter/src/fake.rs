@@ -4,9 +4,9 @@
 //! so a test keeps a handle while the context owns the host.
 
 use crate::host::{Headers, Host, Part};
+use crate::host::{LogLevel, Status};
 use portcullis_core::record::Record;
 use portcullis_core::store::{MemStore, Store, StoreError};
-use proxy_wasm::types::{LogLevel, Status};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -7,13 +7,13 @@
 use crate::context::{Phase, RequestContext};
 use crate::global_limits::{rate_headers, refusal, Ask, Kind, Pending, Sent};
 use crate::host::Host;
+use crate::host::{Action, LogLevel};
 use crate::metrics;
 use portcullis_core::config::{GlobalFailure, GlobalLimits};
 use portcullis_core::error::GatewayError;
 use portcullis_core::rls::Descriptor;
 use portcullis_core::rls::{self, Verdict};
 use portcullis_core::{share, store};
-use proxy_wasm::types::{Action, LogLevel};
 
 /// gRPC status of a call that ran out of time.
 const DEADLINE_EXCEEDED: u32 = 4;

@@ -7,6 +7,7 @@
 
 use crate::context::{Phase, RequestContext};
 use crate::guard_state::{GuardCalls, OutputGuard};
+use crate::host::{Action, LogLevel};
 use crate::host::{Host, Part};
 use crate::metrics;
 use portcullis_core::config::{Client, Gateway};
@@ -15,7 +16,6 @@ use portcullis_core::guard::{
     self, external, stream::StreamGuard, Act, Guardrails, Kind, Stage, Verdict,
 };
 use portcullis_core::request::{ChatRequest, Document};
-use proxy_wasm::types::{Action, LogLevel};
 
 /// Whether the input step is done or waits for external guards.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,11 +1,50 @@
 //! Everything the request path asks of Envoy, behind one trait: header maps,
 //! bodies, local replies, callouts, shared data, the clock, metrics and the
-//! request log. [`crate::abi_host::AbiHost`] is Envoy; tests drive the same
-//! request path with [`crate::fake::FakeHost`].
+//! request log. Envoy is behind it twice: `wasm::AbiHost` over the
+//! proxy-wasm ABI and `native::NativeHost` over the dynamic-module ABI;
+//! tests drive the same request path with [`crate::fake::FakeHost`].
+//!
+//! The values the steps and the host exchange ([`Action`], [`LogLevel`],
+//! [`Status`]) are ours, so the request path depends on neither ABI.
 
 use portcullis_core::record::Record;
 use portcullis_core::store::Store;
-use proxy_wasm::types::{LogLevel, Status};
+
+/// What a callback tells Envoy about the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Let it go on to the next filter.
+    Continue,
+    /// Hold it here until the filter resumes it (or answers).
+    Pause,
+}
+
+/// The levels the gateway logs at; the numbers are both ABIs' levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Info = 2,
+    Warn = 3,
+    Error = 4,
+    Critical = 5,
+}
+
+/// Why a host call failed. The numbers are proxy-wasm's statuses; the
+/// native host maps its own failures onto the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Some are proxy-wasm's alone.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub enum Status {
+    NotFound = 1,
+    BadArgument = 2,
+    SerializationFailure = 3,
+    ParseFailure = 4,
+    Empty = 7,
+    CasMismatch = 8,
+    InternalFailure = 10,
+    /// The native host has no stream to act on.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    Unimplemented = 12,
+}
 
 /// A header map as read: names as text, values as bytes (HTTP allows values
 /// that are not UTF-8, and those must pass through unchanged).

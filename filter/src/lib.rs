@@ -1,15 +1,17 @@
-//! Portcullis: the proxy-wasm host layer.
+//! Portcullis: the host layer, built two ways from the same code.
 //!
 //! This is the only code that talks to Envoy, and it talks through one
-//! trait ([`host::Host`]): Envoy's ABI in production, a fake in the unit
-//! tests. Each callback hands plain values to `portcullis_core` and maps the
-//! decisions to host calls and `Action`s. Every host `Status` is mapped (see
-//! `abi`): a panic would trap the VM and break every later request on this
-//! worker.
+//! trait ([`host::Host`]): Envoy's proxy-wasm ABI in the Wasm build
+//! (`wasm`, `abi`, `abi_host`; wasm32 only), its dynamic-module ABI in the
+//! native build (`native`, a `cdylib` built natively; docs/native.md), a
+//! fake in the unit tests. Each callback hands plain values to
+//! `portcullis_core` and maps the decisions to host calls and `Action`s.
+//! Every host status is mapped: a panic would trap the VM (Wasm) or take
+//! Envoy down (native, where each hook also catches one).
 //!
 //! | file | concern |
 //! |---|---|
-//! | `root`, `loaded` | the root context: configure (compile, then swap), tick |
+//! | `root`, `loaded` | a worker's root: configure (compile, then swap), tick |
 //! | `context` | one HTTP stream: its state and the callbacks |
 //! | `pipeline`, `exchange` | the request's life as steps, top to bottom; what the steps hand each other |
 //! | `request_headers`, `request_body` | the two request phases: authenticate, then the body's steps |
@@ -25,12 +27,16 @@
 //! | `upstream` | the one request builder for every attempt |
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
 //! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
-//! | `host`, `abi_host`, `registry`, `abi` | the host trait and Envoy behind it |
+//! | `host`, `registry` | the host trait; counters summed per worker |
+//! | `wasm`, `abi_host`, `abi` | the Wasm build: proxy-wasm's contexts, Envoy behind the trait |
+//! | `native` | the native build: the dynamic module's hooks, Envoy behind the trait |
 //! | `worker` | what a worker keeps between requests, in one owned value |
 //!
 //! Per-worker state lives in one [`worker::Worker`] the root context owns;
-//! every request reaches it through its host (`Host::worker`), so there is
-//! no `thread_local!` and a test's fake host starts from a fresh one.
+//! every request reaches it through its host (`Host::worker`), so the
+//! request path has no `thread_local!` and a test's fake host starts from a
+//! fresh one (the native build keeps each worker's root in one, as its
+//! worker thread is the only thing that tells workers apart).
 //!
 //! Imports run one way: the steps (`pipeline`, `request_*`, `prompt_cache`, `attempts`,
 //! `upstream`, `answer`, `telemetry`, `policy`, `responses_by_id`) and `root`
@@ -39,7 +45,9 @@
 //! `exchange`)
 //! and the host, and no state type uses a step: there is no import cycle.
 
+#[cfg(target_arch = "wasm32")]
 mod abi;
+#[cfg(target_arch = "wasm32")]
 mod abi_host;
 mod admission;
 mod answer;
@@ -77,16 +85,7 @@ mod fake;
 #[cfg(test)]
 mod lifecycle_tests;
 
-use root::Root;
-
-proxy_wasm::main! {{
-    proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
-    std::panic::set_hook(Box::new(|info| {
-        let _ = abi::log(proxy_wasm::types::LogLevel::Critical, &format!("portcullis: panic: {info}"));
-    }));
-    proxy_wasm::set_root_context(|id| -> Box<dyn proxy_wasm::traits::RootContext> {
-        let mut root = Root::default();
-        root.context_id = id;
-        Box::new(root)
-    });
-}}
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;
+#[cfg(target_arch = "wasm32")]
+mod wasm;

@@ -4,6 +4,7 @@
 
 use crate::context::RequestContext;
 use crate::fake::FakeHost;
+use crate::host::Action;
 use crate::host::{Host, Part};
 use crate::loaded::Loaded;
 use portcullis_core::config::compile;
@@ -11,7 +12,6 @@ use portcullis_core::keys::{self, Limit, Owner};
 use portcullis_core::period::Period;
 use portcullis_core::ratelimit::{decode_u32, Bucket};
 use portcullis_core::store::Store;
-use proxy_wasm::types::Action;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::rc::Rc;

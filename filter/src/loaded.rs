@@ -2,10 +2,10 @@
 //! snapshot it started with, so a reload never changes a request in flight.
 
 use crate::host::Host;
+use crate::host::LogLevel;
 use portcullis_core::config::{Gateway, Provider, Schema};
 use portcullis_core::providers;
 use portcullis_core::sigv4;
-use proxy_wasm::types::LogLevel;
 
 /// A compiled config plus what it needs from the VM environment.
 pub struct Loaded {

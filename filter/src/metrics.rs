@@ -275,9 +275,145 @@ pub const GLOBAL_SETTLED: &str = "portcullis.global.settled";
 /// Settlements dropped: the queue was full or the call failed.
 pub const GLOBAL_SETTLE_DROPPED: &str = "portcullis.global.settle_dropped";
 
+/// What kind of metric a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One name of every metric the gateway publishes (label values filled
+/// with `x`), by kind: the native build declares each as Envoy's
+/// dynamic-module ABI asks, up front with its label names
+/// (`portcullis_core::metric_tags`). A test checks every name above is here.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub fn families() -> Vec<(Kind, String)> {
+    use portcullis_core::config::GlobalFailure;
+    let x = "x";
+    let mut counters: Vec<String> = [
+        CACHE_HITS,
+        CACHE_MISSES,
+        CACHE_WORKER_HITS,
+        CACHE_STORES,
+        CACHE_EVICTIONS,
+        CACHE_TOO_LARGE,
+        FALLBACKS,
+        TOKEN_FETCHES,
+        TOKEN_FAILURES,
+        RATE_LIMITED,
+        LOG_DROPPED,
+        LOG_FLUSH_FAILURES,
+        LOG_RECORDS_SENT,
+        GUARD_OUTPUT_CHECKS,
+        GUARD_CALLS,
+        GUARD_ERRORS,
+        GLOBAL_CHECKS,
+        GLOBAL_OVER_LIMIT,
+        GLOBAL_SHARE_ADMITTED,
+        GLOBAL_SHARE_REFUSED,
+        GLOBAL_TO_SHARES,
+        GLOBAL_TO_SERVICE,
+        GLOBAL_SETTLED,
+        GLOBAL_SETTLE_DROPPED,
+    ]
+    .iter()
+    .map(|n| n.to_string())
+    .collect();
+    for mode in [
+        GlobalFailure::Allow,
+        GlobalFailure::Deny,
+        GlobalFailure::LocalShare,
+    ] {
+        counters.push(global_errors(mode.as_str()));
+        counters.push(global_timeouts(mode.as_str()));
+    }
+    for stage in [Stage::Input, Stage::Output] {
+        for act in [Act::Deny, Act::Redact, Act::Log] {
+            counters.push(guardrail(stage, x, act));
+        }
+    }
+    for to in [State::Closed, State::Open, State::HalfOpen] {
+        counters.push(breaker_transition(x, to));
+    }
+    counters.push(attempt_class(x, x));
+    counters.push(skipped_busy(x));
+    counters.push(skipped_open(x));
+    for cause in [
+        Cause::Status(429),
+        Cause::Status(500),
+        Cause::Refused(400, portcullis_core::attempt::Class::Transient),
+        Cause::ConnectFailure,
+        Cause::Reset,
+        Cause::Timeout,
+    ] {
+        counters.push(attempt_failure(x, cause));
+    }
+    counters.push(unpriced(x));
+    counters.push(experiment_requests(x, x));
+    let scratch = RefCell::default();
+    counters.push(with_requests(&scratch, x, x, x, 200, x, str::to_string));
+    for what in [TOKENS_IN, TOKENS_OUT] {
+        counters.push(with_tokens(&scratch, what, x, x, str::to_string));
+    }
+    let gauges = [
+        CACHE_BYTES.to_string(),
+        CONFIG_GENERATION.to_string(),
+        VM_MEMORY_BYTES.to_string(),
+        breaker_state(x),
+        concurrency_limit(x),
+    ];
+    let histograms = [
+        ATTEMPTS.to_string(),
+        GUARD_LATENCY_MS.to_string(),
+        with_latency(&scratch, x, str::to_string),
+    ];
+    counters
+        .into_iter()
+        .map(|n| (Kind::Counter, n))
+        .chain(gauges.into_iter().map(|n| (Kind::Gauge, n)))
+        .chain(histograms.into_iter().map(|n| (Kind::Histogram, n)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every metric name this file declares is in `families` (the native
+    /// build publishes only what it declared).
+    #[test]
+    fn every_declared_name_is_a_family() {
+        let names: Vec<String> = families().into_iter().map(|(_, n)| n).collect();
+        let source = include_str!("metrics.rs");
+        for line in source.lines() {
+            let Some(rest) = line.strip_prefix("pub const ") else {
+                continue;
+            };
+            let Some((_, value)) = rest.split_once("= \"") else {
+                continue;
+            };
+            let value = value.trim_end_matches("\";");
+            if value.starts_with("portcullis.") {
+                assert!(
+                    names.iter().any(|n| n == value),
+                    "{value} is not in families()"
+                );
+            }
+        }
+        // Each name is one kind only (Envoy keeps one metric per name).
+        let mut bases: Vec<(String, Kind)> = families()
+            .into_iter()
+            .filter_map(|(k, n)| portcullis_core::metric_tags::split(&n).map(|(b, _)| (b, k)))
+            .collect();
+        bases.sort_by(|a, b| a.0.cmp(&b.0));
+        for w in bases.windows(2) {
+            if let [a, b] = w {
+                assert!(a.0 != b.0 || a.1 == b.1, "{} is two kinds", a.0);
+            }
+        }
+    }
 
     /// `stats_tags` cut names at dots: a raw `v1.2` arm once became two tags.
     #[test]

@@ -25,11 +25,11 @@ use crate::context::RequestContext;
 use crate::exchange::{Exchange, Next, Step, Wait, BODY};
 use crate::global_limits;
 use crate::guardrails::Guarded;
+use crate::host::Action;
 use crate::host::{Host, Part};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::request::ChatRequest;
-use proxy_wasm::types::Action;
 
 /// What every step reads, looked up once per run: the request's config
 /// snapshot and its client.

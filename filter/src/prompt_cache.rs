@@ -3,6 +3,7 @@
 
 use crate::context::RequestContext;
 use crate::host::Host;
+use crate::host::{Action, LogLevel};
 use crate::metrics;
 use crate::worker::Worker;
 use portcullis_core::cache::local::Local;
@@ -12,7 +13,6 @@ use portcullis_core::cache::{
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::sse;
-use proxy_wasm::types::{Action, LogLevel};
 
 /// A new config: every set of the shared table gets its index (so every
 /// store is CAS-guarded), and the worker's copies go (answers may be keyed

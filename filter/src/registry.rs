@@ -1,22 +1,17 @@
-//! The VM's metrics: ids by name (defined on first use; ids are per VM), and
-//! counter increments summed in the worker's state until the root
-//! context's tick hands them to Envoy.
+//! Counter increments and shared-gauge changes summed in the worker's state
+//! until the root context's tick hands them to Envoy (each host defines
+//! the metrics its own way).
 
-use crate::abi;
 use crate::worker::Worker;
 use fnv::FnvHashMap as HashMap;
-use proxy_wasm::types::MetricType;
 use std::cell::RefCell;
 
-/// Metric id by name, defined on first use (ids are per VM).
-pub fn metric(w: &Worker, kind: MetricType, name: &str) -> Option<u32> {
-    let mut m = w.metric_ids.try_borrow_mut().ok()?;
-    if let Some(id) = m.get(name) {
-        return Some(*id);
-    }
-    let id = abi::define_metric(kind, name).ok()?;
-    m.insert(name.to_string(), id);
-    Some(id)
+/// Which kind of metric a pending change is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    /// A gauge the workers share: each hands over its own change.
+    Gauge,
 }
 
 fn add(pending: &RefCell<HashMap<String, i64>>, name: &str, by: i64) {
@@ -39,7 +34,7 @@ pub fn add_to_gauge(w: &Worker, name: &str, by: i64) {
 }
 
 /// Add to a counter: summed in the VM and handed to Envoy by
-/// [`flush_counters`] at the root context's tick, so counters cost no host
+/// [`flush`] at the root context's tick, so counters cost no host
 /// call per request.
 pub fn count(w: &Worker, name: &str, by: i64) {
     if by != 0 {
@@ -47,13 +42,14 @@ pub fn count(w: &Worker, name: &str, by: i64) {
     }
 }
 
-/// Hand the summed counter increments to Envoy (at each tick).
-pub fn flush_counters(w: &Worker) {
-    flush(w, &w.pending_counters, MetricType::Counter);
-    flush(w, &w.pending_gauges, MetricType::Gauge);
+/// Hand the summed changes to `hand` (at each tick): its host adds them to
+/// Envoy's metrics.
+pub fn flush(w: &Worker, mut hand: impl FnMut(Kind, &str, i64)) {
+    drain(&w.pending_counters, |n, by| hand(Kind::Counter, n, by));
+    drain(&w.pending_gauges, |n, by| hand(Kind::Gauge, n, by));
 }
 
-fn flush(w: &Worker, pending: &RefCell<HashMap<String, i64>>, kind: MetricType) {
+fn drain(pending: &RefCell<HashMap<String, i64>>, mut hand: impl FnMut(&str, i64)) {
     let Ok(mut p) = pending.try_borrow_mut() else {
         return;
     };
@@ -63,9 +59,7 @@ fn flush(w: &Worker, pending: &RefCell<HashMap<String, i64>>, kind: MetricType) 
         if *by == 0 {
             continue;
         }
-        if let Some(id) = metric(w, kind, name) {
-            let _ = abi::increment_metric(id, *by);
-        }
+        hand(name, *by);
         *by = 0;
     }
 }

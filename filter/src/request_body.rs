@@ -7,6 +7,7 @@ use crate::context::{Phase, RequestContext};
 use crate::exchange::{Exchange, Step};
 use crate::flight::Flight;
 use crate::global_limits::{self, Ask};
+use crate::host::Action;
 use crate::host::Host;
 use crate::metrics;
 use portcullis_core::attempt::exhausted;
@@ -17,7 +18,6 @@ use portcullis_core::providers;
 use portcullis_core::ratelimit;
 use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{resolve, Route};
-use proxy_wasm::types::Action;
 
 impl<H: Host> RequestContext<H> {
     /// The body phase: wait for the whole body (refusing one over the

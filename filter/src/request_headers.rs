@@ -21,7 +21,7 @@ fn authenticate<'g>(
         Err(_) => authenticate_with(gw, authorization, &mut KeyHashes::default()),
     }
 }
-use proxy_wasm::types::Action;
+use crate::host::Action;
 use std::borrow::Cow;
 
 /// A header value as text: bytes that are not UTF-8 read as U+FFFD (they

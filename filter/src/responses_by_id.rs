@@ -7,6 +7,7 @@
 
 use crate::context::{Phase, RequestContext};
 use crate::host::Host;
+use crate::host::{Action, LogLevel};
 use crate::upstream::UpstreamRequest;
 use portcullis_core::affinity;
 use portcullis_core::api::responses;
@@ -14,7 +15,6 @@ use portcullis_core::config::Gateway;
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys;
 use portcullis_core::providers;
-use proxy_wasm::types::{Action, LogLevel};
 
 impl<H: Host> RequestContext<H> {
     /// The first bytes of a kept response: remember its provider.

@@ -1,14 +1,14 @@
-//! The root context: applies a plugin config (parse, compile, then swap),
-//! runs the tick (counters, request log), and makes one request context per
-//! HTTP stream.
+//! A worker's root: applies a plugin config (parse, compile, then swap),
+//! runs the tick (request log, settlements, busy counts, token waiters),
+//! and makes one request context per HTTP stream. The same for both hosts:
+//! `wasm` drives it from proxy-wasm's root context, `native` from the
+//! dynamic module's hooks.
 
-use crate::abi;
-use crate::abi_host::AbiHost;
 use crate::admission;
 use crate::breakers;
 use crate::context::RequestContext;
 use crate::global_limits;
-use crate::host::Host;
+use crate::host::{Host, LogLevel};
 use crate::loaded::Loaded;
 use crate::metrics;
 use crate::shipper::{self, Shipper};
@@ -17,16 +17,12 @@ use portcullis_core::keys;
 use portcullis_core::period;
 use portcullis_core::rls;
 use portcullis_core::store::update;
-use proxy_wasm::hostcalls;
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{BufferType, ContextType, LogLevel};
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::rc::Rc;
-use std::time::Duration;
 
 #[derive(Default)]
-pub struct Root {
+pub struct Root<H: Host> {
     loaded: Option<Rc<Loaded>>,
     /// The local day (`limits.budget_utc_offset`) whose budget keys exist
     /// (see `admission::prepare`).
@@ -38,10 +34,13 @@ pub struct Root {
     /// The linear memory this VM last reported (see `report_memory`).
     reported_memory: u64,
     /// Envoy, with this worker's state (every request's host shares it).
-    host: AbiHost,
+    pub host: H,
     /// Envoy's id of this root context: the calls after a wake of a paused
     /// request (which switches the calls' context) are switched back to it.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     pub context_id: u32,
+    /// How often the tick should run for the config applied.
+    pub tick_ms: u64,
 }
 
 /// This VM's linear memory in bytes (64 KiB pages).
@@ -79,8 +78,8 @@ fn bump_generation(host: &impl Host, config: &[u8]) -> u64 {
     .unwrap_or(0)
 }
 
-impl Root {
-    fn next_roll(&self) -> u64 {
+impl<H: Host + Clone> Root<H> {
+    pub fn next_roll(&self) -> u64 {
         // xorshift64*: cheap, good enough to spread `auto` picks by weight.
         let mut x = self.rng.get();
         if x == 0 {
@@ -127,17 +126,18 @@ impl Root {
             .loaded
             .as_ref()
             .and_then(|l| l.limiter_credential.clone());
+        let metadata: Vec<(&str, &[u8])> = credential
+            .as_deref()
+            .map(|c| vec![("authorization", c)])
+            .unwrap_or_default();
         for message in queued {
-            match hostcalls::dispatch_grpc_call(
+            match self.host.dispatch_grpc(
                 &service.cluster,
                 rls::SERVICE,
                 rls::METHOD,
-                credential
-                    .as_deref()
-                    .map(|c| vec![("authorization", c)])
-                    .unwrap_or_default(),
-                Some(&message),
-                Duration::from_millis(service.timeout_ms.saturating_mul(10).max(1000)),
+                &metadata,
+                &message,
+                service.timeout_ms.saturating_mul(10).max(1000),
             ) {
                 Ok(token) => {
                     self.settling.insert(token);
@@ -159,13 +159,7 @@ impl Root {
         self.prepared_day = period::local_day(now, gw.budget_offset_ms);
         shipper::configure(host.worker(), gw.log.as_ref());
         crate::prompt_cache::configure(&host, gw.cache.as_ref());
-        let tick = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
-        if let Err(s) = abi::set_tick_period_ms(u32::try_from(tick).unwrap_or(u32::MAX)) {
-            host.log(
-                LogLevel::Warn,
-                &format!("no tick for metrics and the request log: {s:?}"),
-            );
-        }
+        self.tick_ms = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         host.gauge(metrics::CONFIG_GENERATION, bump_generation(&host, bytes));
         host.log(
             LogLevel::Info,
@@ -178,60 +172,45 @@ impl Root {
         );
         self.loaded = Some(Rc::new(Loaded::new(gw, &host)));
     }
-}
 
-/// Test hooks in the plugin config (`testing`) apply only where the VM's
-/// environment says so.
-fn testing_allowed() -> bool {
-    std::env::var("PORTCULLIS_TESTING").is_ok_and(|v| v == "1")
-}
-
-impl Context for Root {
-    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, _response_size: usize) {
+    /// A gRPC answer to one of the root's calls (settlements, log batches).
+    pub fn on_grpc_answer(&mut self, token_id: u32, status_code: u32) {
         if self.settling.remove(&token_id) {
             if status_code != 0 {
                 self.host.count(metrics::GLOBAL_SETTLE_DROPPED, 1);
             }
             return;
         }
-        self.shipper
-            .on_response(self.host.worker(), token_id, status_code);
+        self.shipper.on_response(&self.host, token_id, status_code);
     }
-}
 
-impl RootContext for Root {
-    fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
+    /// Apply a plugin config (`size`: its size as announced, checked before
+    /// the bytes are read). Only a config that compiled replaces the one
+    /// serving (requests in flight keep their own snapshot); `false`: the
+    /// config is refused, and why is logged.
+    pub fn configure(
+        &mut self,
+        size: usize,
+        read: impl FnOnce() -> Result<Vec<u8>, String>,
+    ) -> bool {
         let env = std::env::var("PORTCULLIS_MAX_CONFIG_BYTES").ok();
         let limit = portcullis_core::config::max_config_bytes(env.as_deref());
-        if let Some(msg) = portcullis_core::config::too_large(plugin_configuration_size, limit) {
-            // Refused before it is copied into the VM.
+        if let Some(msg) = portcullis_core::config::too_large(size, limit) {
+            // Refused before it is copied.
             self.host.log(LogLevel::Error, &msg);
             return false;
         }
-        let bytes = match abi::get_buffer(
-            BufferType::PluginConfiguration,
-            0,
-            plugin_configuration_size,
-        ) {
-            Ok(b) => b.unwrap_or_default(),
-            Err(status) => {
+        let bytes = match read() {
+            Ok(b) => b,
+            Err(why) => {
                 self.host.log(
                     LogLevel::Error,
-                    &format!("cannot read plugin config: {status:?}"),
+                    &format!("cannot read plugin config: {why}"),
                 );
                 return false;
             }
         };
-        // Parse and compile first; only a config that compiled replaces the
-        // one serving (requests in flight keep their own snapshot).
-        match compile(&bytes) {
-            Ok(gw) if gw.clock_offset_ms != 0 && !testing_allowed() => {
-                self.host.log(
-                    LogLevel::Error,
-                    "plugin config rejected: testing.clock_offset_ms moves the gateway's clock (budget periods); it is accepted only when the VM's environment has PORTCULLIS_TESTING=1, never in production",
-                );
-                false
-            }
+        match accept(&bytes) {
             Ok(gw) => {
                 self.apply(gw, &bytes);
                 true
@@ -243,17 +222,31 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        let mut c = RequestContext::new(self.host.clone(), self.loaded.clone(), self.next_roll());
+    /// A request context for a new HTTP stream, on the config serving now,
+    /// with its host (the Wasm build's is the root's own: the ABI knows
+    /// which context runs).
+    pub fn new_request(&self, host: H, context_id: u32) -> RequestContext<H> {
+        let mut c = RequestContext::new(host, self.loaded.clone(), self.next_roll());
         c.id = context_id;
-        Some(Box::new(c))
+        c
     }
 
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
+    /// The periodic work; `true` when paused requests were woken (the
+    /// Wasm host then switches its calls' context back to the root).
+    pub fn tick(&mut self) -> bool {
+        self.send_settlements();
+        self.report_memory();
+        let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
+        self.shipper.tick(&self.host, cfg.as_ref());
+        // Last: a wake switches the calls' context to the woken request, and
+        // a callout made after it would answer there.
+        self.tick_local()
     }
 
-    fn on_tick(&mut self) {
+    /// The periodic work that stays on this worker (no call leaves it but
+    /// the wakes of paused requests): busy counts, the budget day, token
+    /// waiters. `true` when paused requests were woken.
+    pub fn tick_local(&mut self) -> bool {
         let now = self.host.now_ms();
         if let Some(l) = self.loaded.as_ref() {
             crate::policy_state::publish_busy(&self.host, &l.gw, now, self.next_roll());
@@ -265,23 +258,22 @@ impl RootContext for Root {
                 self.prepared_day = day;
             }
         }
-        self.send_settlements();
-        self.report_memory();
-        let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
-        self.shipper.tick(self.host.worker(), cfg.as_ref());
-        // Last: a wake switches the calls' context to the woken request, and
-        // a callout made after it would answer there.
-        let woke = self
-            .loaded
+        self.loaded
             .as_ref()
-            .is_some_and(|l| crate::tokens::wake_ready(&self.host, l, now));
-        if woke {
-            if let Err(s) = proxy_wasm::hostcalls::set_effective_context(self.context_id) {
-                self.host.log(
-                    LogLevel::Warn,
-                    &format!("effective context not restored: {s:?}"),
-                );
-            }
-        }
+            .is_some_and(|l| crate::tokens::wake_ready(&self.host, l, now))
     }
+}
+
+/// A plugin config's bytes, compiled, or every problem in one message.
+pub fn accept(bytes: &[u8]) -> Result<Gateway, String> {
+    match compile(bytes) {
+        Ok(gw) if gw.clock_offset_ms != 0 && !testing_allowed() => Err("plugin config rejected: testing.clock_offset_ms moves the gateway's clock (budget periods); it is accepted only when the VM's environment has PORTCULLIS_TESTING=1, never in production".to_string()),
+        other => other,
+    }
+}
+
+/// Test hooks in the plugin config (`testing`) apply only where the VM's
+/// environment says so.
+fn testing_allowed() -> bool {
+    std::env::var("PORTCULLIS_TESTING").is_ok_and(|v| v == "1")
 }

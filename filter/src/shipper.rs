@@ -3,16 +3,12 @@
 //! context's tick. Nothing here can block or fail a request: a full buffer
 //! drops (and counts) the record.
 
-use crate::abi;
+use crate::host::{Host, LogLevel};
 use crate::metrics;
-use crate::registry::{count, flush_counters};
 use crate::worker::Worker;
 use portcullis_core::config::LogConfig;
 use portcullis_core::record::{encode_batch, LogBuffer, Record};
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::LogLevel;
 use std::collections::HashMap;
-use std::time::Duration;
 
 /// (Re)size the buffer for a new config; records already waiting are kept.
 pub fn configure(w: &Worker, cfg: Option<&LogConfig>) {
@@ -38,6 +34,23 @@ pub fn push(w: &Worker, record: &Record) {
             buf.push(record.encode());
         }
     }
+}
+
+/// A record already encoded (the native build hands each worker's records
+/// to the main thread, which ships them).
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub fn push_encoded(w: &Worker, record: Vec<u8>) {
+    if let Ok(mut b) = w.log.try_borrow_mut() {
+        if let Some(buf) = b.as_mut() {
+            buf.push(record);
+        }
+    }
+}
+
+/// Every record waiting, in order (the native build's hand-off).
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub fn take_all(w: &Worker) -> Vec<Vec<u8>> {
+    take(w, usize::MAX)
 }
 
 fn requeue(w: &Worker, batch: Vec<Vec<u8>>) {
@@ -87,18 +100,13 @@ pub struct Shipper {
 }
 
 impl Shipper {
-    /// At a tick: publish counters and send what waits, up to
-    /// [`MAX_IN_FLIGHT`] batches at once.
-    pub fn tick(&mut self, w: &Worker, cfg: Option<&LogConfig>) {
-        flush_counters(w);
+    /// At a tick: send what waits, up to [`MAX_IN_FLIGHT`] batches at once.
+    pub fn tick(&mut self, host: &impl Host, cfg: Option<&LogConfig>) {
+        let w = host.worker();
         let dropped = dropped(w);
         if dropped > self.reported_drops {
             let new = dropped.saturating_sub(self.reported_drops);
-            count(
-                w,
-                metrics::LOG_DROPPED,
-                i64::try_from(new).unwrap_or(i64::MAX),
-            );
+            host.count(metrics::LOG_DROPPED, i64::try_from(new).unwrap_or(i64::MAX));
             self.reported_drops = dropped;
         }
         let Some(cfg) = cfg else { return };
@@ -116,23 +124,24 @@ impl Shipper {
             if batch.is_empty() {
                 return;
             }
-            match hostcalls::dispatch_grpc_call(
+            let metadata: Vec<(&str, &[u8])> = credential
+                .as_deref()
+                .map(|c| vec![("authorization", c)])
+                .unwrap_or_default();
+            match host.dispatch_grpc(
                 &cfg.cluster,
                 "portcullis.v1.Collector",
                 "Ingest",
-                credential
-                    .as_deref()
-                    .map(|c| vec![("authorization", c)])
-                    .unwrap_or_default(),
-                Some(&encode_batch(&batch)),
-                Duration::from_millis(cfg.timeout_ms),
+                &metadata,
+                &encode_batch(&batch),
+                cfg.timeout_ms,
             ) {
                 Ok(token) => {
                     self.in_flight.insert(token, batch);
                 }
                 Err(s) => {
-                    self.warn_not_sent(&format!("to cluster `{}`: {s:?}", cfg.cluster));
-                    count(w, metrics::LOG_FLUSH_FAILURES, 1);
+                    self.warn_not_sent(host, &format!("to cluster `{}`: {s:?}", cfg.cluster));
+                    host.count(metrics::LOG_FLUSH_FAILURES, 1);
                     requeue(w, batch);
                     return;
                 }
@@ -142,8 +151,8 @@ impl Shipper {
 
     /// Warn that the log is not getting through, at most every
     /// [`WARN_EVERY_MS`], saying how many failures went unreported.
-    fn warn_not_sent(&mut self, why: &str) {
-        let now = abi::now_ms().unwrap_or(0);
+    fn warn_not_sent(&mut self, host: &impl Host, why: &str) {
+        let now = host.now_ms();
         if self
             .warned_ms
             .is_some_and(|t| now.saturating_sub(t) < WARN_EVERY_MS)
@@ -155,7 +164,7 @@ impl Shipper {
             (Some(_), n) if n > 0 => format!(" ({n} more failures since the last warning)"),
             _ => String::new(),
         };
-        let _ = abi::log(
+        host.log(
             LogLevel::Warn,
             &format!("request log not sent {why}; records wait (up to log.buffer_records per worker) and are re-sent{since}"),
         );
@@ -164,22 +173,22 @@ impl Shipper {
     }
 
     /// The collector answered (gRPC status 0 = committed).
-    pub fn on_response(&mut self, w: &Worker, token: u32, grpc_status: u32) {
+    pub fn on_response(&mut self, host: &impl Host, token: u32, grpc_status: u32) {
         let Some(batch) = self.in_flight.remove(&token) else {
             return;
         };
         if grpc_status == 0 {
-            count(
-                w,
+            host.count(
                 metrics::LOG_RECORDS_SENT,
                 i64::try_from(batch.len()).unwrap_or(i64::MAX),
             );
         } else {
-            self.warn_not_sent(&format!(
-                "(the collector answered gRPC status {grpc_status})"
-            ));
-            count(w, metrics::LOG_FLUSH_FAILURES, 1);
-            requeue(w, batch);
+            self.warn_not_sent(
+                host,
+                &format!("(the collector answered gRPC status {grpc_status})"),
+            );
+            host.count(metrics::LOG_FLUSH_FAILURES, 1);
+            requeue(host.worker(), batch);
         }
     }
 }

@@ -16,12 +16,12 @@
 
 use crate::context::{Phase, RequestContext};
 use crate::host::Host;
+use crate::host::{Action, LogLevel};
 use crate::loaded::Loaded;
 use crate::metrics;
 use portcullis_core::config::{Schema, TokenSource};
 use portcullis_core::providers::vertex;
 use portcullis_core::store;
-use proxy_wasm::types::{Action, LogLevel};
 
 fn key(provider: &str) -> String {
     format!("portcullis.token.{provider}")

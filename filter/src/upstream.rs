@@ -7,13 +7,13 @@
 use crate::context::RequestContext;
 use crate::flight::Call;
 use crate::host::{Host, Part};
+use crate::host::{LogLevel, Status};
 use crate::loaded::Loaded;
 use portcullis_core::config::Schema;
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::providers;
 use portcullis_core::sigv4;
-use proxy_wasm::types::{LogLevel, Status};
 use std::borrow::Cow;
 
 pub struct UpstreamRequest<'a> {

@@ -31,8 +31,47 @@ pub fn envoy_bin() -> PathBuf {
     p
 }
 
+/// The name of a Wasm-build metric (`wasmcustom.portcullis.*`) on the
+/// build under test. The native build's metrics are `portcullis.*`, and one
+/// with labels is named after its name without them, then each label
+/// (Envoy's naming of labelled metrics; docs/native.md).
+pub fn native_stat_name(name: &str) -> String {
+    if !native() {
+        return name.to_string();
+    }
+    let Some(rest) = name.strip_prefix("wasmcustom.") else {
+        return name.to_string();
+    };
+    match portcullis_core::metric_tags::split(rest) {
+        Some((base, labels)) => portcullis_core::metric_tags::labelled_name(&base, &labels),
+        None => rest.to_string(),
+    }
+}
+
+/// Which build the suite runs against: `PORTCULLIS_BUILD=native` loads the
+/// dynamic module (`target/native/libportcullis.so`), anything else the
+/// `.wasm`.
+pub fn native() -> bool {
+    std::env::var("PORTCULLIS_BUILD").is_ok_and(|v| v == "native")
+}
+
+/// The directory Envoy searches for the native build (`libportcullis.so`).
+pub fn native_dir() -> PathBuf {
+    let dir = repo_root().join("target/native");
+    assert!(
+        dir.join("libportcullis.so").exists(),
+        "no native build at {}: run `make native` (make test builds it)",
+        dir.display()
+    );
+    dir
+}
+
 pub fn wasm_path() -> PathBuf {
     let p = repo_root().join("target/wasm32-wasip1/release/portcullis_filter.wasm");
+    if native() {
+        // Not loaded: the ECDS resource names the module instead.
+        return p;
+    }
     assert!(
         p.exists(),
         "no filter at {}: run `make test` (it builds the release .wasm first)",
@@ -817,6 +856,9 @@ impl Envoy {
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
+        if native() {
+            cmd.env("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", native_dir());
+        }
         let child = cmd.spawn().expect("start envoy");
         let mut envoy = Envoy {
             proc: Proc(child),
@@ -868,10 +910,13 @@ impl Envoy {
         // Envoy takes the resource even when the filter refuses it at start
         // (every request is then a 500): the filter's own gauge says it
         // applied the config.
+        // The native build refuses a bad config when Envoy creates it (a
+        // `config_fail` above) and has no such gauge yet.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while envoy
-            .stat("wasmcustom.portcullis.config_generation")
-            .is_none_or(|g| g == 0)
+        while !native()
+            && envoy
+                .stat("wasmcustom.portcullis.config_generation")
+                .is_none_or(|g| g == 0)
         {
             assert!(
                 Instant::now() < deadline,
@@ -902,8 +947,35 @@ impl Envoy {
         render_ecds(&self.dir.0, plugin_yaml);
     }
 
-    /// A counter or gauge from `/stats`, if present.
+    /// `/stats/prometheus`, with the native build's `envoy_portcullis_*`
+    /// names spelled as the Wasm build's `portcullis_*` (the one naming
+    /// difference between the builds; docs/native.md).
+    pub fn prometheus(&self) -> String {
+        let body = get(&self.admin("/stats/prometheus"), &[]).body;
+        if !native() {
+            return body;
+        }
+        body.lines()
+            .map(|l| {
+                if let Some(r) = l.strip_prefix("envoy_portcullis_") {
+                    format!("portcullis_{r}")
+                } else if let Some(r) = l.strip_prefix("# TYPE envoy_portcullis_") {
+                    format!("# TYPE portcullis_{r}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// A counter or gauge from `/stats`, if present. Names are the Wasm
+    /// build's; on the native build a name with labels spelled in is
+    /// Envoy's name for the same metric declared with labels
+    /// (`portcullis_core::metric_tags`).
     pub fn stat(&self, name: &str) -> Option<u64> {
+        let name = native_stat_name(name);
+        let name = name.as_str();
         let r = try_get(&self.admin(&format!("/stats?filter=^{}$", name.replace('.', "\\."))))?;
         r.body.lines().find_map(|l| {
             let (k, v) = l.split_once(": ")?;

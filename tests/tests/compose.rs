@@ -74,7 +74,7 @@ struct Fleet {
     env: Vec<(String, String)>,
     port: u16,
     dashboard: u16,
-    _ecds: TempDir,
+    ecds: TempDir,
     _certs: TempDir,
 }
 
@@ -136,7 +136,7 @@ impl Fleet {
             ],
             port,
             dashboard,
-            _ecds: ecds,
+            ecds,
             _certs: certs,
         };
         run(&mut fleet.cmd(&["up", "-d"]));
@@ -739,6 +739,42 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
     eprintln!(
         "replicas restarted under traffic ({cycles} cycles each): {sent} requests, {failed} failed"
     );
+
+    // The same fleet switched live to the native build (#28): its ECDS
+    // resource rendered again for the dynamic module, which the image
+    // carries; both replicas take it and serve (its metrics are
+    // `portcullis.*`, docs/native.md).
+    let status = Command::new("bash")
+        .env("PORTCULLIS_BUILD", "native")
+        .arg(repo_root().join("envoy/render-ecds.sh"))
+        .arg(fleet.ecds.0.join("plugin.yaml"))
+        .arg(fleet.ecds.0.join("ecds/portcullis.yaml"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(&fleet.ecds.0)
+        .status();
+    poll_until(
+        Duration::from_secs(60),
+        "both replicas on the native build",
+        || {
+            ["envoy-a", "envoy-b"]
+                .iter()
+                .all(|r| fleet.stat(r, "portcullis.config_generation") >= 1)
+                .then_some(())
+        },
+    );
+    let auth = format!("Bearer {DEMO_KEY}");
+    for i in 0..4 {
+        let r = post(
+            &fleet.url("/v1/chat/completions"),
+            &[("authorization", &auth)],
+            &chat_body("gpt-4o-mini", &format!("native {i}")),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
 
     // `down -v` leaves nothing of the project behind.
     fleet.down();

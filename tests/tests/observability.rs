@@ -369,7 +369,7 @@ fn requests_are_labelled_metrics_in_prometheus() {
         Duration::from_secs(10),
         "request metrics with their labels",
         || {
-            let p = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+            let p = s.envoy.prometheus();
             want.iter()
                 .all(|w| p.lines().any(|l| sorted_labels(l) == sorted_labels(w)))
                 .then_some(p)
@@ -396,7 +396,7 @@ fn an_experiment_arm_with_a_dot_is_one_prometheus_label() {
     );
     let want = r#"portcullis_experiment_requests_total{experiment="exp-2026",arm="v1_2"} 1"#;
     poll_until(Duration::from_secs(10), "the experiment counter", || {
-        let p = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+        let p = s.envoy.prometheus();
         p.lines()
             .any(|l| sorted_labels(l) == sorted_labels(want))
             .then_some(())

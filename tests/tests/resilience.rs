@@ -220,7 +220,7 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
     assert_served_by(&ask(&s), "backup", "2");
     // Counters reach Envoy at the filter's next tick.
     s.envoy.wait_stat("wasmcustom.portcullis.fallbacks", 1);
-    let prom = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+    let prom = s.envoy.prometheus();
     let line = |needle: &str| {
         prom.lines()
             .find(|l| l.starts_with(needle))
@@ -251,7 +251,7 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
         Duration::from_secs(15),
         "the attempts histogram holding one sample of 2 attempts",
         || {
-            let p = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+            let p = s.envoy.prometheus();
             ["count{} 1", "bucket{le=\"1\"} 0", "bucket{le=\"5\"} 1"]
                 .iter()
                 .all(|want| {

@@ -297,7 +297,7 @@ fn context_length_falls_over_to_a_larger_context_when_configured_and_passes_thro
         r.body
     );
     let line = poll_until(Duration::from_secs(10), "the class metric", || {
-        let prom = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+        let prom = s.envoy.prometheus();
         prom.lines()
             .find(|l| l.contains("context_length") && !l.starts_with('#'))
             .map(String::from)

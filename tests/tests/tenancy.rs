@@ -476,7 +476,7 @@ fn records_say_which_layer_priced_a_request_and_unpriced_models_are_counted() {
         "wasmcustom.portcullis.unpriced_requests.model.house-model.total",
         1,
     );
-    let prom = get(&s.envoy.admin("/stats/prometheus"), &[]).body;
+    let prom = s.envoy.prometheus();
     assert!(
         prom.contains("portcullis_unpriced_requests_total{model=\"house-model\"} 1"),
         "{}",

@@ -19,6 +19,7 @@ pub mod guard;
 pub mod headers;
 pub mod keys;
 pub mod le;
+pub mod metric_tags;
 pub mod pb;
 pub mod period;
 pub mod price_table;

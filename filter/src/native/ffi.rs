@@ -1,0 +1,323 @@
+//! The dynamic-module ABI as Envoy 1.40 exports it (`v0.2.0`): our own
+//! declarations of the types, hooks' argument types and the callbacks we
+//! call, written from the ABI's published signatures (Envoy's
+//! `source/extensions/dynamic_modules/abi.h`). Only what the gateway uses.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_void;
+
+/// The ABI version this module is built for (`envoy_dynamic_module_on_program_init`).
+pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
+
+/// Bytes Envoy owns, valid until the hook returns.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyBuffer {
+    pub ptr: *const u8,
+    pub length: usize,
+}
+
+/// Bytes the module owns, valid for the call.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleBuffer {
+    pub ptr: *const u8,
+    pub length: usize,
+}
+
+impl ModuleBuffer {
+    pub fn of(bytes: &[u8]) -> ModuleBuffer {
+        ModuleBuffer {
+            ptr: bytes.as_ptr(),
+            length: bytes.len(),
+        }
+    }
+
+    /// The null buffer (a header's value: remove it).
+    pub fn null() -> ModuleBuffer {
+        ModuleBuffer {
+            ptr: std::ptr::null(),
+            length: 0,
+        }
+    }
+}
+
+/// A header the module owns (local replies, callouts).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleHeader {
+    pub key_ptr: *const u8,
+    pub key_length: usize,
+    pub value_ptr: *const u8,
+    pub value_length: usize,
+}
+
+impl ModuleHeader {
+    pub fn of(key: &[u8], value: &[u8]) -> ModuleHeader {
+        ModuleHeader {
+            key_ptr: key.as_ptr(),
+            key_length: key.len(),
+            value_ptr: value.as_ptr(),
+            value_length: value.len(),
+        }
+    }
+}
+
+/// A header Envoy owns (header maps, callout answers).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EnvoyHeader {
+    pub key_ptr: *const u8,
+    pub key_length: usize,
+    pub value_ptr: *const u8,
+    pub value_length: usize,
+}
+
+pub type FilterEnvoy = *mut c_void;
+pub type FilterModule = *const c_void;
+pub type ConfigEnvoy = *mut c_void;
+pub type ConfigModule = *const c_void;
+pub type Scheduler = *mut c_void;
+
+// envoy_dynamic_module_type_http_header_type
+pub const REQUEST_HEADER: i32 = 0;
+pub const RESPONSE_HEADER: i32 = 2;
+
+// envoy_dynamic_module_type_http_body_type
+pub const RECEIVED_REQUEST_BODY: i32 = 0;
+pub const BUFFERED_REQUEST_BODY: i32 = 1;
+pub const RECEIVED_RESPONSE_BODY: i32 = 2;
+pub const BUFFERED_RESPONSE_BODY: i32 = 3;
+
+// Hook statuses: headers (Continue, StopIteration, ...), bodies (Continue,
+// StopIterationAndBuffer, ...).
+pub const CONTINUE: i32 = 0;
+pub const STOP_ITERATION: i32 = 1;
+pub const STOP_ITERATION_AND_BUFFER: i32 = 1;
+
+// envoy_dynamic_module_type_http_callout_init_result
+pub const CALLOUT_SUCCESS: i32 = 0;
+pub const CALLOUT_MISSING_HEADERS: i32 = 1;
+pub const CALLOUT_CLUSTER_NOT_FOUND: i32 = 2;
+
+// envoy_dynamic_module_type_http_callout_result
+pub const CALLOUT_RESULT_SUCCESS: i32 = 0;
+
+// envoy_dynamic_module_type_attribute_id
+pub const ATTRIBUTE_RESPONSE_CODE_DETAILS: i32 = 16;
+
+extern "C" {
+    pub fn envoy_dynamic_module_callback_log(level: i32, message: ModuleBuffer);
+    pub fn envoy_dynamic_module_callback_log_enabled(level: i32) -> bool;
+
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(f: FilterEnvoy, kind: i32) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_headers(
+        f: FilterEnvoy,
+        kind: i32,
+        out: *mut EnvoyHeader,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_set_header(
+        f: FilterEnvoy,
+        kind: i32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_add_header(
+        f: FilterEnvoy,
+        kind: i32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        f: FilterEnvoy,
+        status: u32,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks_size(
+        f: FilterEnvoy,
+        kind: i32,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks(
+        f: FilterEnvoy,
+        kind: i32,
+        out: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_append_body(
+        f: FilterEnvoy,
+        kind: i32,
+        data: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_drain_body(
+        f: FilterEnvoy,
+        kind: i32,
+        n: usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_received_buffered_request_body(
+        f: FilterEnvoy,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_received_buffered_response_body(
+        f: FilterEnvoy,
+    ) -> bool;
+
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(f: FilterEnvoy);
+    pub fn envoy_dynamic_module_callback_http_clear_route_cache(f: FilterEnvoy);
+
+    pub fn envoy_dynamic_module_callback_http_filter_http_callout(
+        f: FilterEnvoy,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> i32;
+
+    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        c: ConfigEnvoy,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        c: ConfigEnvoy,
+    ) -> Scheduler;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        s: Scheduler,
+        event: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(s: Scheduler);
+
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        c: ConfigEnvoy,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_size: usize,
+        id: *mut usize,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        c: ConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> i32;
+
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+        c: ConfigEnvoy,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_size: usize,
+        id: *mut usize,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_histogram(
+        c: ConfigEnvoy,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_size: usize,
+        id: *mut usize,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        c: ConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        c: ConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        c: ConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+        c: ConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> i32;
+
+    pub fn envoy_dynamic_module_callback_http_filter_set_gauge(
+        f: FilterEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> i32;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(f: FilterEnvoy) -> Scheduler;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(s: Scheduler, event: u64);
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(s: Scheduler);
+
+    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        f: FilterEnvoy,
+        id: i32,
+        out: *mut EnvoyBuffer,
+    ) -> bool;
+}
+
+/// Bytes Envoy lent for the duration of a hook, copied.
+///
+/// # Safety
+/// `ptr` is null or points at `len` readable bytes.
+pub unsafe fn copy(ptr: *const u8, len: usize) -> Vec<u8> {
+    if ptr.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
+}
+
+/// Headers Envoy lent (a callout's answer), copied; names must be text.
+///
+/// # Safety
+/// `headers` is null or points at `n` headers whose buffers are readable.
+pub unsafe fn copy_headers(headers: *const EnvoyHeader, n: usize) -> Vec<(String, Vec<u8>)> {
+    if headers.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's guarantee.
+    let all = unsafe { std::slice::from_raw_parts(headers, n) };
+    all.iter()
+        .filter_map(|h| {
+            // SAFETY: Envoy's buffers, valid during the hook.
+            let key = unsafe { copy(h.key_ptr, h.key_length) };
+            let value = unsafe { copy(h.value_ptr, h.value_length) };
+            String::from_utf8(key).ok().map(|k| (k, value))
+        })
+        .collect()
+}
+
+/// Body chunks Envoy lent, concatenated.
+///
+/// # Safety
+/// `chunks` is null or points at `n` readable buffers.
+pub unsafe fn copy_chunks(chunks: *const EnvoyBuffer, n: usize) -> Vec<u8> {
+    if chunks.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's guarantee.
+    let all = unsafe { std::slice::from_raw_parts(chunks, n) };
+    let mut out = Vec::new();
+    for c in all {
+        // SAFETY: Envoy's buffers, valid during the hook.
+        out.extend_from_slice(&unsafe { copy(c.ptr, c.length) });
+    }
+    out
+}
