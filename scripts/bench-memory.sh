@@ -6,6 +6,7 @@
 # requests (unknown key). Envoy's resident memory and its allocator's heap
 # (admin /memory) are read after a warm-up and at cumulative request counts.
 #   BENCH_MEMORY_SECONDS="15 150"  (traffic periods after the warm-up)
+#   PORTCULLIS_BUILD=native  the native build (make native) instead of Wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
@@ -32,7 +33,7 @@ else
   cp envoy/plugin.yaml "$dir/plugin.yaml"
 fi
 envoy/render-ecds.sh "$dir/plugin.yaml" "$dir/ecds/portcullis.yaml" "$WASM"
-OPENAI_API_KEY=sk-mem "$ENVOY" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/envoy.log" 2>&1 & epid=$!; pids+=($epid)
+ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-mem "$ENVOY" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/envoy.log" 2>&1 & epid=$!; pids+=($epid)
 wait_for http://127.0.0.1:$ADMIN/ready
 cat >"$dir/mix.lua" <<'LUA'
 local n = 0
