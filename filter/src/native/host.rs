@@ -31,6 +31,9 @@ pub struct Stream {
     /// This stream's scheduler while it waits for another's access token
     /// (the main thread's tick wakes it; 0: none).
     pub scheduler: Cell<usize>,
+    /// Request headers were written since the route was last chosen: it is
+    /// chosen again (once) before the request goes on.
+    pub route_dirty: Cell<bool>,
 }
 
 impl Default for Stream {
@@ -43,6 +46,7 @@ impl Default for Stream {
             in_body: Cell::new(None),
             metrics: None,
             scheduler: Cell::new(0),
+            route_dirty: Cell::new(false),
         }
     }
 }
@@ -100,12 +104,17 @@ fn chunks(f: FilterEnvoy, kind: i32) -> Vec<u8> {
     }
 }
 
-/// The route was chosen on the headers as they came; the filter's
-/// (`x-portcullis-cluster`, the path) choose it again. The Wasm host does
-/// this on every request-header change.
-fn clear_route(f: FilterEnvoy) {
-    // SAFETY: live filter.
-    unsafe { ffi::envoy_dynamic_module_callback_http_clear_route_cache(f) };
+impl Stream {
+    /// The route was chosen on the headers as they came; the filter's
+    /// (`x-portcullis-cluster`, the path) choose it again, once, before the
+    /// request goes on (the Wasm host clears it at every header written).
+    pub fn settle_route(&self) {
+        let f = self.envoy.get();
+        if self.route_dirty.replace(false) && !f.is_null() {
+            // SAFETY: live filter.
+            unsafe { ffi::envoy_dynamic_module_callback_http_clear_route_cache(f) };
+        }
+    }
 }
 
 /// A unary gRPC message framed for the wire: uncompressed, length-prefixed.
@@ -268,7 +277,7 @@ impl Host for NativeHost {
             )
         };
         if part == Part::Request {
-            clear_route(f);
+            self.stream.route_dirty.set(true);
         }
         ok.then_some(()).ok_or(Status::NotFound)
     }
@@ -290,7 +299,7 @@ impl Host for NativeHost {
             )
         };
         if part == Part::Request {
-            clear_route(f);
+            self.stream.route_dirty.set(true);
         }
         ok.then_some(()).ok_or(Status::NotFound)
     }
@@ -437,6 +446,7 @@ impl Host for NativeHost {
 
     fn resume_request(&self) -> Result<(), Status> {
         let f = self.filter()?;
+        self.stream.settle_route();
         // SAFETY: live filter.
         unsafe { ffi::envoy_dynamic_module_callback_http_filter_continue_decoding(f) };
         Ok(())

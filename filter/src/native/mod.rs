@@ -190,6 +190,7 @@ fn on_stream(
     }
     let ran = catch_unwind(AssertUnwindSafe(|| {
         let a = f(filter);
+        filter.stream.settle_route();
         watch_if_waiting(filter);
         a
     }));
