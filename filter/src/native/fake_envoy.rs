@@ -420,3 +420,18 @@ pub extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(_s: Scheduler) {}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_callback_http_get_body_size(
+    _f: FilterEnvoy,
+    kind: i32,
+) -> usize {
+    FAKE.with(|f| {
+        let f = f.borrow();
+        match body_index(kind) {
+            Some((i, true)) => f.buffered[i].len(),
+            Some((i, false)) => f.received[i].len(),
+            None => 0,
+        }
+    })
+}

@@ -139,6 +139,7 @@ extern "C" {
         details: ModuleBuffer,
     );
 
+    pub fn envoy_dynamic_module_callback_http_get_body_size(f: FilterEnvoy, kind: i32) -> usize;
     pub fn envoy_dynamic_module_callback_http_get_body_chunks_size(
         f: FilterEnvoy,
         kind: i32,

@@ -117,6 +117,32 @@ impl Stream {
     }
 }
 
+/// A unary gRPC call as an HTTP/2 request: its headers (`:path` is
+/// `/<service>/<method>`, then the call's metadata) and its framed body.
+/// Both native hosts send gRPC this way (the ABI has no gRPC call).
+pub fn grpc_request(
+    cluster: &str,
+    service: &str,
+    method: &str,
+    metadata: &[(&str, &[u8])],
+    message: &[u8],
+) -> Option<(Headers, Vec<u8>)> {
+    let path = format!("/{service}/{method}");
+    let fixed: [(&str, &[u8]); 5] = [
+        (":method", b"POST"),
+        (":path", path.as_bytes()),
+        (":authority", cluster.as_bytes()),
+        ("content-type", b"application/grpc"),
+        ("te", b"trailers"),
+    ];
+    let headers = fixed
+        .iter()
+        .chain(metadata.iter())
+        .map(|(k, v)| (k.to_string(), v.to_vec()))
+        .collect();
+    Some((headers, grpc_frame(message)?))
+}
+
 /// A unary gRPC message framed for the wire: uncompressed, length-prefixed.
 pub fn grpc_frame(message: &[u8]) -> Option<Vec<u8>> {
     let len = u32::try_from(message.len()).ok()?;
@@ -159,6 +185,41 @@ pub fn grpc_message(body: &[u8]) -> Option<&[u8]> {
 }
 
 impl NativeHost {
+    /// Which of a body's parts hold it now: inside its body hook the
+    /// buffered part and the chunk received (or the chunk alone when it is
+    /// the buffered body handed on), outside it the buffered part.
+    fn body_kinds(&self, f: FilterEnvoy, buffered: i32, received: i32, part: Part) -> Vec<i32> {
+        if self.stream.in_body.get() != Some(part) {
+            return vec![buffered];
+        }
+        // SAFETY: live filter, inside its body hook.
+        let received_is_buffered = unsafe {
+            match part {
+                Part::Request => {
+                    ffi::envoy_dynamic_module_callback_http_received_buffered_request_body(f)
+                }
+                _ => ffi::envoy_dynamic_module_callback_http_received_buffered_response_body(f),
+            }
+        };
+        if received_is_buffered {
+            vec![received]
+        } else {
+            vec![buffered, received]
+        }
+    }
+
+    /// A body's size without copying it (a body hook's `body_size`).
+    pub fn body_size(&self, part: Part) -> usize {
+        let (Some((buffered, received)), Ok(f)) = (kinds(part), self.filter()) else {
+            return 0;
+        };
+        self.body_kinds(f, buffered, received, part)
+            .into_iter()
+            // SAFETY: live filter of the hook running.
+            .map(|k| unsafe { ffi::envoy_dynamic_module_callback_http_get_body_size(f, k) })
+            .fold(0usize, usize::saturating_add)
+    }
+
     fn filter(&self) -> Result<FilterEnvoy, Status> {
         let f = self.stream.envoy.get();
         if f.is_null() {
@@ -310,26 +371,10 @@ impl Host for NativeHost {
             return Ok(b.get(..size.min(b.len())).unwrap_or_default().to_vec());
         };
         let f = self.filter()?;
-        let mut out = if self.stream.in_body.get() == Some(part) {
-            // SAFETY: live filter, inside its body hook.
-            let received_is_buffered = unsafe {
-                match part {
-                    Part::Request => {
-                        ffi::envoy_dynamic_module_callback_http_received_buffered_request_body(f)
-                    }
-                    _ => ffi::envoy_dynamic_module_callback_http_received_buffered_response_body(f),
-                }
-            };
-            if received_is_buffered {
-                chunks(f, received)
-            } else {
-                let mut all = chunks(f, buffered);
-                all.extend_from_slice(&chunks(f, received));
-                all
-            }
-        } else {
-            chunks(f, buffered)
-        };
+        let mut out = Vec::new();
+        for kind in self.body_kinds(f, buffered, received, part) {
+            out.extend_from_slice(&chunks(f, kind));
+        }
         out.truncate(size);
         Ok(out)
     }
@@ -421,16 +466,12 @@ impl Host for NativeHost {
         message: &[u8],
         timeout_ms: u64,
     ) -> Result<u32, Status> {
-        let path = format!("/{service}/{method}");
-        let mut hs: Vec<(&str, &[u8])> = vec![
-            (":method", b"POST"),
-            (":path", path.as_bytes()),
-            (":authority", cluster.as_bytes()),
-            ("content-type", b"application/grpc"),
-            ("te", b"trailers"),
-        ];
-        hs.extend_from_slice(metadata);
-        let body = grpc_frame(message).ok_or(Status::BadArgument)?;
+        let (headers, body) =
+            grpc_request(cluster, service, method, metadata, message).ok_or(Status::BadArgument)?;
+        let hs: Vec<(&str, &[u8])> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
         let id = self.callout(cluster, &hs, &body, timeout_ms)?;
         if let Ok(mut g) = self.stream.grpc_calls.try_borrow_mut() {
             g.push(id);

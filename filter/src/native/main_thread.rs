@@ -187,19 +187,12 @@ impl Host for MainHost {
         if config.is_null() {
             return Err(Status::Unimplemented);
         }
-        let path = format!("/{service}/{method}");
-        let mut hs: Vec<ModuleHeader> = [
-            (":method", &b"POST"[..]),
-            (":path", path.as_bytes()),
-            (":authority", cluster.as_bytes()),
-            ("content-type", b"application/grpc"),
-            ("te", b"trailers"),
-        ]
-        .iter()
-        .chain(metadata.iter())
-        .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v))
-        .collect();
-        let body = host::grpc_frame(message).ok_or(Status::BadArgument)?;
+        let (headers, body) = host::grpc_request(cluster, service, method, metadata, message)
+            .ok_or(Status::BadArgument)?;
+        let mut hs: Vec<ModuleHeader> = headers
+            .iter()
+            .map(|(k, v)| ModuleHeader::of(k.as_bytes(), v))
+            .collect();
         let mut id = 0u64;
         // SAFETY: the live config, on the main thread; buffers outlive the call.
         let r = unsafe {

@@ -389,29 +389,33 @@ fn inject_panic() {
     panic!("injected by x-portcullis-test-panic");
 }
 
+/// A body hook: the body's parts readable while `step` runs, its size
+/// read without copying it.
+fn on_body(
+    envoy: FilterEnvoy,
+    module: FilterModule,
+    what: &str,
+    part: Part,
+    step: impl FnOnce(&mut RequestContext<NativeHost>, usize) -> Action,
+) -> i32 {
+    on_stream(envoy, module, what, ffi::STOP_ITERATION_AND_BUFFER, |f| {
+        f.stream.in_body.set(Some(part));
+        let size = f.ctx.host.body_size(part);
+        let a = step(&mut f.ctx, size);
+        f.stream.in_body.set(None);
+        a
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     envoy: FilterEnvoy,
     module: FilterModule,
     end_of_stream: bool,
 ) -> i32 {
-    on_stream(
-        envoy,
-        module,
-        "request_body",
-        ffi::STOP_ITERATION_AND_BUFFER,
-        |f| {
-            f.stream.in_body.set(Some(Part::Request));
-            let size = f
-                .ctx
-                .host
-                .body(Part::Request, usize::MAX)
-                .map_or(0, |b| b.len());
-            let a = f.ctx.on_request_body(size, end_of_stream);
-            f.stream.in_body.set(None);
-            a
-        },
-    )
+    on_body(envoy, module, "request_body", Part::Request, |ctx, size| {
+        ctx.on_request_body(size, end_of_stream)
+    })
 }
 
 #[no_mangle]
@@ -443,22 +447,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     module: FilterModule,
     end_of_stream: bool,
 ) -> i32 {
-    on_stream(
+    on_body(
         envoy,
         module,
         "response_body",
-        ffi::STOP_ITERATION_AND_BUFFER,
-        |f| {
-            f.stream.in_body.set(Some(Part::Response));
-            let size = f
-                .ctx
-                .host
-                .body(Part::Response, usize::MAX)
-                .map_or(0, |b| b.len());
-            let a = f.ctx.on_response_body(size, end_of_stream);
-            f.stream.in_body.set(None);
-            a
-        },
+        Part::Response,
+        |ctx, size| ctx.on_response_body(size, end_of_stream),
     )
 }
 
