@@ -30,11 +30,11 @@ fn main() -> Result<(), String> {
     let yaml = std::fs::read("envoy/plugin.yaml").map_err(|e| format!("envoy/plugin.yaml: {e}"))?;
     let gw = config::compile(&yaml)?;
     let auth = Some("Bearer sk-portcullis-demo");
-    let (_, client) = routing::authenticate(&gw, auth).map_err(|e| e.message)?;
+    let (_, client) = routing::authenticate(&gw, auth, 0).map_err(|e| e.message)?;
     let chat = request::ChatRequest::parse(BODY).map_err(|e| e.message)?;
     println!("| step | ns per request |\n|---|---|");
     time("authenticate (SHA-256 of the key)", || {
-        routing::authenticate(&gw, auth).map(|(k, _)| k)
+        routing::authenticate(&gw, auth, 0).map(|(k, _)| k)
     });
     time("parse the body (one strict pass, fields borrowed)", || {
         request::ChatRequest::parse(BODY).map(|c| c.model.len())

@@ -14,12 +14,14 @@ pub fn bearer_key(authorization: Option<&str>) -> Option<&str> {
 }
 
 /// Authenticate a client by the SHA-256 of its key: the config holds no
-/// secret. Returns the hash too, the client's handle for later lookups.
+/// secret. Returns the hash too, the client's handle for later lookups
+/// (a rotated-out key in its grace period gives its client's current key).
 pub fn authenticate<'g>(
     gw: &'g Gateway,
     authorization: Option<&str>,
+    now_ms: u64,
 ) -> Result<([u8; 32], &'g Client), GatewayError> {
-    authenticate_with(gw, authorization, &mut KeyHashes::default())
+    authenticate_with(gw, authorization, &mut KeyHashes::default(), now_ms)
 }
 
 /// [`authenticate`], remembering the hashes of keys that authenticated.
@@ -27,16 +29,28 @@ pub fn authenticate_with<'g>(
     gw: &'g Gateway,
     authorization: Option<&str>,
     known: &mut KeyHashes,
+    now_ms: u64,
 ) -> Result<([u8; 32], &'g Client), GatewayError> {
     let key = bearer_key(authorization).ok_or_else(GatewayError::missing_key)?;
     let remembered = known.get(key.as_bytes());
-    let hash: [u8; 32] = remembered.unwrap_or_else(|| Sha256::digest(key.as_bytes()).into());
-    let client = gw
-        .clients
-        .get(&hash)
-        .ok_or_else(GatewayError::unknown_key)?;
+    let own: [u8; 32] = remembered.unwrap_or_else(|| Sha256::digest(key.as_bytes()).into());
+    let (hash, client) = match gw.clients.get(&own) {
+        Some(c) => (own, c),
+        None => {
+            let old = gw
+                .previous_keys
+                .get(&own)
+                .filter(|p| now_ms < p.until_ms)
+                .ok_or_else(GatewayError::unknown_key)?;
+            let c = gw
+                .clients
+                .get(&old.current)
+                .ok_or_else(GatewayError::unknown_key)?;
+            (old.current, c)
+        }
+    };
     if remembered.is_none() {
-        known.put(key.as_bytes(), hash);
+        known.put(key.as_bytes(), own);
     }
     Ok((hash, client))
 }

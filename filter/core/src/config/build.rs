@@ -23,6 +23,7 @@ pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Ga
     let teams = clients::teams(&raw, problems);
     let clients = clients::clients(&raw, &names, &teams, problems);
     clients::budget_routes(&clients, &teams, &names, problems);
+    let previous_keys = clients::previous_keys(&raw, &clients, problems);
     let max_attempts = raw.routing.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if max_attempts == 0 {
         problems.push("routing.max_attempts must be at least 1".into());
@@ -56,6 +57,7 @@ pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Ga
         names,
         auto,
         clients,
+        previous_keys,
         max_body_bytes: raw
             .limits
             .defaults

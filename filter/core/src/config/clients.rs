@@ -2,7 +2,9 @@
 //! `limits` defaults under its own), and the price table budgets need.
 
 use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
-use super::{parse_sha256_hex, Client, GlobalFailure, GlobalLimits, Limits, Model, Team};
+use super::{
+    parse_sha256_hex, Client, GlobalFailure, GlobalLimits, Limits, Model, PreviousKey, Team,
+};
 use crate::ratelimit::Price;
 use crate::rls;
 use hashbrown::HashMap;
@@ -97,6 +99,42 @@ pub(super) fn clients(
         }
     }
     clients
+}
+
+/// Rotated-out keys still in their grace period, each pointing at its
+/// client's current key. An old key may not be any client's current key
+/// nor another client's old key.
+pub(super) fn previous_keys(
+    raw: &RawConfig,
+    clients: &HashMap<[u8; 32], Client>,
+    problems: &mut Vec<String>,
+) -> HashMap<[u8; 32], PreviousKey> {
+    let mut out = HashMap::new();
+    for (i, c) in raw.clients.iter().enumerate() {
+        let Some(current) = parse_sha256_hex(&c.key_sha256) else {
+            continue;
+        };
+        for (j, p) in c.previous_keys.iter().enumerate() {
+            let at = format!("clients[{i}] ({}).previous_keys[{j}]", c.name);
+            let Some(hash) = parse_sha256_hex(&p.sha256) else {
+                problems.push(format!(
+                    "{at}: `sha256` must be 64 hex characters (the SHA-256 of the old key)"
+                ));
+                continue;
+            };
+            if clients.contains_key(&hash) {
+                problems.push(format!("{at}: `sha256` is a client's current key"));
+            }
+            let until_ms = p.until.saturating_mul(1000);
+            if out
+                .insert(hash, PreviousKey { current, until_ms })
+                .is_some()
+            {
+                problems.push(format!("{at}: `sha256` is another previous key too"));
+            }
+        }
+    }
+    out
 }
 
 /// A client's allow-list as model indexes (`None`: every model).

@@ -338,6 +338,14 @@ pub struct Client {
     pub team: Option<usize>,
 }
 
+/// A rotated-out key that still works until `until_ms` (Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreviousKey {
+    /// The client's current key (`Gateway::clients`).
+    pub current: [u8; 32],
+    pub until_ms: u64,
+}
+
 /// A team: limits and budgets its keys share.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Team {
@@ -429,6 +437,9 @@ pub struct Gateway {
     pub auto: Vec<(usize, u32)>,
     /// SHA-256 of the client key -> client.
     pub clients: HashMap<[u8; 32], Client>,
+    /// SHA-256 of a rotated-out key -> its client's current key and the
+    /// end of its grace period (`clients[].previous_keys`).
+    pub previous_keys: HashMap<[u8; 32], PreviousKey>,
     pub max_body_bytes: usize,
     /// Providers tried per request at most (open breakers skipped for free).
     pub max_attempts: u32,

@@ -1047,6 +1047,19 @@ pub(super) struct RawClient {
     /// The team whose limits the key shares (`teams[].name`).
     #[serde(default)]
     pub(super) team: Option<String>,
+    /// Keys replaced by `key_sha256` that still work until a time: a rotation's grace period.
+    #[serde(default)]
+    pub(super) previous_keys: Vec<RawPreviousKey>,
+}
+
+/// A rotated-out key and the end of its grace period.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPreviousKey {
+    /// The SHA-256 of the old key, hex.
+    pub(super) sha256: String,
+    /// Unix time (seconds) from which the old key is refused.
+    pub(super) until: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]

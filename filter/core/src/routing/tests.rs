@@ -37,17 +37,17 @@ fn authenticate_by_key_hash() {
         },
     );
     assert_eq!(
-        authenticate(&g, Some("Bearer sk-demo")).unwrap().1.name,
+        authenticate(&g, Some("Bearer sk-demo"), 0).unwrap().1.name,
         "real"
     );
     assert_eq!(
-        authenticate(&g, Some("Bearer sk-other"))
+        authenticate(&g, Some("Bearer sk-other"), 0)
             .unwrap_err()
             .status,
         401
     );
     assert_eq!(
-        authenticate(&g, None).unwrap_err().message,
+        authenticate(&g, None, 0).unwrap_err().message,
         GatewayError::missing_key().message
     );
 }
@@ -221,19 +221,77 @@ fn remembered_key_hashes_are_only_accepted_keys_and_the_config_still_decides() {
     };
     g.clients.insert(hash, client);
     let mut known = KeyHashes::default();
-    assert!(authenticate_with(&g, Some("Bearer sk-other"), &mut known).is_err());
+    assert!(authenticate_with(&g, Some("Bearer sk-other"), &mut known, 0).is_err());
     assert!(known.is_empty(), "an unknown key is not remembered");
     for _ in 0..2 {
-        let (h, c) = authenticate_with(&g, Some("Bearer sk-demo"), &mut known).unwrap();
+        let (h, c) = authenticate_with(&g, Some("Bearer sk-demo"), &mut known, 0).unwrap();
         assert_eq!((h, c.name.as_str()), (hash, "real"));
         assert_eq!(known.len(), 1);
     }
     // A reload that removed the client: the remembered hash finds nothing.
     g.clients.remove(&hash);
     assert_eq!(
-        authenticate_with(&g, Some("Bearer sk-demo"), &mut known)
+        authenticate_with(&g, Some("Bearer sk-demo"), &mut known, 0)
             .unwrap_err()
             .status,
         401
     );
+}
+
+/// A rotated-out key works as its client (with the current key's handle)
+/// until its grace period ends, then is refused like any unknown key.
+#[test]
+fn previous_key_works_until_its_grace_ends() {
+    let hex = |k: &str| -> String {
+        Sha256::digest(k.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let yaml = crate::config::tests::GOOD.replace(
+        "clients:\n",
+        &format!(
+            "clients:\n  - name: rotated\n    key_sha256: {}\n    previous_keys:\n      - {{sha256: {}, until: 1000}}\n",
+            hex("sk-new"),
+            hex("sk-old")
+        ),
+    );
+    let g = compile(yaml.as_bytes()).unwrap();
+    let new: [u8; 32] = Sha256::digest(b"sk-new").into();
+    let mut known = KeyHashes::default();
+    for key in ["Bearer sk-new", "Bearer sk-old"] {
+        let (h, c) = authenticate_with(&g, Some(key), &mut known, 999_999).unwrap();
+        assert_eq!((h, c.name.as_str()), (new, "rotated"), "{key}");
+    }
+    assert_eq!(
+        authenticate_with(&g, Some("Bearer sk-old"), &mut known, 1_000_000)
+            .unwrap_err()
+            .status,
+        401
+    );
+    assert!(authenticate(&g, Some("Bearer sk-new"), 5_000_000).is_ok());
+    // An old key may not be a current one, nor appear twice.
+    let bad = crate::config::tests::GOOD.replace(
+        "clients:\n",
+        &format!(
+            "clients:\n  - name: a\n    key_sha256: {}\n    previous_keys: [{{sha256: {b}, until: 1}}, {{sha256: {x}, until: 2}}, {{sha256: {x}, until: 3}}, {{sha256: zz, until: 1}}]\n  - name: b\n    key_sha256: {b}\n",
+            hex("sk-a"),
+            b = hex("sk-b"),
+            x = hex("sk-x"),
+        ),
+    );
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(
+        err.contains("(a).previous_keys[0]: `sha256` is a client's current key"),
+        "{err}"
+    );
+    assert!(
+        err.contains("(a).previous_keys[2]: `sha256` is another previous key too"),
+        "{err}"
+    );
+    assert!(
+        err.contains("(a).previous_keys[3]: `sha256` must be 64 hex"),
+        "{err}"
+    );
+    assert!(!err.contains("previous_keys[1]"), "{err}");
 }

@@ -1,0 +1,619 @@
+//! The admin API (HTTP/JSON; docs/control-plane.md has every call with an
+//! example). Every endpoint but `/healthz` wants an admin token
+//! (`Authorization: Bearer pct-...`): a `read` token may look, a `write`
+//! token may change. Every change is compiled by the filter's core before
+//! it is kept, and pushed to every subscribed Envoy once it is.
+
+use crate::secret;
+use crate::state::{merge, yaml_to_json, ClientRow, PreviousKey, State, TeamRow, CLIENT_OWN};
+use crate::store::{Change, Holder, Refusal, Role, Store, Version};
+use crate::xds::{Nodes, Snapshot, Template};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State as AxState};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Map, Value as Json};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+#[derive(Clone)]
+pub struct App {
+    pub store: Store,
+    pub snapshots: Arc<watch::Sender<Option<Arc<Snapshot>>>>,
+    /// The resource Envoys are served (none: the API runs without xDS).
+    pub template: Option<Arc<Template>>,
+    pub nodes: Nodes,
+    /// A rotated-out key's grace period when the call names none.
+    pub default_grace_s: u64,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl App {
+    /// Serve `v` to every Envoy, unless a newer version is served already.
+    pub fn publish(&self, v: &Version) {
+        let Some(t) = &self.template else { return };
+        self.snapshots.send_if_modified(|cur| {
+            if cur.as_ref().is_some_and(|c| c.version >= v.version) {
+                return false;
+            }
+            *cur = Some(Arc::new(Snapshot {
+                version: v.version,
+                resource: t.resource(&v.yaml),
+            }));
+            true
+        });
+    }
+
+    /// Apply a change as `who`, publish the result.
+    async fn change<T: Send + 'static>(
+        &self,
+        who: &Holder,
+        action: &str,
+        target: &str,
+        detail: String,
+        f: impl FnOnce(&mut State, i64) -> Result<T, Refusal> + Send + 'static,
+    ) -> Result<(T, Version), Refusal> {
+        let change = Change {
+            actor: who.name.clone(),
+            action: action.into(),
+            target: target.into(),
+            detail,
+        };
+        let now = now_ms();
+        let (out, v) = self
+            .store
+            .call(move |inner| inner.change(change, now, |s| f(s, now)))
+            .await?;
+        self.publish(&v);
+        Ok((out, v))
+    }
+}
+
+/// A refusal in the API's error shape.
+pub struct ApiError(pub Refusal);
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        ApiError(r)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut error = Map::new();
+        error.insert("message".into(), json!(self.0.message));
+        if !self.0.problems.is_empty() {
+            error.insert("problems".into(), json!(self.0.problems));
+        }
+        (status, axum::Json(json!({ "error": error }))).into_response()
+    }
+}
+
+type Answer = Result<Response, ApiError>;
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError(Refusal::new(400, message))
+}
+
+fn not_found(what: &str, name: &str) -> Refusal {
+    Refusal::new(404, format!("no {what} named `{name}`"))
+}
+
+/// The token's holder, if it may do `need`: 401 without a known token,
+/// 403 with a read token where a write one is needed.
+async fn auth(app: &App, headers: &HeaderMap, need: Role) -> Result<Holder, ApiError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError(Refusal::new(
+                401,
+                "an admin token is required: Authorization: Bearer <token> (portcullis-control token create)",
+            ))
+        })?;
+    let holder = app
+        .store
+        .call(move |inner| inner.holder(&token))
+        .await?
+        .ok_or_else(|| ApiError(Refusal::new(401, "this admin token is not known")))?;
+    if need == Role::Write && holder.role != Role::Write {
+        return Err(ApiError(Refusal::new(
+            403,
+            format!("the token of `{}` may read, not change", holder.name),
+        )));
+    }
+    Ok(holder)
+}
+
+fn json_body(body: &Bytes) -> Result<Map<String, Json>, ApiError> {
+    if body.is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Json>(body) {
+        Ok(Json::Object(m)) => Ok(m),
+        Ok(_) => Err(bad("the body must be a JSON object")),
+        Err(e) => Err(bad(format!("the body is not JSON: {e}"))),
+    }
+}
+
+fn ok(status: StatusCode, body: Json) -> Answer {
+    Ok((status, axum::Json(body)).into_response())
+}
+
+/// A name as the config and the URL carry it.
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > 128 || name.chars().any(|c| c.is_control() || c == '/') {
+        return Err(bad(format!(
+            "`{name}` is not a name: 1 to 128 characters, no `/` or control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn key_view(c: &ClientRow) -> Json {
+    json!({
+        "name": c.name,
+        "key_sha256": c.key_sha256,
+        "team": c.entry.get("team").and_then(|t| t.as_str()),
+        "config": yaml_to_json(&serde_yaml::Value::Mapping(c.entry.clone())),
+        "previous_keys": c.previous,
+        "created_ms": c.created_ms,
+        "revoked_ms": c.revoked_ms,
+        "active": c.revoked_ms.is_none(),
+    })
+}
+
+fn team_view(t: &TeamRow, s: &State) -> Json {
+    let keys: Vec<&str> = s
+        .clients
+        .iter()
+        .filter(|c| {
+            c.revoked_ms.is_none()
+                && c.entry.get("team").and_then(|v| v.as_str()) == Some(t.name.as_str())
+        })
+        .map(|c| c.name.as_str())
+        .collect();
+    json!({
+        "name": t.name,
+        "config": yaml_to_json(&serde_yaml::Value::Mapping(t.entry.clone())),
+        "keys": keys,
+    })
+}
+
+/// Fields a key's body may set: its config entry (the plugin config's
+/// client fields but its own three).
+fn entry_fields(body: &Map<String, Json>, allow: &[&str]) -> Result<Map<String, Json>, ApiError> {
+    let mut out = Map::new();
+    for (k, v) in body {
+        if allow.contains(&k.as_str()) {
+            continue;
+        }
+        if CLIENT_OWN.contains(&k.as_str()) {
+            return Err(bad(format!(
+                "`{k}` is the control plane's to set (create, rotate or revoke the key instead)"
+            )));
+        }
+        out.insert(k.clone(), v.clone());
+    }
+    Ok(out)
+}
+
+async fn list_keys(AxState(app): AxState<App>, headers: HeaderMap) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let (version, keys) = app
+        .store
+        .call(|inner| inner.read(|v, s| (v, s.clients.iter().map(key_view).collect::<Vec<_>>())))
+        .await?;
+    ok(StatusCode::OK, json!({"version": version, "keys": keys}))
+}
+
+async fn get_key(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let n = name.clone();
+    let key = app
+        .store
+        .call(move |inner| inner.read(|_, s| s.client(&n).map(key_view)))
+        .await?
+        .ok_or_else(|| not_found("key", &name))?;
+    ok(StatusCode::OK, key)
+}
+
+async fn create_key(AxState(app): AxState<App>, headers: HeaderMap, body: Bytes) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    let mut body = json_body(&body)?;
+    let name = match body.remove("name") {
+        Some(Json::String(n)) => n,
+        _ => return Err(bad("`name` is required (a string)")),
+    };
+    check_name(&name)?;
+    // A hash brought by the caller (the key made elsewhere), or a new key.
+    let (key, hash) = match body.remove("key_sha256") {
+        Some(Json::String(h)) => (None, h.to_ascii_lowercase()),
+        Some(_) => return Err(bad("`key_sha256` must be a string")),
+        None => {
+            let key = secret::new_secret("sk-pc-")
+                .map_err(|e| ApiError(Refusal::new(500, format!("cannot make a key: {e}"))))?;
+            let hash = secret::sha256_hex(&key);
+            (Some(key), hash)
+        }
+    };
+    let fields = entry_fields(&body, &[])?;
+    let detail = serde_json::to_string(&fields).unwrap_or_default();
+    let (n, h) = (name.clone(), hash.clone());
+    let (_, v) = app
+        .change(&who, "key.create", &name, detail, move |s, now| {
+            let mut entry = serde_yaml::Mapping::new();
+            merge(&mut entry, &fields);
+            let pos = s.next_client_pos();
+            let row = ClientRow {
+                name: n.clone(),
+                pos,
+                key_sha256: h,
+                entry,
+                previous: Vec::new(),
+                created_ms: now,
+                revoked_ms: None,
+            };
+            match s.client_mut(&n) {
+                Some(c) if c.revoked_ms.is_none() => Err(Refusal::new(
+                    409,
+                    format!("a key named `{n}` exists (rotate it, or revoke it first)"),
+                )),
+                Some(c) => {
+                    *c = ClientRow { pos: c.pos, ..row };
+                    Ok(())
+                }
+                None => {
+                    s.clients.push(row);
+                    Ok(())
+                }
+            }
+        })
+        .await?;
+    let mut out = Map::new();
+    out.insert("name".into(), json!(name));
+    if let Some(k) = key {
+        out.insert("key".into(), json!(k));
+    }
+    out.insert("key_sha256".into(), json!(hash));
+    out.insert("version".into(), json!(v.version));
+    ok(StatusCode::CREATED, Json::Object(out))
+}
+
+async fn update_key(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    let fields = entry_fields(&json_body(&body)?, &[])?;
+    let detail = serde_json::to_string(&fields).unwrap_or_default();
+    let n = name.clone();
+    let (view, v) = app
+        .change(&who, "key.update", &name, detail, move |s, _| {
+            let c = s
+                .client_mut(&n)
+                .filter(|c| c.revoked_ms.is_none())
+                .ok_or_else(|| not_found("active key", &n))?;
+            merge(&mut c.entry, &fields);
+            Ok(key_view(c))
+        })
+        .await?;
+    ok(StatusCode::OK, json!({"key": view, "version": v.version}))
+}
+
+async fn rotate_key(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    let body = json_body(&body)?;
+    let grace_s = match body.get("grace_s") {
+        None => app.default_grace_s,
+        Some(g) => g
+            .as_u64()
+            .ok_or_else(|| bad("`grace_s` must be a whole number of seconds"))?,
+    };
+    let key = secret::new_secret("sk-pc-")
+        .map_err(|e| ApiError(Refusal::new(500, format!("cannot make a key: {e}"))))?;
+    let hash = secret::sha256_hex(&key);
+    let n = name.clone();
+    let h = hash.clone();
+    let (until, v) = app
+        .change(
+            &who,
+            "key.rotate",
+            &name,
+            format!("grace_s={grace_s}"),
+            move |s, now| {
+                let now_s = u64::try_from(now / 1000).unwrap_or(0);
+                let c = s
+                    .client_mut(&n)
+                    .filter(|c| c.revoked_ms.is_none())
+                    .ok_or_else(|| not_found("active key", &n))?;
+                let until = now_s.saturating_add(grace_s);
+                c.previous.retain(|p| p.until > now_s);
+                if grace_s > 0 {
+                    c.previous.push(PreviousKey {
+                        sha256: std::mem::replace(&mut c.key_sha256, h),
+                        until,
+                    });
+                } else {
+                    c.key_sha256 = h;
+                }
+                Ok(until)
+            },
+        )
+        .await?;
+    ok(
+        StatusCode::OK,
+        json!({"name": name, "key": key, "key_sha256": hash, "previous_key_valid_until": until, "version": v.version}),
+    )
+}
+
+async fn revoke_key(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    let n = name.clone();
+    let (_, v) = app
+        .change(&who, "key.revoke", &name, String::new(), move |s, now| {
+            let c = s
+                .client_mut(&n)
+                .filter(|c| c.revoked_ms.is_none())
+                .ok_or_else(|| not_found("active key", &n))?;
+            c.revoked_ms = Some(now);
+            c.previous.clear();
+            Ok(())
+        })
+        .await?;
+    ok(
+        StatusCode::OK,
+        json!({"name": name, "revoked": true, "version": v.version}),
+    )
+}
+
+async fn list_teams(AxState(app): AxState<App>, headers: HeaderMap) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let (version, teams) = app
+        .store
+        .call(|inner| {
+            inner.read(|v, s| {
+                (
+                    v,
+                    s.teams.iter().map(|t| team_view(t, s)).collect::<Vec<_>>(),
+                )
+            })
+        })
+        .await?;
+    ok(StatusCode::OK, json!({"version": version, "teams": teams}))
+}
+
+async fn get_team(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let n = name.clone();
+    let team = app
+        .store
+        .call(move |inner| inner.read(|_, s| s.team(&n).map(|t| team_view(t, s))))
+        .await?
+        .ok_or_else(|| not_found("team", &name))?;
+    ok(StatusCode::OK, team)
+}
+
+/// PUT replaces a team's config (creating the team), PATCH merges fields
+/// into it.
+async fn put_team(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Answer {
+    write_team(app, headers, name, body, true).await
+}
+
+async fn patch_team(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Answer {
+    write_team(app, headers, name, body, false).await
+}
+
+async fn write_team(
+    app: App,
+    headers: HeaderMap,
+    name: String,
+    body: Bytes,
+    replace: bool,
+) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    check_name(&name)?;
+    let mut fields = json_body(&body)?;
+    if fields
+        .remove("name")
+        .is_some_and(|n| n.as_str() != Some(name.as_str()))
+    {
+        return Err(bad("`name` in the body differs from the URL's"));
+    }
+    let detail = serde_json::to_string(&fields).unwrap_or_default();
+    let n = name.clone();
+    let action = if replace { "team.put" } else { "team.update" };
+    let (view, v) = app
+        .change(&who, action, &name, detail, move |s, _| {
+            let pos = s.next_team_pos();
+            let exists = s.team(&n).is_some();
+            if !exists && !replace {
+                return Err(not_found("team", &n));
+            }
+            if !exists {
+                s.teams.push(TeamRow {
+                    name: n.clone(),
+                    pos,
+                    entry: serde_yaml::Mapping::new(),
+                });
+            }
+            let t = s
+                .teams
+                .iter_mut()
+                .find(|t| t.name == n)
+                .ok_or_else(|| not_found("team", &n))?;
+            if replace {
+                t.entry = serde_yaml::Mapping::new();
+            }
+            merge(&mut t.entry, &fields);
+            let t = t.clone();
+            Ok(team_view(&t, s))
+        })
+        .await?;
+    ok(StatusCode::OK, json!({"team": view, "version": v.version}))
+}
+
+async fn delete_team(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    let n = name.clone();
+    let (_, v) = app
+        .change(&who, "team.delete", &name, String::new(), move |s, _| {
+            let before = s.teams.len();
+            s.teams.retain(|t| t.name != n);
+            if s.teams.len() == before {
+                return Err(not_found("team", &n));
+            }
+            Ok(())
+        })
+        .await?;
+    ok(
+        StatusCode::OK,
+        json!({"name": name, "deleted": true, "version": v.version}),
+    )
+}
+
+/// The whole plugin YAML being served.
+async fn export(AxState(app): AxState<App>, headers: HeaderMap) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let v = app
+        .store
+        .call(|inner| inner.current())
+        .await?
+        .ok_or_else(|| Refusal::new(404, "no config yet: import one (PUT /v1/config)"))?;
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/yaml".to_string()),
+            (header::ETAG, format!("\"{}\"", v.version)),
+        ],
+        v.yaml,
+    )
+        .into_response())
+}
+
+/// Replace everything with a plugin YAML (keys keep their creation time).
+async fn import(AxState(app): AxState<App>, headers: HeaderMap, body: Bytes) -> Answer {
+    let who = auth(&app, &headers, Role::Write).await?;
+    let text = String::from_utf8(body.to_vec()).map_err(|_| bad("the body is not UTF-8"))?;
+    let mut incoming =
+        State::from_yaml(&text, now_ms()).map_err(|e| ApiError(Refusal::new(422, e)))?;
+    let detail = format!(
+        "{} clients, {} teams, {} bytes",
+        incoming.clients.len(),
+        incoming.teams.len(),
+        text.len()
+    );
+    let (_, v) = app
+        .change(&who, "config.import", "config", detail, move |s, _| {
+            for c in &mut incoming.clients {
+                if let Some(old) = s.client(&c.name) {
+                    c.created_ms = old.created_ms;
+                }
+            }
+            *s = incoming;
+            Ok(())
+        })
+        .await?;
+    ok(StatusCode::OK, json!({"version": v.version}))
+}
+
+/// The version served, and every Envoy's view of it.
+async fn nodes(AxState(app): AxState<App>, headers: HeaderMap) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let version = app.snapshots.borrow().as_ref().map(|s| s.version);
+    let nodes: Vec<_> = app
+        .nodes
+        .lock()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    ok(StatusCode::OK, json!({"version": version, "nodes": nodes}))
+}
+
+#[derive(serde::Deserialize)]
+struct AuditQuery {
+    limit: Option<i64>,
+}
+
+async fn audit(
+    AxState(app): AxState<App>,
+    headers: HeaderMap,
+    Query(q): Query<AuditQuery>,
+) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
+    let entries = app.store.call(move |inner| inner.audit(limit)).await?;
+    ok(StatusCode::OK, json!({"entries": entries}))
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/keys", get(list_keys).post(create_key))
+        .route(
+            "/v1/keys/{name}",
+            get(get_key).patch(update_key).delete(revoke_key),
+        )
+        .route("/v1/keys/{name}/rotate", post(rotate_key))
+        .route("/v1/keys/{name}/revoke", post(revoke_key))
+        .route("/v1/teams", get(list_teams))
+        .route(
+            "/v1/teams/{name}",
+            get(get_team)
+                .put(put_team)
+                .patch(patch_team)
+                .delete(delete_team),
+        )
+        .route("/v1/config", get(export).put(import))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/audit", get(audit))
+        .with_state(app)
+}
