@@ -96,6 +96,17 @@ for v in route hit; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
 done
 
+# The routed path (without the log) with 10 and with 10,000 client keys
+# (#30): what a fleet-sized key table costs a request.
+for n in 10 10000; do
+  python3 - "$n" "$dir/plugin-routenolog.yaml" >"$dir/plugin-keys$n.yaml" <<'PY'
+import hashlib, sys
+n, text = int(sys.argv[1]), open(sys.argv[2]).read()
+extra = "".join("  - name: bench-%d\n    key_sha256: %s\n" % (i, hashlib.sha256(b"sk-bench-%d" % i).hexdigest()) for i in range(n - 2))
+sys.stdout.write(text.replace("clients:\n", "clients:\n" + extra, 1))
+PY
+done
+
 # Limits at the key's level only, and at the key's and its team's (#27):
 # requests, tokens, concurrency and two budgets each, far above what the run
 # reaches, so every request is admitted and counted at every level.
@@ -127,7 +138,7 @@ measure() { # variant -> instructions per request
   esac
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
     nroute|nhit|nmiss) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
@@ -182,6 +193,7 @@ mkdir -p .run
   [[ -z ${IPR[bedrock]:-} || -z ${IPR[route]:-} ]] || echo "A Bedrock-backed routed request (translated both ways, SigV4-signed) against an OpenAI-backed one: route/bedrock $(ratio "${IPR[route]}" "${IPR[bedrock]}")x ($((IPR[bedrock] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[keylimits]:-} || -z ${IPR[route]:-} ]] || echo "A key's limits (requests, tokens, concurrency, two budgets) on the routed path: $((IPR[keylimits] - IPR[route])) instructions per request more than none"
   [[ -z ${IPR[keylimitsnolog]:-} || -z ${IPR[routenolog]:-} || -z ${IPR[teamlimitsnolog]:-} ]] || echo "Without the request log: a key's limits $((IPR[keylimitsnolog] - IPR[routenolog])), the team's too $((IPR[teamlimitsnolog] - IPR[keylimitsnolog])) more instructions per request"
+  [[ -z ${IPR[keys10]:-} || -z ${IPR[keys10000]:-} ]] || echo "10,000 client keys against 10 (routed, no log): keys10/keys10000 $(ratio "${IPR[keys10]}" "${IPR[keys10000]}")x ($((IPR[keys10000] - IPR[keys10])) instructions per request more)"
   [[ -z ${IPR[teamlimits]:-} || -z ${IPR[keylimits]:-} ]] || echo "The same limits at the team's level too: $((IPR[teamlimits] - IPR[keylimits])) instructions per request more than the key's alone (keylimits/teamlimits $(ratio "${IPR[keylimits]}" "${IPR[teamlimits]}")x)"
   [[ -z ${IPR[held]:-} || -z ${IPR[route]:-} ]] || echo "The whole answer held (an output check that never matches) against the routed path: route/held $(ratio "${IPR[route]}" "${IPR[held]}")x ($((IPR[held] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[held]:-} || -z ${IPR[anthropic]:-} ]] || echo "An Anthropic-backed request against the held routed path (the translation itself): held/anthropic $(ratio "${IPR[held]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[held])) instructions per request more)"

@@ -7,6 +7,7 @@ ENVOY="${ENVOY:-.venv/bin/envoy}"
 MOCK=target/release/portcullis-mock
 COLLECTOR=target/release/portcullis-collector
 LIMITER=target/release/portcullis-limiter
+CONTROL_PLANE=target/release/portcullis-control
 REDIS_SERVER="${REDIS_SERVER:-redis-server}"
 mkdir -p .run/ecds .run/logs
 pids=()
@@ -61,9 +62,24 @@ if [[ "${NATIVE:-}" == 1 ]]; then
   export PORTCULLIS_BUILD=native ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native"
 fi
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
+bootstrap=envoy/envoy.yaml
+# The control plane (CONTROL=0: none, Envoy reads the ECDS file): keys,
+# teams and budgets through its admin API on 127.0.0.1:9400, the plugin
+# config served to Envoy over xDS on 127.0.0.1:18000. Its database starts
+# from envoy/plugin.yaml at each `make run`; an admin token is made for you.
+if [[ "${CONTROL:-1}" != 0 ]]; then
+  rm -f .run/control.db .run/control.db-wal .run/control.db-shm
+  (umask 077; "$CONTROL_PLANE" token create --db .run/control.db --name make-run --role write >.run/control-admin-token)
+  "$CONTROL_PLANE" serve --db .run/control.db --admin 127.0.0.1:9400 --xds 127.0.0.1:18000 \
+    --resource .run/ecds/portcullis.yaml --import envoy/plugin.yaml >>.run/logs/control.log 2>&1 & pids+=($!)
+  wait_for http://127.0.0.1:9400/healthz "control plane"
+  bootstrap=.run/envoy-control.yaml
+  cp envoy/envoy.yaml "$bootstrap"
+  envoy/use-control.sh "$bootstrap" 127.0.0.1:18000
+fi
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
   PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
-  "$ENVOY" -c envoy/envoy.yaml --disable-hot-restart --concurrency 2 -l info \
+  "$ENVOY" -c "$bootstrap" --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"
 until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http://127.0.0.1:10000/v1/models 2>/dev/null; do
@@ -80,6 +96,13 @@ Dashboard: http://127.0.0.1:9090/dashboard (read token: $TOKEN; the collector's 
   curl -s http://127.0.0.1:10000/v1/embeddings -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"text-embedding-3-small","input":["hello","world"]}'
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
+if [[ "${CONTROL:-1}" != 0 ]]; then
+  ADMIN=$(cat .run/control-admin-token)
+  cat <<MSG
+Control plane: http://127.0.0.1:9400 (admin token in .run/control-admin-token; docs/control-plane.md). A new key, working within a second:
+  curl -s http://127.0.0.1:9400/v1/keys -H 'authorization: Bearer $ADMIN' -d '{"name":"my-app"}'
+MSG
+fi
 wait -n "${pids[@]}" || true
 for p in "${pids[@]}"; do
   kill -0 "$p" 2>/dev/null || { echo "portcullis: a process exited; see .run/logs/" >&2; exit 1; }

@@ -205,7 +205,9 @@ async fn serve_stream(
     let mut node: Option<Node> = None;
     let mut subscribed = false;
     let mut nonce: u64 = 0;
-    let mut sent: Option<String> = None;
+    // The versions of the last responses, by nonce: an answer to an older
+    // response still says whether Envoy applied that version.
+    let mut sent: std::collections::VecDeque<(String, String)> = Default::default();
     loop {
         let push = tokio::select! {
             msg = inbound.message() => {
@@ -225,19 +227,31 @@ async fn serve_stream(
                     subscribed = true;
                     with_node(&nodes, &id, |_| {});
                     true
-                } else if r.response_nonce == nonce.to_string() {
-                    match &r.error_detail {
-                        Some(e) => with_node(&nodes, &id, |s| {
-                            s.nacked_version = sent.clone();
+                } else {
+                    let version = sent
+                        .iter()
+                        .find(|(n, _)| *n == r.response_nonce)
+                        .map(|(_, v)| v.clone());
+                    match (&r.error_detail, version) {
+                        (Some(e), Some(v)) => with_node(&nodes, &id, |s| {
+                            s.nacked_version = Some(v);
                             s.nack = Some(e.message.clone());
                         }),
-                        None => with_node(&nodes, &id, |s| {
-                            s.acked_version = Some(r.version_info.clone());
+                        (None, Some(v)) => with_node(&nodes, &id, |s| {
+                            // An older ACK never hides a newer one.
+                            let newer = s
+                                .acked_version
+                                .as_ref()
+                                .and_then(|a| a.parse::<i64>().ok())
+                                .zip(v.parse::<i64>().ok())
+                                .is_none_or(|(a, v)| v >= a);
+                            if newer {
+                                s.acked_version = Some(v);
+                            }
                         }),
+                        // A nonce this stream never sent (or long gone).
+                        _ => {}
                     }
-                    false
-                } else {
-                    // An answer to an older response: superseded.
                     false
                 }
             }
@@ -254,9 +268,14 @@ async fn serve_stream(
         let snap = snapshots.borrow_and_update().clone();
         if let Some(s) = snap {
             nonce = nonce.wrapping_add(1);
-            sent = Some(s.version.to_string());
+            if sent.len() >= 16 {
+                sent.pop_front();
+            }
+            sent.push_back((nonce.to_string(), s.version.to_string()));
             if let Some(n) = &node {
-                with_node(&nodes, &n.id, |st| st.sent_version = sent.clone());
+                with_node(&nodes, &n.id, |st| {
+                    st.sent_version = Some(s.version.to_string())
+                });
             }
             if out.send(Ok(response(&s, nonce))).await.is_err() {
                 break;
@@ -358,5 +377,137 @@ mod tests {
             let e = Template::from_resources_yaml(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    /// The protocol against a client speaking it the way Envoy does: the
+    /// current version on subscribing, a push per new snapshot, ACKs and a
+    /// NACK (with its detail) kept per node, an answer to an older
+    /// response counted for the version it carried, and the token.
+    #[test]
+    fn subscribe_push_ack_and_nack_as_envoy_does() {
+        use crate::pb::discovery::RpcStatus;
+        use crate::pb::extension::extension_config_discovery_service_client::ExtensionConfigDiscoveryServiceClient;
+        use crate::pb::extension::extension_config_discovery_service_server::ExtensionConfigDiscoveryServiceServer;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let (tx, rx) = watch::channel(None);
+            let nodes: Nodes = Default::default();
+            let ecds = Ecds {
+                snapshots: rx,
+                nodes: nodes.clone(),
+                token: Some("xds-secret".into()),
+            };
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(ExtensionConfigDiscoveryServiceServer::new(ecds))
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            );
+            let t = Template::from_resources_yaml(WASM).unwrap();
+            let publish = |v: i64| {
+                tx.send_replace(Some(Arc::new(Snapshot {
+                    version: v,
+                    resource: t.resource(&format!("v: {v}\n")),
+                })));
+            };
+            publish(1);
+            let mut client =
+                ExtensionConfigDiscoveryServiceClient::connect(format!("http://{addr}"))
+                    .await
+                    .unwrap();
+            // No token: refused.
+            let (_keep, reqs) = mpsc::channel::<DiscoveryRequest>(4);
+            let refused = client
+                .stream_extension_configs(ReceiverStream::new(reqs))
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+
+            let (send, reqs) = mpsc::channel::<DiscoveryRequest>(4);
+            let mut call = tonic::Request::new(ReceiverStream::new(reqs));
+            call.metadata_mut()
+                .insert("authorization", "Bearer xds-secret".parse().unwrap());
+            let node = Some(Node {
+                id: "gw".into(),
+                cluster: "c".into(),
+                ..Default::default()
+            });
+            send.send(DiscoveryRequest {
+                node: node.clone(),
+                type_url: TYPE_EXTENSION_CONFIG.into(),
+                resource_names: vec!["portcullis".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let mut responses = client
+                .stream_extension_configs(call)
+                .await
+                .unwrap()
+                .into_inner();
+            let first = responses.message().await.unwrap().unwrap();
+            assert_eq!(first.version_info, "1");
+            assert_eq!(first.type_url, TYPE_EXTENSION_CONFIG);
+            assert_eq!(first.resources.len(), 1);
+            // Two pushes before any answer; then the older one is ACKed,
+            // the newer NACKed.
+            publish(2);
+            let second = responses.message().await.unwrap().unwrap();
+            publish(3);
+            let third = responses.message().await.unwrap().unwrap();
+            assert_eq!(
+                (second.version_info.as_str(), third.version_info.as_str()),
+                ("2", "3")
+            );
+            assert_ne!(second.nonce, third.nonce);
+            send.send(DiscoveryRequest {
+                version_info: "2".into(),
+                response_nonce: second.nonce.clone(),
+                type_url: TYPE_EXTENSION_CONFIG.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            send.send(DiscoveryRequest {
+                version_info: "2".into(),
+                response_nonce: third.nonce.clone(),
+                type_url: TYPE_EXTENSION_CONFIG.into(),
+                error_detail: Some(RpcStatus {
+                    code: 3,
+                    message: "refused".into(),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let seen = {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                loop {
+                    let n = nodes.lock().unwrap().get("gw").cloned().unwrap();
+                    if n.nack.is_some() || std::time::Instant::now() > deadline {
+                        break n;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            };
+            assert_eq!(seen.cluster, "c");
+            assert_eq!(seen.streams, 1);
+            assert_eq!(seen.sent_version.as_deref(), Some("3"));
+            assert_eq!(seen.acked_version.as_deref(), Some("2"));
+            assert_eq!(seen.nacked_version.as_deref(), Some("3"));
+            assert_eq!(seen.nack.as_deref(), Some("refused"));
+            // The stream closed: the node has none open.
+            drop(send);
+            drop(responses);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while nodes.lock().unwrap().get("gw").unwrap().streams != 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the stream was not closed"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        });
     }
 }

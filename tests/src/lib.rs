@@ -464,6 +464,183 @@ impl Collector {
     }
 }
 
+// ---------------------------------------------------------------- control plane
+
+pub fn control_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PORTCULLIS_CONTROL_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = repo_root().join("target/debug/portcullis-control");
+    assert!(p.exists(), "no control plane at {}: run `make test` (it builds it) or `cargo build -p portcullis-control`", p.display());
+    p
+}
+
+/// `portcullis-control serve`, on its own SQLite file (or the database
+/// given), serving the resource `render-ecds.sh` makes for the build under
+/// test, with a write and a read admin token made by its CLI.
+pub struct Control {
+    proc: Option<Proc>,
+    pub dir: TempDir,
+    pub db: std::ffi::OsString,
+    pub admin_port: u16,
+    pub xds_port: u16,
+    pub write_token: String,
+    pub read_token: String,
+    extra: Vec<String>,
+}
+
+impl Control {
+    /// On a new SQLite database, with `plugin_yaml` imported.
+    pub fn start(plugin_yaml: &str) -> Control {
+        let dir = TempDir::new("control");
+        let db = dir.0.join("control.db").into_os_string();
+        Self::start_in(dir, db, plugin_yaml, &[])
+    }
+
+    /// On `db` (a SQLite path or a `postgres://` URL), with more flags.
+    pub fn start_in(
+        dir: TempDir,
+        db: std::ffi::OsString,
+        plugin_yaml: &str,
+        extra: &[&str],
+    ) -> Control {
+        std::fs::create_dir_all(dir.0.join("ecds")).expect("control dir");
+        render_ecds(&dir.0, plugin_yaml);
+        std::fs::write(dir.0.join("import.yaml"), plugin_yaml).expect("write import");
+        let token = |name: &str, role: &str| -> String {
+            let out = Command::new(control_bin())
+                .args(["token", "create", "--name", name, "--role", role, "--db"])
+                .arg(&db)
+                .output()
+                .expect("portcullis-control token create");
+            assert!(
+                out.status.success(),
+                "token create: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let mut c = Control {
+            proc: None,
+            write_token: token("test-writer", "write"),
+            read_token: token("test-reader", "read"),
+            dir,
+            db,
+            admin_port: 0,
+            xds_port: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        c.restart();
+        c
+    }
+
+    /// Start it again (on the same ports once it has had some), after
+    /// [`Control::stop`].
+    pub fn restart(&mut self) {
+        let mut child = Command::new(control_bin())
+            .args([
+                "serve",
+                "--admin",
+                &format!("127.0.0.1:{}", self.admin_port),
+                "--xds",
+                &format!("127.0.0.1:{}", self.xds_port),
+                "--resource",
+            ])
+            .arg(self.dir.0.join("ecds/portcullis.yaml"))
+            .arg("--import")
+            .arg(self.dir.0.join("import.yaml"))
+            .arg("--db")
+            .arg(&self.db)
+            .args(&self.extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start portcullis-control");
+        let stdout = child.stdout.take().expect("control stdout");
+        let proc = Proc(child);
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("control ready line");
+        let port_of = |key: &str| -> u16 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("control plane did not print its addresses: {line:?}"))
+        };
+        self.admin_port = port_of("admin=");
+        self.xds_port = port_of("xds=");
+        self.proc = Some(proc);
+        poll_until(Duration::from_secs(10), "control plane health", || {
+            try_get(&self.url("/healthz"))
+                .filter(|r| r.status == 200)
+                .map(|_| ())
+        });
+    }
+
+    /// SIGKILL: the Envoys keep what they last applied.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.0.kill();
+            let _ = p.0.wait();
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    /// An admin API call with `token` (none: no header).
+    pub fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Resp {
+        let mut req = agent().request(method, &self.url(path));
+        if let Some(t) = token {
+            req = req.set("authorization", &format!("Bearer {t}"));
+        }
+        to_resp(match body {
+            Some(b) => req.set("content-type", "application/json").send_string(b),
+            None => req.call(),
+        })
+    }
+
+    /// A call with the write token that must succeed; its JSON.
+    pub fn write(&self, method: &str, path: &str, body: &str) -> Value {
+        let r = self.call(method, path, Some(&self.write_token), Some(body));
+        assert!(
+            (200..300).contains(&r.status),
+            "{method} {path}: {} {}",
+            r.status,
+            r.body
+        );
+        r.json()
+    }
+
+    /// `GET /v1/nodes`.
+    pub fn nodes(&self) -> Value {
+        self.call("GET", "/v1/nodes", Some(&self.read_token), None)
+            .json()
+    }
+
+    /// Wait until every node named has acknowledged `version`.
+    pub fn wait_acked(&self, nodes: &[&str], version: i64) {
+        let want = version.to_string();
+        poll_until(
+            Duration::from_secs(10),
+            &format!("ACK of version {version}"),
+            || {
+                let n = self.nodes();
+                let all = nodes.iter().all(|id| {
+                    n["nodes"].as_array().is_some_and(|a| {
+                        a.iter()
+                            .any(|x| x["node"] == *id && x["acked_version"] == want.as_str())
+                    })
+                });
+                all.then_some(())
+            },
+        );
+    }
+}
+
 // ---------------------------------------------------------------- redis + limiter
 
 /// Debian's `redis-server` on a loopback port, nothing persisted.
@@ -771,6 +948,10 @@ pub struct EnvoyOpts<'a> {
     pub side_tls: Option<&'a Path>,
     /// Edits of `envoy/envoy.yaml` (each text must occur in it).
     pub bootstrap_patch: Vec<(&'a str, &'a str)>,
+    /// Take the filter's config from a control plane over xDS (its xDS
+    /// port and this Envoy's node id) instead of the ECDS file, through
+    /// `envoy/use-control.sh`.
+    pub control: Option<(u16, &'a str)>,
 }
 
 pub struct Envoy {
@@ -833,6 +1014,18 @@ impl Envoy {
                 .status()
                 .is_ok_and(|s| s.success());
             assert!(ok, "envoy/side-tls.sh failed");
+        }
+        if let Some((xds_port, node)) = opts.control {
+            let ok = Command::new("bash")
+                .arg(repo_root().join("envoy/use-control.sh"))
+                .arg(&bootstrap_path)
+                .arg(format!("127.0.0.1:{xds_port}"))
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "envoy/use-control.sh failed");
+            let b = std::fs::read_to_string(&bootstrap_path).expect("read bootstrap");
+            let b = replace_once(&b, "id: portcullis-local", &format!("id: {node}"));
+            std::fs::write(&bootstrap_path, b).expect("write bootstrap");
         }
         render_ecds(&dir.0, opts.plugin_yaml);
         let admin_path = dir.0.join("admin.txt");

@@ -84,6 +84,7 @@ fn start(chain: &str, secret_given: &str) -> Bed {
         ],
         side_tls: None,
         bootstrap_patch: Vec::new(),
+        control: None,
     });
     Bed {
         openai,

@@ -76,6 +76,7 @@ fn envoy(
         workers: 2,
         side_tls: None,
         bootstrap_patch: Vec::new(),
+        control: None,
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

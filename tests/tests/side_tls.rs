@@ -112,6 +112,7 @@ fn the_gateway_reaches_collector_and_limiter_over_mutual_tls_and_strangers_are_r
         workers: 1,
         side_tls: Some(&certs.0),
         bootstrap_patch: Vec::new(),
+        control: None,
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

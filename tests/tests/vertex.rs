@@ -82,6 +82,7 @@ fn start_logging(token_ttl_s: &str, collector: Option<u16>) -> Vx {
         env: vec![("OPENAI_API_KEY", PRIMARY_KEY)],
         side_tls: None,
         bootstrap_patch: Vec::new(),
+        control: None,
     });
     Vx {
         vertex,

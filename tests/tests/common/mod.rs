@@ -68,6 +68,7 @@ impl Stack {
             workers,
             side_tls: None,
             bootstrap_patch,
+            control: None,
             env: vec![
                 ("OPENAI_API_KEY", PRIMARY_KEY),
                 ("BACKUP_API_KEY", BACKUP_KEY),
