@@ -110,6 +110,13 @@ impl Template {
     }
 }
 
+impl Template {
+    /// The resource's size on the wire, in bytes.
+    pub fn resource_len(&self, plugin_yaml: &str) -> usize {
+        self.resource(plugin_yaml).encoded_len()
+    }
+}
+
 fn to_value(v: &serde_json::Value) -> Value {
     let kind = match v {
         serde_json::Value::Null => value::Kind::NullValue(0),

@@ -199,3 +199,98 @@ fn the_container_envoy_configs_pass_envoy_validate() {
     let log = validate("replica.yaml", &replica);
     assert!(log.contains("loading 4 cluster(s)"), "{log}");
 }
+
+/// The Istio manifest for the control plane: the filter's config comes
+/// over gRPC from the control plane's cluster, with its token; a bootstrap
+/// built from the patch (the reference before the router, that cluster as
+/// HTTP/2) passes `envoy --mode validate`.
+#[test]
+fn the_istio_control_plane_manifest_passes_envoy_validate() {
+    let text = std::fs::read_to_string(
+        repo_root().join("envoy/istio/portcullis-control-envoyfilter.yaml"),
+    )
+    .unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let patches = doc["spec"]["configPatches"].as_sequence().unwrap();
+    let insert = &patches[0];
+    assert_eq!(insert["applyTo"], "HTTP_FILTER");
+    assert_eq!(insert["patch"]["operation"], "INSERT_BEFORE");
+    let source = &insert["patch"]["value"]["config_discovery"]["config_source"];
+    let grpc = &source["api_config_source"]["grpc_services"][0];
+    let cluster = grpc["envoy_grpc"]["cluster_name"].as_str().unwrap();
+    assert!(
+        cluster.starts_with("outbound|18000||portcullis-control."),
+        "{cluster}"
+    );
+    assert_eq!(grpc["initial_metadata"][0]["key"], "authorization");
+    let filter = serde_json::to_string(&insert["patch"]["value"]).unwrap();
+    let bootstrap = format!(
+        "node: {{id: gw, cluster: gw}}
+static_resources:
+  listeners:
+  - name: gateway
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 10000}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: gateway
+          route_config: {{name: r, virtual_hosts: [{{name: v, domains: [\"*\"], routes: [{{match: {{prefix: /}}, route: {{cluster_header: x-portcullis-cluster}}}}]}}]}}
+          http_filters:
+          - {filter}
+          - name: envoy.filters.http.router
+            typed_config:
+              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: \"{cluster}\"
+    type: STATIC
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: \"{cluster}\"
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 18000}}}}}}}}]}}]
+"
+    );
+    let log = validate("istio-control-bootstrap.yaml", &bootstrap);
+    assert!(log.contains("loading 1 cluster(s)"), "{log}");
+}
+
+/// `envoy/use-control.sh` makes a valid bootstrap from the shipped one:
+/// the filter's config from the control plane over gRPC, with the xDS
+/// token in every stream's metadata, and the control plane's cluster.
+#[test]
+fn the_control_plane_bootstrap_passes_envoy_validate() {
+    let scratch = TempDir::new("use-control");
+    let out = scratch.0.join("envoy-control.yaml");
+    std::fs::copy(repo_root().join("envoy/envoy.yaml"), &out).unwrap();
+    let token = scratch.0.join("xds-token");
+    std::fs::write(&token, "xds-token-for-tests\n").unwrap();
+    let status = Command::new("bash")
+        .arg(repo_root().join("envoy/use-control.sh"))
+        .arg(&out)
+        .arg("127.0.0.1:18000")
+        .arg(&token)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains("path_config_source"), "{text}");
+    assert!(
+        text.contains("value: \"Bearer xds-token-for-tests\""),
+        "{text}"
+    );
+    let log = validate("envoy-control.yaml", &text);
+    assert!(log.contains("loading 5 cluster(s)"), "{log}");
+    // A second run finds no file source to replace, and says so.
+    let again = Command::new("bash")
+        .arg(repo_root().join("envoy/use-control.sh"))
+        .arg(&out)
+        .arg("127.0.0.1:18000")
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no path_config_source"));
+}
