@@ -9,7 +9,9 @@ COPY portcullis_filter.wasm /etc/portcullis/portcullis_filter.wasm
 # either build serves from the same image.
 COPY libportcullis.so /etc/portcullis/libportcullis.so
 ENV ENVOY_DYNAMIC_MODULES_SEARCH_PATH=/etc/portcullis
-COPY envoy-replica.yaml envoy-front.yaml /etc/portcullis/
+# envoy-replica-control.yaml: the same replica, its filter config from the
+# control plane over xDS (docker-compose.control.yml).
+COPY envoy-replica.yaml envoy-replica-control.yaml envoy-front.yaml /etc/portcullis/
 # The plugin config (an ECDS resource) comes in a mounted directory, so it
 # can be replaced live; this one serves until then.
 COPY ecds/portcullis.yaml /etc/portcullis/ecds/portcullis.yaml

@@ -4,10 +4,13 @@
 # compose name through DNS, watch the mounted ECDS directory, reach the
 # collector and the limiter over mutual TLS (certificates mounted at
 # /etc/portcullis/tls; envoy/side-tls.sh).
-#   usage: docker/render-replica.sh OUT_FILE
+# With CONTROL (HOST:PORT), the filter's config comes from the control plane
+# over xDS (envoy/use-control.sh), over mutual TLS too.
+#   usage: docker/render-replica.sh OUT_FILE [CONTROL]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$1"
+control="${2:-}"
 sed -e 's/socket_address: {address: 127.0.0.1, port_value: 9901}/socket_address: {address: 0.0.0.0, port_value: 9901}/' \
     -e 's/socket_address: {address: 127.0.0.1, port_value: 10000}/socket_address: {address: 0.0.0.0, port_value: 10000}/' \
     -e 's/address: 127.0.0.1, port_value: 18001/address: primary, port_value: 18001/' \
@@ -23,4 +26,9 @@ if grep -q '127\.0\.0\.1' "$out"; then
   grep -n '127\.0\.0\.1' "$out" >&2
   exit 1
 fi
-envoy/side-tls.sh "$out" /etc/portcullis/tls collector limiter
+if [[ -n $control ]]; then
+  envoy/use-control.sh "$out" "$control"
+  envoy/side-tls.sh "$out" /etc/portcullis/tls collector limiter "${control%:*}"
+else
+  envoy/side-tls.sh "$out" /etc/portcullis/tls collector limiter
+fi

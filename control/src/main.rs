@@ -7,12 +7,14 @@
 //! Serves the admin API on `--admin` (127.0.0.1:9400) and ECDS on `--xds`
 //! (127.0.0.1:18000), serving the resource of `--resource` (an ECDS file
 //! as `envoy/render-ecds.sh` writes it) with the managed plugin config in
-//! it. `--import` loads a plugin YAML when the database has no config yet.
+//! it. `--import` loads a plugin YAML when the database has no config yet
+//! (without it, the plugin config the `--resource` file carries).
 //! Prints `portcullis-control admin=<addr> xds=<addr>` once both listen.
 //! xDS listens beyond loopback only with a token or client certificates.
 //!
 //! `token create --db ... --name NAME --role read|write`: a new admin
-//! token, printed once (only its SHA-256 is kept).
+//! token, printed once (only its SHA-256 is kept). `token add ... --token-file
+//! PATH`: a token chosen elsewhere (a deployment's secret), idempotent.
 
 use portcullis_control::api::{self, App};
 use portcullis_control::pb::extension::extension_config_discovery_service_server::ExtensionConfigDiscoveryServiceServer;
@@ -36,7 +38,7 @@ fn main() {
     }
 }
 
-const USAGE: &str = "usage: portcullis-control serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE] [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]\n       portcullis-control token create --db PATH|postgres://... --name NAME --role read|write";
+const USAGE: &str = "usage: portcullis-control serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE] [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]\n       portcullis-control token create --db PATH|postgres://... --name NAME --role read|write\n       portcullis-control token add --db PATH|postgres://... --name NAME --role read|write --token-file PATH";
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -56,6 +58,23 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 .call_blocking(move |inner| inner.create_token(&name, role, api::now_ms()))
                 .map_err(|r| r.message)?;
             println!("{token}");
+            Ok(())
+        }
+        (Some("token"), Some("add")) => {
+            // A token chosen elsewhere (a secret of the deployment), kept
+            // as its SHA-256; adding it again changes nothing.
+            let name = arg(&args, "--name").ok_or("token add needs --name")?;
+            let role = arg(&args, "--role")
+                .as_deref()
+                .and_then(Role::parse)
+                .ok_or("token add needs --role read or --role write")?;
+            let token =
+                portcullis_service::token_from_file("--token-file", arg(&args, "--token-file"))?
+                    .ok_or("token add needs --token-file")?;
+            let store = Store::open(&db)?;
+            store
+                .call_blocking(move |inner| inner.add_token(&token, &name, role, api::now_ms()))
+                .map_err(|r| r.message)?;
             Ok(())
         }
         (Some("serve"), _) => serve(&args, &db),
@@ -99,20 +118,30 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let store = Store::open(db)?;
-    if let Some(p) = arg(args, "--import") {
-        let text = std::fs::read_to_string(&p).map_err(|e| format!("--import {p}: {e}"))?;
+    // The first config: --import's file, else the one the resource carries.
+    let first = match arg(args, "--import") {
+        Some(p) => Some((
+            std::fs::read_to_string(&p).map_err(|e| format!("--import {p}: {e}"))?,
+            format!("--import {p}"),
+        )),
+        None => template
+            .as_ref()
+            .and_then(|t| t.plugin_config())
+            .map(|c| (c, "the --resource file's plugin config".to_string())),
+    };
+    if let Some((text, p)) = first {
         let empty = store
             .call_blocking(|inner| inner.current())
             .map_err(|r| r.message)?
             .is_none();
         if empty {
             let state = portcullis_control::state::State::from_yaml(&text, api::now_ms())
-                .map_err(|e| format!("--import {p}: {e}"))?;
+                .map_err(|e| format!("{p}: {e}"))?;
             let change = Change {
                 actor: "portcullis-control".into(),
                 action: "config.import".into(),
                 target: "config".into(),
-                detail: format!("--import {p}"),
+                detail: p.clone(),
             };
             store
                 .call_blocking(move |inner| {
@@ -121,7 +150,7 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
                         Ok(())
                     })
                 })
-                .map_err(|r| format!("--import {p}: {}", r.message))?;
+                .map_err(|r| format!("{p}: {}", r.message))?;
         }
     }
     let (snapshots, watcher) = portcullis_control::snapshots();

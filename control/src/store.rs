@@ -441,6 +441,31 @@ impl Inner {
         Ok(token)
     }
 
+    /// Keep a token chosen elsewhere (once: adding it again changes
+    /// nothing, not even its name or role).
+    pub fn add_token(
+        &mut self,
+        token: &str,
+        name: &str,
+        role: Role,
+        now_ms: i64,
+    ) -> Result<(), Refusal> {
+        let hash = secret::sha256_hex(token);
+        self.db.tx(|tx| -> Result<(), Refusal> {
+            tx.exec(
+                "INSERT INTO control_tokens (sha256, name, role, created_ms) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (sha256) DO NOTHING",
+                &[
+                    hash.as_str().into(),
+                    name.into(),
+                    role.as_str().into(),
+                    now_ms.into(),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Who holds a token, if anyone.
     pub fn holder(&mut self, token: &str) -> Result<Option<Holder>, Refusal> {
         let hash = secret::sha256_hex(token);

@@ -67,6 +67,24 @@ impl Template {
         Ok(t)
     }
 
+    /// The plugin config the file carries (what a file-based Envoy would
+    /// serve), if any.
+    pub fn plugin_config(&self) -> Option<String> {
+        fn find(v: &serde_json::Value) -> Option<String> {
+            match v {
+                serde_json::Value::Object(o) => {
+                    if o.get("@type").and_then(|t| t.as_str()) == Some(TYPE_STRING_VALUE) {
+                        return o.get("value").and_then(|v| v.as_str()).map(str::to_string);
+                    }
+                    o.values().find_map(find)
+                }
+                serde_json::Value::Array(a) => a.iter().find_map(find),
+                _ => None,
+            }
+        }
+        find(&self.config)
+    }
+
     /// Put `yaml` in the StringValue that carries the plugin config;
     /// whether there was one.
     fn with_plugin_config(&mut self, yaml: &mut String) -> bool {
@@ -341,6 +359,7 @@ mod tests {
     fn a_file_resource_is_served_with_the_managed_config_in_place_of_its_own() {
         let t = Template::from_resources_yaml(WASM).unwrap();
         assert_eq!(t.name, "portcullis");
+        assert_eq!(t.plugin_config().as_deref(), Some("old: 1\n"));
         assert_eq!(
             t.type_url,
             "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"

@@ -16,7 +16,7 @@ fn authenticate<'g>(
     gw: &'g portcullis_core::config::Gateway,
     authorization: Option<&str>,
 ) -> Result<([u8; 32], &'g portcullis_core::config::Client), GatewayError> {
-    let now = host.now_ms();
+    let now = || host.now_ms();
     match host.worker().key_hashes.try_borrow_mut() {
         Ok(mut known) => authenticate_with(gw, authorization, &mut known, now),
         Err(_) => authenticate_with(gw, authorization, &mut KeyHashes::default(), now),

@@ -68,9 +68,20 @@ fn stat_at(admin: u16, name: &str) -> u64 {
     .unwrap_or(0)
 }
 
+/// One fleet at a time: the tests in this file take turns (two fleets on
+/// two cores would slow each other's timed parts).
+static ONE_FLEET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The control plane's write token in docker-compose.control.yml.
+const CONTROL_TOKEN: &str = "compose-control-token";
+
 struct Fleet {
     project: String,
     compose: Vec<String>,
+    /// Compose files over docker-compose.yml.
+    extra: Vec<&'static str>,
+    /// The control plane's admin API on the host, when it runs.
+    control: u16,
     env: Vec<(String, String)>,
     port: u16,
     dashboard: u16,
@@ -83,7 +94,19 @@ const READ_TOKEN: &str = "compose-read-token";
 
 impl Fleet {
     fn up(plugin: &str) -> Fleet {
-        for image in ["gateway", "mock", "collector", "limiter", "redis"] {
+        Self::up_with(plugin, &[])
+    }
+
+    /// With more compose files (each naming its own services).
+    fn up_with(plugin: &str, extra: &[&'static str]) -> Fleet {
+        for image in [
+            "gateway",
+            "mock",
+            "collector",
+            "limiter",
+            "control",
+            "redis",
+        ] {
             let ok = Command::new("docker")
                 .args(["image", "inspect", &format!("portcullis/{image}:local")])
                 .stdout(Stdio::null())
@@ -121,13 +144,16 @@ impl Fleet {
             .args(["-R", "a+rX"])
             .arg(&certs.0)
             .status();
-        let (port, dashboard) = (dead_port(), dead_port());
+        let (port, dashboard, control) = (dead_port(), dead_port(), dead_port());
         let fleet = Fleet {
             project: format!("pctest{}x{nanos}", std::process::id()),
             compose: compose_cmd(),
+            extra: extra.to_vec(),
+            control,
             env: vec![
                 ("PORTCULLIS_PORT".into(), port.to_string()),
                 ("PORTCULLIS_DASHBOARD_PORT".into(), dashboard.to_string()),
+                ("PORTCULLIS_CONTROL_PORT".into(), control.to_string()),
                 (
                     "PORTCULLIS_ECDS_DIR".into(),
                     ecds.0.join("ecds").display().to_string(),
@@ -143,6 +169,9 @@ impl Fleet {
         for s in ["front", "envoy-a", "envoy-b", "collector"] {
             fleet.wait_healthy(s);
         }
+        if !extra.is_empty() {
+            fleet.wait_healthy("control");
+        }
         fleet
     }
 
@@ -151,8 +180,11 @@ impl Fleet {
         let mut c = Command::new(bin);
         c.args(rest)
             .arg("-f")
-            .arg(repo_root().join("docker-compose.yml"))
-            .args(["-p", &self.project])
+            .arg(repo_root().join("docker-compose.yml"));
+        for f in &self.extra {
+            c.arg("-f").arg(repo_root().join(f));
+        }
+        c.args(["-p", &self.project])
             .args(args)
             .current_dir(repo_root());
         for (k, v) in &self.env {
@@ -397,6 +429,7 @@ fn the_fleet_in_containers() {
         eprintln!("no Docker engine answers: the compose tests are skipped");
         return;
     }
+    let _turn = ONE_FLEET.lock().unwrap_or_else(|e| e.into_inner());
     let fleet = Fleet::up(&plugin());
 
     // The official OpenAI SDK through the front: a chat and a stream.
@@ -779,4 +812,101 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
     // `down -v` leaves nothing of the project behind.
     fleet.down();
     assert_eq!(fleet.leftovers().trim(), "", "left behind by down -v");
+}
+
+impl Fleet {
+    /// A call to the control plane's admin API with the write token.
+    fn admin(&self, method: &str, path: &str, body: &str) -> serde_json::Value {
+        let url = format!("http://127.0.0.1:{}{path}", self.control);
+        let auth = format!("Bearer {CONTROL_TOKEN}");
+        let r = match method {
+            "GET" => get(&url, &[("authorization", &auth)]),
+            _ => {
+                assert_eq!(method, "POST");
+                post(&url, &[("authorization", &auth)], body)
+            }
+        };
+        assert!(
+            (200..300).contains(&r.status),
+            "{method} {path}: {} {}",
+            r.status,
+            r.body
+        );
+        r.json()
+    }
+
+    /// Until both replicas have acknowledged `version`.
+    fn both_acked(&self, version: i64) {
+        let want = version.to_string();
+        poll_until(
+            Duration::from_secs(30),
+            &format!("both replicas ACK {version}"),
+            || {
+                let n = self.admin("GET", "/v1/nodes", "");
+                let acked = |id: &str| {
+                    n["nodes"].as_array().is_some_and(|a| {
+                        a.iter()
+                            .any(|x| x["node"] == id && x["acked_version"] == want.as_str())
+                    })
+                };
+                (acked("envoy-a") && acked("envoy-b")).then_some(())
+            },
+        );
+    }
+
+    /// Every one of `n` requests through the front answers `status`.
+    fn all_answer(&self, key: &str, n: usize, status: u16) {
+        for i in 0..n {
+            let r = self.chat(key, &format!("control {i}"));
+            assert_eq!(r.status, status, "request {i} with {key}: {}", r.body);
+        }
+    }
+}
+
+/// The fleet with its control plane (docker-compose.control.yml): both
+/// replicas take the filter's config over xDS (mutual TLS); a key created
+/// through the admin API works on both, a revoke reaches both; with the
+/// control plane stopped both keep serving their last config, and after it
+/// starts again both take the next change.
+#[test]
+fn the_fleet_with_its_control_plane() {
+    if !docker_answers() {
+        assert!(
+            std::env::var("PORTCULLIS_REQUIRE_DOCKER").is_err(),
+            "PORTCULLIS_REQUIRE_DOCKER is set and no Docker engine answers (`docker info`)"
+        );
+        eprintln!("no Docker engine answers: the compose tests are skipped");
+        return;
+    }
+    let _turn = ONE_FLEET.lock().unwrap_or_else(|e| e.into_inner());
+    let fleet = Fleet::up_with(&plugin(), &["docker-compose.control.yml"]);
+    let t0 = Instant::now();
+    fleet.front_sees_both(t0);
+    // The seed config came from the mounted ECDS file.
+    fleet.both_acked(1);
+    fleet.all_answer(BACK_KEY, 4, 200);
+
+    let created = fleet.admin("POST", "/v1/keys", r#"{"name":"from-the-api"}"#);
+    let key = created["key"].as_str().unwrap().to_string();
+    fleet.both_acked(created["version"].as_i64().unwrap());
+    // The front balances across both: every request works.
+    fleet.all_answer(&key, 6, 200);
+
+    let revoked = fleet.admin("POST", "/v1/keys/from-the-api/revoke", "");
+    fleet.both_acked(revoked["version"].as_i64().unwrap());
+    fleet.all_answer(&key, 6, 401);
+
+    // The control plane stopped: both replicas keep their last config.
+    run(&mut fleet.cmd(&["stop", "-t", "1", "control"]));
+    fleet.all_answer(BACK_KEY, 6, 200);
+    fleet.all_answer(&key, 6, 401);
+    // Started again (its database on its volume): the next change reaches
+    // both once they have reconnected.
+    run(&mut fleet.cmd(&["start", "control"]));
+    fleet.wait_healthy("control");
+    let again = fleet.admin("POST", "/v1/keys", r#"{"name":"after-restart"}"#);
+    let key2 = again["key"].as_str().unwrap().to_string();
+    fleet.both_acked(again["version"].as_i64().unwrap());
+    fleet.all_answer(&key2, 6, 200);
+    fleet.all_answer(&key, 4, 401);
 }

@@ -221,17 +221,17 @@ fn remembered_key_hashes_are_only_accepted_keys_and_the_config_still_decides() {
     };
     g.clients.insert(hash, client);
     let mut known = KeyHashes::default();
-    assert!(authenticate_with(&g, Some("Bearer sk-other"), &mut known, 0).is_err());
+    assert!(authenticate_with(&g, Some("Bearer sk-other"), &mut known, || 0).is_err());
     assert!(known.is_empty(), "an unknown key is not remembered");
     for _ in 0..2 {
-        let (h, c) = authenticate_with(&g, Some("Bearer sk-demo"), &mut known, 0).unwrap();
+        let (h, c) = authenticate_with(&g, Some("Bearer sk-demo"), &mut known, || 0).unwrap();
         assert_eq!((h, c.name.as_str()), (hash, "real"));
         assert_eq!(known.len(), 1);
     }
     // A reload that removed the client: the remembered hash finds nothing.
     g.clients.remove(&hash);
     assert_eq!(
-        authenticate_with(&g, Some("Bearer sk-demo"), &mut known, 0)
+        authenticate_with(&g, Some("Bearer sk-demo"), &mut known, || 0)
             .unwrap_err()
             .status,
         401
@@ -260,11 +260,11 @@ fn previous_key_works_until_its_grace_ends() {
     let new: [u8; 32] = Sha256::digest(b"sk-new").into();
     let mut known = KeyHashes::default();
     for key in ["Bearer sk-new", "Bearer sk-old"] {
-        let (h, c) = authenticate_with(&g, Some(key), &mut known, 999_999).unwrap();
+        let (h, c) = authenticate_with(&g, Some(key), &mut known, || 999_999).unwrap();
         assert_eq!((h, c.name.as_str()), (new, "rotated"), "{key}");
     }
     assert_eq!(
-        authenticate_with(&g, Some("Bearer sk-old"), &mut known, 1_000_000)
+        authenticate_with(&g, Some("Bearer sk-old"), &mut known, || 1_000_000)
             .unwrap_err()
             .status,
         401
