@@ -42,10 +42,14 @@ TOKEN=$(cat .run/collector-token)
 [ -s .run/ingest-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/ingest-token)
 # Only this gateway may spend clients' global limits: the limiter's token.
 [ -s .run/limiter-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/limiter-token)
+# The budgets the dashboard shows are the config's: with the control plane,
+# the one it serves (written to .run/control-plugin.yaml at each version).
+plugin_for_collector=envoy/plugin.yaml
+[[ "${CONTROL:-1}" == 0 ]] || plugin_for_collector=.run/control-plugin.yaml
 scripts/keep-running.sh collector \
   "$COLLECTOR" --grpc 127.0.0.1:50051 --http 127.0.0.1:9090 --db .run/portcullis.db \
   --read-token-file .run/collector-token --ingest-token-file .run/ingest-token \
-  --plugin-config envoy/plugin.yaml \
+  --plugin-config "$plugin_for_collector" \
   >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
 
@@ -71,7 +75,8 @@ if [[ "${CONTROL:-1}" != 0 ]]; then
   rm -f .run/control.db .run/control.db-wal .run/control.db-shm
   (umask 077; "$CONTROL_PLANE" token create --db .run/control.db --name make-run --role write >.run/control-admin-token)
   "$CONTROL_PLANE" serve --db .run/control.db --admin 127.0.0.1:9400 --xds 127.0.0.1:18000 \
-    --resource .run/ecds/portcullis.yaml --import envoy/plugin.yaml >>.run/logs/control.log 2>&1 & pids+=($!)
+    --resource .run/ecds/portcullis.yaml --import envoy/plugin.yaml --write-config .run/control-plugin.yaml \
+    --collector http://127.0.0.1:9090 --collector-token-file .run/collector-token >>.run/logs/control.log 2>&1 & pids+=($!)
   wait_for http://127.0.0.1:9400/healthz "control plane"
   bootstrap=.run/envoy-control.yaml
   cp envoy/envoy.yaml "$bootstrap"
@@ -99,7 +104,8 @@ MSG
 if [[ "${CONTROL:-1}" != 0 ]]; then
   ADMIN=$(cat .run/control-admin-token)
   cat <<MSG
-Control plane: http://127.0.0.1:9400 (admin token in .run/control-admin-token; docs/control-plane.md). A new key, working within a second:
+Control plane: http://127.0.0.1:9400 (admin token in .run/control-admin-token; docs/control-plane.md); keys and teams with their spend: http://127.0.0.1:9400/dashboard#token=$ADMIN
+A new key, working within a second:
   curl -s http://127.0.0.1:9400/v1/keys -H 'authorization: Bearer $ADMIN' -d '{"name":"my-app"}'
 MSG
 fi

@@ -27,6 +27,11 @@ pub struct App {
     pub nodes: Nodes,
     /// A rotated-out key's grace period when the call names none.
     pub default_grace_s: u64,
+    /// Where each version served is also written (the collector's
+    /// `--plugin-config`, for its budgets view), atomically.
+    pub write_config: Option<std::path::PathBuf>,
+    /// The collector whose spend the dashboard shows.
+    pub collector: Option<Arc<crate::collector::Collector>>,
 }
 
 pub fn now_ms() -> i64 {
@@ -38,17 +43,23 @@ pub fn now_ms() -> i64 {
 impl App {
     /// Serve `v` to every Envoy, unless a newer version is served already.
     pub fn publish(&self, v: &Version) {
-        let Some(t) = &self.template else { return };
-        self.snapshots.send_if_modified(|cur| {
+        let newer = self.snapshots.send_if_modified(|cur| {
             if cur.as_ref().is_some_and(|c| c.version >= v.version) {
                 return false;
             }
             *cur = Some(Arc::new(Snapshot {
                 version: v.version,
-                resource: t.resource(&v.yaml),
+                resource: self.template.as_ref().map(|t| t.resource(&v.yaml)),
             }));
             true
         });
+        if let (true, Some(path)) = (newer, &self.write_config) {
+            let tmp = path.with_extension("tmp");
+            let written = std::fs::write(&tmp, &v.yaml).and_then(|()| std::fs::rename(&tmp, path));
+            if let Err(e) = written {
+                eprintln!("portcullis-control: --write-config {}: {e}", path.display());
+            }
+        }
     }
 
     /// Apply a change as `who`, publish the result.
@@ -594,9 +605,37 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// Spend against budget per key and team, from the collector's records
+/// (`GET /v1/budgets` of `--collector`), for the dashboard.
+async fn spend(AxState(app): AxState<App>, headers: HeaderMap) -> Answer {
+    auth(&app, &headers, Role::Read).await?;
+    let Some(c) = app.collector.clone() else {
+        return ok(
+            StatusCode::OK,
+            json!({"data": [], "note": "start the control plane with --collector to see spend against budgets"}),
+        );
+    };
+    match c.budgets().await {
+        Ok(v) => ok(StatusCode::OK, v),
+        Err(e) => Err(ApiError(Refusal::new(502, format!("the collector: {e}")))),
+    }
+}
+
+/// The keys and teams page: spend against budget, create and revoke with
+/// an admin token (typed in, or `#token=` in the URL; kept for the tab).
+async fn dashboard() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("dashboard.html"),
+    )
+        .into_response()
+}
+
 pub fn router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/dashboard", get(dashboard))
+        .route("/v1/spend", get(spend))
         .route("/v1/keys", get(list_keys).post(create_key))
         .route(
             "/v1/keys/{name}",

@@ -5,6 +5,7 @@
 //! ECDS) as the plugin config a file-based Envoy would read.
 
 pub mod api;
+pub mod collector;
 pub mod db;
 pub mod secret;
 pub mod state;

@@ -2,7 +2,8 @@
 //!
 //! `serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE]
 //!  [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH]
-//!  [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]`
+//!  [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]] [--write-config PATH]
+//!  [--collector http://HOST:PORT [--collector-token-file PATH]]`
 //!
 //! Serves the admin API on `--admin` (127.0.0.1:9400) and ECDS on `--xds`
 //! (127.0.0.1:18000), serving the resource of `--resource` (an ECDS file
@@ -11,6 +12,9 @@
 //! (without it, the plugin config the `--resource` file carries).
 //! Prints `portcullis-control admin=<addr> xds=<addr>` once both listen.
 //! xDS listens beyond loopback only with a token or client certificates.
+//! `--write-config` writes each version served to a file (the collector's
+//! `--plugin-config`); `--collector` is where the dashboard's spend comes
+//! from (`/dashboard`, `/v1/spend`).
 //!
 //! `token create --db ... --name NAME --role read|write`: a new admin
 //! token, printed once (only its SHA-256 is kept). `token add ... --token-file
@@ -38,7 +42,7 @@ fn main() {
     }
 }
 
-const USAGE: &str = "usage: portcullis-control serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE] [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]\n       portcullis-control token create --db PATH|postgres://... --name NAME --role read|write\n       portcullis-control token add --db PATH|postgres://... --name NAME --role read|write --token-file PATH";
+const USAGE: &str = "usage: portcullis-control serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE] [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]] [--write-config PATH] [--collector http://HOST:PORT [--collector-token-file PATH]]\n       portcullis-control token create --db PATH|postgres://... --name NAME --role read|write\n       portcullis-control token add --db PATH|postgres://... --name NAME --role read|write --token-file PATH";
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -160,6 +164,17 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
         template,
         nodes: Default::default(),
         default_grace_s: grace_s,
+        write_config: arg(args, "--write-config").map(Into::into),
+        collector: match arg(args, "--collector") {
+            Some(url) => Some(Arc::new(portcullis_control::collector::Collector::new(
+                &url,
+                portcullis_service::token_from_file(
+                    "--collector-token-file",
+                    arg(args, "--collector-token-file"),
+                )?,
+            )?)),
+            None => None,
+        },
     };
     tokio::runtime::Runtime::new()?.block_on(async move {
         let admin = tokio::net::TcpListener::bind(admin_addr).await?;

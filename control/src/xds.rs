@@ -56,12 +56,12 @@ impl Template {
             .and_then(|o| o.remove("@type"))
             .and_then(|t| t.as_str().map(str::to_string))
             .ok_or("resources[0].typed_config has no `@type`")?;
-        let mut t = Template {
+        let t = Template {
             name,
             type_url,
             config,
         };
-        if !t.with_plugin_config(&mut String::new()) {
+        if t.plugin_config().is_none() {
             return Err("resources[0].typed_config holds no google.protobuf.StringValue for the plugin config".into());
         }
         Ok(t)
@@ -162,7 +162,9 @@ fn to_struct(v: &serde_json::Value) -> Struct {
 #[derive(Debug)]
 pub struct Snapshot {
     pub version: i64,
-    pub resource: Any,
+    /// None when there is no resource to serve (no `--resource`): the
+    /// version is tracked, nothing is sent.
+    pub resource: Option<Any>,
 }
 
 /// One Envoy, as its xDS streams tell it.
@@ -214,7 +216,7 @@ pub struct Ecds {
 fn response(s: &Snapshot, nonce: u64) -> DiscoveryResponse {
     DiscoveryResponse {
         version_info: s.version.to_string(),
-        resources: vec![s.resource.clone()],
+        resources: s.resource.clone().into_iter().collect(),
         type_url: TYPE_EXTENSION_CONFIG.into(),
         nonce: nonce.to_string(),
     }
@@ -291,7 +293,7 @@ async fn serve_stream(
             continue;
         }
         let snap = snapshots.borrow_and_update().clone();
-        if let Some(s) = snap {
+        if let Some(s) = snap.filter(|s| s.resource.is_some()) {
             nonce = nonce.wrapping_add(1);
             if sent.len() >= 16 {
                 sent.pop_front();
@@ -434,7 +436,7 @@ mod tests {
             let publish = |v: i64| {
                 tx.send_replace(Some(Arc::new(Snapshot {
                     version: v,
-                    resource: t.resource(&format!("v: {v}\n")),
+                    resource: Some(t.resource(&format!("v: {v}\n"))),
                 })));
             };
             publish(1);

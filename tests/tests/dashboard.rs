@@ -40,6 +40,20 @@ fn chrome(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Outp
         .expect("run chromium")
 }
 
+/// Send records to the collector's gRPC ingest, as the filter does.
+fn ingest(port: u16, records: Vec<RequestRecord>) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let mut client = CollectorClient::connect(format!("http://127.0.0.1:{port}"))
+                .await
+                .unwrap();
+            client.ingest(RecordBatch { records }).await.unwrap();
+        });
+}
+
 #[test]
 fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
     let dir = TempDir::new("dashboard");
@@ -122,17 +136,7 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
             ..Default::default()
         })
         .collect();
-    let port = c.grpc_port;
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async move {
-            let mut client = CollectorClient::connect(format!("http://127.0.0.1:{port}"))
-                .await
-                .unwrap();
-            client.ingest(RecordBatch { records }).await.unwrap();
-        });
+    ingest(c.grpc_port, records);
     let url = c.url("/dashboard");
     let dom = chrome(&dir.0, &["--dump-dom"], &url);
     let html = String::from_utf8_lossy(&dom.stdout);
@@ -197,4 +201,112 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
     );
     // Kept for people to look at: target/dashboard.png.
     let _ = std::fs::copy(&shot, repo_root().join("target/dashboard.png"));
+}
+
+/// The control plane's keys and teams page (`/dashboard` of
+/// portcullis-control) in headless Chromium: keys (one made through the
+/// API, one revoked), teams with their keys, spend against budget from the
+/// collector's records, which budgets it knows from the config the control
+/// plane writes for it (`--write-config`).
+#[test]
+fn the_control_planes_keys_page_shows_keys_teams_and_spend_in_a_real_browser() {
+    let dir = TempDir::new("keys-page");
+    let served = dir.0.join("served.yaml");
+    let c = Collector::start_args(
+        dir.0.join("log.db").as_os_str(),
+        0,
+        &["--plugin-config", served.to_str().unwrap()],
+    );
+    let plugin = test_plugin()
+        .replacen(
+            "  - name: demo\n",
+            "  - name: demo\n    team: research\n    limits: {budget_usd_per_day: 0.002}\n",
+            1,
+        )
+        .replacen(
+            "clients:\n",
+            "teams:\n  - name: research\n    limits: {budgets: [{usd: 1, period: month}]}\nclients:\n",
+            1,
+        );
+    let control_dir = TempDir::new("keys-page-control");
+    let db = control_dir.0.join("control.db").into_os_string();
+    let control = Control::start_in(
+        control_dir,
+        db,
+        &plugin,
+        &[
+            "--write-config",
+            served.to_str().unwrap(),
+            "--collector",
+            &format!("http://127.0.0.1:{}", c.http_port),
+        ],
+    );
+    control.write("POST", "/v1/keys", r#"{"name":"web","team":"research"}"#);
+    control.write("POST", "/v1/keys/mini-only/revoke", "");
+    // The collector reads the budgets of the config the control plane wrote.
+    poll_until(
+        std::time::Duration::from_secs(10),
+        "the served config written",
+        || {
+            std::fs::read_to_string(&served)
+                .ok()
+                .filter(|t| t.contains("name: web"))
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let records: Vec<RequestRecord> = (0..4)
+        .map(|i| RequestRecord {
+            request_id: format!("k-{i}"),
+            time_ms: now - 1000 * i,
+            client: "demo".into(),
+            team: "research".into(),
+            model: "gpt-4o-mini".into(),
+            provider: "primary".into(),
+            status: 200,
+            cost_micros: 250,
+            price_source: "config".into(),
+            ..Default::default()
+        })
+        .collect();
+    ingest(c.grpc_port, records);
+    // The spend through the control plane's API, then the page.
+    let spend = control.call("GET", "/v1/spend", Some(&control.read_token), None);
+    assert_eq!(spend.status, 200, "{}", spend.body);
+    assert!(spend.body.contains("\"research\""), "{}", spend.body);
+    let url = format!("{}#token={}", control.url("/dashboard"), control.read_token);
+    let dom = chrome(&dir.0, &["--dump-dom"], &url);
+    let html = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        html.contains("data-loaded=\"yes\""),
+        "the page did not finish loading:\n{html}\n{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    assert!(
+        !html.contains(&control.read_token),
+        "the token left the address bar and the page"
+    );
+    for want in [
+        // demo: its day budget, 4 x $0.00025 spent.
+        "<td>demo</td><td>research</td><td>all</td><td>active</td><td>$0.0020 / day</td><td>$0.0010</td>",
+        "<td>web</td><td>research</td><td>all</td><td>active</td><td class=\"off\">none</td>",
+        "<tr class=\"off\"><td>mini-only</td><td></td><td>gpt-4o-mini</td><td>revoked</td>",
+        "<button class=\"revoke\" data-name=\"web\">revoke</button>",
+        // The team: its keys, its month budget, the same spend.
+        "<td>research</td><td>demo, web</td><td>$1.00 / month</td><td>$0.0010</td>",
+        "no Envoy subscribed",
+    ] {
+        assert!(html.contains(want), "{want} in {html}");
+    }
+    // Without a token the page asks for one and shows nothing.
+    let bare = chrome(
+        &dir.0,
+        &["--dump-dom", "--incognito"],
+        &control.url("/dashboard"),
+    );
+    let html = String::from_utf8_lossy(&bare.stdout);
+    assert!(html.contains("data-loaded=\"no-token\""), "{html}");
+    assert!(!html.contains("<td>demo</td>"), "{html}");
 }
