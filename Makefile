@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: bench-control native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: docs bench-control native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm native
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -95,6 +95,15 @@ bench-core:
 
 bench-collector: postgres
 	scripts/bench-collector.sh
+
+# The documentation as a book (docs/SUMMARY.md) in target/book/; mdBook
+# is installed into .tools/ from crates.io the first time.
+MDBOOK_VERSION := 0.5.4
+docs:
+	@[[ -x .tools/bin/mdbook && "$$(.tools/bin/mdbook --version)" == "mdbook v$(MDBOOK_VERSION)" ]] || \
+	  cargo install mdbook --version $(MDBOOK_VERSION) --locked --root .tools
+	.tools/bin/mdbook build docs
+	@echo "the book: target/book/index.html"
 
 # The control plane (#30): a change's time to the last Envoy's ACK for 1 and
 # 10 Envoys, and a 10,000-key config's size and cost (docs/control-plane.md).
@@ -194,7 +203,7 @@ $(WBG_RUNNER): Cargo.lock
 
 # Coverage-guided fuzzing of the pure core and the collector's query parsing
 # (cargo-fuzz, libFuzzer, the nightly toolchain): a short run of every target
-# in `make test`, a long one with `make fuzz`. See README "Fuzzing".
+# in `make test`, a long one with `make fuzz`. See docs/development.md, "Fuzzing".
 CARGO_FUZZ_VERSION := 0.13.1
 FUZZ_SECONDS ?= 300
 fuzz-tools:

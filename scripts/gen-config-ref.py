@@ -81,6 +81,8 @@ def inner(t):
 def type_name(t):
     if t.startswith("Option<") and t.endswith(">"):
         return type_name(t[7:-1])
+    if t.startswith("Box<") and t.endswith(">"):
+        return type_name(t[4:-1])
     if t.startswith("Vec<") and t.endswith(">"):
         return "list of " + type_name(t[4:-1])
     m = re.match(r"(?:std::collections::)?(?:Hash|BTree)Map<String, (.+)>$", t)

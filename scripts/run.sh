@@ -53,7 +53,7 @@ scripts/keep-running.sh collector \
   >>.run/logs/collector.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9090/healthz "collector"
 
-# Limits scoped `global` (see README): Redis holds the counters, the
+# Limits scoped `global` (docs/limits.md): Redis holds the counters, the
 # limiter speaks Envoy's rate limit protocol over them.
 "$REDIS_SERVER" --port 6379 --bind 127.0.0.1 --save '' --appendonly no >.run/logs/redis.log 2>&1 & pids+=($!)
 scripts/keep-running.sh limiter \

@@ -1,0 +1,275 @@
+//! The documentation holds together: the README stays short; every
+//! relative link in README.md, BENCHMARKS.md and docs/ names a file that
+//! exists (and a heading that exists, when it names one); the book's
+//! SUMMARY.md lists every page; every `make` target quoted is one of the
+//! Makefile's; and the README's tour works as written against the shipped
+//! config (real Envoy, the mock providers).
+
+mod common;
+
+use common::Stack;
+use portcullis_tests::*;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn pages() -> Vec<PathBuf> {
+    let root = repo_root();
+    let mut out = vec![root.join("README.md"), root.join("BENCHMARKS.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    out.extend(docs);
+    out
+}
+
+/// The text outside code blocks and code spans (links in code are not links).
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fence = !fence;
+            continue;
+        }
+        if !fence {
+            let mut in_code = false;
+            for c in line.chars() {
+                if c == '`' {
+                    in_code = !in_code;
+                } else if !in_code {
+                    out.push(c);
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Markdown link targets: `](target)`.
+fn links(text: &str) -> Vec<String> {
+    let text = prose(text);
+    let mut out = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        if let Some(end) = rest.find(')') {
+            out.push(rest[..end].trim().to_string());
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// GitHub's (and mdBook's) anchor of a heading.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anchors(page: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(page).unwrap_or_default();
+    let mut fence = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            out.insert(slug(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_is_short() {
+    let size = std::fs::metadata(repo_root().join("README.md"))
+        .unwrap()
+        .len();
+    assert!(
+        size <= 12 * 1024,
+        "README.md is {size} bytes, over 12 KB: move detail into docs/"
+    );
+}
+
+#[test]
+fn every_relative_link_names_a_file_and_heading_that_exist() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for target in links(&text) {
+            if target.starts_with("http://")
+                || target.starts_with("https://")
+                || target.starts_with("mailto:")
+                || target.is_empty()
+            {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let path = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !path.exists() {
+                broken.push(format!("{}: {target} (no such file)", page.display()));
+                continue;
+            }
+            if let Some(a) = anchor.filter(|_| path.extension().is_some_and(|x| x == "md")) {
+                if !anchors(&path).contains(a) {
+                    broken.push(format!("{}: {target} (no such heading)", page.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the parser broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_books_summary_lists_every_page() {
+    let docs = repo_root().join("docs");
+    let summary = std::fs::read_to_string(docs.join("SUMMARY.md")).unwrap();
+    let listed: BTreeSet<String> = links(&summary).into_iter().collect();
+    for l in &listed {
+        assert!(
+            docs.join(l).exists(),
+            "SUMMARY.md lists {l}, which does not exist"
+        );
+    }
+    for page in pages() {
+        if page.parent() != Some(docs.as_path()) {
+            continue;
+        }
+        let name = page.file_name().unwrap().to_string_lossy().to_string();
+        if name == "SUMMARY.md" {
+            continue;
+        }
+        assert!(
+            listed.contains(&name),
+            "docs/{name} is not in docs/SUMMARY.md"
+        );
+    }
+    let book = std::fs::read_to_string(docs.join("book.toml")).unwrap();
+    assert!(book.contains("src = \".\""), "{book}");
+}
+
+/// `make X` quoted in code (spans or blocks) names a Makefile target.
+#[test]
+fn every_quoted_make_target_exists() {
+    let makefile = std::fs::read_to_string(repo_root().join("Makefile")).unwrap();
+    let targets: BTreeSet<String> = makefile
+        .lines()
+        .filter_map(|l| {
+            let (name, _) = l.split_once(':')?;
+            (!name.is_empty()
+                && !name.starts_with(['\t', '#', '.'])
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .then(|| name.to_string())
+        })
+        .collect();
+    assert!(
+        targets.contains("run") && targets.contains("test"),
+        "{targets:?}"
+    );
+    let mut unknown = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        // Code only: what is not prose.
+        let mut code = String::new();
+        let mut fence = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                fence = !fence;
+                continue;
+            }
+            if fence {
+                code.push_str(line);
+                code.push('\n');
+            } else {
+                for (i, span) in line.split('`').enumerate() {
+                    if i % 2 == 1 {
+                        code.push_str(span);
+                        code.push('\n');
+                    }
+                }
+            }
+        }
+        for line in code.lines() {
+            let mut words = line.split_whitespace().peekable();
+            while let Some(w) = words.next() {
+                if w != "make" {
+                    continue;
+                }
+                let Some(t) = words.peek() else { continue };
+                let t = t.trim_end_matches([';', ',', ')', '.']);
+                if t.starts_with('-') || t.contains('=') || t.is_empty() {
+                    continue;
+                }
+                if !targets.contains(t) {
+                    unknown.push(format!("{}: make {t}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "make targets that do not exist:\n{}",
+        unknown.join("\n")
+    );
+}
+
+/// The README's tour against the gateway, as written: each `curl` to
+/// 127.0.0.1:10000 run by the shell with the port of a real Envoy serving
+/// the shipped config; every one answers 200 but the unknown key's, 401.
+#[test]
+fn the_readmes_tour_works_as_written() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let tries: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("curl -s http://127.0.0.1:10000/"))
+        .collect();
+    assert!(tries.len() >= 5, "the tour lost its tries: {tries:?}");
+    let stack = Stack::start(&shipped_plugin(), 1);
+    for t in tries {
+        let line = t.replace("http://127.0.0.1:10000", &stack.envoy.url(""));
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("{line} -o /dev/null -w '%{{http_code}}'"))
+            .output()
+            .expect("run curl");
+        let status = String::from_utf8_lossy(&out.stdout).to_string();
+        let want = if t.contains("sk-nobody") {
+            "401"
+        } else {
+            "200"
+        };
+        assert_eq!(
+            status,
+            want,
+            "{t}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
