@@ -310,3 +310,105 @@ fn the_control_planes_keys_page_shows_keys_teams_and_spend_in_a_real_browser() {
     assert!(html.contains("data-loaded=\"no-token\""), "{html}");
     assert!(!html.contains("<td>demo</td>"), "{html}");
 }
+
+/// The dashboard as an operator sees it after a busy day: 15 providers and
+/// 15 models with long names, 30 clients, traffic in a few hours of the
+/// 24 h window. Bar charts show the top 7 and "others", their labels never
+/// overlap nor leave the chart; tables list at most 10 rows and fit their
+/// column or scroll in it (the page's own `?audit` check: nothing cropped,
+/// no table over another); the time series draws the whole window.
+#[test]
+fn the_dashboard_reads_at_a_glance_on_a_busy_day() {
+    let dir = TempDir::new("dashboard-busy");
+    let c = Collector::start_args(dir.0.join("log.db").as_os_str(), 0, &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let records: Vec<RequestRecord> = (0..300u64)
+        .map(|i| RequestRecord {
+            request_id: format!("busy-{i}"),
+            // Four busy hours of the day: now, 3 h, 9 h and 20 h ago.
+            time_ms: now - [0, 3, 9, 20][(i % 4) as usize] * 3_600_000 - i * 1000,
+            client: format!("client-team-{:02}-service", i % 30),
+            model: format!("model-{:02}-with-a-rather-long-name", i % 15),
+            provider: format!("provider-{:02}-with-a-long-name", (i / 2) % 15),
+            status: if i % 17 == 0 { 502 } else { 200 },
+            latency_ms: 40 + i % 50,
+            prompt_tokens: 10,
+            completion_tokens: 20,
+            cost_micros: 250,
+            price_source: "config".into(),
+            ..Default::default()
+        })
+        .collect();
+    ingest(c.grpc_port, records);
+    let dom = chrome(&dir.0, &["--dump-dom"], &c.url("/dashboard?audit"));
+    let html = String::from_utf8_lossy(&dom.stdout).to_string();
+    assert!(html.contains("data-loaded=\"yes\""), "{html}");
+    let unescape = |v: &str| {
+        v.replace("&quot;", "\"")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    // An attribute's value in the serialized DOM (its quotes are escaped).
+    let value_after = |from: usize, name: &str| -> String {
+        let tag_end = from + html[from..].find('>').unwrap();
+        let tag = &html[from..tag_end];
+        let key = format!("{name}=\"");
+        let at = tag
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name} in {tag}"))
+            + key.len();
+        unescape(&tag[at..at + tag[at..].find('"').unwrap()])
+    };
+    let attr = |id: &str, name: &str| -> String {
+        let at = html
+            .find(&format!("id=\"{id}\""))
+            .unwrap_or_else(|| panic!("no {id}"));
+        value_after(html[..at].rfind('<').unwrap(), name)
+    };
+    let body = html.find("<body").unwrap();
+    let overflow = value_after(body, "data-overflow");
+    assert_eq!(overflow, "[]", "cropped or overlapping: {overflow}");
+    for chart in ["byProvider", "byModel"] {
+        let labels: serde_json::Value = serde_json::from_str(&attr(chart, "data-labels"))
+            .unwrap_or_else(|e| panic!("{chart}: {e}"));
+        let labels = labels.as_array().unwrap();
+        assert_eq!(labels.len(), 8, "{chart}: top 7 and others: {labels:?}");
+        assert!(
+            labels[7]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("others (8)"),
+            "{labels:?}"
+        );
+        for (i, a) in labels.iter().enumerate() {
+            let (ax, aw) = (a["x"].as_f64().unwrap(), a["w"].as_f64().unwrap());
+            assert!(
+                ax >= 0.0 && ax + aw <= 640.0,
+                "{chart}: label {a} leaves the chart"
+            );
+            for b in labels.iter().skip(i + 1) {
+                if a["y"] != b["y"] {
+                    continue;
+                }
+                let (bx, bw) = (b["x"].as_f64().unwrap(), b["w"].as_f64().unwrap());
+                assert!(ax + aw <= bx || bx + bw <= ax, "{chart}: {a} overlaps {b}");
+            }
+        }
+    }
+    let clients = html
+        .split("id=\"clients\">")
+        .nth(1)
+        .and_then(|r| r.split("</tbody>").next())
+        .unwrap();
+    assert_eq!(clients.matches("<tr>").count(), 10, "{clients}");
+    assert!(clients.contains("others (21)"), "{clients}");
+    let slots: u32 = attr("traffic", "data-slots").parse().unwrap();
+    assert!(
+        (24..=25).contains(&slots),
+        "the 24 h window drawn whole: {slots} slots"
+    );
+}
