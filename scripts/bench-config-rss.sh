@@ -18,7 +18,8 @@ cleanup() { [[ -z $pid ]] || kill "$pid" 2>/dev/null || true; wait 2>/dev/null |
 trap cleanup EXIT INT TERM
 PORT=10471; ADMIN=9971
 sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/envoy.yaml"
-envoy/render-ecds.sh envoy/plugin.yaml "$dir/ecds/portcullis.yaml" "$WASM"
+scripts/bench-plugin.sh >"$dir/shipped.yaml"
+envoy/render-ecds.sh "$dir/shipped.yaml" "$dir/ecds/portcullis.yaml" "$WASM"
 "$ENVOY" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/envoy.log" 2>&1 &
 pid=$!
 stat() { curl -fsS "http://127.0.0.1:$ADMIN/stats" 2>/dev/null | sed -n "s/^$1: //p"; }
@@ -48,7 +49,7 @@ settle() {
 start=$(settle); peak=$start; rounds=()
 # Invalid as well as large (an unknown key), so a build without the size
 # limit refuses it too, after reading it: the two can be compared.
-{ cat envoy/plugin.yaml; echo "not_a_key: 1"; printf '# %s\n' "$(head -c $((5 << 20)) /dev/zero | tr '\0' x)"; } >"$dir/big.yaml"
+{ cat "$dir/shipped.yaml"; echo "not_a_key: 1"; printf '# %s\n' "$(head -c $((5 << 20)) /dev/zero | tr '\0' x)"; } >"$dir/big.yaml"
 for i in $(seq 1 "$ROUNDS"); do
   before=$(stat extension_config_discovery.http_filter.portcullis.config_fail); before=${before:-0}
   # Each round's config differs (Envoy skips a resource it already has).

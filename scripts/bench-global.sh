@@ -36,7 +36,7 @@ port_open $REDIS_PORT; port_open $LIMITER_PORT
 
 VARIANTS=(local global global1)
 declare -A PORT=([local]=10201 [global]=10202 [global1]=10203) ADMIN=([local]=9921 [global]=9922 [global1]=9923) PID=()
-base=$(sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml | sed '/^log:/,/^[a-z]/{/^log:/d;/^  /d}')
+base=$(scripts/bench-plugin.sh | sed 's/^  enabled: true/  enabled: false/' | sed '/^log:/,/^[a-z]/{/^log:/d;/^  /d}')
 limits='limits: {requests_per_minute: 1000000000, tokens_per_minute: 4000000000, budget_usd_per_day: 400000}'
 demo='    key_sha256: 1f39b34977fb885c1f5e66609a5a880cd58f383952eb98ce438069cc57aeccf8'
 grep -q "^$demo\$" <<<"$base" || { echo "bench: demo key not found in envoy/plugin.yaml" >&2; exit 1; }

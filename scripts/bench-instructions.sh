@@ -42,11 +42,12 @@ wait_for http://127.0.0.1:18452/healthz
 sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
 # Both providers' clusters reach the mock (a strategy may pick the backup).
 sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
-sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
-cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
+scripts/bench-plugin.sh >"$dir/shipped.yaml"   # the shipped config without the tour's sections
+sed 's/^  enabled: true/  enabled: false/' "$dir/shipped.yaml" >"$dir/plugin-route.yaml"
+cp "$dir/shipped.yaml" "$dir/plugin-hit.yaml"
 # The routed path with the cache on and every request a new prompt: a miss
 # (key, lookup) and a store each.
-cp envoy/plugin.yaml "$dir/plugin-miss.yaml"
+cp "$dir/shipped.yaml" "$dir/plugin-miss.yaml"
 echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
 # The routed path with five input checks and one output check (#18).
 cat "$dir/plugin-route.yaml" - >"$dir/plugin-guard.yaml" <<'YAML'

@@ -28,9 +28,9 @@ sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $
 # BENCH_MEMORY_NOLOG=1: without the request log (its buffer's high-water
 # mark then does not enter the Wasm VM's memory).
 if [[ -n ${BENCH_MEMORY_NOLOG:-} ]]; then
-  awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' envoy/plugin.yaml >"$dir/plugin.yaml"
+  scripts/bench-plugin.sh | awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' >"$dir/plugin.yaml"
 else
-  cp envoy/plugin.yaml "$dir/plugin.yaml"
+  scripts/bench-plugin.sh >"$dir/plugin.yaml"
 fi
 envoy/render-ecds.sh "$dir/plugin.yaml" "$dir/ecds/portcullis.yaml" "$WASM"
 ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-mem "$ENVOY" -c "$dir/envoy.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/envoy.log" 2>&1 & epid=$!; pids+=($epid)

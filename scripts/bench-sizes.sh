@@ -49,10 +49,10 @@ declare -A PORT=([bare]=10501 [route]=10502 [hit]=10503 [floor]=10504) ADMIN=([b
 VARIANTS=(bare route hit)
 # No request log: the sizes are compared, not the log's timer-driven flushes.
 nolog() { awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$1"; }
-nolog envoy/plugin.yaml | sed 's/^  enabled: true/  enabled: false/' >"$dir/plugin-route.yaml"
+nolog <(scripts/bench-plugin.sh) | sed 's/^  enabled: true/  enabled: false/' >"$dir/plugin-route.yaml"
 grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench-sizes: cannot turn the cache off" >&2; exit 1; }
 # Answers to 10 MB prompts are small: the cache's entry limit is not in play.
-nolog envoy/plugin.yaml >"$dir/plugin-hit.yaml"
+nolog <(scripts/bench-plugin.sh) >"$dir/plugin-hit.yaml"
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
 (cd bench/floor && cargo build --release -q --target wasm32-wasip1)
 echo route >"$dir/plugin-floor.yaml"

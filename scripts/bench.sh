@@ -67,9 +67,10 @@ sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_
 for v in "${FILTERS[@]}"; do
   sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
 done
-sed 's/^  enabled: true/  enabled: false/' envoy/plugin.yaml >"$dir/plugin-route.yaml"
+scripts/bench-plugin.sh >"$dir/shipped.yaml"   # the shipped config without the tour's sections
+sed 's/^  enabled: true/  enabled: false/' "$dir/shipped.yaml" >"$dir/plugin-route.yaml"
 grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench: cannot turn the cache off in envoy/plugin.yaml" >&2; exit 1; }
-cp envoy/plugin.yaml "$dir/plugin-hit.yaml"
+cp "$dir/shipped.yaml" "$dir/plugin-hit.yaml"
 envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route/portcullis.yaml" "$WASM"
 envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit/portcullis.yaml" "$WASM"
 envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-miss/portcullis.yaml" "$WASM"

@@ -99,6 +99,15 @@ Dashboard: http://127.0.0.1:9090/dashboard (read token: $TOKEN; the collector's 
   curl -s http://127.0.0.1:10000/v1/responses -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"claude-sonnet","input":"Hello!"}'
   curl -s http://127.0.0.1:10000/v1/messages -H 'x-api-key: sk-portcullis-demo' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{"model":"gpt-4o-mini","max_tokens":100,"messages":[{"role":"user","content":"Hello!"}]}'
   curl -s http://127.0.0.1:10000/v1/embeddings -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"text-embedding-3-small","input":["hello","world"]}'
+One capability each, with the tour's key (sk-portcullis-tour; envoy/plugin.yaml's demo sections):
+  # a guardrail: the provider got the prompt with the address redacted
+  curl -s -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d '{"model":"mini","messages":[{"role":"user","content":"write to jo@example.com"}]}'; curl -s http://127.0.0.1:18001/__mock/requests | grep -o 'write to [^"]*' | tail -1
+  # a routing strategy: 'fast' goes to the cheapest provider serving it (the backup)
+  curl -s -D - -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"fast","messages":[{"role":"user","content":"Hi"}]}' | grep -i '^x-portcullis-provider'
+  # a sticky A/B experiment: each key keeps its arm for 'claude-haiku'
+  curl -s -D - -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d '{"model":"claude-haiku","messages":[{"role":"user","content":"Hi"}]}' | grep -i '^x-portcullis-\(experiment\|model\)'
+  # a limit: 5 requests a minute, then 429 (and a budget of \$0.01 a day, on the dashboards)
+  for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d "{\"model\":\"mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi \$i\"}]}"; done; echo
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
 if [[ "${CONTROL:-1}" != 0 ]]; then

@@ -1247,30 +1247,67 @@ pub fn dead_port() -> u16 {
         .expect("free port")
 }
 
-/// The shipped plugin config with the prompt cache off, so that tests
-/// counting provider hits see every request reach a provider (cache tests
-/// turn it on), and without the demo's Anthropic-format provider (tests
-/// that want one make their own): two providers, `primary` and `backup`.
+/// The shipped plugin config without its demo sections: every block from a
+/// `# demo:` or `# tour:` comment line to its `# end of ...` line (the
+/// Anthropic-format provider; the tour's key, experiment, guardrail,
+/// strategy and price), and the demo provider out of the chain. What is
+/// left is the two OpenAI-format providers, `primary` and `backup`, and the
+/// `demo` and `mini-only` keys.
+pub fn without_demo(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    // The kind of block being skipped ("demo" or "tour"): a block ends at
+    // the end line of its own kind (a tour block may sit inside a demo one).
+    let mut skipping: Option<&str> = None;
+    let mut blocks = 0;
+    for line in p.lines() {
+        let t = line.trim_start();
+        match skipping {
+            None => {
+                if let Some(kind) = ["demo", "tour"]
+                    .into_iter()
+                    .find(|k| t.starts_with(&format!("# {k}:")))
+                {
+                    skipping = Some(kind);
+                    blocks += 1;
+                    continue;
+                }
+            }
+            Some(kind) => {
+                if t.starts_with(&format!("# end of {kind}")) {
+                    skipping = None;
+                }
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    assert!(
+        skipping.is_none(),
+        "envoy/plugin.yaml: a `# demo:`/`# tour:` block has no `# end of` line"
+    );
+    assert!(
+        blocks >= 6,
+        "envoy/plugin.yaml: the demo markers changed; update the harness"
+    );
+    assert!(
+        out.contains("chain: [primary, backup, claude]"),
+        "envoy/plugin.yaml: the routing chain changed; update the harness"
+    );
+    out.replace(
+        "chain: [primary, backup, claude]",
+        "chain: [primary, backup]",
+    )
+}
+
+/// The shipped plugin config without its demo sections ([`without_demo`])
+/// and with the prompt cache off, so that tests counting provider hits see
+/// every request reach a provider (cache tests turn it on).
 pub fn test_plugin() -> String {
-    let p = shipped_plugin();
+    let p = without_demo(&shipped_plugin());
     assert!(
         p.contains("cache:\n  enabled: true"),
         "envoy/plugin.yaml: cache section changed; update the harness"
-    );
-    let (start, end) = (
-        p.find("  # demo: an Anthropic-format provider")
-            .expect("envoy/plugin.yaml: the demo provider's start marker"),
-        p.find("  # end of demo provider\n")
-            .expect("envoy/plugin.yaml: the demo provider's end marker"),
-    );
-    let mut p = format!(
-        "{}{}",
-        &p[..start],
-        &p[end + "  # end of demo provider\n".len()..]
-    );
-    p = p.replace(
-        "chain: [primary, backup, claude]",
-        "chain: [primary, backup]",
     );
     p.replace("cache:\n  enabled: true", "cache:\n  enabled: false")
 }

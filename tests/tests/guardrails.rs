@@ -247,14 +247,15 @@ fn the_openai_sdk_raises_for_denied_prompts_answers_and_streams() {
 #[test]
 fn the_cache_never_serves_one_clients_redaction_or_the_raw_answer_to_a_client_that_redacts() {
     // The shipped plugin has the cache on (shared by clients); only
-    // `mini-only` redacts card numbers in answers.
+    // `mini-only` redacts card numbers in answers (the shipped config, its
+    // own demo guardrails left out, the cache on).
     let plugin = format!(
         "{}
 guardrails:
   output:
     - {{name: cards, pii: [card], action: redact, clients: [mini-only]}}
 ",
-        shipped_plugin()
+        without_demo(&shipped_plugin())
     );
     let s = Stack::start(&plugin, 1);
     s.primary
