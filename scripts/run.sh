@@ -105,8 +105,8 @@ One capability each, with the tour's key (sk-portcullis-tour; envoy/plugin.yaml'
   # a routing strategy: 'fast' goes to the cheapest provider serving it (the backup)
   curl -s -D - -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"fast","messages":[{"role":"user","content":"Hi"}]}' | grep -i '^x-portcullis-provider'
   # a sticky A/B experiment: each key keeps its arm for 'claude-haiku'
-  curl -s -D - -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d '{"model":"claude-haiku","messages":[{"role":"user","content":"Hi"}]}' | grep -i '^x-portcullis-\(experiment\|model\)'
-  # a limit: 5 requests a minute, then 429 (and a budget of \$0.01 a day, on the dashboards)
+  curl -s -D - -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"claude-haiku","messages":[{"role":"user","content":"Hi"}]}' | grep -i '^x-portcullis-\(experiment\|model\)'
+  # a limit: the tour key's 5 requests a minute (the first try counts), then 429 (its budget, \$0.01 a day, is on the dashboards)
   for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d "{\"model\":\"mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi \$i\"}]}"; done; echo
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
