@@ -273,3 +273,48 @@ fn the_readmes_tour_works_as_written() {
         );
     }
 }
+
+/// `make run`'s ready line: its one-capability tries (scripts/run.sh, as
+/// the shell prints them) against real Envoy with the shipped config, the
+/// ports swapped for the test's; each shows what its comment says.
+#[test]
+fn the_ready_lines_tries_show_what_they_say() {
+    let run = std::fs::read_to_string(repo_root().join("scripts/run.sh")).unwrap();
+    let start = run
+        .find("One capability each")
+        .expect("run.sh: the tries' heading");
+    let end = start
+        + run[start..]
+            .find("Edit envoy/plugin.yaml")
+            .expect("run.sh: the end of the tries");
+    // The heredoc prints `\$` as `$`.
+    let tries: Vec<String> = run[start..end]
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('#'))
+        .map(|l| l.trim_start().replace("\\$", "$"))
+        .collect();
+    assert_eq!(tries.len(), 4, "{tries:?}");
+    let stack = Stack::start(&shipped_plugin(), 1);
+    let wants = [
+        "write to [REDACTED:email]",
+        "x-portcullis-provider: backup",
+        "x-portcullis-experiment: tour-ab/",
+        "429",
+    ];
+    for (t, want) in tries.iter().zip(wants) {
+        let line = t
+            .replace("http://127.0.0.1:10000", &stack.envoy.url(""))
+            .replace("http://127.0.0.1:18001", &stack.primary.url(""));
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&line)
+            .output()
+            .expect("run the try");
+        let shown = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            shown.contains(want),
+            "{t}\nshowed {shown:?}, wanted {want:?}"
+        );
+    }
+}
