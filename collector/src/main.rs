@@ -17,12 +17,7 @@ use portcullis_collector::proto::collector_server::CollectorServer;
 use portcullis_collector::store::{Retention, Writer};
 use std::sync::{Arc, Mutex};
 
-fn arg(args: &[String], flag: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == flag)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
+use portcullis_service::flag_value as arg;
 
 fn main() {
     if let Err(e) = run() {
@@ -53,12 +48,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let token = token_from_file("--read-token-file", arg(&args, "--read-token-file"))?;
     let ingest_token = token_from_file("--ingest-token-file", arg(&args, "--ingest-token-file"))?;
-    let mut tls = portcullis_service::TlsFlags::default();
-    for flag in ["--tls-cert", "--tls-key", "--tls-client-ca"] {
-        if args.iter().any(|a| a == flag) {
-            tls.take(flag, arg(&args, flag))?;
-        }
-    }
+    let tls = portcullis_service::TlsFlags::from_args(&args)?;
     let tls = tls.server_config()?;
     let hosts: Vec<String> = arg(&args, "--allowed-hosts")
         .map(|h| h.split(',').map(str::to_string).collect())

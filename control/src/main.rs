@@ -28,12 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn arg(args: &[String], flag: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == flag)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
+use portcullis_service::flag_value as arg;
 
 fn main() {
     if let Err(e) = run() {
@@ -51,34 +46,37 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         args.get(1).map(String::as_str),
         args.get(2).map(String::as_str),
     ) {
-        (Some("token"), Some("create")) => {
-            let name = arg(&args, "--name").ok_or("token create needs --name")?;
+        (Some("token"), Some(verb @ ("create" | "add"))) => {
+            let name = arg(&args, "--name").ok_or(format!("token {verb} needs --name"))?;
             let role = arg(&args, "--role")
                 .as_deref()
                 .and_then(Role::parse)
-                .ok_or("token create needs --role read or --role write")?;
+                .ok_or(format!("token {verb} needs --role read or --role write"))?;
+            // `add`: a token chosen elsewhere (a secret of the deployment);
+            // adding it again changes nothing. `create`: a new one, printed.
+            let given = if verb == "add" {
+                Some(
+                    portcullis_service::token_from_file(
+                        "--token-file",
+                        arg(&args, "--token-file"),
+                    )?
+                    .ok_or("token add needs --token-file")?,
+                )
+            } else {
+                None
+            };
             let store = Store::open(&db)?;
             let token = store
-                .call_blocking(move |inner| inner.create_token(&name, role, api::now_ms()))
+                .call_blocking(move |inner| match given {
+                    Some(t) => inner
+                        .add_token(&t, &name, role, api::now_ms())
+                        .map(|()| None),
+                    None => inner.create_token(&name, role, api::now_ms()).map(Some),
+                })
                 .map_err(|r| r.message)?;
-            println!("{token}");
-            Ok(())
-        }
-        (Some("token"), Some("add")) => {
-            // A token chosen elsewhere (a secret of the deployment), kept
-            // as its SHA-256; adding it again changes nothing.
-            let name = arg(&args, "--name").ok_or("token add needs --name")?;
-            let role = arg(&args, "--role")
-                .as_deref()
-                .and_then(Role::parse)
-                .ok_or("token add needs --role read or --role write")?;
-            let token =
-                portcullis_service::token_from_file("--token-file", arg(&args, "--token-file"))?
-                    .ok_or("token add needs --token-file")?;
-            let store = Store::open(&db)?;
-            store
-                .call_blocking(move |inner| inner.add_token(&token, &name, role, api::now_ms()))
-                .map_err(|r| r.message)?;
+            if let Some(t) = token {
+                println!("{t}");
+            }
             Ok(())
         }
         (Some("serve"), _) => serve(&args, &db),
@@ -99,12 +97,7 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(86_400);
     let xds_token =
         portcullis_service::token_from_file("--xds-token-file", arg(args, "--xds-token-file"))?;
-    let mut tls = portcullis_service::TlsFlags::default();
-    for flag in ["--tls-cert", "--tls-key", "--tls-client-ca"] {
-        if args.iter().any(|a| a == flag) {
-            tls.take(flag, arg(args, flag))?;
-        }
-    }
+    let tls = portcullis_service::TlsFlags::from_args(args)?;
     if !xds_addr.ip().is_loopback() && xds_token.is_none() && tls.client_ca.is_none() {
         return Err(format!(
             "--xds {xds_addr} is beyond loopback: give --xds-token-file or --tls-client-ca so that only your Envoys get the config"

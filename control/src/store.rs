@@ -136,6 +136,16 @@ fn current_version(tx: &mut dyn Tx) -> Result<i64, DbError> {
     Ok(first_int(&tx.rows("SELECT max(version) FROM control_versions", &[])?).unwrap_or(0))
 }
 
+/// The state at the database's version: the cached one when it is of that
+/// version (no other control plane wrote since), else read again.
+fn state_at(tx: &mut dyn Tx, cached: Option<(i64, State)>) -> Result<(i64, State), DbError> {
+    let version = current_version(tx)?;
+    match cached {
+        Some((v, s)) if v == version => Ok((v, s)),
+        _ => Ok((version, load_state(tx)?)),
+    }
+}
+
 fn load_state(tx: &mut dyn Tx) -> Result<State, DbError> {
     let base = tx
         .rows("SELECT v FROM control_meta WHERE k = 'base'", &[])?
@@ -289,14 +299,9 @@ impl Role {
 impl Inner {
     /// Read the state, without changing it.
     pub fn read<T>(&mut self, f: impl FnOnce(i64, &State) -> T) -> Result<T, Refusal> {
-        let cache = &mut self.cache;
-        let mut db_cache = cache.take();
+        let mut db_cache = self.cache.take();
         let out = self.db.tx(|tx| -> Result<T, Refusal> {
-            let version = current_version(tx)?;
-            let state = match db_cache.take() {
-                Some((v, s)) if v == version => s,
-                _ => load_state(tx)?,
-            };
+            let (version, state) = state_at(tx, db_cache.take())?;
             let out = f(version, &state);
             db_cache = Some((version, state));
             Ok(out)
@@ -317,11 +322,7 @@ impl Inner {
     ) -> Result<(T, Version), Refusal> {
         let mut cached = self.cache.take();
         let result = self.db.tx(|tx| -> Result<(T, Version, State), Refusal> {
-            let version = current_version(tx)?;
-            let old = match cached.take() {
-                Some((v, s)) if v == version => s,
-                _ => load_state(tx)?,
-            };
+            let (version, old) = state_at(tx, cached.take())?;
             let mut new = old.clone();
             let out = f(&mut new)?;
             let yaml = new.render();
@@ -425,19 +426,7 @@ impl Inner {
     pub fn create_token(&mut self, name: &str, role: Role, now_ms: i64) -> Result<String, Refusal> {
         let token = secret::new_secret("pct-")
             .map_err(|e| Refusal::new(500, format!("cannot make a token: {e}")))?;
-        let hash = secret::sha256_hex(&token);
-        self.db.tx(|tx| -> Result<(), Refusal> {
-            tx.exec(
-                "INSERT INTO control_tokens (sha256, name, role, created_ms) VALUES ($1, $2, $3, $4)",
-                &[
-                    hash.as_str().into(),
-                    name.into(),
-                    role.as_str().into(),
-                    now_ms.into(),
-                ],
-            )?;
-            Ok(())
-        })?;
+        self.add_token(&token, name, role, now_ms)?;
         Ok(token)
     }
 

@@ -45,6 +45,14 @@ pub fn call_authorized<T>(token: Option<&str>, request: &tonic::Request<T>) -> b
     bearer_matches(sent, token)
 }
 
+/// The value after `flag` in a command line, if the flag is there.
+pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
 /// The TLS flags of a service, as given.
 #[derive(Debug, Default, Clone)]
 pub struct TlsFlags {
@@ -65,6 +73,17 @@ impl TlsFlags {
         };
         *slot = Some(value.ok_or_else(|| format!("{flag} needs a value"))?);
         Ok(true)
+    }
+
+    /// The three flags from a command line (each one present needs a value).
+    pub fn from_args(args: &[String]) -> Result<TlsFlags, String> {
+        let mut tls = TlsFlags::default();
+        for flag in ["--tls-cert", "--tls-key", "--tls-client-ca"] {
+            if args.iter().any(|a| a == flag) {
+                tls.take(flag, flag_value(args, flag))?;
+            }
+        }
+        Ok(tls)
     }
 
     /// The server's TLS config: `None` without `--tls-cert`; every file

@@ -623,22 +623,24 @@ impl Control {
 
     /// Wait until every node named has acknowledged `version`.
     pub fn wait_acked(&self, nodes: &[&str], version: i64) {
-        let want = version.to_string();
         poll_until(
             Duration::from_secs(10),
             &format!("ACK of version {version}"),
-            || {
-                let n = self.nodes();
-                let all = nodes.iter().all(|id| {
-                    n["nodes"].as_array().is_some_and(|a| {
-                        a.iter()
-                            .any(|x| x["node"] == *id && x["acked_version"] == want.as_str())
-                    })
-                });
-                all.then_some(())
-            },
+            || acked(&self.nodes(), nodes, version).then_some(()),
         );
     }
+}
+
+/// Whether every node named has acknowledged `version`, by the control
+/// plane's `GET /v1/nodes` answer.
+pub fn acked(nodes_answer: &Value, nodes: &[&str], version: i64) -> bool {
+    let want = version.to_string();
+    nodes.iter().all(|id| {
+        nodes_answer["nodes"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|x| x["node"] == *id && x["acked_version"] == want.as_str())
+        })
+    })
 }
 
 // ---------------------------------------------------------------- redis + limiter

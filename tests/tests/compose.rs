@@ -27,6 +27,20 @@ fn docker_answers() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Whether a Docker engine answers; without one the compose tests are
+/// skipped, except on CI (PORTCULLIS_REQUIRE_DOCKER), where that fails.
+fn docker_or_skip() -> bool {
+    if docker_answers() {
+        return true;
+    }
+    assert!(
+        std::env::var("PORTCULLIS_REQUIRE_DOCKER").is_err(),
+        "PORTCULLIS_REQUIRE_DOCKER is set and no Docker engine answers (`docker info`)"
+    );
+    eprintln!("no Docker engine answers: the compose tests are skipped");
+    false
+}
+
 /// `docker compose` (v2) when present, else `docker-compose` (v1).
 fn compose_cmd() -> Vec<String> {
     let v2 = Command::new("docker")
@@ -421,12 +435,7 @@ fn plugin() -> String {
 
 #[test]
 fn the_fleet_in_containers() {
-    if !docker_answers() {
-        assert!(
-            std::env::var("PORTCULLIS_REQUIRE_DOCKER").is_err(),
-            "PORTCULLIS_REQUIRE_DOCKER is set and no Docker engine answers (`docker info`)"
-        );
-        eprintln!("no Docker engine answers: the compose tests are skipped");
+    if !docker_or_skip() {
         return;
     }
     let _turn = ONE_FLEET.lock().unwrap_or_else(|e| e.into_inner());
@@ -837,19 +846,16 @@ impl Fleet {
 
     /// Until both replicas have acknowledged `version`.
     fn both_acked(&self, version: i64) {
-        let want = version.to_string();
         poll_until(
             Duration::from_secs(30),
             &format!("both replicas ACK {version}"),
             || {
-                let n = self.admin("GET", "/v1/nodes", "");
-                let acked = |id: &str| {
-                    n["nodes"].as_array().is_some_and(|a| {
-                        a.iter()
-                            .any(|x| x["node"] == id && x["acked_version"] == want.as_str())
-                    })
-                };
-                (acked("envoy-a") && acked("envoy-b")).then_some(())
+                acked(
+                    &self.admin("GET", "/v1/nodes", ""),
+                    &["envoy-a", "envoy-b"],
+                    version,
+                )
+                .then_some(())
             },
         );
     }
@@ -870,12 +876,7 @@ impl Fleet {
 /// starts again both take the next change.
 #[test]
 fn the_fleet_with_its_control_plane() {
-    if !docker_answers() {
-        assert!(
-            std::env::var("PORTCULLIS_REQUIRE_DOCKER").is_err(),
-            "PORTCULLIS_REQUIRE_DOCKER is set and no Docker engine answers (`docker info`)"
-        );
-        eprintln!("no Docker engine answers: the compose tests are skipped");
+    if !docker_or_skip() {
         return;
     }
     let _turn = ONE_FLEET.lock().unwrap_or_else(|e| e.into_inner());

@@ -132,6 +132,25 @@ fn keys_created_revoked_and_rotated_through_the_api_take_effect_within_a_second(
     assert!(now_s <= until + 1, "refused at {now_s}, late for {until}");
     eprintln!("old key refused {refused_after:?} after the check began");
     assert_eq!(chat(&envoy, &new_key), 200);
+    // The control plane then drops the expired key from the config (its
+    // check runs every 5 s), with a line in the audit log.
+    poll_until(Duration::from_secs(15), "the expired key pruned", || {
+        let k = s
+            .control
+            .call("GET", "/v1/keys/app", Some(&s.control.read_token), None)
+            .json();
+        (k["previous_keys"] == json!([])).then_some(())
+    });
+    let audit = s
+        .control
+        .call(
+            "GET",
+            "/v1/audit?limit=1",
+            Some(&s.control.read_token),
+            None,
+        )
+        .json();
+    assert_eq!(audit["entries"][0]["action"], "key.expire", "{audit}");
 
     // Revoked: 401 within a second, for both the DELETE and POST spelling.
     let revoked = s.control.write("POST", "/v1/keys/app/revoke", "");

@@ -25,33 +25,37 @@ fn pages() -> Vec<PathBuf> {
     out
 }
 
-/// The text outside code blocks and code spans (links in code are not links).
-fn prose(text: &str) -> String {
-    let mut out = String::new();
+/// A page split into its prose and its code (fenced blocks, and each code
+/// span on a line of its own): links in code are not links, and commands
+/// are quoted in code.
+fn split(text: &str) -> (String, String) {
+    let (mut prose, mut code) = (String::new(), String::new());
     let mut fence = false;
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
             fence = !fence;
             continue;
         }
-        if !fence {
-            let mut in_code = false;
-            for c in line.chars() {
-                if c == '`' {
-                    in_code = !in_code;
-                } else if !in_code {
-                    out.push(c);
-                }
-            }
-            out.push('\n');
+        if fence {
+            code.push_str(line);
+            code.push('\n');
+            continue;
         }
+        for (i, part) in line.split('`').enumerate() {
+            let to = if i % 2 == 1 { &mut code } else { &mut prose };
+            to.push_str(part);
+            if i % 2 == 1 {
+                code.push('\n');
+            }
+        }
+        prose.push('\n');
     }
-    out
+    (prose, code)
 }
 
 /// Markdown link targets: `](target)`.
 fn links(text: &str) -> Vec<String> {
-    let text = prose(text);
+    let (text, _) = split(text);
     let mut out = Vec::new();
     let mut rest = text.as_str();
     while let Some(i) = rest.find("](") {
@@ -196,26 +200,7 @@ fn every_quoted_make_target_exists() {
     let mut unknown = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).unwrap();
-        // Code only: what is not prose.
-        let mut code = String::new();
-        let mut fence = false;
-        for line in text.lines() {
-            if line.trim_start().starts_with("```") {
-                fence = !fence;
-                continue;
-            }
-            if fence {
-                code.push_str(line);
-                code.push('\n');
-            } else {
-                for (i, span) in line.split('`').enumerate() {
-                    if i % 2 == 1 {
-                        code.push_str(span);
-                        code.push('\n');
-                    }
-                }
-            }
-        }
+        let (_, code) = split(&text);
         for line in code.lines() {
             let mut words = line.split_whitespace().peekable();
             while let Some(w) = words.next() {

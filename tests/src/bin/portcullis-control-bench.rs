@@ -59,17 +59,11 @@ fn to_last_ack(
     let started = Instant::now();
     let version = send();
     let answered = started.elapsed();
-    let want = version.to_string();
     let deadline = started + Duration::from_secs(60);
+    let ids: Vec<&str> = nodes.iter().map(String::as_str).collect();
     loop {
         let n = control.nodes();
-        let all = nodes.iter().all(|id| {
-            n["nodes"].as_array().is_some_and(|a| {
-                a.iter()
-                    .any(|x| x["node"] == id.as_str() && x["acked_version"] == want.as_str())
-            })
-        });
-        if all {
+        if acked(&n, &ids, version) {
             return (answered, started.elapsed());
         }
         assert!(
