@@ -173,6 +173,9 @@ impl Db {
                         usage_estimated: r.get(23)?,
                         price_source: r.get(24)?,
                         budget_routed: r.get(25)?,
+                        ttft_ms: r.get(26)?,
+                        trace_id: r.get(27)?,
+                        api: r.get(28)?,
                     })
                 })?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)

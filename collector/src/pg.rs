@@ -64,8 +64,8 @@ fn i(n: u64) -> i64 {
 const COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache,
     attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens,
     cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails,
-    team, usage_estimated, price_source, budget_routed";
-const NCOLS: usize = 29;
+    team, usage_estimated, price_source, budget_routed, ttft_ms, trace_id, api";
+const NCOLS: usize = 32;
 
 /// A record's values, owned, in [`COLUMNS`] order.
 fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
@@ -104,6 +104,9 @@ fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
         Box::new(i64::from(r.usage_estimated)),
         Box::new(r.price_source.clone()),
         Box::new(i64::from(r.budget_routed)),
+        Box::new(i(r.ttft_ms)),
+        Box::new(crate::types::hex(&r.trace_id)),
+        Box::new(r.api.clone()),
     ]
 }
 
@@ -462,6 +465,9 @@ pub fn recent(c: &mut Client, sql: &str, limit: i64) -> Result<Vec<Recent>> {
             usage_estimated: r.try_get::<_, i64>(23)? != 0,
             price_source: r.try_get(24)?,
             budget_routed: r.try_get::<_, i64>(25)? != 0,
+            ttft_ms: r.try_get(26)?,
+            trace_id: r.try_get(27)?,
+            api: r.try_get(28)?,
         });
     }
     Ok(out)

@@ -43,6 +43,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
      ALTER TABLE requests ADD COLUMN usage_estimated INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE requests ADD COLUMN price_source TEXT NOT NULL DEFAULT '';
      ALTER TABLE requests ADD COLUMN budget_routed INTEGER NOT NULL DEFAULT 0;",
+    "ALTER TABLE requests ADD COLUMN ttft_ms INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE requests ADD COLUMN trace_id TEXT NOT NULL DEFAULT '';
+     ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Which migration makes the failed-attempt rollups (and fills them from
@@ -116,9 +119,9 @@ pub fn write(
             "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
                 experiment, arm, cache, attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream,
                 prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails,
-                team, usage_estimated, price_source, budget_routed)
+                team, usage_estimated, price_source, budget_routed, ttft_ms, trace_id, api)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25,
-                ?26, ?27, ?28, ?29)",
+                ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
         )?;
         let mut same = tx.prepare_cached(
             "SELECT time_ms = ?2 AND latency_ms = ?3 AND client = ?4 AND requested_model = ?5
@@ -134,6 +137,7 @@ pub fn write(
                     .map(|a| serde_json::json!({"provider": a.provider, "status": a.status, "cause": a.cause}))
                     .collect();
                 let attempts = serde_json::Value::Array(attempts).to_string();
+                let trace_id = crate::types::hex(&r.trace_id);
                 let mut insert = |id: &str| {
                     stmt.execute(params![
                         id,
@@ -165,6 +169,9 @@ pub fn write(
                         r.usage_estimated,
                         r.price_source,
                         r.budget_routed,
+                        r.ttft_ms as i64,
+                        trace_id,
+                        r.api,
                     ])
                 };
                 // A request id already stored is a re-sent record (the same

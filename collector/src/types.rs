@@ -58,6 +58,19 @@ pub struct Recent {
     pub usage_estimated: bool,
     pub price_source: String,
     pub budget_routed: bool,
+    pub ttft_ms: i64,
+    pub trace_id: String,
+    pub api: String,
+}
+
+/// Lower-case hex (trace and span ids).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
 }
 
 impl Recent {
@@ -88,6 +101,9 @@ impl Recent {
             "usage_estimated": self.usage_estimated,
             "price_source": self.price_source,
             "budget_routed": self.budget_routed,
+            "ttft_ms": self.ttft_ms,
+            "trace_id": self.trace_id,
+            "api": self.api,
             "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
         })
     }
@@ -96,4 +112,5 @@ impl Recent {
 /// The columns of [`Recent`], in its order (both databases).
 pub const RECENT_COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
      status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
-     reasoning_tokens, cost_micros, limited_by, guardrails, team, usage_estimated, price_source, budget_routed";
+     reasoning_tokens, cost_micros, limited_by, guardrails, team, usage_estimated, price_source, budget_routed,
+     ttft_ms, trace_id, api";

@@ -160,6 +160,16 @@ impl<H: Host> RequestContext<H> {
     /// Bytes of the answer as they pass; `Some` when what the client gets
     /// differs (a stream without the usage chunk only the gateway asked for).
     fn answer_chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
+        if self.log.ttft_ms == 0
+            && self.log.status == 200
+            && !bytes.is_empty()
+            && self.flight.as_ref().is_some_and(|f| f.chat.stream)
+        {
+            // The first token's arrival: the stream's first bytes (a
+            // sub-millisecond one counts as 1 ms; 0 means none).
+            let ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+            self.log.ttft_ms = ms.max(1);
+        }
         if self.flight.as_ref().is_some_and(|f| f.remember_response) {
             self.remember_response(bytes);
         }
@@ -236,7 +246,11 @@ impl<H: Host> RequestContext<H> {
         let Some(reader) = f.reader.take() else {
             return;
         };
+        let facts = reader.facts();
         let (usage, whole) = reader.finish();
+        self.log.answer_facts = facts
+            .or_else(|| whole.as_deref().map(portcullis_core::usage::AnswerFacts::from_body))
+            .unwrap_or_default();
         if whole.is_none() && f.cache_fill.take().is_some() {
             self.host.count(metrics::CACHE_TOO_LARGE, 1);
         }

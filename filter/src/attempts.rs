@@ -91,7 +91,8 @@ impl<H: Host> RequestContext<H> {
                     flight.min_context =
                         Some(flight.context_of(&loaded.gw, failed_at).unwrap_or(0));
                 }
-                flight.tried.push((provider.name.clone(), cause));
+                let now = self.host.now_ms();
+                flight.tried_current(provider.name.clone(), cause, now);
                 return Some(self.next_attempt());
             }
         }
@@ -165,7 +166,8 @@ impl<H: Host> RequestContext<H> {
                 breakers::release_probe(&self.host, p);
             }
         }
-        flight.tried.push((p.name.clone(), Cause::ConnectFailure));
+        let now = self.host.now_ms();
+        flight.tried_current(p.name.clone(), Cause::ConnectFailure, now);
     }
 
     /// A 4xx's outcome once its body is read: a refusal of a class the

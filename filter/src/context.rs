@@ -54,6 +54,16 @@ pub struct LogFacts {
     /// Which scope refused the request: "", "local" or "global".
     pub limited_by: &'static str,
     pub ttfb_ms: u64,
+    /// A stream's first body chunk, ms after the start (0: none yet).
+    pub ttft_ms: u64,
+    /// The client's `traceparent`, read at the headers.
+    pub parent: Option<portcullis_core::trace::Parent>,
+    /// The client's `tracestate`, as sent.
+    pub tracestate: String,
+    /// The request's trace: the client's continued, or one it started.
+    pub trace: Option<portcullis_core::trace::Trace>,
+    /// What the answer said of itself: id, model, finish reasons.
+    pub answer_facts: portcullis_core::usage::AnswerFacts,
     pub usage: Option<Usage>,
     /// The usage was counted by the gateway (the provider sent none).
     pub usage_estimated: bool,

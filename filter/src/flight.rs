@@ -25,7 +25,10 @@ pub struct Current {
     pub clean: bool,
     /// The provider's model id (the latency key of `fastest`).
     pub model_id: String,
+    /// When it was sent (the clock read that admitted it).
     pub started_ms: u64,
+    /// Its number among the request's attempts (1 for the first): its span.
+    pub n: u32,
     /// Counted in the provider's requests in flight (`least_busy`).
     pub busy: bool,
     /// Holds a slot of the provider's adaptive concurrency.
@@ -97,6 +100,9 @@ pub struct Flight {
     next_candidate: usize,
     pub attempts: u32,
     pub tried: Vec<(String, Cause)>,
+    /// Per entry of `tried`: its attempt number, when it was sent and when
+    /// it ended.
+    pub tried_at: Vec<(u32, u64, u64)>,
     pub skipped: Vec<(String, u64, Skip)>,
     pub current: Option<Current>,
     /// The status the current provider answered with, when it was not a
@@ -159,6 +165,7 @@ impl Flight {
             next_candidate: 0,
             attempts: 0,
             tried: Vec::new(),
+            tried_at: Vec::new(),
             skipped: Vec::new(),
             current: None,
             answered: None,
@@ -179,8 +186,13 @@ impl Flight {
         }
     }
 
-    /// The next candidate whose breaker admits a request, within the
-    /// attempt budget.
+    /// The current attempt failed at `now` for `cause`.
+    pub fn tried_current(&mut self, provider: String, cause: Cause, now: u64) {
+        let (n, start) = self.current.as_ref().map_or((0, 0), |c| (c.n, c.started_ms));
+        self.tried.push((provider, cause));
+        self.tried_at.push((n, start, now));
+    }
+
     /// The context window a provider serves this flight's model with.
     pub fn context_of(&self, gw: &Gateway, provider: usize) -> Option<u64> {
         gw.models
@@ -191,6 +203,8 @@ impl Flight {
             .context_window
     }
 
+    /// The next candidate whose breaker admits a request, within the
+    /// attempt budget.
     pub fn admit_next(
         &mut self,
         host: &impl Host,
@@ -237,8 +251,8 @@ impl Flight {
                         reported: false,
                         clean,
                         model_id: model_id.clone(),
-                        // Only `fastest` reads it (a clock read costs).
-                        started_ms: if gw.policy.uses_latency { now } else { 0 },
+                        started_ms: now,
+                        n: self.attempts,
                         busy,
                         slot,
                     });

@@ -234,6 +234,38 @@ pub fn with_latency<R>(
     )
 }
 
+/// Histogram: a stream's time to first token per answering provider
+/// (`portcullis.ttft.provider.<p>.ms`), handed to `then`.
+pub fn with_ttft<R>(scratch: &RefCell<String>, provider: &str, then: impl FnOnce(&str) -> R) -> R {
+    with_name(
+        scratch,
+        |b| {
+            b.push_str("portcullis.ttft.provider.");
+            push_label(b, provider);
+            b.push_str(".ms");
+        },
+        then,
+    )
+}
+
+/// Histogram: a stream's time per output token after the first, per
+/// answering provider (`portcullis.output_token.provider.<p>.us`).
+pub fn with_output_token<R>(
+    scratch: &RefCell<String>,
+    provider: &str,
+    then: impl FnOnce(&str) -> R,
+) -> R {
+    with_name(
+        scratch,
+        |b| {
+            b.push_str("portcullis.output_token.provider.");
+            push_label(b, provider);
+            b.push_str(".us");
+        },
+        then,
+    )
+}
+
 #[cfg(test)]
 pub fn requests(client: &str, provider: &str, model: &str, status: u32, cache: &str) -> String {
     with_requests(

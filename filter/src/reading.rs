@@ -72,6 +72,15 @@ impl Reader {
         }
     }
 
+    /// What a stream of Chat Completions said of itself (others: read from
+    /// the whole answer, when it is kept).
+    pub fn facts(&self) -> Option<portcullis_core::usage::AnswerFacts> {
+        match self {
+            Reader::Stream(relay) => Some(relay.assembly.facts()),
+            _ => None,
+        }
+    }
+
     /// The usage the answer reported, and the answer in the non-streamed
     /// format when it could be kept whole.
     pub fn finish(self) -> (Option<Usage>, Option<Vec<u8>>) {

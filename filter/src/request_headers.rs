@@ -8,6 +8,7 @@ use crate::host::{Host, Part};
 use portcullis_core::api::{self, responses, Api};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
+use portcullis_core::trace::{self, Trace};
 use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
 
 /// Authenticate with the worker's remembered key hashes.
@@ -63,6 +64,8 @@ impl<H: Host> RequestContext<H> {
                 "content-type" => self.request.has_content_type = true,
                 "cache-control" => self.request.cache_control = Some(text(v).into_owned()),
                 "x-request-id" => self.log.request_id = text(v).into_owned(),
+                "traceparent" => self.log.parent = portcullis_core::trace::parse_traceparent(v),
+                "tracestate" => self.log.tracestate = text(v).into_owned(),
                 headers::PIN_PROVIDER => {
                     self.request.pin_provider = Some(text(v).trim().to_string())
                 }
@@ -151,6 +154,13 @@ impl<H: Host> RequestContext<H> {
         self.log.chat = true;
         let now = self.host.now_ms();
         self.log.started_ms = now;
+        self.log.trace = match self.log.parent.take() {
+            Some(p) => Some(Trace::continued(p, self.roll)),
+            None if trace::sampled(gw.trace_sample_rate, self.roll) => {
+                Some(Trace::started(self.roll, &self.log.request_id, now))
+            }
+            None => None,
+        };
         let (key, client) = authenticate(&self.host, gw, authorization)?;
         self.request.key = Some(key);
         match admission::take_request(&self.host, gw, client, now) {

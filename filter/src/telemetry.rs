@@ -34,6 +34,8 @@ impl<H: Host> RequestContext<H> {
             guardrails: portcullis_core::guard::record_json(&self.log.guardrails),
             latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
             ttfb_ms: self.log.ttfb_ms,
+            ttft_ms: self.log.ttft_ms,
+            api: self.request.api.name().into(),
             prompt: std::mem::take(&mut self.log.prompt),
             completion: std::mem::take(&mut self.log.completion),
             cache: "off".into(),
@@ -43,7 +45,20 @@ impl<H: Host> RequestContext<H> {
         if rec.request_id.is_empty() {
             rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
         }
-        self.flight_facts(&mut rec);
+        if let Some(t) = &self.log.trace {
+            rec.trace_id = t.trace_id.to_vec();
+            rec.span_id = t.span.to_vec();
+            rec.parent_span_id = t.parent.map(|p| p.to_vec()).unwrap_or_default();
+            rec.trace_flags = u32::from(t.flags);
+            if t.parent.is_some() {
+                rec.tracestate = std::mem::take(&mut self.log.tracestate);
+            }
+        }
+        let facts = std::mem::take(&mut self.log.answer_facts);
+        rec.response_id = facts.id;
+        rec.response_model = facts.model;
+        rec.finish_reasons = facts.finish_reasons;
+        self.flight_facts(&mut rec, gw);
         if let Some(u) = self.log.usage {
             rec.prompt_tokens = u.prompt;
             rec.completion_tokens = u.completion;
@@ -65,9 +80,22 @@ impl<H: Host> RequestContext<H> {
 
     /// The routed request's part of the record: models, experiment, cache
     /// and every attempt (failed, skipped, answered).
-    fn flight_facts(&self, rec: &mut Record) {
+    fn flight_facts(&self, rec: &mut Record, gw: &portcullis_core::config::Gateway) {
         let Some(f) = self.flight.as_ref() else {
             return;
+        };
+        if let Some(p) = f.current.as_ref().and_then(|c| gw.providers.get(c.provider)) {
+            rec.provider_format = p.schema.name().into();
+            rec.server_address = p.host.clone();
+        }
+        rec.max_tokens = f.chat.max_tokens.unwrap_or(0);
+        rec.temperature = f.chat.temperature;
+        let span = |n: u32| {
+            self.log
+                .trace
+                .as_ref()
+                .map(|t| t.attempt_span(n).to_vec())
+                .unwrap_or_default()
         };
         rec.requested_model = f.chat.model.clone();
         rec.model = f.model_name.clone();
@@ -78,11 +106,14 @@ impl<H: Host> RequestContext<H> {
             rec.experiment = e.clone();
             rec.arm = a.clone();
         }
-        for (p, cause) in &f.tried {
+        for ((p, cause), (n, start, end)) in f.tried.iter().zip(&f.tried_at) {
             rec.attempts.push(Attempt {
                 provider: p.clone(),
                 status: cause.status(),
                 cause: cause.class().into(),
+                span_id: span(*n),
+                start_ms: *start,
+                end_ms: *end,
             });
         }
         for (p, _, why) in &f.skipped {
@@ -90,13 +121,17 @@ impl<H: Host> RequestContext<H> {
                 provider: p.clone(),
                 status: 0,
                 cause: why.class().into(),
+                ..Attempt::default()
             });
         }
-        if let Some(status) = f.answered {
+        if let (Some(status), Some(cur)) = (f.answered, f.current.as_ref()) {
             rec.attempts.push(Attempt {
                 provider: rec.provider.clone(),
                 status: status.into(),
                 cause: String::new(),
+                span_id: span(cur.n),
+                start_ms: cur.started_ms,
+                end_ms: rec.time_ms.saturating_add(rec.latency_ms),
             });
         }
         if f.attempts > 1 {
@@ -144,5 +179,23 @@ impl<H: Host> RequestContext<H> {
         metrics::with_latency(&self.host.worker().metric_name, &r.provider, |n| {
             self.host.histogram(n, r.latency_ms)
         });
+        if r.ttft_ms > 0 {
+            metrics::with_ttft(&self.host.worker().metric_name, &r.provider, |n| {
+                self.host.histogram(n, r.ttft_ms)
+            });
+            if let Some(us) = per_output_token_us(r) {
+                metrics::with_output_token(&self.host.worker().metric_name, &r.provider, |n| {
+                    self.host.histogram(n, us)
+                });
+            }
+        }
     }
+}
+
+/// A stream's time per output token after the first, in microseconds:
+/// what followed the first chunk over the tokens after the first.
+pub(crate) fn per_output_token_us(r: &Record) -> Option<u64> {
+    let after = r.completion_tokens.checked_sub(1).filter(|n| *n > 0)?;
+    let rest_ms = r.latency_ms.checked_sub(r.ttft_ms)?;
+    Some(rest_ms.saturating_mul(1000) / after)
 }

@@ -191,6 +191,9 @@ impl<H: Host> RequestContext<H> {
         for (name, value) in &up.extra {
             set(name, Some(value))?;
         }
+        if let Some(tp) = self.attempt_traceparent() {
+            set("traceparent", Some(&tp))?;
+        }
         // The client's key never reaches a provider.
         match &up.credential {
             Some((name, value)) if *name == "authorization" => set(name, Some(value)),
@@ -199,9 +202,17 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
+    /// The current attempt's `traceparent`: the trace's, with the attempt's
+    /// own span id (none without a trace).
+    fn attempt_traceparent(&self) -> Option<String> {
+        let n = self.flight.as_ref()?.current.as_ref()?.n;
+        Some(self.log.trace.as_ref()?.traceparent(n))
+    }
+
     /// A fallback: the same request by callout to the provider's cluster.
     pub(crate) fn dispatch_fallback(&mut self, up: &UpstreamRequest<'_>) -> Result<Call, Status> {
         let forwarded = self.forwarded_headers();
+        let traceparent = self.attempt_traceparent();
         let mut hdrs: Vec<(&str, &str)> = vec![
             (":method", "POST"),
             (":path", &up.path),
@@ -210,7 +221,15 @@ impl<H: Host> RequestContext<H> {
         if !self.request.has_content_type {
             hdrs.push(("content-type", "application/json"));
         }
-        hdrs.extend(forwarded.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        hdrs.extend(
+            forwarded
+                .iter()
+                .filter(|(k, _)| traceparent.is_none() || k != "traceparent")
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        if let Some(tp) = &traceparent {
+            hdrs.push(("traceparent", tp));
+        }
         if let Some((name, value)) = &up.credential {
             hdrs.push((name, value.as_ref()));
         }

@@ -15,6 +15,7 @@ fn record(id: &str, client: &str, latency_ms: u64, now: u64) -> RequestRecord {
             provider: "primary".into(),
             status: 0,
             cause: "timeout".into(),
+            ..Attempt::default()
         })
         .into_iter();
     RequestRecord {
@@ -30,6 +31,7 @@ fn record(id: &str, client: &str, latency_ms: u64, now: u64) -> RequestRecord {
                 provider: "primary".into(),
                 status: 200,
                 cause: String::new(),
+                ..Attempt::default()
             }])
             .collect(),
         status: 200,

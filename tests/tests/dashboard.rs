@@ -112,11 +112,13 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
                         provider: "primary".into(),
                         status: 0,
                         cause: "timeout".into(),
+                        ..Attempt::default()
                     },
                     Attempt {
                         provider: "backup".into(),
                         status: 200,
                         cause: String::new(),
+                        ..Attempt::default()
                     },
                 ]
             } else {

@@ -39,4 +39,5 @@ pub mod store;
 pub mod strategy;
 pub mod stream_cap;
 pub mod strict;
+pub mod trace;
 pub mod usage;

@@ -11,9 +11,14 @@ pub struct Attempt {
     pub provider: String,
     pub status: u32,
     pub cause: String,
+    /// The span id the attempt sent upstream (empty: skipped, or no trace).
+    pub span_id: Vec<u8>,
+    /// When it was sent and when it ended, ms since the Unix epoch (0: skipped).
+    pub start_ms: u64,
+    pub end_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Record {
     pub request_id: String,
     pub time_ms: u64,
@@ -43,6 +48,28 @@ pub struct Record {
     pub usage_estimated: bool,
     pub price_source: String,
     pub budget_routed: bool,
+    /// W3C trace context: the trace, the gateway's span, the client's span
+    /// (empty when the gateway started the trace), the flags, `tracestate`.
+    pub trace_id: Vec<u8>,
+    pub span_id: Vec<u8>,
+    pub parent_span_id: Vec<u8>,
+    pub trace_flags: u32,
+    pub tracestate: String,
+    /// A stream's first body chunk, ms after the request started.
+    pub ttft_ms: u64,
+    /// The inbound API (`chat_completions`, `messages`, `responses`, ...).
+    pub api: String,
+    /// The answering provider's format (`openai`, `anthropic`, ...).
+    pub provider_format: String,
+    /// The answering provider's host.
+    pub server_address: String,
+    /// The request's completion cap and temperature, when given.
+    pub max_tokens: u64,
+    pub temperature: Option<f64>,
+    /// What the answer said of itself, where the gateway read it.
+    pub response_id: String,
+    pub response_model: String,
+    pub finish_reasons: Vec<String>,
 }
 
 use crate::pb::{bytes, key, uint, varint};
@@ -53,6 +80,9 @@ impl Attempt {
         bytes(&mut out, 1, self.provider.as_bytes());
         uint(&mut out, 2, u64::from(self.status));
         bytes(&mut out, 3, self.cause.as_bytes());
+        bytes(&mut out, 4, &self.span_id);
+        uint(&mut out, 5, self.start_ms);
+        uint(&mut out, 6, self.end_ms);
         out
     }
 }
@@ -94,6 +124,27 @@ impl Record {
         uint(&mut o, 26, u64::from(self.usage_estimated));
         bytes(&mut o, 27, self.price_source.as_bytes());
         uint(&mut o, 28, u64::from(self.budget_routed));
+        bytes(&mut o, 29, &self.trace_id);
+        bytes(&mut o, 30, &self.span_id);
+        bytes(&mut o, 31, &self.parent_span_id);
+        uint(&mut o, 32, u64::from(self.trace_flags));
+        bytes(&mut o, 33, self.tracestate.as_bytes());
+        uint(&mut o, 34, self.ttft_ms);
+        bytes(&mut o, 35, self.api.as_bytes());
+        bytes(&mut o, 36, self.provider_format.as_bytes());
+        bytes(&mut o, 37, self.server_address.as_bytes());
+        uint(&mut o, 38, self.max_tokens);
+        if let Some(t) = self.temperature {
+            // `optional double`: written whenever present, 0 included.
+            key(&mut o, 39, 1);
+            o.extend_from_slice(&t.to_le_bytes());
+        }
+        bytes(&mut o, 40, self.response_id.as_bytes());
+        bytes(&mut o, 41, self.response_model.as_bytes());
+        for f in &self.finish_reasons {
+            // Repeated: every value written, empty ones too.
+            crate::pb::message(&mut o, 42, f.as_bytes());
+        }
         o
     }
 }

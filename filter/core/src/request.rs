@@ -37,6 +37,8 @@ pub struct ChatRequest {
     /// `max_completion_tokens`, else `max_tokens`, if given (embeddings:
     /// 0, they produce no tokens).
     pub max_tokens: Option<u64>,
+    /// `temperature`, when a number (the record's).
+    pub temperature: Option<f64>,
     /// The inbound API the body was read for.
     pub api: Api,
 }
@@ -212,6 +214,9 @@ impl ChatRequest {
             stream,
             include_usage,
             max_tokens,
+            temperature: peek
+                .temperature
+                .and_then(|r| serde_json::from_str::<f64>(r.get()).ok()),
             api,
         })
     }

@@ -184,6 +184,15 @@ impl Assembly {
         }
     }
 
+    /// What the stream said of itself: its id, model and finish reason.
+    pub fn facts(&self) -> crate::usage::AnswerFacts {
+        crate::usage::AnswerFacts {
+            id: self.id.clone().unwrap_or_default(),
+            model: self.model.clone().unwrap_or_default(),
+            finish_reasons: self.finish_reason.iter().cloned().collect(),
+        }
+    }
+
     /// The completion in the non-streamed format, if the stream finished
     /// cleanly and held only text.
     pub fn completion(&self) -> Option<Vec<u8>> {

@@ -22,6 +22,8 @@ pub struct Fields<'a> {
     pub max_output_tokens: Option<&'a RawValue>,
     /// Embeddings' `input`.
     pub input: Option<&'a RawValue>,
+    /// Read for the record only (the last one, when repeated).
+    pub temperature: Option<&'a RawValue>,
 }
 
 /// What `messages` holds.
@@ -104,6 +106,7 @@ enum Key {
     MaxCompletionTokens,
     MaxOutputTokens,
     Input,
+    Temperature,
     Other,
 }
 
@@ -125,6 +128,7 @@ impl<'de> Deserialize<'de> for Key {
                     "max_completion_tokens" => Key::MaxCompletionTokens,
                     "max_output_tokens" => Key::MaxOutputTokens,
                     "input" => Key::Input,
+                    "temperature" => Key::Temperature,
                     _ => Key::Other,
                 })
             }
@@ -175,6 +179,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
                             take(&mut map, &mut f.max_output_tokens, "max_output_tokens")?
                         }
                         Key::Input => take(&mut map, &mut f.input, "input")?,
+                        Key::Temperature => {
+                            let raw: &'de RawValue = map.next_value()?;
+                            serde_json::from_str::<Strict>(raw.get())
+                                .map_err(de::Error::custom)?;
+                            f.temperature = Some(raw);
+                        }
                         Key::Messages if f.messages.is_some() => {
                             return Err(de::Error::custom("duplicate field `messages`"))
                         }

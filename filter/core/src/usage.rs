@@ -144,6 +144,51 @@ impl From<Counts> for Usage {
     }
 }
 
+/// What an answer says of itself, for the record's trace attributes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AnswerFacts {
+    pub id: String,
+    pub model: String,
+    pub finish_reasons: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+    /// Anthropic's Messages.
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+impl AnswerFacts {
+    /// From a whole answer (Chat Completions' or Messages' shape, or any
+    /// with `id` and `model`); empty when it does not read.
+    pub fn from_body(body: &[u8]) -> AnswerFacts {
+        let Ok(h) = serde_json::from_slice::<Head>(body) else {
+            return AnswerFacts::default();
+        };
+        let mut finish_reasons: Vec<String> =
+            h.choices.into_iter().filter_map(|c| c.finish_reason).collect();
+        finish_reasons.extend(h.stop_reason);
+        AnswerFacts {
+            id: h.id.unwrap_or_default(),
+            model: h.model.unwrap_or_default(),
+            finish_reasons,
+        }
+    }
+}
+
 /// A copy of an answer taken as it passes to the client (Envoy never holds
 /// it, so its buffer limit never applies): whole up to `keep` bytes, past
 /// that only its last [`TAIL`] bytes, enough to find `usage`.

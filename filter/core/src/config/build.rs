@@ -46,7 +46,14 @@ pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Ga
     let guardrails = guardrails::guardrails(&raw, &names, problems);
     let provider_names: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
     let policy = policy::policy(&raw, &names, &provider_names, problems);
+    let trace_sample_rate = raw.tracing.as_ref().map_or(0.0, |t| t.sample_rate);
+    if !(0.0..=1.0).contains(&trace_sample_rate) {
+        problems.push(format!(
+            "tracing.sample_rate must be from 0 to 1 (it is {trace_sample_rate})"
+        ));
+    }
     Some(Gateway {
+        trace_sample_rate,
         policy,
         guardrails,
         cache: sections::cache(&raw.cache, problems),

@@ -465,6 +465,9 @@ pub struct Gateway {
     pub user_header: Option<String>,
     /// End users tracked per key (`limits.max_users_per_key`).
     pub max_users_per_key: u32,
+    /// The share of requests without a client trace that start one
+    /// (`tracing.sample_rate`; 0 without a `tracing` section).
+    pub trace_sample_rate: f64,
     /// `testing.clock_offset_ms`: added to the host's clock (the host
     /// refuses it unless its environment allows test hooks).
     pub clock_offset_ms: i64,

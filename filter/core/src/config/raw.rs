@@ -52,10 +52,26 @@ pub(super) struct RawConfig {
     /// Teams: limits and budgets shared by their keys (`clients[].team`).
     #[serde(default)]
     pub(super) teams: Vec<RawTeam>,
+    /// Trace context: a client's W3C `traceparent` is always continued (a child span per attempt goes upstream); this section also starts traces for requests that come without one.
+    #[serde(default)]
+    pub(super) tracing: Option<RawTracing>,
     /// Test hooks, refused unless the VM's environment has
     /// `PORTCULLIS_TESTING=1` (never in production).
     #[serde(default)]
     pub(super) testing: Option<RawTesting>,
+}
+
+/// `tracing`: traces the gateway starts itself.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTracing {
+    /// The share of requests without a `traceparent` that start a trace (sampled), from 0 to 1 (default 1).
+    #[serde(default = "default_sample_rate")]
+    pub(super) sample_rate: f64,
+}
+
+fn default_sample_rate() -> f64 {
+    1.0
 }
 
 /// A team: a name its keys give as `clients[].team`, and limits its keys
