@@ -20,6 +20,8 @@ pub struct Api {
     pub stats: Arc<Stats>,
     /// The plugin config budgets are read from (`--plugin-config`).
     pub plugin: Option<Arc<crate::budgets::PluginConfig>>,
+    /// The OTLP export's counters, when it is on (`--otlp-endpoint`).
+    pub otlp: Option<Arc<crate::otlp::Stats>>,
 }
 
 /// The routes behind the access checks (`access`: the Host allow-list and
@@ -113,6 +115,23 @@ async fn metrics(State(api): State<Api>) -> Response {
         s.failed_commits.load(Ordering::Relaxed),
         s.unauthenticated.load(Ordering::Relaxed),
     );
+    let mut body = body;
+    if let Some(o) = &api.otlp {
+        body.push_str(&format!(
+            "# TYPE portcullis_collector_otlp_exported_spans_total counter\nportcullis_collector_otlp_exported_spans_total {}\n\
+             # TYPE portcullis_collector_otlp_dropped_spans_total counter\nportcullis_collector_otlp_dropped_spans_total {}\n\
+             # TYPE portcullis_collector_otlp_queued_spans gauge\nportcullis_collector_otlp_queued_spans {}\n\
+             # TYPE portcullis_collector_otlp_failed_exports_total counter\nportcullis_collector_otlp_failed_exports_total {}\n\
+             # TYPE portcullis_collector_otlp_metric_exports_total counter\nportcullis_collector_otlp_metric_exports_total {}\n\
+             # TYPE portcullis_collector_otlp_failed_metric_exports_total counter\nportcullis_collector_otlp_failed_metric_exports_total {}\n",
+            o.exported_spans.load(Ordering::Relaxed),
+            o.dropped_spans.load(Ordering::Relaxed),
+            o.queued_spans.load(Ordering::Relaxed),
+            o.failed_exports.load(Ordering::Relaxed),
+            o.metric_exports.load(Ordering::Relaxed),
+            o.failed_metric_exports.load(Ordering::Relaxed),
+        ));
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 

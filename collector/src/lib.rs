@@ -6,6 +6,7 @@ pub mod api;
 pub mod budgets;
 pub mod db;
 pub mod grpc;
+pub mod otlp;
 pub mod pg;
 pub mod rollup;
 pub mod since;
@@ -23,4 +24,15 @@ pub mod types;
 )]
 pub mod proto {
     tonic::include_proto!("portcullis.v1");
+}
+
+#[allow(
+    clippy::all,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+pub mod otlp_proto {
+    tonic::include_proto!("portcullis.otlp");
 }

@@ -54,13 +54,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .map(|h| h.split(',').map(str::to_string).collect())
         .unwrap_or_default();
 
+    let export = portcullis_collector::otlp::Config::from_args(&args)?
+        .map(portcullis_collector::otlp::start)
+        .transpose()?;
     let mut conn = connect(&db)?;
     migrate(&mut conn)?;
-    let writer = Writer::start(conn, queue, retention);
+    let otlp = export.as_ref().map(|s| s.stats.clone());
+    let writer = Writer::start_with(conn, queue, retention, export);
     let reader = Arc::new(Mutex::new(connect(&db)?));
     let api = Api {
         reader,
         stats: writer.stats.clone(),
+        otlp,
         plugin: arg(&args, "--plugin-config")
             .map(|p| Arc::new(portcullis_collector::budgets::PluginConfig::new(p.into()))),
     };

@@ -54,12 +54,22 @@ pub enum SubmitError {
 impl Writer {
     /// Start the writer thread over `db`, with a queue of `capacity` batches.
     pub fn start(db: Db, capacity: usize, retention: Retention) -> Writer {
+        Self::start_with(db, capacity, retention, None)
+    }
+
+    /// The same, handing every committed batch to the OTLP export.
+    pub fn start_with(
+        db: Db,
+        capacity: usize,
+        retention: Retention,
+        export: Option<crate::otlp::Sink>,
+    ) -> Writer {
         let (tx, rx) = sync_channel(capacity);
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run(db, rx, s, retention))
+            .spawn(move || run(db, rx, s, retention, export))
             .map(|_| ())
             .unwrap_or_else(|e| {
                 eprintln!("portcullis-collector: cannot start the writer thread: {e}")
@@ -106,7 +116,13 @@ const PRUNE_STEP: i64 = 10_000;
 /// How often the writer looks for something to prune when nothing is left.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
-fn run(mut db: Db, rx: Receiver<Job>, stats: Arc<Stats>, retention: Retention) {
+fn run(
+    mut db: Db,
+    rx: Receiver<Job>,
+    stats: Arc<Stats>,
+    retention: Retention,
+    export: Option<crate::otlp::Sink>,
+) {
     let mut known = Known::default();
     let mut more = prune(&mut db, &retention, now_ms());
     let mut last_prune = Instant::now();
@@ -126,7 +142,7 @@ fn run(mut db: Db, rx: Receiver<Job>, stats: Arc<Stats>, retention: Retention) {
             }
         };
         if let Some(first) = next {
-            commit_group(&mut db, &rx, first, &stats, &mut known);
+            commit_group(&mut db, &rx, first, &stats, &mut known, export.as_ref());
         }
         if more || last_prune.elapsed() >= PRUNE_EVERY {
             more = prune(&mut db, &retention, now_ms());
@@ -137,7 +153,14 @@ fn run(mut db: Db, rx: Receiver<Job>, stats: Arc<Stats>, retention: Retention) {
 
 /// Commit `first` and whatever else waits (up to [`GROUP`] batches) in one
 /// transaction, then answer each batch.
-fn commit_group(db: &mut Db, rx: &Receiver<Job>, first: Job, stats: &Stats, known: &mut Known) {
+fn commit_group(
+    db: &mut Db,
+    rx: &Receiver<Job>,
+    first: Job,
+    stats: &Stats,
+    known: &mut Known,
+    export: Option<&crate::otlp::Sink>,
+) {
     let mut jobs = vec![first];
     while jobs.len() < GROUP {
         match rx.try_recv() {
@@ -180,7 +203,13 @@ fn commit_group(db: &mut Db, rx: &Receiver<Job>, first: Job, stats: &Stats, know
             Ok(counts) => Ok(counts.get(i).copied().unwrap_or((0, 0))),
             Err(e) => Err(e.to_string()),
         };
-        let _ = job.done.send(ack);
+        let _ = job.done.send(ack.clone());
+        // Committed and not a re-send: exported (the records move over).
+        if let (Some(sink), Ok((stored, _))) = (export, ack) {
+            if stored > 0 {
+                sink.offer(job.records);
+            }
+        }
     }
 }
 
@@ -415,11 +444,13 @@ mod tests {
                             provider: "primary".into(),
                             status: 503,
                             cause: "http_5xx".into(),
+                            ..Default::default()
                         },
                         crate::proto::Attempt {
                             provider: "backup".into(),
                             status: 200,
                             cause: String::new(),
+                            ..Default::default()
                         },
                     ];
                 }
