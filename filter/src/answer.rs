@@ -249,7 +249,11 @@ impl<H: Host> RequestContext<H> {
         let facts = reader.facts();
         let (usage, whole) = reader.finish();
         self.log.answer_facts = facts
-            .or_else(|| whole.as_deref().map(portcullis_core::usage::AnswerFacts::from_body))
+            .or_else(|| {
+                whole
+                    .as_deref()
+                    .map(portcullis_core::usage::AnswerFacts::from_body)
+            })
             .unwrap_or_default();
         if whole.is_none() && f.cache_fill.take().is_some() {
             self.host.count(metrics::CACHE_TOO_LARGE, 1);

@@ -188,7 +188,10 @@ impl Flight {
 
     /// The current attempt failed at `now` for `cause`.
     pub fn tried_current(&mut self, provider: String, cause: Cause, now: u64) {
-        let (n, start) = self.current.as_ref().map_or((0, 0), |c| (c.n, c.started_ms));
+        let (n, start) = self
+            .current
+            .as_ref()
+            .map_or((0, 0), |c| (c.n, c.started_ms));
         self.tried.push((provider, cause));
         self.tried_at.push((n, start, now));
     }

@@ -8,8 +8,8 @@ use crate::host::{Host, Part};
 use portcullis_core::api::{self, responses, Api};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::trace::{self, Trace};
 use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
+use portcullis_core::trace::{self, Trace};
 
 /// Authenticate with the worker's remembered key hashes.
 fn authenticate<'g>(

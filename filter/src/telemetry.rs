@@ -84,7 +84,11 @@ impl<H: Host> RequestContext<H> {
         let Some(f) = self.flight.as_ref() else {
             return;
         };
-        if let Some(p) = f.current.as_ref().and_then(|c| gw.providers.get(c.provider)) {
+        if let Some(p) = f
+            .current
+            .as_ref()
+            .and_then(|c| gw.providers.get(c.provider))
+        {
             rec.provider_format = p.schema.name().into();
             rec.server_address = p.host.clone();
         }

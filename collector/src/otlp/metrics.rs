@@ -139,7 +139,8 @@ impl Aggregator {
         if r.ttft_ms > 0 && r.status == 200 {
             self.add(TTFT, base.clone(), r.ttft_ms as f64 / 1e3);
             if r.completion_tokens > 1 && r.latency_ms >= r.ttft_ms {
-                let per = (r.latency_ms - r.ttft_ms) as f64 / 1e3 / (r.completion_tokens - 1) as f64;
+                let per =
+                    (r.latency_ms - r.ttft_ms) as f64 / 1e3 / (r.completion_tokens - 1) as f64;
                 self.add(PER_TOKEN, base, per);
             }
         }
@@ -161,12 +162,16 @@ impl Aggregator {
                     sum: Some(s.sum),
                     bucket_counts: s.counts.clone(),
                     explicit_bounds: bounds.to_vec(),
-                    attributes: key.iter().map(|(k, v)| text(k, v)).collect::<Vec<KeyValue>>(),
+                    attributes: key
+                        .iter()
+                        .map(|(k, v)| text(k, v))
+                        .collect::<Vec<KeyValue>>(),
                     min: Some(s.min),
                     max: Some(s.max),
                 })
                 .collect();
-            points.sort_by(|a, b| format!("{:?}", a.attributes).cmp(&format!("{:?}", b.attributes)));
+            points
+                .sort_by(|a, b| format!("{:?}", a.attributes).cmp(&format!("{:?}", b.attributes)));
             out.push(Metric {
                 name: name.to_string(),
                 description: description.to_string(),

@@ -18,9 +18,9 @@ use crate::otlp_proto::{
 use crate::proto::RequestRecord;
 use portcullis_service::flag_value;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tokio::sync::mpsc::{channel, error::TrySendError, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::{channel, error::TrySendError, Receiver, Sender};
 
 /// The exporter's settings, from the collector's `--otlp-*` flags.
 #[derive(Debug, Clone)]
@@ -319,13 +319,19 @@ async fn export_spans(
         match transport.send(c, req.clone(), false).await {
             Ok(()) => {
                 stats.exported_spans.fetch_add(n, Ordering::Relaxed);
-                stats.queued_spans.fetch_sub(n.min(stats.queued_spans.load(Ordering::Relaxed)), Ordering::Relaxed);
+                stats.queued_spans.fetch_sub(
+                    n.min(stats.queued_spans.load(Ordering::Relaxed)),
+                    Ordering::Relaxed,
+                );
                 return;
             }
             Err(e) => {
                 stats.failed_exports.fetch_add(1, Ordering::Relaxed);
                 if !e.retryable || attempt == c.tries {
-                    eprintln!("portcullis-collector: OTLP export of {n} spans dropped: {}", e.message);
+                    eprintln!(
+                        "portcullis-collector: OTLP export of {n} spans dropped: {}",
+                        e.message
+                    );
                     break;
                 }
                 tokio::time::sleep(wait).await;
@@ -334,7 +340,10 @@ async fn export_spans(
         }
     }
     stats.dropped_spans.fetch_add(n, Ordering::Relaxed);
-    stats.queued_spans.fetch_sub(n.min(stats.queued_spans.load(Ordering::Relaxed)), Ordering::Relaxed);
+    stats.queued_spans.fetch_sub(
+        n.min(stats.queued_spans.load(Ordering::Relaxed)),
+        Ordering::Relaxed,
+    );
 }
 
 /// Every series, once (cumulative: a failed export's counts go with the

@@ -79,9 +79,7 @@ impl Transport {
             if let Some((cert, key)) = &c.identity {
                 tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
             }
-            ep = ep
-                .tls_config(tls)
-                .map_err(|e| format!("--otlp TLS: {e}"))?;
+            ep = ep.tls_config(tls).map_err(|e| format!("--otlp TLS: {e}"))?;
         }
         Ok(Transport::Grpc(tonic::client::Grpc::new(ep.connect_lazy())))
     }
@@ -113,7 +111,10 @@ impl Transport {
                 } else {
                     TRACES_PATH
                 });
-                let codec = tonic_prost::ProstCodec::<M, crate::otlp_proto::ExportTraceServiceResponse>::default();
+                let codec = tonic_prost::ProstCodec::<
+                    M,
+                    crate::otlp_proto::ExportTraceServiceResponse,
+                >::default();
                 match grpc.unary(req, path, codec).await {
                     Ok(_) => Ok(()),
                     Err(s) => {
@@ -130,7 +131,11 @@ impl Transport {
                                 | ResourceExhausted
                         );
                         let message = format!("{:?}: {}", s.code(), s.message());
-                        Err(if again { retryable(message) } else { fatal(message) })
+                        Err(if again {
+                            retryable(message)
+                        } else {
+                            fatal(message)
+                        })
                     }
                 }
             }
@@ -140,7 +145,10 @@ impl Transport {
                 base,
                 conn,
             } => {
-                let path = format!("{base}{}", if metrics { "/v1/metrics" } else { "/v1/traces" });
+                let path = format!(
+                    "{base}{}",
+                    if metrics { "/v1/metrics" } else { "/v1/traces" }
+                );
                 let mut b = http::Request::post(path)
                     .header("host", authority.as_str())
                     .header("content-type", "application/x-protobuf");
@@ -153,10 +161,13 @@ impl Transport {
                 let sender = match conn.take() {
                     Some(s) if !s.is_closed() => s,
                     _ => {
-                        let tcp = tokio::time::timeout(c.timeout, tokio::net::TcpStream::connect(addr.as_str()))
-                            .await
-                            .map_err(|_| retryable("connect timed out"))?
-                            .map_err(|e| retryable(format!("connect: {e}")))?;
+                        let tcp = tokio::time::timeout(
+                            c.timeout,
+                            tokio::net::TcpStream::connect(addr.as_str()),
+                        )
+                        .await
+                        .map_err(|_| retryable("connect timed out"))?
+                        .map_err(|e| retryable(format!("connect: {e}")))?;
                         let (s, connection) = hyper::client::conn::http1::handshake(
                             hyper_util::rt::TokioIo::new(tcp),
                         )

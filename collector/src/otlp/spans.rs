@@ -21,7 +21,10 @@ pub(crate) fn text(key: &str, v: &str) -> KeyValue {
 }
 
 fn int(key: &str, v: u64) -> KeyValue {
-    kv(key, any_value::Value::IntValue(i64::try_from(v).unwrap_or(i64::MAX)))
+    kv(
+        key,
+        any_value::Value::IntValue(i64::try_from(v).unwrap_or(i64::MAX)),
+    )
 }
 
 /// `gen_ai.operation.name` of an inbound API.
@@ -103,7 +106,10 @@ pub fn spans_of(r: &RequestRecord, content: bool, out: &mut Vec<Span>) {
         a.push(int("gen_ai.request.max_tokens", r.max_tokens));
     }
     if let Some(t) = r.temperature {
-        a.push(kv("gen_ai.request.temperature", any_value::Value::DoubleValue(t)));
+        a.push(kv(
+            "gen_ai.request.temperature",
+            any_value::Value::DoubleValue(t),
+        ));
     }
     if r.prompt_tokens > 0 || r.completion_tokens > 0 {
         a.push(int("gen_ai.usage.input_tokens", r.prompt_tokens));
@@ -113,7 +119,10 @@ pub fn spans_of(r: &RequestRecord, content: bool, out: &mut Vec<Span>) {
         a.push(int("gen_ai.usage.cache_read.input_tokens", r.cached_tokens));
     }
     if r.reasoning_tokens > 0 {
-        a.push(int("gen_ai.usage.reasoning.output_tokens", r.reasoning_tokens));
+        a.push(int(
+            "gen_ai.usage.reasoning.output_tokens",
+            r.reasoning_tokens,
+        ));
     }
     if !r.finish_reasons.is_empty() {
         let values = r
@@ -166,7 +175,10 @@ pub fn spans_of(r: &RequestRecord, content: bool, out: &mut Vec<Span>) {
         any_value::Value::DoubleValue(r.cost_micros as f64 / 1e6),
     ));
     if r.stream {
-        a.push(kv("gen_ai.request.stream", any_value::Value::BoolValue(true)));
+        a.push(kv(
+            "gen_ai.request.stream",
+            any_value::Value::BoolValue(true),
+        ));
     }
     if r.ttft_ms > 0 {
         a.push(kv(
@@ -235,7 +247,10 @@ fn attempt_span(r: &RequestRecord, t: &Attempt, name: &str, op: &str, answered: 
     ];
     if answered {
         // Only the answering provider's format and host are in the record.
-        a.push(text("gen_ai.provider.name", provider_name(&r.provider_format)));
+        a.push(text(
+            "gen_ai.provider.name",
+            provider_name(&r.provider_format),
+        ));
         if !r.server_address.is_empty() {
             a.push(text("server.address", &r.server_address));
         }
@@ -340,7 +355,14 @@ mod tests {
         assert_eq!(span_count(&r), 3);
         // Not sampled: no spans.
         let mut quiet = Vec::new();
-        spans_of(&RequestRecord { trace_flags: 0, ..r }, false, &mut quiet);
+        spans_of(
+            &RequestRecord {
+                trace_flags: 0,
+                ..r
+            },
+            false,
+            &mut quiet,
+        );
         assert!(quiet.is_empty());
     }
 }

@@ -181,8 +181,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
                         Key::Input => take(&mut map, &mut f.input, "input")?,
                         Key::Temperature => {
                             let raw: &'de RawValue = map.next_value()?;
-                            serde_json::from_str::<Strict>(raw.get())
-                                .map_err(de::Error::custom)?;
+                            serde_json::from_str::<Strict>(raw.get()).map_err(de::Error::custom)?;
                             f.temperature = Some(raw);
                         }
                         Key::Messages if f.messages.is_some() => {

@@ -89,7 +89,11 @@ pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
 }
 
 fn nibble(n: u8) -> char {
-    char::from(if n < 10 { b'0' + n } else { b'a' + (n & 15) - 10 })
+    char::from(if n < 10 {
+        b'0' + n
+    } else {
+        b'a' + (n & 15) - 10
+    })
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
@@ -209,7 +213,12 @@ mod tests {
         // A later version: its first four fields, whatever follows a dash.
         let v1 = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-future";
         assert_eq!(parse_traceparent(v1.as_bytes()).map(|p| p.2), Some(0));
-        assert_eq!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00x".as_bytes()), None);
+        assert_eq!(
+            parse_traceparent(
+                "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00x".as_bytes()
+            ),
+            None
+        );
     }
 
     #[test]
@@ -218,7 +227,12 @@ mod tests {
         let t = Trace::continued(parent, 42);
         assert_eq!(t.trace_id, parent.0);
         assert_eq!(t.parent, Some(parent.1));
-        let spans = [t.span, t.attempt_span(1), t.attempt_span(2), t.attempt_span(3)];
+        let spans = [
+            t.span,
+            t.attempt_span(1),
+            t.attempt_span(2),
+            t.attempt_span(3),
+        ];
         for (i, a) in spans.iter().enumerate() {
             assert_ne!(*a, [0; 8]);
             assert_ne!(*a, parent.1);

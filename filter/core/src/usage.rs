@@ -178,8 +178,11 @@ impl AnswerFacts {
         let Ok(h) = serde_json::from_slice::<Head>(body) else {
             return AnswerFacts::default();
         };
-        let mut finish_reasons: Vec<String> =
-            h.choices.into_iter().filter_map(|c| c.finish_reason).collect();
+        let mut finish_reasons: Vec<String> = h
+            .choices
+            .into_iter()
+            .filter_map(|c| c.finish_reason)
+            .collect();
         finish_reasons.extend(h.stop_reason);
         AnswerFacts {
             id: h.id.unwrap_or_default(),

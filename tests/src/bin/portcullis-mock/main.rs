@@ -8,7 +8,7 @@
 //!
 //! - `POST /__mock/script` — JSON array of steps, each used by one request:
 //!   `{"status":500,"delay_ms":100,"reset":true,"cut_after":2,"hold":true,
-//!   "chunk_delay_ms":10,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw",
+//!   "chunk_delay_ms":10,"first_chunk_delay_ms":300,"content":"...","usage":{"prompt_tokens":1,"completion_tokens":2},"body":"raw",
 //!   "note_latin1":"café","content_encoding":"gzip"}` (`note_latin1` adds a
 //!   header whose value is not UTF-8; `content_encoding` labels the answer
 //!   as compressed, as a provider that compresses would)
@@ -88,6 +88,8 @@ struct Step {
     #[serde(default)]
     hold: bool,
     chunk_delay_ms: Option<u64>,
+    /// A stream's headers at once, its first event after this long.
+    first_chunk_delay_ms: Option<u64>,
     content: Option<String>,
     usage: Option<Usage>,
     body: Option<String>,
@@ -525,11 +527,15 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     events.push(Bytes::from_static(b"data: [DONE]\n\n"));
     let (tx, rx) = mpsc::channel(8);
     let chunk_delay = step.chunk_delay_ms.unwrap_or(0);
+    let first_delay = step.first_chunk_delay_ms.unwrap_or(0);
     let hold = step.hold;
     let cut_after = step.cut_after;
     let st = state.clone();
     tokio::spawn(async move {
         for (i, ev) in events.into_iter().enumerate() {
+            if i == 0 && first_delay > 0 {
+                tokio::time::sleep(Duration::from_millis(first_delay)).await;
+            }
             if cut_after == Some(i) {
                 let _ = tx
                     .send(Err(io::Error::new(
