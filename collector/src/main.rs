@@ -1,7 +1,8 @@
 //! portcullis-collector: `--grpc ADDR --http ADDR --db PATH|postgres://... [--retention-days N]
 //! [--retention-records N] [--queue N] [--read-token-file PATH] [--allowed-hosts NAME,...]
 //! [--ingest-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]
-//! [--plugin-config PATH]` (the gateway's plugin YAML: the dashboard's budgets).
+//! [--plugin-config PATH] [--otlp-endpoint URL ...]` (the gateway's plugin YAML: the dashboard's
+//! budgets; the OTLP export's flags are in `otlp::Config` and docs/opentelemetry.md).
 //! The TLS flags serve the gRPC ingest over TLS, with client certificates
 //! signed by `--tls-client-ca` required when it is given
 //! (`portcullis_service`).

@@ -400,6 +400,8 @@ pub fn families() -> Vec<(Kind, String)> {
         ATTEMPTS.to_string(),
         GUARD_LATENCY_MS.to_string(),
         with_latency(&scratch, x, str::to_string),
+        with_ttft(&scratch, x, str::to_string),
+        with_output_token(&scratch, x, str::to_string),
     ];
     counters
         .into_iter()

@@ -472,6 +472,29 @@ fn every_request_is_a_trace_in_the_genai_conventions_joined_to_the_clients() {
         .filter(|s| s.parent_span_id == gw.span_id)
         .collect();
     assert_eq!(children.len(), 2, "{fb:?}");
+    // What docs/opentelemetry.md shows (run with --nocapture).
+    for span in std::iter::once(gw).chain(children.iter().copied()) {
+        let attrs: Vec<String> = span
+            .attributes
+            .iter()
+            .map(|a| {
+                format!(
+                    "{}={:?}",
+                    a.key,
+                    a.value.as_ref().and_then(|v| v.value.as_ref())
+                )
+            })
+            .collect();
+        eprintln!(
+            "span {} parent {} name {:?} {} ms status {:?}\n  {}",
+            hex(&span.span_id),
+            hex(&span.parent_span_id),
+            span.name,
+            (span.end_time_unix_nano - span.start_time_unix_nano) / 1_000_000,
+            span.status.as_ref().map(|s| s.code),
+            attrs.join("\n  ")
+        );
+    }
     let failed = children
         .iter()
         .find(|s| text(s, "portcullis.provider").as_deref() == Some("primary"))
