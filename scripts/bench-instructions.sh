@@ -122,6 +122,16 @@ for v in keylimits teamlimits; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
 done
 
+# Trace context (#31): the routed path (with the log) when the client sends
+# a `traceparent` (traced: continued, a child per attempt upstream, ids in
+# the record), and when none comes and the gateway starts one for every
+# request (tracestart: `tracing.sample_rate: 1`); against `route`.
+cp "$dir/plugin-route.yaml" "$dir/plugin-traced.yaml"
+cat "$dir/plugin-route.yaml" - >"$dir/plugin-tracestart.yaml" <<'YAML'
+tracing:
+  sample_rate: 1.0
+YAML
+
 # Other inbound APIs (#24): Responses passed through to the OpenAI-shaped
 # mock and translated twice for an Anthropic-shaped one; Messages through
 # the pivot to the OpenAI-shaped mock and direct to an Anthropic-shaped one.
@@ -131,15 +141,16 @@ cp "$dir/plugin-route.yaml" "$dir/plugin-messages_openai.yaml"
 cp "$dir/plugin-anthropic.yaml" "$dir/plugin-messages.yaml"
 
 measure() { # variant -> instructions per request
-  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat
+  local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat tp=
   [[ $v != miss && $v != nmiss ]] || unique=1
+  [[ $v != traced ]] || tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
   case $v in
     responses|responses_anthropic) path=/v1/responses; api=responses ;;
     messages|messages_openai) path=/v1/messages; api=messages ;;
   esac
   case $v in
     bare) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
     nroute|nhit|nmiss) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
@@ -155,9 +166,9 @@ measure() { # variant -> instructions per request
     >"$dir/$v.log" 2>&1 &
   local pid=$!
   wait_for "http://127.0.0.1:$ADMIN/ready"
-  PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$WARM" 4 "$key" >/dev/null
+  PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$WARM" 4 "$key" >/dev/null
   callgrind_control -i on $pid >/dev/null
-  read -r n bad < <(PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$N" 4 "$key")
+  read -r n bad < <(PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$N" 4 "$key")
   callgrind_control -i off $pid >/dev/null
   callgrind_control -d $pid >/dev/null
   kill $pid; wait $pid 2>/dev/null || true
@@ -195,6 +206,8 @@ mkdir -p .run
   [[ -z ${IPR[keylimits]:-} || -z ${IPR[route]:-} ]] || echo "A key's limits (requests, tokens, concurrency, two budgets) on the routed path: $((IPR[keylimits] - IPR[route])) instructions per request more than none"
   [[ -z ${IPR[keylimitsnolog]:-} || -z ${IPR[routenolog]:-} || -z ${IPR[teamlimitsnolog]:-} ]] || echo "Without the request log: a key's limits $((IPR[keylimitsnolog] - IPR[routenolog])), the team's too $((IPR[teamlimitsnolog] - IPR[keylimitsnolog])) more instructions per request"
   [[ -z ${IPR[keys10]:-} || -z ${IPR[keys10000]:-} ]] || echo "10,000 client keys against 10 (routed, no log): keys10/keys10000 $(ratio "${IPR[keys10]}" "${IPR[keys10000]}")x ($((IPR[keys10000] - IPR[keys10])) instructions per request more)"
+  [[ -z ${IPR[traced]:-} || -z ${IPR[route]:-} ]] || echo "A client's traceparent continued (a child span per attempt upstream, ids in the record) against none: route/traced $(ratio "${IPR[route]}" "${IPR[traced]}")x ($((IPR[traced] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[tracestart]:-} || -z ${IPR[route]:-} ]] || echo "A trace started for every request without one (tracing.sample_rate 1) against none: route/tracestart $(ratio "${IPR[route]}" "${IPR[tracestart]}")x ($((IPR[tracestart] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[teamlimits]:-} || -z ${IPR[keylimits]:-} ]] || echo "The same limits at the team's level too: $((IPR[teamlimits] - IPR[keylimits])) instructions per request more than the key's alone (keylimits/teamlimits $(ratio "${IPR[keylimits]}" "${IPR[teamlimits]}")x)"
   [[ -z ${IPR[held]:-} || -z ${IPR[route]:-} ]] || echo "The whole answer held (an output check that never matches) against the routed path: route/held $(ratio "${IPR[route]}" "${IPR[held]}")x ($((IPR[held] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[held]:-} || -z ${IPR[anthropic]:-} ]] || echo "An Anthropic-backed request against the held routed path (the translation itself): held/anthropic $(ratio "${IPR[held]}" "${IPR[anthropic]}")x ($((IPR[anthropic] - IPR[held])) instructions per request more)"

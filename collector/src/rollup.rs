@@ -96,6 +96,8 @@ pub struct Counts {
     pub cost_micros: i64,
     pub latency_sum_ms: i64,
     pub latency: [u64; BUCKETS],
+    /// Streams' time to first token, in the latency's buckets.
+    pub ttft: [u64; BUCKETS],
 }
 
 impl Default for Counts {
@@ -112,12 +114,15 @@ impl Default for Counts {
             cost_micros: 0,
             latency_sum_ms: 0,
             latency: [0; BUCKETS],
+            ttft: [0; BUCKETS],
         }
     }
 }
 
 const FIELDS: usize = 10;
-const ENCODED_LEN: usize = (FIELDS + BUCKETS) * 8;
+/// Rows written before the TTFT histogram (#31): read with none.
+const ENCODED_LEN_V1: usize = (FIELDS + BUCKETS) * 8;
+const ENCODED_LEN: usize = (FIELDS + 2 * BUCKETS) * 8;
 
 fn sat(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -147,6 +152,11 @@ impl Counts {
         if let Some(b) = self.latency.get_mut(bucket_of(r.latency_ms)) {
             *b = b.saturating_add(1);
         }
+        if r.ttft_ms > 0 {
+            if let Some(b) = self.ttft.get_mut(bucket_of(r.ttft_ms)) {
+                *b = b.saturating_add(1);
+            }
+        }
     }
 
     pub fn merge(&mut self, o: &Counts) {
@@ -161,6 +171,9 @@ impl Counts {
         self.cost_micros = self.cost_micros.saturating_add(o.cost_micros);
         self.latency_sum_ms = self.latency_sum_ms.saturating_add(o.latency_sum_ms);
         for (a, b) in self.latency.iter_mut().zip(o.latency.iter()) {
+            *a = a.saturating_add(*b);
+        }
+        for (a, b) in self.ttft.iter_mut().zip(o.ttft.iter()) {
             *a = a.saturating_add(*b);
         }
     }
@@ -185,7 +198,7 @@ impl Counts {
         for f in self.fields() {
             out.extend_from_slice(&f.to_le_bytes());
         }
-        for b in &self.latency {
+        for b in self.latency.iter().chain(&self.ttft) {
             out.extend_from_slice(&b.to_le_bytes());
         }
         out
@@ -193,7 +206,7 @@ impl Counts {
 
     /// A stored row; a damaged one reads as empty (and says so).
     pub fn decode(bytes: &[u8]) -> Option<Counts> {
-        if bytes.len() != ENCODED_LEN {
+        if bytes.len() != ENCODED_LEN && bytes.len() != ENCODED_LEN_V1 {
             return None;
         }
         let word = |i: usize| -> [u8; 8] {
@@ -220,25 +233,45 @@ impl Counts {
         for (i, b) in c.latency.iter_mut().enumerate() {
             *b = u64::from_le_bytes(word(FIELDS + i));
         }
+        if bytes.len() == ENCODED_LEN {
+            for (i, b) in c.ttft.iter_mut().enumerate() {
+                *b = u64::from_le_bytes(word(FIELDS + BUCKETS + i));
+            }
+        }
         Some(c)
     }
 
     /// The latency at quantile `q` (0..=1) from the histogram.
     pub fn latency_quantile(&self, q: f64) -> f64 {
-        let total: u64 = self.latency.iter().sum();
-        if total == 0 {
-            return 0.0;
-        }
-        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
-        let mut seen = 0u64;
-        for (b, n) in self.latency.iter().enumerate() {
-            seen = seen.saturating_add(*n);
-            if seen >= rank {
-                return bucket_value(b);
-            }
-        }
-        bucket_value(BUCKETS - 1)
+        quantile(&self.latency, q)
     }
+
+    /// Streams with a time to first token.
+    pub fn streams(&self) -> u64 {
+        self.ttft.iter().sum()
+    }
+
+    /// Time to first token at quantile `q`, from its histogram (0: none).
+    pub fn ttft_quantile(&self, q: f64) -> f64 {
+        quantile(&self.ttft, q)
+    }
+}
+
+/// A histogram's value at quantile `q` (0 when it is empty).
+fn quantile(buckets: &[u64; BUCKETS], q: f64) -> f64 {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+    let mut seen = 0u64;
+    for (b, n) in buckets.iter().enumerate() {
+        seen = seen.saturating_add(*n);
+        if seen >= rank {
+            return bucket_value(b);
+        }
+    }
+    bucket_value(BUCKETS - 1)
 }
 
 /// The dimensions of one rollup row.
@@ -483,5 +516,26 @@ mod tests {
         }
         assert_eq!(Counts::decode(&c.encode()), Some(c));
         assert_eq!(Counts::decode(b"short"), None);
+    }
+
+    /// A row written before the TTFT histogram reads with an empty one; a
+    /// row written now carries it.
+    #[test]
+    fn rows_without_the_ttft_histogram_still_read() {
+        let mut c = Counts::default();
+        c.add_record(&RequestRecord {
+            latency_ms: 900,
+            ttft_ms: 300,
+            status: 200,
+            ..Default::default()
+        });
+        assert_eq!(c.streams(), 1);
+        assert!((c.ttft_quantile(0.5) / 300.0 - 1.0).abs() <= 0.10);
+        let now = c.encode();
+        let old = &now[..ENCODED_LEN_V1];
+        let read = Counts::decode(old).unwrap();
+        assert_eq!((read.requests, read.streams()), (1, 0));
+        assert_eq!(read.latency, c.latency);
+        assert_eq!(Counts::decode(&now), Some(c));
     }
 }

@@ -33,6 +33,11 @@ pub struct Summary {
     /// [`EXACT_QUANTILES_UP_TO`] records) or `histogram` (from the rollups:
     /// within 10% of the exact value).
     pub latency_quantiles: &'static str,
+    /// Streams with a time to first token, and its median and 95th
+    /// percentile from the rollups' histogram (within 10%; 0: none).
+    pub streams: i64,
+    pub p50_ttft_ms: i64,
+    pub p95_ttft_ms: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub cost_usd: f64,
@@ -198,6 +203,9 @@ pub fn summary(db: &mut Db, since_ms: i64) -> Result<Summary> {
         p95_latency_ms: p95,
         p99_latency_ms: p99,
         latency_quantiles: if exact { "exact" } else { "histogram" },
+        streams: i64::try_from(total.streams()).unwrap_or(i64::MAX),
+        p50_ttft_ms: total.ttft_quantile(0.5).round() as i64,
+        p95_ttft_ms: total.ttft_quantile(0.95).round() as i64,
         prompt_tokens: total.prompt_tokens,
         completion_tokens: total.completion_tokens,
         cost_usd: total.cost_micros as f64 / 1e6,
@@ -223,6 +231,8 @@ pub struct Point {
     pub fallbacks: i64,
     pub p50_latency_ms: i64,
     pub p95_latency_ms: i64,
+    /// Streams' median time to first token (0: no stream).
+    pub p50_ttft_ms: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub cost_usd: f64,
@@ -263,6 +273,7 @@ pub fn timeseries(db: &mut Db, since_ms: i64, now_ms: i64) -> Result<Series> {
             fallbacks: c.fallbacks,
             p50_latency_ms: c.latency_quantile(0.5).round() as i64,
             p95_latency_ms: c.latency_quantile(0.95).round() as i64,
+            p50_ttft_ms: c.ttft_quantile(0.5).round() as i64,
             prompt_tokens: c.prompt_tokens,
             completion_tokens: c.completion_tokens,
             cost_usd: c.cost_micros as f64 / 1e6,

@@ -451,6 +451,83 @@ fn the_record_names_every_attempt_and_the_answer() {
     assert_eq!((r.prompt_tokens, r.completion_tokens), (10, 5));
 }
 
+/// A client's `traceparent` is continued (#31): each attempt sends the
+/// provider a child of the gateway's span with its own span id (the first
+/// through the router, the fallback by callout), and the record carries the
+/// ids the providers saw.
+#[test]
+fn each_attempt_sends_its_own_span_of_the_clients_trace_and_the_record_has_them() {
+    let g = Gateway::new(&config("{}", "log: {collector_cluster: c}"));
+    let client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (mut ctx, _) = g.chat(
+        &[
+            ("x-request-id", "t-1"),
+            ("traceparent", client),
+            ("tracestate", "v=1"),
+        ],
+        &body("hi"),
+    );
+    let first = ctx.host.header(Part::Request, "traceparent").unwrap();
+    router_answers(&mut ctx, "503", "");
+    let call = ctx.host.callouts()[0].clone();
+    let second = call.header("traceparent").unwrap().to_string();
+    assert_eq!(call.header("tracestate"), Some("v=1"));
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    ctx.host
+        .set_body_bytes(Part::CallResponse, ANSWER.as_bytes());
+    ctx.on_call_response(1, ANSWER.len());
+    ctx.on_log();
+    let r = ctx.host.state.borrow().records[0].clone();
+    let hex = |b: &[u8]| portcullis_core::trace::hex(b);
+    assert_eq!(hex(&r.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(hex(&r.parent_span_id), "00f067aa0ba902b7");
+    assert_eq!((r.trace_flags, r.tracestate.as_str()), (1, "v=1"));
+    let spans: Vec<String> = r.attempts.iter().map(|a| hex(&a.span_id)).collect();
+    assert_eq!(spans.len(), 2);
+    for (sent, span) in [&first, &second].into_iter().zip(&spans) {
+        assert_eq!(
+            sent,
+            &format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{span}-01")
+        );
+    }
+    assert_ne!(spans[0], spans[1]);
+    assert!(!spans.contains(&hex(&r.span_id)) && hex(&r.span_id) != "00f067aa0ba902b7");
+    let a = &r.attempts;
+    assert!(a[0].start_ms <= a[0].end_ms && a[0].end_ms <= a[1].start_ms);
+    assert_eq!(
+        (r.api.as_str(), r.provider_format.as_str()),
+        ("chat_completions", "openai")
+    );
+    assert_eq!(r.server_address, "backup.mock");
+}
+
+/// Without a `traceparent` and without a `tracing` section the gateway
+/// starts no trace and sends none; with `tracing.sample_rate: 1` every
+/// request starts one, a root.
+#[test]
+fn a_trace_is_started_only_when_the_config_samples() {
+    let g = Gateway::new(&config("{}", "log: {collector_cluster: c}"));
+    let (mut ctx, _) = g.chat(&[("x-request-id", "t-2")], &body("hi"));
+    assert_eq!(ctx.host.header(Part::Request, "traceparent"), None);
+    router_answers(&mut ctx, "200", ANSWER);
+    ctx.on_log();
+    assert!(ctx.host.state.borrow().records[0].trace_id.is_empty());
+    let g = Gateway::new(&config(
+        "{}",
+        "log: {collector_cluster: c}\ntracing: {sample_rate: 1}",
+    ));
+    let (mut ctx, _) = g.chat(&[("x-request-id", "t-3")], &body("hi"));
+    let sent = ctx.host.header(Part::Request, "traceparent").unwrap();
+    router_answers(&mut ctx, "200", ANSWER);
+    ctx.on_log();
+    let r = ctx.host.state.borrow().records[0].clone();
+    assert_eq!(r.trace_id.len(), 16);
+    assert!(r.parent_span_id.is_empty());
+    assert!(sent.contains(&portcullis_core::trace::hex(&r.trace_id)));
+    assert!(sent.contains(&portcullis_core::trace::hex(&r.attempts[0].span_id)));
+}
+
 /// Shared data has no atomic create: a key two workers create at once on
 /// first use could lose one's reservation (a burst once let 4 requests
 /// through a budget that holds 3). The limit keys exist before traffic, so

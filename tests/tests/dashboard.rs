@@ -126,6 +126,9 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
             },
             status: 200,
             latency_ms: 40 + i,
+            // Two streams, their first tokens after 20 and 30 ms.
+            stream: i == 1 || i == 2,
+            ttft_ms: if i == 1 || i == 2 { 10 * (i + 1) } else { 0 },
             prompt_tokens: 10,
             completion_tokens: 20,
             cost_micros: 250,
@@ -175,6 +178,8 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
         "<td>batch-jobs</td><td>3</td>",
         "<td>demo</td><td>4</td>",
         "<button data-w=\"24h\" class=\"on\">24h</button>",
+        // Read from the histogram (within 10%): 20 ms and 30 ms.
+        "<div class=\"v\">20 / 29 ms</div><div class=\"l\">time to first token p50 / p95</div>",
     ] {
         assert!(html.contains(want), "{want} in {html}");
     }

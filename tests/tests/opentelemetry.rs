@@ -27,6 +27,7 @@ use std::time::Duration;
 #[derive(Default)]
 struct Received {
     spans: Vec<Span>,
+    envoy_spans: Vec<Span>,
     metrics: Vec<Metric>,
     /// `authorization` of each export call, as sent.
     auth: Vec<String>,
@@ -74,9 +75,14 @@ fn take_spans(r: &mut Received, req: ExportTraceServiceRequest) {
                 .find(|a| a.key == "service.name")
                 .and_then(|a| a.value.clone()?.value)
         });
-        assert_eq!(service, Some(Av::StringValue("portcullis".into())));
+        let ours = service == Some(Av::StringValue("portcullis".into()));
         for ss in rs.scope_spans {
-            r.spans.extend(ss.spans);
+            if ours {
+                r.spans.extend(ss.spans);
+            } else {
+                // Envoy's own tracer's spans, when it exports here too.
+                r.envoy_spans.extend(ss.spans);
+            }
         }
     }
 }
@@ -702,4 +708,142 @@ fn a_receiver_down_loses_spans_counted_never_records() {
     );
     assert_eq!(c.recent(100).len(), 6, "every record is in the database");
     assert!(rx.spans().iter().all(|s| s.trace_id != vec![3; 16]));
+}
+
+/// Envoy's own OpenTelemetry tracer beside the gateway's spans: both in the
+/// client's trace, both children of the client's span; what the provider
+/// sees as its parent is printed for docs/opentelemetry.md and pinned.
+#[test]
+fn envoys_own_tracer_and_the_gateways_spans_share_the_clients_trace() {
+    let rx = Receiver::start(false);
+    let dir = TempDir::new("otlp-envoy");
+    let endpoint = rx.endpoint();
+    let c = Collector::start_args(
+        dir.0.join("log.db").as_os_str(),
+        0,
+        &["--otlp-endpoint", &endpoint, "--otlp-flush-ms", "100"],
+    );
+    let tracing = format!(
+        "stat_prefix: gateway
+          tracing:
+            provider:
+              name: envoy.tracers.opentelemetry
+              typed_config:
+                \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
+                grpc_service:
+                  envoy_grpc: {{cluster_name: otel}}
+                  timeout: 1s
+                service_name: envoy
+"
+    );
+    let cluster = format!(
+        "clusters:
+  - name: otel
+    type: STATIC
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: otel
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}}}]}}]
+",
+        rx.port
+    );
+    let s = Stack::start_patched(
+        &otlp_plugin(),
+        1,
+        false,
+        c.grpc_port,
+        vec![
+            ("stat_prefix: gateway\n", &tracing),
+            ("clusters:\n", &cluster),
+        ],
+    );
+    s.primary
+        .default_step(json!({"usage": {"prompt_tokens": 1, "completion_tokens": 1}}));
+    // Envoy's tracer sends once it holds 5 spans (its default).
+    let traces: Vec<String> = (0..5).map(|i| format!("{:032x}", 0xE0 + i)).collect();
+    for (i, t) in traces.iter().enumerate() {
+        let tp = format!("00-{t}-{CLIENT_SPAN}-01");
+        // No x-request-id: Envoy makes one (a UUID), which its sampling
+        // reads; a client's non-UUID id makes Envoy leave the request
+        // untraced (it then sends the provider `-00`).
+        let auth = format!("Bearer {DEMO_KEY}");
+        let r = post(
+            &s.envoy.url("/v1/chat/completions"),
+            &[("authorization", &auth), ("traceparent", &tp)],
+            &chat_body("gpt-4o-mini", &format!("q{i}")),
+        );
+        assert_eq!(r.status, 200);
+    }
+    let t0 = unhex(&traces[0]);
+    let ours = rx.trace(&t0, 2);
+    let gw = ours
+        .iter()
+        .find(|s| s.parent_span_id == unhex(CLIENT_SPAN))
+        .unwrap();
+    let attempt = ours
+        .iter()
+        .find(|s| s.parent_span_id == gw.span_id)
+        .unwrap();
+    let envoy = poll_until(Duration::from_secs(20), "Envoy's span of the trace", || {
+        rx.got
+            .lock()
+            .unwrap()
+            .envoy_spans
+            .iter()
+            .find(|s| s.trace_id == t0)
+            .cloned()
+    });
+    assert_eq!(
+        envoy.parent_span_id,
+        unhex(CLIENT_SPAN),
+        "Envoy's span continues the client's"
+    );
+    let seen = seen_parents(&s.primary);
+    let (_, parent) = seen.iter().find(|(t, _)| *t == traces[0]).unwrap();
+    eprintln!(
+        "client {CLIENT_SPAN}; envoy span {} (parent {}); gateway span {}; attempt span {}; the provider saw parent {parent}",
+        hex(&envoy.span_id),
+        hex(&envoy.parent_span_id),
+        hex(&gw.span_id),
+        hex(&attempt.span_id)
+    );
+    // Envoy's router injects its own span's context after the filter: the
+    // first attempt's provider is a child of Envoy's span.
+    assert_eq!(*parent, hex(&envoy.span_id));
+    assert_ne!(gw.span_id, envoy.span_id);
+    // A fallback goes by callout, which Envoy does not trace: its provider
+    // sees the gateway's attempt span.
+    s.primary.script(json!([{"status": 503}]));
+    s.backup
+        .default_step(json!({"usage": {"prompt_tokens": 1, "completion_tokens": 1}}));
+    let trace = format!("{:032x}", 0xF0);
+    let auth = format!("Bearer {DEMO_KEY}");
+    let r = post(
+        &s.envoy.url("/v1/chat/completions"),
+        &[
+            ("authorization", &auth),
+            ("traceparent", &format!("00-{trace}-{CLIENT_SPAN}-01")),
+        ],
+        &chat_body("gpt-4o-mini", "fall back"),
+    );
+    assert_eq!(r.status, 200);
+    let fb = rx.trace(&unhex(&trace), 3);
+    let answered = fb
+        .iter()
+        .find(|s| {
+            text(s, "portcullis.provider").as_deref() == Some("backup")
+                && s.parent_span_id != unhex(CLIENT_SPAN)
+        })
+        .unwrap();
+    assert_eq!(
+        seen_parents(&s.backup),
+        vec![(trace.clone(), hex(&answered.span_id))]
+    );
+    eprintln!(
+        "fallback: the backup saw parent {} (the gateway's attempt span)",
+        hex(&answered.span_id)
+    );
 }

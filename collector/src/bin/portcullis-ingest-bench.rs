@@ -4,6 +4,9 @@
 //! loopback; then the summary's latency for windows from 5 minutes to 30
 //! days over stores of 1 million and 10 million records spread over 30
 //! days (`BENCH_SUMMARY_RECORDS`, comma-separated). Prints markdown tables.
+//! One SQLite run exports every record over OTLP too (HTTP/protobuf, to a
+//! sink on loopback that reads and acknowledges each export): ingest with
+//! the export on, and the spans exported and dropped once it drained.
 
 use portcullis_collector::db;
 use portcullis_collector::grpc::Ingest;
@@ -12,7 +15,37 @@ use portcullis_collector::proto::collector_server::CollectorServer;
 use portcullis_collector::proto::{Attempt, RecordBatch, RequestRecord};
 use portcullis_collector::store::{Retention, Writer};
 use portcullis_collector::summary::summary;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// An OTLP/HTTP endpoint on loopback that reads each export whole and
+/// acknowledges it; the export to it, as the collector's flags make it.
+async fn otlp_sink() -> Result<portcullis_collector::otlp::Sink, Box<dyn std::error::Error>> {
+    let bytes = Arc::new(AtomicU64::new(0));
+    let b = bytes.clone();
+    let app = axum::Router::new().route(
+        "/v1/{signal}",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            b.fetch_add(body.len() as u64, Ordering::Relaxed);
+            async { "" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let args: Vec<String> = [
+        "--otlp-endpoint",
+        &format!("http://{addr}"),
+        "--otlp-protocol",
+        "http/protobuf",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let config = portcullis_collector::otlp::Config::from_args(&args)?.ok_or("no endpoint")?;
+    Ok(portcullis_collector::otlp::start(config)?)
+}
 
 const PROVIDERS: [&str; 2] = ["primary", "backup"];
 const MODELS: [&str; 3] = ["gpt-4o-mini", "gpt-4o", "llama-3.1-8b"];
@@ -139,26 +172,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(400_000);
     let dir = std::env::temp_dir().join(format!("portcullis-ingest-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    println!("| database | batch size | clients | records | seconds | records/s |");
-    println!("|---|---|---|---|---|---|");
+    println!("| database | batch size | clients | records | seconds | records/s | OTLP export |");
+    println!("|---|---|---|---|---|---|---|");
     // BENCH_PG_URL: also into PostgreSQL (scripts/bench-collector.sh
     // starts one); its tables are emptied first.
     let pg = std::env::var("BENCH_PG_URL").ok();
-    let mut runs: Vec<(String, u64, u64)> = [(500u64, 4u64), (100, 4), (1000, 2)]
-        .iter()
-        .map(|&(b, c)| {
-            (
-                dir.join(format!("b{b}-c{c}.db")).display().to_string(),
-                b,
-                c,
-            )
-        })
-        .collect();
+    let mut runs: Vec<(String, u64, u64, bool)> = [
+        (500u64, 4u64, false),
+        (500, 4, true),
+        (100, 4, false),
+        (1000, 2, false),
+    ]
+    .iter()
+    .map(|&(b, c, export)| {
+        (
+            dir.join(format!("b{b}-c{c}-{export}.db"))
+                .display()
+                .to_string(),
+            b,
+            c,
+            export,
+        )
+    })
+    .collect();
     if let Some(url) = &pg {
-        runs.push((url.clone(), 500, 4));
-        runs.push((url.clone(), 1000, 2));
+        runs.push((url.clone(), 500, 4, false));
+        runs.push((url.clone(), 1000, 2, false));
     }
-    for (db, batch, clients) in runs {
+    for (db, batch, clients, export) in runs {
         let kind = if db::is_postgres(&db) {
             "PostgreSQL"
         } else {
@@ -172,7 +213,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok(conn)
         })?;
-        let writer = Writer::start(conn, 256, Retention::default());
+        let sink = if export {
+            Some(otlp_sink().await?)
+        } else {
+            None
+        };
+        let stats = sink.as_ref().map(|s| s.stats.clone());
+        let writer = Writer::start_with(conn, 256, Retention::default(), sink);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(
@@ -226,8 +273,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if stored as u64 != sent {
             return Err(format!("stored {stored} of {sent}").into());
         }
+        let export = match stats {
+            None => "off".to_string(),
+            Some(s) => {
+                // Wait for the export queue to drain (or a minute).
+                let t = Instant::now();
+                while s.queued_spans.load(Ordering::Relaxed) > 0 && t.elapsed().as_secs() < 60 {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                format!(
+                    "{} spans exported, {} dropped; drained {:.1} s after ingest",
+                    s.exported_spans.load(Ordering::Relaxed),
+                    s.dropped_spans.load(Ordering::Relaxed),
+                    t.elapsed().as_secs_f64()
+                )
+            }
+        };
         println!(
-            "| {kind} | {batch} | {clients} | {sent} | {secs:.2} | {:.0} |",
+            "| {kind} | {batch} | {clients} | {sent} | {secs:.2} | {:.0} | {export} |",
             sent as f64 / secs
         );
     }

@@ -68,19 +68,33 @@ fn read(flag: &str, path: Option<String>) -> Result<Option<Vec<u8>>, String> {
 }
 
 impl Config {
-    /// The export's settings, or `None` without `--otlp-endpoint`; every
-    /// problem with the flags in one message.
+    /// The export's settings, or `None` without an endpoint; every
+    /// problem with the flags in one message. The endpoint and protocol
+    /// may also come from the environment (`PORTCULLIS_OTLP_ENDPOINT`,
+    /// `PORTCULLIS_OTLP_PROTOCOL`; a flag wins), as the compose fleet
+    /// passes them.
     pub fn from_args(args: &[String]) -> Result<Option<Config>, String> {
-        let Some(endpoint) = flag_value(args, "--otlp-endpoint") else {
+        Self::from_args_env(args, |k| std::env::var(k).ok())
+    }
+
+    pub fn from_args_env(
+        args: &[String],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Config>, String> {
+        let from_env = |flag: &str, var: &str| {
+            flag_value(args, flag).or_else(|| env(var).filter(|v| !v.trim().is_empty()))
+        };
+        let Some(endpoint) = from_env("--otlp-endpoint", "PORTCULLIS_OTLP_ENDPOINT") else {
             return Ok(None);
         };
+        let protocol = from_env("--otlp-protocol", "PORTCULLIS_OTLP_PROTOCOL");
         let mut problems = Vec::new();
         let mut note = |r: Result<(), String>| {
             if let Err(e) = r {
                 problems.push(e);
             }
         };
-        let http = match flag_value(args, "--otlp-protocol").as_deref() {
+        let http = match protocol.as_deref() {
             None | Some("grpc") => false,
             Some("http/protobuf" | "http") => true,
             Some(other) => {
@@ -314,9 +328,10 @@ async fn export_spans(
             schema_url: String::new(),
         }],
     };
+    let req = send::Encoded::of(&req);
     let mut wait = Duration::from_millis(100);
     for attempt in 1..=c.tries {
-        match transport.send(c, req.clone(), false).await {
+        match transport.send(c, &req, false).await {
             Ok(()) => {
                 stats.exported_spans.fetch_add(n, Ordering::Relaxed);
                 stats.queued_spans.fetch_sub(
@@ -366,8 +381,65 @@ async fn export_metrics(
             schema_url: String::new(),
         }],
     };
-    match transport.send(c, req, true).await {
+    match transport.send(c, &send::Encoded::of(&req), true).await {
         Ok(()) => stats.metric_exports.fetch_add(1, Ordering::Relaxed),
         Err(_) => stats.failed_metric_exports.fetch_add(1, Ordering::Relaxed),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_and_the_environment_make_the_config_and_every_problem_is_named() {
+        let none = |_: &str| None;
+        assert!(Config::from_args_env(&args(&["x"]), none)
+            .unwrap()
+            .is_none());
+        let env = |k: &str| match k {
+            "PORTCULLIS_OTLP_ENDPOINT" => Some("http://otel:4318".to_string()),
+            "PORTCULLIS_OTLP_PROTOCOL" => Some("http/protobuf".to_string()),
+            _ => None,
+        };
+        let c = Config::from_args_env(&args(&["x", "--otlp-header", "a=b"]), env)
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.endpoint.as_str(), c.http), ("http://otel:4318", true));
+        assert_eq!(c.headers, vec![("a".to_string(), "b".to_string())]);
+        // An empty variable is no endpoint (compose passes `${VAR:-}`).
+        let empty = |_: &str| Some(String::new());
+        assert!(Config::from_args_env(&args(&["x"]), empty)
+            .unwrap()
+            .is_none());
+        let err = Config::from_args_env(
+            &args(&[
+                "x",
+                "--otlp-endpoint",
+                "http://o:4317",
+                "--otlp-protocol",
+                "thrift",
+                "--otlp-batch",
+                "many",
+                "--otlp-header",
+                "novalue",
+                "--otlp-cert",
+                "/nonexistent",
+            ]),
+            none,
+        )
+        .unwrap_err();
+        for part in [
+            "--otlp-protocol",
+            "--otlp-batch",
+            "--otlp-header",
+            "--otlp-cert",
+        ] {
+            assert!(err.contains(part), "{err}");
+        }
+    }
 }

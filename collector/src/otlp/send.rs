@@ -12,6 +12,42 @@ use tonic::codegen::http;
 const TRACES_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 const METRICS_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
+/// An export request encoded once: every try (gRPC or HTTP) sends these
+/// same bytes, no copy of the spans per retry.
+#[derive(Debug, Default, Clone)]
+pub struct Encoded(pub Bytes);
+
+impl Encoded {
+    pub fn of(msg: &impl Message) -> Encoded {
+        Encoded(Bytes::from(msg.encode_to_vec()))
+    }
+}
+
+impl Message for Encoded {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        // Only ever sent, never read.
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0 = Bytes::new();
+    }
+}
+
 /// Why an export failed, and whether trying again may help.
 #[derive(Debug)]
 pub struct SendError {
@@ -85,10 +121,10 @@ impl Transport {
     }
 
     /// Send one export request (traces or metrics, by `metrics`).
-    pub async fn send<M: Message + Default + 'static>(
+    pub async fn send(
         &mut self,
         c: &Config,
-        msg: M,
+        msg: &Encoded,
         metrics: bool,
     ) -> Result<(), SendError> {
         match self {
@@ -96,7 +132,7 @@ impl Transport {
                 grpc.ready()
                     .await
                     .map_err(|e| retryable(format!("not ready: {e}")))?;
-                let mut req = tonic::Request::new(msg);
+                let mut req = tonic::Request::new(msg.clone());
                 for (k, v) in &c.headers {
                     let (Ok(k), Ok(v)) = (
                         tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
@@ -112,7 +148,7 @@ impl Transport {
                     TRACES_PATH
                 });
                 let codec = tonic_prost::ProstCodec::<
-                    M,
+                    Encoded,
                     crate::otlp_proto::ExportTraceServiceResponse,
                 >::default();
                 match grpc.unary(req, path, codec).await {

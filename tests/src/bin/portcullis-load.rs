@@ -9,6 +9,8 @@
 //! `PORTCULLIS_LOAD_BYTES=N` (chat and Messages) pads the body to about N
 //! bytes with an earlier user turn of plain text, as an agent resends its
 //! conversation (`make bench-sizes`).
+//! `PORTCULLIS_LOAD_TRACEPARENT=<value>` sends that `traceparent` with
+//! every request, as a traced client does (`make bench-instructions`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +32,9 @@ fn main() {
         args.get(4).map_or("sk-portcullis-demo", |s| s.as_str())
     );
     let unique = std::env::var("PORTCULLIS_LOAD_UNIQUE").is_ok_and(|v| v == "1");
+    let traceparent = std::env::var("PORTCULLIS_LOAD_TRACEPARENT")
+        .ok()
+        .filter(|v| !v.is_empty());
     let template = match std::env::var("PORTCULLIS_LOAD_API").as_deref() {
         Ok("responses") => RESPONSES_BODY,
         Ok("messages") => MESSAGES_BODY,
@@ -54,12 +59,13 @@ fn main() {
     let bad = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..c)
         .map(|_| {
-            let (url, auth, next, bad, template) = (
+            let (url, auth, next, bad, template, traceparent) = (
                 url.clone(),
                 auth.clone(),
                 next.clone(),
                 bad.clone(),
                 template.clone(),
+                traceparent.clone(),
             );
             std::thread::spawn(move || {
                 let agent = ureq::AgentBuilder::new().build();
@@ -73,10 +79,14 @@ fn main() {
                     } else {
                         template.as_ref().clone()
                     };
-                    let ok = agent
+                    let mut req = agent
                         .post(&url)
                         .set("content-type", "application/json")
-                        .set("authorization", &auth)
+                        .set("authorization", &auth);
+                    if let Some(tp) = &traceparent {
+                        req = req.set("traceparent", tp);
+                    }
+                    let ok = req
                         .send_string(&body)
                         .ok()
                         .and_then(|r| r.into_string().ok())
