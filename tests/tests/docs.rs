@@ -225,9 +225,10 @@ fn every_quoted_make_target_exists() {
     );
 }
 
-/// The README's tour against the gateway, as written: each `curl` to
-/// 127.0.0.1:10000 run by the shell with the port of a real Envoy serving
-/// the shipped config; every one answers 200 but the unknown key's, 401.
+/// The README's tour and the docs' calls to the gateway, as written: each
+/// `curl` to 127.0.0.1:10000 run by the shell with the port of a real Envoy
+/// serving the shipped config; every one answers 200 but the unknown
+/// key's, 401.
 #[test]
 fn the_readmes_tour_works_as_written() {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
@@ -236,6 +237,28 @@ fn the_readmes_tour_works_as_written() {
         .filter(|l| l.starts_with("curl -s http://127.0.0.1:10000/"))
         .collect();
     assert!(tries.len() >= 5, "the tour lost its tries: {tries:?}");
+    // And every docs page's shell blocks' calls to the gateway.
+    let mut docs = Vec::new();
+    for page in pages() {
+        let rel = page
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
+        if rel.starts_with("docs/") {
+            docs.extend(
+                shell_curls(&rel)
+                    .into_iter()
+                    .map(|(c, _)| c)
+                    .filter(|c| c.contains("http://127.0.0.1:10000/")),
+            );
+        }
+    }
+    assert!(docs.len() >= 2, "the docs lost their tries: {docs:?}");
+    let tries: Vec<&str> = tries
+        .into_iter()
+        .chain(docs.iter().map(String::as_str))
+        .collect();
     let stack = Stack::start(&shipped_plugin(), 1);
     for t in tries {
         let line = t.replace("http://127.0.0.1:10000", &stack.envoy.url(""));
@@ -300,6 +323,105 @@ fn the_ready_lines_tries_show_what_they_say() {
         assert!(
             shown.contains(want),
             "{t}\nshowed {shown:?}, wanted {want:?}"
+        );
+    }
+}
+
+/// The curl lines of a page's shell blocks (continuation lines joined),
+/// with the comment after each, if any.
+fn shell_curls(page: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo_root().join(page)).unwrap();
+    let mut out = Vec::new();
+    let mut in_sh = false;
+    let mut pending: Option<String> = None;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_sh = line == "```sh";
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let joined = match pending.take() {
+            Some(head) => format!("{head} {}", line.trim()),
+            None if line.starts_with("curl ") => line.to_string(),
+            None => continue,
+        };
+        if let Some(head) = joined.strip_suffix('\\') {
+            pending = Some(head.trim_end().to_string());
+            continue;
+        }
+        let (cmd, comment) = match joined.split_once("   #") {
+            Some((c, m)) => (c.trim().to_string(), m.trim().to_string()),
+            None => (joined.trim().to_string(), String::new()),
+        };
+        out.push((cmd, comment));
+    }
+    out
+}
+
+/// docs/control-plane.md's API calls, as written and in the page's order,
+/// against a real control plane (`$T` its admin token, `:9400` its port;
+/// the one placeholder, `<64 hex>`, a key's hash): each answers 2xx, but
+/// one whose comment starts with `422`.
+#[test]
+fn the_control_planes_calls_work_as_written() {
+    // Each page's calls in its order, against a control plane of its own.
+    let mut total = 0;
+    for page in pages() {
+        let rel = page
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
+        let api: Vec<(String, String)> = shell_curls(&rel)
+            .into_iter()
+            .filter(|(c, _)| c.contains(":9400/v1/"))
+            .collect();
+        if !api.is_empty() {
+            total += api.len();
+            run_control_calls(&api);
+        }
+    }
+    assert!(total >= 15, "the pages lost their calls ({total})");
+}
+
+fn run_control_calls(api: &[(String, String)]) {
+    let control = Control::start(&test_plugin());
+    let dir = TempDir::new("docs-control");
+    let hash = "a".repeat(64);
+    for (cmd, comment) in api {
+        let line = cmd
+            .replace(
+                "127.0.0.1:9400",
+                &format!("127.0.0.1:{}", control.admin_port),
+            )
+            .replace(" :9400", &format!(" 127.0.0.1:{}", control.admin_port))
+            .replace(" ':9400", &format!(" '127.0.0.1:{}", control.admin_port))
+            .replace("<64 hex>", &hash)
+            .replace("compose-control-token", &control.write_token)
+            .replace("$(cat .run/control-admin-token)", "$T");
+        // The status on stderr: a line may send the body to a file.
+        let mut line = line.replacen("curl ", "curl -w '%{stderr}%{http_code}' ", 1);
+        if !line.contains(" > ") {
+            line.push_str(" -o /dev/null");
+        }
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&line)
+            .current_dir(&dir.0)
+            .env("T", &control.write_token)
+            .output()
+            .expect("run curl");
+        let status = String::from_utf8_lossy(&out.stderr).to_string();
+        let want_422 = comment.starts_with("422");
+        assert!(
+            if want_422 {
+                status == "422"
+            } else {
+                status.starts_with('2')
+            },
+            "{cmd}\n({comment}) answered {status}"
         );
     }
 }
