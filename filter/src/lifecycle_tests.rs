@@ -496,7 +496,7 @@ fn each_attempt_sends_its_own_span_of_the_clients_trace_and_the_record_has_them(
     let a = &r.attempts;
     assert!(a[0].start_ms <= a[0].end_ms && a[0].end_ms <= a[1].start_ms);
     assert_eq!(
-        (r.api.as_str(), r.provider_format.as_str()),
+        (r.api, r.provider_format),
         ("chat_completions", "openai")
     );
     assert_eq!(r.server_address, "backup.mock");

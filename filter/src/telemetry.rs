@@ -35,7 +35,6 @@ impl<H: Host> RequestContext<H> {
             latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
             ttfb_ms: self.log.ttfb_ms,
             ttft_ms: self.log.ttft_ms,
-            api: self.request.api.name().into(),
             prompt: std::mem::take(&mut self.log.prompt),
             completion: std::mem::take(&mut self.log.completion),
             cache: "off".into(),
@@ -45,20 +44,11 @@ impl<H: Host> RequestContext<H> {
         if rec.request_id.is_empty() {
             rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
         }
-        if let Some(t) = &self.log.trace {
-            rec.trace_id = t.trace_id.to_vec();
-            rec.span_id = t.span.to_vec();
-            rec.parent_span_id = t.parent.map(|p| p.to_vec()).unwrap_or_default();
-            rec.trace_flags = u32::from(t.flags);
-            if t.parent.is_some() {
-                rec.tracestate = std::mem::take(&mut self.log.tracestate);
-            }
+        let logged = gw.log.is_some();
+        if logged {
+            self.trace_facts(&mut rec, gw);
         }
-        let facts = std::mem::take(&mut self.log.answer_facts);
-        rec.response_id = facts.id;
-        rec.response_model = facts.model;
-        rec.finish_reasons = facts.finish_reasons;
-        self.flight_facts(&mut rec, gw);
+        self.flight_facts(&mut rec, logged);
         if let Some(u) = self.log.usage {
             rec.prompt_tokens = u.prompt;
             rec.completion_tokens = u.completion;
@@ -78,9 +68,24 @@ impl<H: Host> RequestContext<H> {
         self.host.emit_record(&rec);
     }
 
-    /// The routed request's part of the record: models, experiment, cache
-    /// and every attempt (failed, skipped, answered).
-    fn flight_facts(&self, rec: &mut Record, gw: &portcullis_core::config::Gateway) {
+    /// What only the request log reads (the metrics do not): the trace,
+    /// the API, the answering provider's format and host, the request's
+    /// parameters and what the answer said of itself.
+    fn trace_facts(&mut self, rec: &mut Record, gw: &portcullis_core::config::Gateway) {
+        rec.api = self.request.api.name();
+        if let Some(t) = &self.log.trace {
+            rec.trace_id = t.trace_id.to_vec();
+            rec.span_id = t.span.to_vec();
+            rec.parent_span_id = t.parent.map(|p| p.to_vec()).unwrap_or_default();
+            rec.trace_flags = u32::from(t.flags);
+            if t.parent.is_some() {
+                rec.tracestate = std::mem::take(&mut self.log.tracestate);
+            }
+        }
+        let facts = std::mem::take(&mut self.log.answer_facts);
+        rec.response_id = facts.id;
+        rec.response_model = facts.model;
+        rec.finish_reasons = facts.finish_reasons;
         let Some(f) = self.flight.as_ref() else {
             return;
         };
@@ -89,15 +94,25 @@ impl<H: Host> RequestContext<H> {
             .as_ref()
             .and_then(|c| gw.providers.get(c.provider))
         {
-            rec.provider_format = p.schema.name().into();
+            rec.provider_format = p.schema.name();
             rec.server_address = p.host.clone();
         }
         rec.max_tokens = f.chat.max_tokens.unwrap_or(0);
         rec.temperature = f.chat.temperature;
+    }
+
+    /// The routed request's part of the record: models, experiment, cache
+    /// and every attempt (failed, skipped, answered; with the log on, each
+    /// one's span id and times).
+    fn flight_facts(&self, rec: &mut Record, logged: bool) {
+        let Some(f) = self.flight.as_ref() else {
+            return;
+        };
         let span = |n: u32| {
             self.log
                 .trace
                 .as_ref()
+                .filter(|_| logged)
                 .map(|t| t.attempt_span(n).to_vec())
                 .unwrap_or_default()
         };

@@ -58,9 +58,9 @@ pub struct Record {
     /// A stream's first body chunk, ms after the request started.
     pub ttft_ms: u64,
     /// The inbound API (`chat_completions`, `messages`, `responses`, ...).
-    pub api: String,
+    pub api: &'static str,
     /// The answering provider's format (`openai`, `anthropic`, ...).
-    pub provider_format: String,
+    pub provider_format: &'static str,
     /// The answering provider's host.
     pub server_address: String,
     /// The request's completion cap and temperature, when given.
