@@ -495,10 +495,7 @@ fn each_attempt_sends_its_own_span_of_the_clients_trace_and_the_record_has_them(
     assert!(!spans.contains(&hex(&r.span_id)) && hex(&r.span_id) != "00f067aa0ba902b7");
     let a = &r.attempts;
     assert!(a[0].start_ms <= a[0].end_ms && a[0].end_ms <= a[1].start_ms);
-    assert_eq!(
-        (r.api, r.provider_format),
-        ("chat_completions", "openai")
-    );
+    assert_eq!((r.api, r.provider_format), ("chat_completions", "openai"));
     assert_eq!(r.server_address, "backup.mock");
 }
 

@@ -747,7 +747,7 @@ fn envoys_own_tracer_and_the_gateways_spans_share_the_clients_trace() {
         0,
         &["--otlp-endpoint", &endpoint, "--otlp-flush-ms", "100"],
     );
-    let tracing = format!(
+    let tracing = String::from(
         "stat_prefix: gateway
           tracing:
             provider:
@@ -755,10 +755,10 @@ fn envoys_own_tracer_and_the_gateways_spans_share_the_clients_trace() {
               typed_config:
                 \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
                 grpc_service:
-                  envoy_grpc: {{cluster_name: otel}}
+                  envoy_grpc: {cluster_name: otel}
                   timeout: 1s
                 service_name: envoy
-"
+",
     );
     let cluster = format!(
         "clusters:

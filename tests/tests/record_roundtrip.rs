@@ -57,8 +57,8 @@ fn full() -> Record {
         trace_flags: 1,
         tracestate: "vendor=x".into(),
         ttft_ms: 300,
-        api: "chat_completions".into(),
-        provider_format: "anthropic".into(),
+        api: "chat_completions",
+        provider_format: "anthropic",
         server_address: "api.anthropic.com".into(),
         max_tokens: 64,
         // Present even when 0 (`optional`).
