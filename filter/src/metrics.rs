@@ -216,36 +216,43 @@ pub fn with_tokens<R>(
 pub const TOKENS_IN: &str = "tokens_in";
 pub const TOKENS_OUT: &str = "tokens_out";
 
-/// Histogram: the gateway's latency per answering provider
-/// (`portcullis.latency.provider.<p>.ms`), handed to `then`.
-pub fn with_latency<R>(
+/// A per-provider histogram's name (`portcullis.<family>.provider.<p>.<unit>`),
+/// built in the worker's scratch buffer and handed to `then`.
+fn with_provider_histogram<R>(
     scratch: &RefCell<String>,
+    family: &str,
     provider: &str,
+    unit: &str,
     then: impl FnOnce(&str) -> R,
 ) -> R {
     with_name(
         scratch,
         |b| {
-            b.push_str("portcullis.latency.provider.");
+            b.push_str("portcullis.");
+            b.push_str(family);
+            b.push_str(".provider.");
             push_label(b, provider);
-            b.push_str(".ms");
+            b.push('.');
+            b.push_str(unit);
         },
         then,
     )
 }
 
+/// Histogram: the gateway's latency per answering provider
+/// (`portcullis.latency.provider.<p>.ms`).
+pub fn with_latency<R>(
+    scratch: &RefCell<String>,
+    provider: &str,
+    then: impl FnOnce(&str) -> R,
+) -> R {
+    with_provider_histogram(scratch, "latency", provider, "ms", then)
+}
+
 /// Histogram: a stream's time to first token per answering provider
-/// (`portcullis.ttft.provider.<p>.ms`), handed to `then`.
+/// (`portcullis.ttft.provider.<p>.ms`).
 pub fn with_ttft<R>(scratch: &RefCell<String>, provider: &str, then: impl FnOnce(&str) -> R) -> R {
-    with_name(
-        scratch,
-        |b| {
-            b.push_str("portcullis.ttft.provider.");
-            push_label(b, provider);
-            b.push_str(".ms");
-        },
-        then,
-    )
+    with_provider_histogram(scratch, "ttft", provider, "ms", then)
 }
 
 /// Histogram: a stream's time per output token after the first, per
@@ -255,15 +262,7 @@ pub fn with_output_token<R>(
     provider: &str,
     then: impl FnOnce(&str) -> R,
 ) -> R {
-    with_name(
-        scratch,
-        |b| {
-            b.push_str("portcullis.output_token.provider.");
-            push_label(b, provider);
-            b.push_str(".us");
-        },
-        then,
-    )
+    with_provider_histogram(scratch, "output_token", provider, "us", then)
 }
 
 #[cfg(test)]

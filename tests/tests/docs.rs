@@ -240,11 +240,7 @@ fn the_readmes_tour_works_as_written() {
     // And every docs page's shell blocks' calls to the gateway.
     let mut docs = Vec::new();
     for page in pages() {
-        let rel = page
-            .strip_prefix(repo_root())
-            .unwrap()
-            .display()
-            .to_string();
+        let rel = relative(&page);
         if rel.starts_with("docs/") {
             docs.extend(
                 shell_curls(&rel)
@@ -327,6 +323,14 @@ fn the_ready_lines_tries_show_what_they_say() {
     }
 }
 
+/// A page's path from the repository's root (`docs/x.md`).
+fn relative(page: &Path) -> String {
+    page.strip_prefix(repo_root())
+        .unwrap()
+        .display()
+        .to_string()
+}
+
 /// The curl lines of a page's shell blocks (continuation lines joined),
 /// with the comment after each, if any.
 fn shell_curls(page: &str) -> Vec<(String, String)> {
@@ -369,11 +373,7 @@ fn the_control_planes_calls_work_as_written() {
     // Each page's calls in its order, against a control plane of its own.
     let mut total = 0;
     for page in pages() {
-        let rel = page
-            .strip_prefix(repo_root())
-            .unwrap()
-            .display()
-            .to_string();
+        let rel = relative(&page);
         let api: Vec<(String, String)> = shell_curls(&rel)
             .into_iter()
             .filter(|(c, _)| c.contains(":9400/v1/"))
