@@ -15,25 +15,29 @@ use portcullis_collector::proto::collector_server::CollectorServer;
 use portcullis_collector::proto::{Attempt, RecordBatch, RequestRecord};
 use portcullis_collector::store::{Retention, Writer};
 use portcullis_collector::summary::summary;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// An OTLP/HTTP endpoint on loopback that reads each export whole and
-/// acknowledges it; the export to it, as the collector's flags make it.
-async fn otlp_sink() -> Result<portcullis_collector::otlp::Sink, Box<dyn std::error::Error>> {
-    let bytes = Arc::new(AtomicU64::new(0));
-    let b = bytes.clone();
+/// acknowledges it (`live`), or a port nobody listens on; the export to
+/// it, as the collector's flags make it.
+async fn otlp_sink(
+    live: bool,
+) -> Result<portcullis_collector::otlp::Sink, Box<dyn std::error::Error>> {
     let app = axum::Router::new().route(
         "/v1/{signal}",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            b.fetch_add(body.len() as u64, Ordering::Relaxed);
-            async { "" }
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            std::hint::black_box(body.len());
+            ""
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    if live {
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    } else {
+        drop(listener);
+    }
     let args: Vec<String> = [
         "--otlp-endpoint",
         &format!("http://{addr}"),
@@ -177,16 +181,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // BENCH_PG_URL: also into PostgreSQL (scripts/bench-collector.sh
     // starts one); its tables are emptied first.
     let pg = std::env::var("BENCH_PG_URL").ok();
-    let mut runs: Vec<(String, u64, u64, bool)> = [
-        (500u64, 4u64, false),
-        (500, 4, true),
-        (100, 4, false),
-        (1000, 2, false),
+    // Export: None off, Some(true) to a live sink, Some(false) to a port
+    // nobody listens on.
+    let mut runs: Vec<(String, u64, u64, Option<bool>)> = [
+        (500u64, 4u64, None),
+        (500, 4, Some(true)),
+        (500, 4, Some(false)),
+        (100, 4, None),
+        (1000, 2, None),
     ]
     .iter()
     .map(|&(b, c, export)| {
         (
-            dir.join(format!("b{b}-c{c}-{export}.db"))
+            dir.join(format!("b{b}-c{c}-{export:?}.db"))
                 .display()
                 .to_string(),
             b,
@@ -196,8 +203,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .collect();
     if let Some(url) = &pg {
-        runs.push((url.clone(), 500, 4, false));
-        runs.push((url.clone(), 1000, 2, false));
+        runs.push((url.clone(), 500, 4, None));
+        runs.push((url.clone(), 1000, 2, None));
     }
     for (db, batch, clients, export) in runs {
         let kind = if db::is_postgres(&db) {
@@ -213,10 +220,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok(conn)
         })?;
-        let sink = if export {
-            Some(otlp_sink().await?)
-        } else {
-            None
+        let sink = match export {
+            Some(live) => Some(otlp_sink(live).await?),
+            None => None,
         };
         let stats = sink.as_ref().map(|s| s.stats.clone());
         let writer = Writer::start_with(conn, 256, Retention::default(), sink);
@@ -276,13 +282,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let export = match stats {
             None => "off".to_string(),
             Some(s) => {
+                let to = if export == Some(true) {
+                    "to a live sink: "
+                } else {
+                    "to a closed port: "
+                };
                 // Wait for the export queue to drain (or a minute).
                 let t = Instant::now();
                 while s.queued_spans.load(Ordering::Relaxed) > 0 && t.elapsed().as_secs() < 60 {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 format!(
-                    "{} spans exported, {} dropped; drained {:.1} s after ingest",
+                    "{to}{} spans exported, {} dropped; drained {:.1} s after ingest",
                     s.exported_spans.load(Ordering::Relaxed),
                     s.dropped_spans.load(Ordering::Relaxed),
                     t.elapsed().as_secs_f64()

@@ -353,6 +353,26 @@ mod tests {
         );
         assert_eq!(attr(first, "gen_ai.provider.name"), None);
         assert_eq!(span_count(&r), 3);
+        // Prompt and completion only with `content`, as the conventions' events.
+        let talk = RequestRecord {
+            prompt: "hello".into(),
+            completion: "hi".into(),
+            ..r.clone()
+        };
+        let names = |content: bool| {
+            let mut out = Vec::new();
+            spans_of(&talk, content, &mut out);
+            out[0].events.iter().map(|e| e.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(names(false), ["portcullis.provider.skipped"]);
+        assert_eq!(
+            names(true),
+            [
+                "portcullis.provider.skipped",
+                "gen_ai.content.prompt",
+                "gen_ai.content.completion"
+            ]
+        );
         // Not sampled: no spans.
         let mut quiet = Vec::new();
         spans_of(
