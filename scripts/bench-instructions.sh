@@ -143,13 +143,13 @@ cp "$dir/plugin-anthropic.yaml" "$dir/plugin-messages.yaml"
 measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat tp=
   [[ $v != miss && $v != nmiss ]] || unique=1
-  [[ $v != traced ]] || tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+  [[ $v != traced && $v != baretraced ]] || tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
   case $v in
     responses|responses_anthropic) path=/v1/responses; api=responses ;;
     messages|messages_openai) path=/v1/messages; api=messages ;;
   esac
   case $v in
-    bare) cfg=bare.yaml; key=sk-bench ;;
+    bare|baretraced) cfg=bare.yaml; key=sk-bench ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
@@ -207,6 +207,7 @@ mkdir -p .run
   [[ -z ${IPR[keylimitsnolog]:-} || -z ${IPR[routenolog]:-} || -z ${IPR[teamlimitsnolog]:-} ]] || echo "Without the request log: a key's limits $((IPR[keylimitsnolog] - IPR[routenolog])), the team's too $((IPR[teamlimitsnolog] - IPR[keylimitsnolog])) more instructions per request"
   [[ -z ${IPR[keys10]:-} || -z ${IPR[keys10000]:-} ]] || echo "10,000 client keys against 10 (routed, no log): keys10/keys10000 $(ratio "${IPR[keys10]}" "${IPR[keys10000]}")x ($((IPR[keys10000] - IPR[keys10])) instructions per request more)"
   [[ -z ${IPR[traced]:-} || -z ${IPR[route]:-} ]] || echo "A client's traceparent continued (a child span per attempt upstream, ids in the record) against none: route/traced $(ratio "${IPR[route]}" "${IPR[traced]}")x ($((IPR[traced] - IPR[route])) instructions per request more)"
+  [[ -z ${IPR[baretraced]:-} || -z ${IPR[bare]:-} ]] || echo "Bare Envoy carrying the same traceparent (Envoy's share of the traced variant): $((IPR[baretraced] - IPR[bare])) instructions per request more"
   [[ -z ${IPR[tracestart]:-} || -z ${IPR[route]:-} ]] || echo "A trace started for every request without one (tracing.sample_rate 1) against none: route/tracestart $(ratio "${IPR[route]}" "${IPR[tracestart]}")x ($((IPR[tracestart] - IPR[route])) instructions per request more)"
   [[ -z ${IPR[teamlimits]:-} || -z ${IPR[keylimits]:-} ]] || echo "The same limits at the team's level too: $((IPR[teamlimits] - IPR[keylimits])) instructions per request more than the key's alone (keylimits/teamlimits $(ratio "${IPR[keylimits]}" "${IPR[teamlimits]}")x)"
   [[ -z ${IPR[held]:-} || -z ${IPR[route]:-} ]] || echo "The whole answer held (an output check that never matches) against the routed path: route/held $(ratio "${IPR[route]}" "${IPR[held]}")x ($((IPR[held] - IPR[route])) instructions per request more)"

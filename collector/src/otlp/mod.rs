@@ -235,7 +235,7 @@ pub fn start(config: Config) -> Result<Sink, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("OTLP exporter runtime: {e}"))?;
-    let transport = runtime.block_on(async { send::Transport::new(&config) })?;
+    let transport = send::Transport::new(&config)?;
     std::thread::Builder::new()
         .name("otlp-export".into())
         .spawn(move || runtime.block_on(run(config, transport, rx, s)))
@@ -288,7 +288,19 @@ async fn run(
                 }
             }
             Err(_) => {}
-            Ok(None) => return,
+            Ok(None) => {
+                // The writer is gone (the collector stops): what is held
+                // goes now, then the metrics a last time.
+                while !pending.is_empty() {
+                    let take = pending.len().min(c.batch);
+                    let batch: Vec<_> = pending.drain(..take).collect();
+                    export_spans(&c, &mut transport, batch, &stats).await;
+                }
+                if measured {
+                    export_metrics(&c, &mut transport, &agg, start_ns, &stats).await;
+                }
+                return;
+            }
         }
         let flush_due = oldest.is_some_and(|o| o.elapsed() >= c.flush);
         while pending.len() >= c.batch || (flush_due && !pending.is_empty()) {
@@ -441,5 +453,59 @@ mod tests {
         ] {
             assert!(err.contains(part), "{err}");
         }
+    }
+
+    /// The writer stopping (its sink dropped) sends what the exporter
+    /// held, a partial batch included, before the exporter ends.
+    #[test]
+    fn a_partial_batch_goes_when_the_writer_stops() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (addr, got) = rt.block_on(async {
+            let got = Arc::new(AtomicU64::new(0));
+            let g = got.clone();
+            let app = axum::Router::new().route(
+                "/v1/{signal}",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    g.fetch_add(body.len() as u64, Ordering::Relaxed);
+                    async { "" }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            (addr, got)
+        });
+        let endpoint = format!("http://{addr}");
+        let c = Config::from_args_env(
+            &args(&[
+                "x",
+                "--otlp-endpoint",
+                &endpoint,
+                "--otlp-protocol",
+                "http/protobuf",
+            ]),
+            |_| None,
+        )
+        .unwrap()
+        .unwrap();
+        let sink = start(c).unwrap();
+        let stats = sink.stats.clone();
+        let record = |n: u8| RequestRecord {
+            request_id: format!("r{n}"),
+            trace_id: vec![n; 16],
+            span_id: vec![n; 8],
+            trace_flags: 1,
+            ..RequestRecord::default()
+        };
+        // Three spans: far from a batch of 512, and the flush a second away.
+        sink.offer(vec![record(1), record(2), record(3)]);
+        drop(sink);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.exported_spans.load(Ordering::Relaxed) < 3 {
+            assert!(Instant::now() < deadline, "the held spans never went");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(stats.queued_spans.load(Ordering::Relaxed), 0);
+        assert!(got.load(Ordering::Relaxed) > 0);
     }
 }

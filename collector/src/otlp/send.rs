@@ -70,7 +70,12 @@ fn fatal(message: impl Into<String>) -> SendError {
 }
 
 pub enum Transport {
-    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
+    /// The endpoint, and its channel once the first export made it (a
+    /// channel is made inside the exporter's runtime).
+    Grpc {
+        endpoint: tonic::transport::Endpoint,
+        client: Option<tonic::client::Grpc<tonic::transport::Channel>>,
+    },
     Http {
         /// `host:port` to connect to, the authority sent, the base path.
         addr: String,
@@ -117,7 +122,10 @@ impl Transport {
             }
             ep = ep.tls_config(tls).map_err(|e| format!("--otlp TLS: {e}"))?;
         }
-        Ok(Transport::Grpc(tonic::client::Grpc::new(ep.connect_lazy())))
+        Ok(Transport::Grpc {
+            endpoint: ep,
+            client: None,
+        })
     }
 
     /// Send one export request (traces or metrics, by `metrics`).
@@ -128,7 +136,9 @@ impl Transport {
         metrics: bool,
     ) -> Result<(), SendError> {
         match self {
-            Transport::Grpc(grpc) => {
+            Transport::Grpc { endpoint, client } => {
+                let grpc =
+                    client.get_or_insert_with(|| tonic::client::Grpc::new(endpoint.connect_lazy()));
                 grpc.ready()
                     .await
                     .map_err(|e| retryable(format!("not ready: {e}")))?;
@@ -192,7 +202,7 @@ impl Transport {
                     b = b.header(k.as_str(), v.as_str());
                 }
                 let req = b
-                    .body(Full::new(Bytes::from(msg.encode_to_vec())))
+                    .body(Full::new(msg.0.clone()))
                     .map_err(|e| fatal(format!("request: {e}")))?;
                 let sender = match conn.take() {
                     Some(s) if !s.is_closed() => s,
@@ -220,7 +230,10 @@ impl Transport {
                     .map_err(|e| retryable(format!("send: {e}")))?;
                 let status = resp.status().as_u16();
                 // Read the body whole so the connection can be used again.
-                let _ = resp.into_body().collect().await;
+                tokio::time::timeout(c.timeout, resp.into_body().collect())
+                    .await
+                    .map_err(|_| retryable("the answer's body timed out"))?
+                    .map_err(|e| retryable(format!("the answer's body: {e}")))?;
                 *conn = Some(sender);
                 match status {
                     200..=299 => Ok(()),

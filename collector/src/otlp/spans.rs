@@ -362,7 +362,11 @@ mod tests {
         let names = |content: bool| {
             let mut out = Vec::new();
             spans_of(&talk, content, &mut out);
-            out[0].events.iter().map(|e| e.name.clone()).collect::<Vec<_>>()
+            out[0]
+                .events
+                .iter()
+                .map(|e| e.name.clone())
+                .collect::<Vec<_>>()
         };
         assert_eq!(names(false), ["portcullis.provider.skipped"]);
         assert_eq!(
