@@ -23,6 +23,7 @@ fn dialect(sqlite: &str) -> String {
     sqlite
         .replace("INTEGER", "BIGINT")
         .replace("BLOB", "BYTEA")
+        .replace("DEFAULT x''", "DEFAULT ''::bytea")
         .replace(") WITHOUT ROWID", ")")
 }
 
@@ -105,7 +106,7 @@ fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
         Box::new(r.price_source.clone()),
         Box::new(i64::from(r.budget_routed)),
         Box::new(i(r.ttft_ms)),
-        Box::new(crate::types::hex(&r.trace_id)),
+        Box::new(r.trace_id.clone()),
         Box::new(r.api.clone()),
     ]
 }

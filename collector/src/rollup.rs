@@ -120,9 +120,13 @@ impl Default for Counts {
 }
 
 const FIELDS: usize = 10;
-/// Rows written before the TTFT histogram (#31): read with none.
+/// A row without streams (and every row written before #31): no TTFT
+/// histogram.
 const ENCODED_LEN_V1: usize = (FIELDS + BUCKETS) * 8;
-const ENCODED_LEN: usize = (FIELDS + 2 * BUCKETS) * 8;
+/// A row with streams: the TTFT histogram after it, in 32-bit counts (a
+/// row stays under SQLite's ~1,000-byte local payload of a WITHOUT ROWID
+/// row; past it every update would also write an overflow page).
+const ENCODED_LEN: usize = ENCODED_LEN_V1 + BUCKETS * 4;
 
 fn sat(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -194,12 +198,18 @@ impl Counts {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(ENCODED_LEN);
+        let streams = self.ttft.iter().any(|b| *b > 0);
+        let mut out = Vec::with_capacity(if streams { ENCODED_LEN } else { ENCODED_LEN_V1 });
         for f in self.fields() {
             out.extend_from_slice(&f.to_le_bytes());
         }
-        for b in self.latency.iter().chain(&self.ttft) {
+        for b in &self.latency {
             out.extend_from_slice(&b.to_le_bytes());
+        }
+        if streams {
+            for b in &self.ttft {
+                out.extend_from_slice(&u32::try_from(*b).unwrap_or(u32::MAX).to_le_bytes());
+            }
         }
         out
     }
@@ -233,9 +243,11 @@ impl Counts {
         for (i, b) in c.latency.iter_mut().enumerate() {
             *b = u64::from_le_bytes(word(FIELDS + i));
         }
-        if bytes.len() == ENCODED_LEN {
-            for (i, b) in c.ttft.iter_mut().enumerate() {
-                *b = u64::from_le_bytes(word(FIELDS + BUCKETS + i));
+        if let Some(tail) = bytes.get(ENCODED_LEN_V1..) {
+            for (b, w) in c.ttft.iter_mut().zip(tail.chunks_exact(4)) {
+                let mut x = [0u8; 4];
+                x.copy_from_slice(w);
+                *b = u64::from(u32::from_le_bytes(x));
             }
         }
         Some(c)

@@ -44,7 +44,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
      ALTER TABLE requests ADD COLUMN price_source TEXT NOT NULL DEFAULT '';
      ALTER TABLE requests ADD COLUMN budget_routed INTEGER NOT NULL DEFAULT 0;",
     "ALTER TABLE requests ADD COLUMN ttft_ms INTEGER NOT NULL DEFAULT 0;
-     ALTER TABLE requests ADD COLUMN trace_id TEXT NOT NULL DEFAULT '';
+     ALTER TABLE requests ADD COLUMN trace_id BLOB NOT NULL DEFAULT x'';
      ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
 ];
 
@@ -137,7 +137,6 @@ pub fn write(
                     .map(|a| serde_json::json!({"provider": a.provider, "status": a.status, "cause": a.cause}))
                     .collect();
                 let attempts = serde_json::Value::Array(attempts).to_string();
-                let trace_id = crate::types::hex(&r.trace_id);
                 let mut insert = |id: &str| {
                     stmt.execute(params![
                         id,
@@ -170,7 +169,7 @@ pub fn write(
                         r.price_source,
                         r.budget_routed,
                         r.ttft_ms as i64,
-                        trace_id,
+                        r.trace_id,
                         r.api,
                     ])
                 };

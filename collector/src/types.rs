@@ -59,7 +59,8 @@ pub struct Recent {
     pub price_source: String,
     pub budget_routed: bool,
     pub ttft_ms: i64,
-    pub trace_id: String,
+    /// 16 bytes, or none.
+    pub trace_id: Vec<u8>,
     pub api: String,
 }
 
@@ -102,7 +103,7 @@ impl Recent {
             "price_source": self.price_source,
             "budget_routed": self.budget_routed,
             "ttft_ms": self.ttft_ms,
-            "trace_id": self.trace_id,
+            "trace_id": hex(&self.trace_id),
             "api": self.api,
             "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
         })

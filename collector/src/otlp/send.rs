@@ -73,7 +73,7 @@ pub enum Transport {
     /// The endpoint, and its channel once the first export made it (a
     /// channel is made inside the exporter's runtime).
     Grpc {
-        endpoint: tonic::transport::Endpoint,
+        endpoint: Box<tonic::transport::Endpoint>,
         client: Option<tonic::client::Grpc<tonic::transport::Channel>>,
     },
     Http {
@@ -123,7 +123,7 @@ impl Transport {
             ep = ep.tls_config(tls).map_err(|e| format!("--otlp TLS: {e}"))?;
         }
         Ok(Transport::Grpc {
-            endpoint: ep,
+            endpoint: Box::new(ep),
             client: None,
         })
     }
