@@ -265,7 +265,8 @@ fn breaker_metrics_carry_a_provider_label_in_prometheus() {
 
 /// The first attempt (Envoy's router) and a fallback (a callout) send the
 /// same client headers: the fallback used to send only `:method`, `:path`,
-/// `:authority`, `content-type` and `authorization`.
+/// `:authority`, `content-type` and `authorization`. The client's trace is
+/// continued by both, each with a span of its own.
 #[test]
 fn a_fallback_sends_the_same_client_headers_as_the_first_attempt() {
     let s = Stack::start(&plugin(5, 10_000, 1, 30_000), 1);
@@ -276,16 +277,18 @@ fn a_fallback_sends_the_same_client_headers_as_the_first_attempt() {
         ("openai-organization", "org-portcullis"),
         ("openai-project", "proj-1"),
         ("x-request-id", "fallback-headers-1"),
-        (
-            "traceparent",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-        ),
+        ("tracestate", "vendor=1"),
         ("x-stainless-lang", "python"),
         ("x-app", "checkout"),
     ];
     let mut headers = vec![
         ("authorization", auth.as_str()),
         ("cookie", "session=secret"),
+        // Continued, not passed as is (#31): each attempt its own span.
+        (
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
     ];
     headers.extend_from_slice(&sent);
     let r = post(
@@ -300,6 +303,16 @@ fn a_fallback_sends_the_same_client_headers_as_the_first_attempt() {
         assert_eq!(first[k], v, "first attempt, {k}: {first}");
         assert_eq!(fallback[k], v, "fallback, {k}: {fallback}");
     }
+    let parent = |seen: &serde_json::Value| {
+        let tp = seen["traceparent"].as_str().unwrap_or_default().to_string();
+        assert!(
+            tp.starts_with("00-0af7651916cd43dd8448eb211c80319c-") && tp.ends_with("-01"),
+            "{tp}"
+        );
+        tp
+    };
+    let (a, b) = (parent(first), parent(fallback));
+    assert!(a != b && !a.contains("b7ad6b7169203331"), "{a} {b}");
     for (seen, key) in [(first, PRIMARY_KEY), (fallback, BACKUP_KEY)] {
         assert!(seen.get("cookie").is_none(), "{seen}");
         assert_eq!(seen["authorization"], format!("Bearer {key}"));
