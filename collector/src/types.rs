@@ -64,16 +64,6 @@ pub struct Recent {
     pub api: String,
 }
 
-/// Lower-case hex (trace and span ids).
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
 impl Recent {
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -103,7 +93,7 @@ impl Recent {
             "price_source": self.price_source,
             "budget_routed": self.budget_routed,
             "ttft_ms": self.ttft_ms,
-            "trace_id": hex(&self.trace_id),
+            "trace_id": portcullis_core::trace::hex(&self.trace_id),
             "api": self.api,
             "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
         })

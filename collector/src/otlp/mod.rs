@@ -187,6 +187,17 @@ pub struct Stats {
     pub failed_metric_exports: AtomicU64,
 }
 
+impl Stats {
+    /// `n` spans left the queue (exported or dropped); never below zero.
+    fn unqueue(&self, n: u64) {
+        let _ = self
+            .queued_spans
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                Some(q.saturating_sub(n))
+            });
+    }
+}
+
 /// Where the writer hands committed records.
 #[derive(Clone)]
 pub struct Sink {
@@ -346,10 +357,7 @@ async fn export_spans(
         match transport.send(c, &req, false).await {
             Ok(()) => {
                 stats.exported_spans.fetch_add(n, Ordering::Relaxed);
-                stats.queued_spans.fetch_sub(
-                    n.min(stats.queued_spans.load(Ordering::Relaxed)),
-                    Ordering::Relaxed,
-                );
+                stats.unqueue(n);
                 return;
             }
             Err(e) => {
@@ -367,10 +375,7 @@ async fn export_spans(
         }
     }
     stats.dropped_spans.fetch_add(n, Ordering::Relaxed);
-    stats.queued_spans.fetch_sub(
-        n.min(stats.queued_spans.load(Ordering::Relaxed)),
-        Ordering::Relaxed,
-    );
+    stats.unqueue(n);
 }
 
 /// Every series, once (cumulative: a failed export's counts go with the
