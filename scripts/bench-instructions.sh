@@ -145,15 +145,15 @@ measure() { # variant -> instructions per request
   [[ $v != miss && $v != nmiss ]] || unique=1
   [[ $v != traced && $v != baretraced ]] || tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
   case $v in
-    responses|responses_anthropic) path=/v1/responses; api=responses ;;
-    messages|messages_openai) path=/v1/messages; api=messages ;;
+    responses|responses_anthropic|nresponses_anthropic) path=/v1/responses; api=responses ;;
+    messages|messages_openai|nmessages_openai) path=/v1/messages; api=messages ;;
   esac
   case $v in
     bare|baretraced) cfg=bare.yaml; key=sk-bench ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
-    nroute|nhit|nmiss) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
+    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
     nfloor|nfloorhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
       sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.

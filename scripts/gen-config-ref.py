@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write docs/config-reference.md from the plugin config's serde structs
-(filter/core/src/config/raw.rs): every key the filter accepts, by section,
+(filter/core/src/compile/raw.rs): every key the filter accepts, by section,
 with its type, its default and its doc comment.
 
     python3 scripts/gen-config-ref.py          # write the reference
@@ -15,7 +15,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RAW = ROOT / "filter/core/src/config/raw.rs"
+RAW = ROOT / "filter/core/src/compile/raw.rs"
 OUT = ROOT / "docs/config-reference.md"
 
 STRUCT = re.compile(r"^pub\(super\) struct (Raw\w+) \{$")
@@ -162,7 +162,7 @@ def render(structs, fns, consts):
         "",
         "Every key of the plugin config (`envoy/plugin.yaml`, or the ECDS resource",
         "that carries it), by section, generated from the config's serde structs",
-        "(`filter/core/src/config/raw.rs`) by `python3 scripts/gen-config-ref.py`;",
+        "(`filter/core/src/compile/raw.rs`) by `python3 scripts/gen-config-ref.py`;",
         "`make lint` and `tests/tests/config_reference.rs` fail when it is stale",
         "or a key has no doc comment. A bad config is refused whole, with one",
         "message listing every problem, and the previous one keeps serving.",

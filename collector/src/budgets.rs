@@ -7,8 +7,11 @@
 //! the view of what the records say was spent.
 
 use crate::db::{Db, Result};
-use portcullis_core::config::{compile, Gateway, Limits};
 use portcullis_core::period::Period;
+use portcullis_core::{
+    compile::compile,
+    config::{Gateway, Limits},
+};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -326,7 +326,7 @@ impl Inner {
             let mut new = old.clone();
             let out = f(&mut new)?;
             let yaml = new.render();
-            portcullis_core::config::compile(yaml.as_bytes())
+            portcullis_core::compile::compile(yaml.as_bytes())
                 .map_err(|report| Refusal::refused_config(&report))?;
             write_diff(tx, &old, &new)?;
             let previous_yaml = tx

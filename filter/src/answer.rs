@@ -18,10 +18,10 @@ use portcullis_core::api::Api;
 use portcullis_core::attempt::{classify, classify_call, Outcome};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::providers;
 use portcullis_core::secrets;
 use portcullis_core::sse;
 use portcullis_core::stream_cap::{Shape, StreamCap};
+use portcullis_core::translate;
 
 /// Whether a response's headers say its body is content-encoded.
 fn is_encoded(headers: &Headers) -> bool {
@@ -94,7 +94,7 @@ impl<H: Host> RequestContext<H> {
             .current
             .as_ref()
             .and_then(|c| loaded.gw.providers.get(c.provider))
-            .and_then(|p| providers::back_for(p, &f.chat));
+            .and_then(|p| translate::back_for(p, &f.chat));
         f.hold = false;
         f.translation = None;
         f.remember_response = api.keeps_responses() && status == 200 && translated_by.is_none();

@@ -11,9 +11,9 @@ use portcullis_core::attempt::{Cause, Skip};
 use portcullis_core::breaker::Admission;
 use portcullis_core::cache::{CacheStatus, Hash};
 use portcullis_core::config::Gateway;
-use portcullis_core::providers;
 use portcullis_core::ratelimit::Price;
 use portcullis_core::request::ChatRequest;
+use portcullis_core::translate;
 
 /// The provider currently tried, and whether it is a half-open probe.
 #[derive(Debug, Clone)]
@@ -62,9 +62,9 @@ pub struct Call {
 pub enum Translation {
     /// A whole answer (or error) of this status, translated at its end by
     /// the provider's format.
-    Whole { status: u16, back: providers::Back },
+    Whole { status: u16, back: translate::Back },
     /// A stream, translated event by event.
-    Stream(Box<providers::Stream>),
+    Stream(Box<translate::Stream>),
 }
 
 pub struct Flight {

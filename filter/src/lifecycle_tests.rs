@@ -7,7 +7,7 @@ use crate::fake::FakeHost;
 use crate::host::Action;
 use crate::host::{Host, Part};
 use crate::loaded::Loaded;
-use portcullis_core::config::compile;
+use portcullis_core::compile::compile;
 use portcullis_core::keys::{self, Limit, Owner};
 use portcullis_core::period::Period;
 use portcullis_core::ratelimit::{decode_u32, Bucket};

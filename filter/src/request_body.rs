@@ -14,10 +14,10 @@ use portcullis_core::attempt::exhausted;
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::pricing;
-use portcullis_core::providers;
 use portcullis_core::ratelimit;
 use portcullis_core::request::ChatRequest;
 use portcullis_core::routing::{resolve, Route};
+use portcullis_core::translate;
 
 impl<H: Host> RequestContext<H> {
     /// The body phase: wait for the whole body (refusing one over the
@@ -163,7 +163,7 @@ impl<H: Host> RequestContext<H> {
         )
     }
 
-    /// Only providers whose format serves the request's API (`providers::reach`)
+    /// Only providers whose format serves the request's API (`translate::reach`)
     /// and that serve the model on it (the model's `apis`) are candidates.
     fn serving_api_only(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
         let api = self.request.api;
@@ -186,7 +186,7 @@ impl<H: Host> RequestContext<H> {
                 && gw
                     .providers
                     .get(*p)
-                    .is_some_and(|p| providers::serves(p, api))
+                    .is_some_and(|p| translate::serves(p, api))
         });
         if f.candidates.is_empty() {
             return Err(GatewayError::new(
@@ -215,11 +215,12 @@ impl<H: Host> RequestContext<H> {
             .candidates
             .first()
             .and_then(|(p, _)| gw.providers.get(*p))
-            .is_some_and(|p| providers::answered_locally(p, api));
+            .is_some_and(|p| translate::answered_locally(p, api));
         if !local {
             return Ok(None);
         }
-        let Some((body, (name, value))) = api.local_answer(f.chat.document()?) else {
+        let Some((body, (name, value))) = translate::pivot::local_answer(api, f.chat.document()?)
+        else {
             return Ok(None);
         };
         Ok(Some(self.reply(200, &[(name, value)], &body)))

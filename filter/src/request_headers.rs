@@ -123,7 +123,11 @@ impl<H: Host> RequestContext<H> {
                 if let Some(api) = api::ALL.iter().find(|a| path.starts_with(a.path())) {
                     self.request.api = *api;
                 }
-                Err(GatewayError::not_found_path(method, path))
+                Err(GatewayError::not_found_path(
+                    method,
+                    path,
+                    &api::served_paths(),
+                ))
             }
         }
     }

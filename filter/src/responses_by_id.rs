@@ -10,11 +10,11 @@ use crate::host::Host;
 use crate::host::{Action, LogLevel};
 use crate::upstream::UpstreamRequest;
 use portcullis_core::affinity;
-use portcullis_core::api::responses;
+use portcullis_core::api::{self, responses};
 use portcullis_core::config::Gateway;
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys;
-use portcullis_core::providers;
+use portcullis_core::{providers, translate};
 
 impl<H: Host> RequestContext<H> {
     /// The first bytes of a kept response: remember its provider.
@@ -62,7 +62,11 @@ impl<H: Host> RequestContext<H> {
             None => (path_and_query, None),
         };
         let Some((id, tail)) = responses::by_id(path.trim_end_matches('/')) else {
-            return Err(GatewayError::not_found_path("GET", path));
+            return Err(GatewayError::not_found_path(
+                "GET",
+                path,
+                &api::served_paths(),
+            ));
         };
         let Some(index) = self.response_provider(gw, id) else {
             return Err(GatewayError::new(
@@ -78,7 +82,7 @@ impl<H: Host> RequestContext<H> {
             .providers
             .get(index)
             .ok_or_else(|| GatewayError::internal("a remembered provider is gone"))?;
-        let base = providers::path(p, portcullis_core::api::Api::Responses, "", false);
+        let base = translate::path(p, portcullis_core::api::Api::Responses, "", false);
         let mut upstream_path = match base.split_once('?') {
             Some((b, q)) => format!("{b}/{id}{tail}?{q}"),
             None => format!("{base}/{id}{tail}"),

@@ -12,8 +12,8 @@ use crate::loaded::Loaded;
 use portcullis_core::config::Schema;
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
-use portcullis_core::providers;
 use portcullis_core::sigv4;
+use portcullis_core::{providers, translate};
 use std::borrow::Cow;
 
 pub struct UpstreamRequest<'a> {
@@ -60,11 +60,11 @@ impl<H: Host> RequestContext<H> {
             .as_mut()
             .ok_or_else(|| GatewayError::internal("no request in flight"))?;
         let api = self.request.api;
-        let prepared = providers::request_body(p, api, &flight.chat, model_id, flight.usage_chunk)?;
+        let prepared = translate::request_body(p, api, &flight.chat, model_id, flight.usage_chunk)?;
         flight.dropped = prepared.dropped;
         let mut up = UpstreamRequest {
             cluster: &p.cluster,
-            path: providers::path(p, api, model_id, flight.chat.stream),
+            path: translate::path(p, api, model_id, flight.chat.stream),
             authority: &p.host,
             timeout_ms: p.timeout_ms,
             stream: flight.chat.stream,

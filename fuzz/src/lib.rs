@@ -130,9 +130,9 @@ pub fn config(data: &[u8]) {
     let yaml = std::str::from_utf8(data)
         .ok()
         .and_then(|t| serde_yaml::from_str::<serde_yaml::Value>(t).ok());
-    match config::compile(data) {
+    match compile::compile(data) {
         Ok(gw) => {
-            assert!(config::compile(data).is_ok(), "the same bytes, another verdict");
+            assert!(compile::compile(data).is_ok(), "the same bytes, another verdict");
             if let Some(y) = &yaml {
                 compiled_names_resolve(y, &gw);
             }
@@ -150,7 +150,7 @@ fn compiled_names_resolve(y: &serde_yaml::Value, gw: &config::Gateway) {
     let seq = |v: &serde_yaml::Value, k: &str| v.get(k).and_then(|s| s.as_sequence()).cloned().unwrap_or_default();
     for c in seq(y, "clients") {
         let (Some(name), Some(hash)) = (c["name"].as_str(), c["key_sha256"].as_str()) else { continue };
-        let hash = config::parse_sha256_hex(hash).expect("a compiled client's key hash parses");
+        let hash = compile::parse_sha256_hex(hash).expect("a compiled client's key hash parses");
         assert_eq!(gw.clients.get(&hash).map(|c| c.name.as_str()), Some(name), "client {name} does not resolve");
     }
     for p in seq(y, "providers") {
@@ -178,9 +178,9 @@ fn unknown_keys_are_named(y: &serde_yaml::Value, msg: &str) {
             }
         }
     };
-    named("config", y, &config::section_keys(&[]).expect("top-level keys"));
+    named("config", y, &compile::section_keys(&[]).expect("top-level keys"));
     for (list, section) in [("providers", "providers[]"), ("clients", "clients[]")] {
-        let allowed = config::section_keys(&[section]).expect("section keys");
+        let allowed = compile::section_keys(&[section]).expect("section keys");
         for (i, item) in y.get(list).and_then(|s| s.as_sequence()).into_iter().flatten().enumerate() {
             named(&format!("{list}[{i}]"), item, &allowed);
         }
@@ -346,7 +346,7 @@ pub fn guard(data: &[u8]) {
     use portcullis_core::guard::{self, stream::StreamGuard, Stage};
     static GW: std::sync::OnceLock<config::Gateway> = std::sync::OnceLock::new();
     let gw = GW.get_or_init(|| {
-        config::compile(GUARD_CONFIG.as_bytes()).expect("the fuzz guard config compiles")
+        compile::compile(GUARD_CONFIG.as_bytes()).expect("the fuzz guard config compiles")
     });
     let g = gw.guardrails.as_ref().expect("guardrails configured");
     let (a, b) = two(data);
@@ -612,7 +612,7 @@ pub fn placements(data: &[u8]) {
     use serde_json::json;
     static GW: std::sync::OnceLock<config::Gateway> = std::sync::OnceLock::new();
     let gw = GW.get_or_init(|| {
-        config::compile(PLACEMENTS_CONFIG.as_bytes()).expect("the fuzz placements config compiles")
+        compile::compile(PLACEMENTS_CONFIG.as_bytes()).expect("the fuzz placements config compiles")
     });
     let g = gw.guardrails.as_ref().expect("guardrails configured");
     let Some((&split, rest)) = data.split_first() else { return };

@@ -504,7 +504,7 @@ fn import_then_export_round_trips_the_shipped_plugin_yaml() {
     };
     assert_eq!(order(&shipped), order(&exported.body));
     // The filter accepts what is exported.
-    portcullis_core::config::compile(exported.body.as_bytes()).unwrap();
+    portcullis_core::compile::compile(exported.body.as_bytes()).unwrap();
     // Importing the same again changes nothing: no new version.
     let again = c
         .call(

@@ -6,9 +6,9 @@
 //! expected halves from the current translation (then read the diff).
 
 use portcullis_core::api::Api;
-use portcullis_core::config::{compile, Gateway};
-use portcullis_core::providers;
 use portcullis_core::request::ChatRequest;
+use portcullis_core::translate;
+use portcullis_core::{compile::compile, config::Gateway};
 use portcullis_tests::repo_root;
 use serde_json::{json, Value};
 
@@ -53,9 +53,9 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
     let mut out = serde_json::Map::new();
     out.insert(
         "path".into(),
-        json!(providers::path(p, api, "provider-m", req.stream)),
+        json!(translate::path(p, api, "provider-m", req.stream)),
     );
-    match providers::request_body(p, api, &req, "provider-m", false) {
+    match translate::request_body(p, api, &req, "provider-m", false) {
         Ok(prepared) => {
             let sent = prepared.body.unwrap_or(body);
             out.insert("provider_request".into(), json_or_text(&sent));
@@ -69,7 +69,7 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
             return Value::Object(out);
         }
     }
-    let back = providers::back(p, api);
+    let back = translate::back(p, api);
     if let Some(answer) = case.get("provider_answer") {
         let bytes = serde_json::to_vec(answer).unwrap();
         let client = match &back {

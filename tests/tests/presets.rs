@@ -164,7 +164,7 @@ fn presets_route_to_their_service_and_leave_out_what_it_refuses() {
 /// its key (none for a local server), and is listed in `/v1/models`.
 #[test]
 fn every_preset_routes_to_its_service_and_is_listed() {
-    use portcullis_core::providers::presets::PRESETS;
+    use portcullis_core::compile::presets::PRESETS;
     const KEY: &str = "sk-every-preset";
     let service = mock("service", Some(KEY));
     let local = mock("local", None);

@@ -5,7 +5,7 @@ use std::process::Command;
 
 #[test]
 fn shipped_plugin_config_compiles() {
-    portcullis_core::config::compile(shipped_plugin().as_bytes()).unwrap();
+    portcullis_core::compile::compile(shipped_plugin().as_bytes()).unwrap();
 }
 
 /// `envoy --mode validate` on a bootstrap (as `envoy/<name>` in a scratch
@@ -89,7 +89,7 @@ fn plugin_config_in_the_istio_manifest_compiles() {
         ["configuration"]["value"]
         .as_str()
         .expect("plugin config text in the EnvoyFilter");
-    let gw = portcullis_core::config::compile(config.as_bytes()).unwrap();
+    let gw = portcullis_core::compile::compile(config.as_bytes()).unwrap();
     assert_eq!(gw.providers[0].cluster, "outbound|443||api.openai.com");
     assert_eq!(
         doc["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["config"]

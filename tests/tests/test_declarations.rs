@@ -3,6 +3,7 @@
 //! with plain `#[test]` alone would silently run natively only.
 
 use portcullis_tests::repo_root;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const ALIAS: &str =
@@ -62,56 +63,111 @@ fn every_core_test_module_runs_on_wasm32() {
     );
 }
 
-/// The modules of a source folder each file's code (not its comments or
-/// tests) names through `crate::`.
-fn module_graph(dir: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
-    let mut files = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        files.extend(
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "rs")),
-        );
+/// A module folder's graph: its modules (each `.rs` file but `lib.rs`,
+/// `main.rs` and `mod.rs`, and each subfolder) and, for each, the sibling
+/// modules its code names. `prefixes` are how a file names a sibling:
+/// `crate::` at a crate's root; `super::` (from a file directly inside) and
+/// `crate::a::b::` (the folder's own path) in a folder module. Every file
+/// under a module counts for it, however deep; test code (after
+/// `#[cfg(test)]`, or a file named for tests) does not.
+fn folder_graph(dir: &Path, module_path: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let name = p
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let folder = p.is_dir() && !name.starts_with('.') && !name.contains("test");
+        let file = p.extension().is_some_and(|x| x == "rs")
+            && !["lib", "main", "mod"].contains(&name.as_str());
+        if folder || file {
+            names.insert(name);
+        }
     }
-    let names: Vec<String> = files
-        .iter()
-        .filter_map(|p| Some(p.file_stem()?.to_string_lossy().to_string()))
-        .collect();
-    let mut graph = std::collections::BTreeMap::new();
-    for (f, name) in files.iter().zip(&names) {
-        let text = std::fs::read_to_string(f).unwrap_or_default();
+    let mut graph: BTreeMap<String, BTreeSet<String>> =
+        names.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+    let own = if module_path.is_empty() {
+        "crate::".to_string()
+    } else {
+        format!("crate::{module_path}::")
+    };
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    for f in files {
+        let rel = f.strip_prefix(dir).unwrap_or(&f);
+        let first = rel
+            .components()
+            .next()
+            .map(|c| {
+                c.as_os_str()
+                    .to_string_lossy()
+                    .trim_end_matches(".rs")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let file_name = f
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        if !names.contains(&first) || file_name.contains("test") {
+            continue;
+        }
+        let direct = rel.components().count() == 1;
+        let mut prefixes = vec![own.clone()];
+        if direct && !module_path.is_empty() {
+            prefixes.push("super::".to_string());
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        let mut deps = Vec::new();
-        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            for part in line.split("crate::").skip(1) {
-                let m: String = part
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if &m != name && names.contains(&m) && !deps.contains(&m) {
-                    deps.push(m);
+        let code: String = code
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for prefix in &prefixes {
+            for part in code.split(prefix.as_str()).skip(1) {
+                // `prefix::name` or `prefix::{a, b::c}`.
+                let heads: Vec<String> = match part.strip_prefix('{') {
+                    Some(group) => group
+                        .split('}')
+                        .next()
+                        .unwrap_or("")
+                        .split(',')
+                        .map(|i| ident(i.trim_start()))
+                        .collect(),
+                    None => vec![ident(part)],
+                };
+                for m in heads {
+                    if m != first && names.contains(&m) {
+                        graph.entry(first.clone()).or_default().insert(m);
+                    }
                 }
             }
         }
-        graph.insert(name.clone(), deps);
     }
     graph
 }
 
+fn ident(s: &str) -> String {
+    s.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
 /// A cycle through `start`, if there is one.
-fn cycle_from(
-    graph: &std::collections::BTreeMap<String, Vec<String>>,
-    start: &str,
-) -> Option<Vec<String>> {
+fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<Vec<String>> {
     let mut stack = vec![vec![start.to_string()]];
+    let mut seen = BTreeSet::new();
     while let Some(path) = stack.pop() {
-        let last = path.last()?;
-        for next in graph.get(last).into_iter().flatten() {
+        let last = path.last()?.clone();
+        for next in graph.get(&last).into_iter().flatten() {
             if next == start {
                 return Some(path);
             }
-            if !path.contains(next) {
+            if seen.insert(next.clone()) {
                 let mut p = path.clone();
                 p.push(next.clone());
                 stack.push(p);
@@ -121,15 +177,96 @@ fn cycle_from(
     None
 }
 
-#[test]
-fn no_import_cycle_in_the_filter_or_the_collector() {
-    for dir in ["filter/src", "filter/core/src", "collector/src"] {
-        let graph = module_graph(&repo_root().join(dir));
-        assert!(graph.len() > 8, "{dir}: modules not found");
+/// Every cycle in a crate's source folder and in each of its folder
+/// modules, however deep, as `folder: a -> b -> a`.
+fn cycles_in(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut folders = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, module_path)) = folders.pop() {
+        let graph = folder_graph(&dir, &module_path);
         for m in graph.keys() {
-            if let Some(c) = cycle_from(&graph, m) {
-                panic!("{dir}: import cycle {} -> {m}", c.join(" -> "));
+            if let Some(mut c) = cycle_from(&graph, m) {
+                c.push(m.clone());
+                out.push(format!("{}: {}", dir.display(), c.join(" -> ")));
+                break;
+            }
+        }
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .to_string();
+            if p.is_dir() && !name.starts_with('.') && !name.contains("test") {
+                let sub = if module_path.is_empty() {
+                    name
+                } else {
+                    format!("{module_path}::{name}")
+                };
+                folders.push((p, sub));
             }
         }
     }
+    out
+}
+
+/// The layering docs/architecture.md describes holds: no module of any
+/// crate, and no module inside a folder module, imports one that imports
+/// it back (directly or around a longer loop).
+#[test]
+fn no_import_cycle_in_any_crate_or_folder_module() {
+    let crates = [
+        "filter/src",
+        "filter/core/src",
+        "collector/src",
+        "control/src",
+        "limiter/src",
+        "service/src",
+    ];
+    let mut found = Vec::new();
+    for dir in crates {
+        let root = repo_root().join(dir);
+        assert!(
+            folder_graph(&root, "").len() > 1 || dir == "service/src",
+            "{dir}: modules not found"
+        );
+        found.extend(cycles_in(&root));
+    }
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+/// The detector sees what the old one missed: a folder module in a cycle
+/// with a file module, and two files of a folder module naming each other
+/// through `super::`.
+#[test]
+fn the_cycle_detector_sees_folder_modules_and_super_paths() {
+    let dir = std::env::temp_dir().join(format!("portcullis-cycles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("api/inner")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "pub mod api; pub mod error;").unwrap();
+    std::fs::write(dir.join("error.rs"), "fn f() { crate::api::served(); }").unwrap();
+    std::fs::write(dir.join("api/mod.rs"), "mod a; mod b; mod inner;").unwrap();
+    std::fs::write(dir.join("api/inner/deep.rs"), "use crate::{error::E, api};").unwrap();
+    std::fs::write(dir.join("api/a.rs"), "use super::b::X;").unwrap();
+    std::fs::write(
+        dir.join("api/b.rs"),
+        "use crate::api::a::Y;\n#[cfg(test)]\nuse super::inner;",
+    )
+    .unwrap();
+    let found = cycles_in(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        found
+            .iter()
+            .any(|c| c.contains("api -> error -> api") || c.contains("error -> api -> error")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|c| c.contains("a -> b -> a") || c.contains("b -> a -> b")),
+        "{found:?}"
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
 }

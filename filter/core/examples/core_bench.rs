@@ -3,7 +3,7 @@
 //! benchmark, not a test: it shows which step of the request path costs what.
 
 use portcullis_core::guard::{self, pii::Pii, Stage};
-use portcullis_core::{cache, config, record, request, routing, sse, usage};
+use portcullis_core::{cache, compile, record, request, routing, sse, usage};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -28,7 +28,7 @@ fn time<T>(name: &str, mut f: impl FnMut() -> T) {
 
 fn main() -> Result<(), String> {
     let yaml = std::fs::read("envoy/plugin.yaml").map_err(|e| format!("envoy/plugin.yaml: {e}"))?;
-    let gw = config::compile(&yaml)?;
+    let gw = compile::compile(&yaml)?;
     let auth = Some("Bearer sk-portcullis-demo");
     let (_, client) = routing::authenticate(&gw, auth, 0).map_err(|e| e.message)?;
     let chat = request::ChatRequest::parse(BODY).map_err(|e| e.message)?;
@@ -148,7 +148,7 @@ fn guard_checks() -> Result<(), String> {
         "{}\nguardrails:\n  input:\n    - {{name: email, pii: [email], action: redact}}\n    - {{name: cards, pii: [card, iban], action: deny}}\n    - {{name: keys, pii: [api_key], action: deny}}\n    - {{name: secret, regex: '(?i)top\\s+secret', action: deny}}\n    - {{name: size, max_words: 4000}}\n  output:\n    - {{name: phone, pii: [phone], action: redact}}\n",
         std::fs::read_to_string("envoy/plugin.yaml").map_err(|e| e.to_string())?
     );
-    let gw = config::compile(yaml.as_bytes())?;
+    let gw = compile::compile(yaml.as_bytes())?;
     let g = gw.guardrails.as_ref().ok_or("no guardrails")?;
     let chat = request::ChatRequest::parse(body.as_bytes()).map_err(|e| e.message)?;
     println!(

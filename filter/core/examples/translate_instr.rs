@@ -12,9 +12,9 @@
 //! to them.
 
 use portcullis_core::api::Api;
-use portcullis_core::config;
-use portcullis_core::providers;
 use portcullis_core::request::ChatRequest;
+use portcullis_core::translate;
+use portcullis_core::{compile, config};
 use std::hint::black_box;
 
 const CHAT: &[u8] = br#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
@@ -27,7 +27,7 @@ fn provider(schema: &str) -> Result<config::Provider, String> {
     let yaml = format!(
         "providers:\n  - name: p\n    cluster: p\n    host: p.mock\n    base_path: /v1\n    schema: {schema}\n    models:\n      - name: gpt-4o-mini\nclients:\n  - name: demo\n    key_sha256: 1f39b34977fb885c1f5e66609a5a880cd58f383952eb98ce438069cc57aeccf8\n"
     );
-    let gw = config::compile(yaml.as_bytes())?;
+    let gw = compile::compile(yaml.as_bytes())?;
     gw.providers
         .into_iter()
         .next()
@@ -36,7 +36,7 @@ fn provider(schema: &str) -> Result<config::Provider, String> {
 
 fn body_len(p: &config::Provider, api: Api, body: &[u8], model_id: &str) -> Result<usize, String> {
     let req = ChatRequest::parse_for(api, body).map_err(|e| e.message)?;
-    let prepared = providers::request_body(p, api, &req, model_id, true).map_err(|e| e.message)?;
+    let prepared = translate::request_body(p, api, &req, model_id, true).map_err(|e| e.message)?;
     Ok(prepared.body.map_or(0, |b| b.len()))
 }
 
@@ -59,13 +59,14 @@ fn main() -> Result<(), String> {
                 body_len(&anthropic, Api::Responses, black_box(RESPONSES), id)?
             }
             "messages_chat" => body_len(&openai, Api::Messages, black_box(MESSAGES), id)?,
-            "anthropic_answer" => providers::back(&anthropic, Api::ChatCompletions)
+            "anthropic_answer" => translate::back(&anthropic, Api::ChatCompletions)
                 .and_then(|b| b.answer(black_box(ANTHROPIC_ANSWER), 1))
                 .map_or(0, |b| b.len()),
-            "chat_responses_answer" => Api::Responses
-                .answer_from_pivot(black_box(CHAT_ANSWER))
-                .map_or(0, |b| b.len()),
-            "chat_messages_answer" => providers::back(&openai, Api::Messages)
+            "chat_responses_answer" => {
+                translate::pivot::answer_from_pivot(Api::Responses, black_box(CHAT_ANSWER))
+                    .map_or(0, |b| b.len())
+            }
+            "chat_messages_answer" => translate::back(&openai, Api::Messages)
                 .and_then(|b| b.answer(black_box(CHAT_ANSWER), 1))
                 .map_or(0, |b| b.len()),
             other => return Err(format!("unknown step `{other}`")),

@@ -110,14 +110,15 @@ impl GatewayError {
         )
     }
 
-    pub fn not_found_path(method: &str, path: &str) -> Self {
+    /// `served`: the paths the gateway answers (the inbound APIs'), named
+    /// in the message.
+    pub fn not_found_path(method: &str, path: &str, served: &str) -> Self {
         Self::new(
             404,
             "invalid_request_error",
             "unknown_url",
             format!(
-                "Unrecognized request URL ({method} {path}). This gateway serves {}, GET /v1/models/{{model}}.",
-                crate::api::served_paths()
+                "Unrecognized request URL ({method} {path}). This gateway serves {served}, GET /v1/models/{{model}}."
             ),
         )
     }

@@ -170,12 +170,12 @@ mod tests {
     fn layers_go_provider_then_config_then_default() {
         let text = format!(
             "{}prices:\n  gpt-4o: {{input: 9, output: 9}}\n",
-            crate::config::tests::GOOD.replace(
+            crate::compile::tests::GOOD.replace(
                 "      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini]}",
                 "      - {name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini], price: {input: 7, output: 7}}",
             )
         );
-        let g = crate::config::compile(text.as_bytes()).unwrap();
+        let g = crate::compile::compile(text.as_bytes()).unwrap();
         let (mini, four, llama) = (
             g.names["gpt-4o-mini"],
             g.names["gpt-4o"],

@@ -4,7 +4,7 @@
 
 #[cfg(test)]
 mod tests {
-    use crate::config::compile;
+    use crate::compile::compile;
     use crate::headers::{decode_pairs, encode_pairs};
     use crate::request::ChatRequest;
     use crate::sse::{replay, Relay};
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn mutated_configs_compile_or_are_rejected_with_a_message() {
-        let good = crate::config::tests::GOOD.as_bytes();
+        let good = crate::compile::tests::GOOD.as_bytes();
         let mut rng = Rng(0x1234_5678_9ABC_DEF1);
         for _ in 0..3_000 {
             if let Err(msg) = compile(&mutate(&mut rng, good)) {

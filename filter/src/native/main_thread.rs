@@ -8,8 +8,8 @@
 //! stream ([`hand_off`]); the main thread's [`Root`] ships them with the
 //! same shipper and the same batching as the Wasm build.
 
+use super::calls;
 use super::ffi::{self, ConfigEnvoy, ModuleBuffer, ModuleHeader};
-use super::host;
 use super::metrics::{Change, Table};
 use super::store::ProcessStore;
 use crate::global_limits;
@@ -128,7 +128,7 @@ impl Host for MainHost {
     }
 
     fn log(&self, level: LogLevel, message: &str) {
-        host::log(level, message);
+        calls::log(level, message);
     }
 
     fn headers(&self, _part: Part) -> Result<Headers, Status> {
@@ -187,7 +187,7 @@ impl Host for MainHost {
         if config.is_null() {
             return Err(Status::Unimplemented);
         }
-        let (headers, body) = host::grpc_request(cluster, service, method, metadata, message)
+        let (headers, body) = calls::grpc_request(cluster, service, method, metadata, message)
             .ok_or(Status::BadArgument)?;
         let mut hs: Vec<ModuleHeader> = headers
             .iter()
@@ -413,7 +413,7 @@ pub fn tick(generation: u64) {
 
 /// A gRPC answer to one of the main thread's calls.
 pub fn answered(generation: u64, callout_id: u64, headers: &Headers, body: &[u8]) {
-    let status = host::grpc_status(headers, body);
+    let status = calls::grpc_status(headers, body);
     let token = u32::try_from(callout_id).unwrap_or(u32::MAX);
     let _ = MAIN.try_with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {

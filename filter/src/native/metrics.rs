@@ -12,8 +12,8 @@
 //! the main thread at each stream's end and added at its tick; gauges a
 //! request sets are set at once (as on Wasm).
 
+use super::calls;
 use super::ffi::{self, ConfigEnvoy, ModuleBuffer};
-use super::host;
 use crate::host::LogLevel;
 use crate::metrics::{families, Kind};
 use portcullis_core::metric_tags::split;
@@ -75,7 +75,7 @@ pub fn declare(config: ConfigEnvoy) -> Table {
         if r == SUCCESS {
             table.ids.insert((kind, base), (id, n));
         } else {
-            host::log(
+            calls::log(
                 LogLevel::Warn,
                 &format!("metric {base} not declared (result {r}): it will not be published"),
             );

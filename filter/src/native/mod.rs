@@ -14,6 +14,7 @@
 //!   is refused, and Envoy keeps the config serving), then by each worker
 //!   at its first request on it.
 
+pub mod calls;
 #[cfg(test)]
 mod fake_envoy;
 pub mod ffi;
@@ -159,7 +160,7 @@ fn guarded<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
                 .or_else(|| e.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             let _ = catch_unwind(|| {
-                host::log(
+                calls::log(
                     LogLevel::Critical,
                     &format!("portcullis: panic in {what} caught: {why}"),
                 )
@@ -204,7 +205,7 @@ fn on_stream(
                 .or_else(|| e.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             guarded(what, ffi::STOP_ITERATION, || {
-                host::log(
+                calls::log(
                     LogLevel::Critical,
                     &format!("portcullis: panic in {what} caught: {why}"),
                 );
@@ -242,14 +243,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
         let env = std::env::var("PORTCULLIS_MAX_CONFIG_BYTES").ok();
         let limit = portcullis_core::config::max_config_bytes(env.as_deref());
         if let Some(msg) = portcullis_core::config::too_large(config.length, limit) {
-            host::log(LogLevel::Error, &msg);
+            calls::log(LogLevel::Error, &msg);
             return std::ptr::null();
         }
         // SAFETY: Envoy's buffer, valid during the call.
         let bytes = unsafe { ffi::copy(config.ptr, config.length) };
         match crate::root::accept(&bytes) {
             Ok(gw) => {
-                host::log(
+                calls::log(
                     LogLevel::Info,
                     &format!(
                         "config accepted: {} providers, {} models, {} clients",
@@ -261,7 +262,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
                 let ticker = main_thread::start(config_envoy, generation, &bytes);
                 if ticker.is_none() {
-                    host::log(
+                    calls::log(
                         LogLevel::Warn,
                         "no periodic work for this config: the request log and settlements will not be sent",
                     );
@@ -273,7 +274,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                 })) as ConfigModule
             }
             Err(msg) => {
-                host::log(LogLevel::Error, &msg);
+                calls::log(LogLevel::Error, &msg);
                 std::ptr::null()
             }
         }
@@ -532,9 +533,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
                 None => false,
             }
         };
-        let status = grpc.then(|| host::grpc_status(&hs, &body));
+        let status = grpc.then(|| calls::grpc_status(&hs, &body));
         let size = if grpc {
-            host::grpc_message(&body).map_or(0, <[u8]>::len)
+            calls::grpc_message(&body).map_or(0, <[u8]>::len)
         } else {
             body.len()
         };

@@ -138,7 +138,7 @@ fn main() {
         let mut compile = Vec::new();
         for _ in 0..5 {
             let t = Instant::now();
-            portcullis_core::config::compile(yaml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            portcullis_core::compile::compile(yaml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
             compile.push(ms(t.elapsed()));
         }
         let (c50, _, _) = median(&mut compile);

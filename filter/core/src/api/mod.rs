@@ -2,7 +2,7 @@
 //! body must hold, the shape of their errors, where their cached answers
 //! live apart. The API is decided once, from the request's method and path,
 //! and carried as a value ([`Api`]); which provider formats serve which API
-//! is one table, [`crate::providers::reach`].
+//! is one table, [`crate::translate::reach`].
 //!
 //! Adding an inbound API: a module here, a variant of [`Api`] and its line
 //! in each `match` below, its line in the reach table.
@@ -148,77 +148,10 @@ impl Api {
         matches!(self, Api::ChatCompletions)
     }
 
-    /// This API's request as a chat completion for `model_id` (the pivot),
-    /// and the fields dropped on the way.
-    pub fn to_pivot(
-        self,
-        req: &crate::request::ChatRequest,
-        model_id: &str,
-    ) -> Result<(Vec<u8>, Vec<String>), GatewayError> {
-        match self {
-            Api::Messages => messages::to_chat(req.body(), model_id),
-            Api::Responses => responses::to_chat(req.body(), model_id),
-            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => {
-                Err(GatewayError::internal(format!(
-                    "{} is not translated to chat completions",
-                    self.path()
-                )))
-            }
-        }
-    }
-
-    /// A whole chat completion as this API's answer.
-    pub fn answer_from_pivot(self, body: &[u8]) -> Option<Vec<u8>> {
-        match self {
-            Api::Messages => messages::answer_from_chat(body),
-            Api::Responses => responses::answer_from_chat(body),
-            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => Some(body.to_vec()),
-        }
-    }
-
-    /// A chat provider's error as this API's error (same status).
-    pub fn error_from_pivot(self, body: &[u8], status: u16) -> Vec<u8> {
-        match self {
-            Api::Messages => messages::error_from_chat(body, status),
-            Api::ChatCompletions | Api::Embeddings | Api::CountTokens | Api::Responses => {
-                body.to_vec()
-            }
-        }
-    }
-
-    /// A chat completions stream as this API's stream.
-    pub fn stream_from_pivot(self, created: u64) -> Option<crate::providers::Stream> {
-        match self {
-            Api::Messages => Some(crate::providers::Stream::ChatToMessages(
-                messages::FromChatStream::new(),
-            )),
-            Api::Responses => Some(crate::providers::Stream::ChatToResponses(
-                responses::FromChatStream::new(created),
-            )),
-            Api::ChatCompletions | Api::Embeddings | Api::CountTokens => None,
-        }
-    }
-
     /// Whether the request is free at the provider (a count, not a
     /// completion): no token limit or budget is taken, nothing cached.
     pub fn free(self) -> bool {
         matches!(self, Api::CountTokens)
-    }
-
-    /// The gateway's own answer for a model whose provider format answers
-    /// this API [`crate::providers::Reach::Local`]ly: its body and the
-    /// header that marks it.
-    pub fn local_answer(
-        self,
-        doc: &crate::request::Document,
-    ) -> Option<(Vec<u8>, (&'static str, &'static str))> {
-        match self {
-            Api::CountTokens => Some((
-                count_tokens::answer(doc),
-                (count_tokens::ESTIMATED_HEADER, "true"),
-            )),
-            Api::ChatCompletions | Api::Messages | Api::Embeddings | Api::Responses => None,
-        }
     }
 
     /// The shape output checks read this API's answers and streams in

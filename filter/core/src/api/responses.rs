@@ -8,9 +8,9 @@
 //! is a 400 naming it. Usage comes from the answer's `usage` or the
 //! `response.completed` event ([`StreamUsage`]).
 
-use crate::api::chat_completions::{self, Completion, Empty};
 use crate::borrowed::{self, Count};
 use crate::error::GatewayError;
+use crate::wire::chat::{self, Completion, Empty};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -57,7 +57,7 @@ impl ResponsesUsage {
         }
     }
 
-    fn of(u: &chat_completions::Usage) -> Self {
+    fn of(u: &chat::Usage) -> Self {
         let n = |c: Count| c.0.unwrap_or(0);
         Self::new(
             n(u.prompt_tokens),

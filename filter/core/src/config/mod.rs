@@ -1,34 +1,12 @@
-//! The plugin config (the control plane): parse, validate everything at once,
-//! compile into the structures the request path uses.
-//!
-//! `compile` either returns a complete [`Gateway`] or one error listing every
-//! problem it found; the host swaps a new config in only on success. The
-//! steps, each in its own file: unknown keys (`known_keys`, from the serde
-//! structs in `raw`), then `build`: providers and models (`models`), clients
-//! and their limits (`clients`), prices, experiments, cache and log
-//! (`sections`).
-
-mod build;
-mod clients;
-mod guardrails;
-mod known_keys;
-pub use known_keys::section_keys;
-mod models;
-mod policy;
-mod raw;
-mod sections;
-#[cfg(test)]
-mod tenancy_tests;
-#[cfg(test)]
-pub(crate) mod tests;
+//! The compiled plugin config: the structures the request path reads
+//! ([`Gateway`] and what it holds). Parsing and compiling them from the
+//! YAML is [`crate::compile`], which sits above the provider formats and
+//! the price table; this module imports neither.
 
 use crate::breaker::BreakerConfig;
 use crate::cache::CacheConfig;
 use crate::ratelimit::{Micros, Price};
 use hashbrown::HashMap;
-use raw::RawConfig;
-use serde_yaml::Value;
-use std::fmt::Write as _;
 
 /// The name a client sends to let the gateway pick a model.
 pub const AUTO_MODEL: &str = "auto";
@@ -94,7 +72,7 @@ pub enum Schema {
     /// Anthropic's Messages API.
     Anthropic {
         version: String,
-        options: crate::providers::anthropic::Options,
+        options: crate::wire::anthropic::Options,
     },
     /// Google's Gemini API (`generateContent`, `x-goog-api-key`).
     Gemini {
@@ -112,7 +90,7 @@ pub enum Schema {
         token: TokenSource,
         /// Claude on Vertex: as Anthropic's options; Gemini on Vertex:
         /// `drop_unsupported` only.
-        options: crate::providers::anthropic::Options,
+        options: crate::wire::anthropic::Options,
     },
     /// AWS Bedrock's Converse API, each request signed with SigV4.
     Bedrock {
@@ -510,61 +488,4 @@ pub fn max_config_bytes(env: Option<&str>) -> usize {
     env.and_then(|v| v.trim().parse().ok())
         .filter(|&n: &usize| n > 0)
         .unwrap_or(DEFAULT_MAX_CONFIG_BYTES)
-}
-
-/// Parse and compile a plugin config (YAML, or JSON which YAML accepts).
-/// On failure, the error lists every problem found, one per line.
-pub fn compile(text: &[u8]) -> Result<Gateway, String> {
-    let text = std::str::from_utf8(text).map_err(|e| format!("plugin config is not UTF-8: {e}"))?;
-    if text.trim().is_empty() {
-        return Err("plugin config is empty: it needs at least `providers` and `clients`".into());
-    }
-    let mut value: Value = serde_yaml::from_str(text)
-        .map_err(|e| format!("plugin config is not valid YAML/JSON: {e}"))?;
-    let mut problems = Vec::new();
-    known_keys::check(&mut value, &mut problems);
-    if !value.is_mapping() {
-        return Err(report(&problems));
-    }
-    let raw: RawConfig = match serde_yaml::from_value(value) {
-        Ok(raw) => raw,
-        Err(e) => {
-            problems.push(format!("a field has the wrong type: {e}"));
-            return Err(report(&problems));
-        }
-    };
-    build::build(raw, &mut problems)
-        .filter(|_| problems.is_empty())
-        .ok_or_else(|| report(&problems))
-}
-
-fn report(problems: &[String]) -> String {
-    let mut out = format!(
-        "plugin config rejected ({} problem{}):",
-        problems.len(),
-        if problems.len() == 1 { "" } else { "s" }
-    );
-    for p in problems {
-        let _ = write!(out, "\n  - {p}");
-    }
-    out
-}
-
-pub(super) fn valid_env_name(s: &str) -> bool {
-    !s.is_empty()
-        && !s.starts_with(|c: char| c.is_ascii_digit())
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-pub fn parse_sha256_hex(s: &str) -> Option<[u8; 32]> {
-    let s = s.trim();
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        let pair = s.get(i * 2..i * 2 + 2)?;
-        *byte = u8::from_str_radix(pair, 16).ok()?;
-    }
-    Some(out)
 }

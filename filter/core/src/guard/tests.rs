@@ -1,6 +1,6 @@
 use super::stream::StreamGuard;
 use super::*;
-use crate::config::compile;
+use crate::compile::compile;
 use serde_json::json;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

@@ -11,9 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
-mod body;
-pub use body::{answer, finish_reason, request, usage};
-pub(crate) use body::{tool_use_block, Block, ChatUsage, READ};
+pub use crate::wire::anthropic::{answer, finish_reason, request, usage};
+pub(crate) use crate::wire::anthropic::{ChatUsage, READ};
 
 /// Anthropic's Messages API as a provider format: `/v1/messages` passes
 /// to it as it is, chat completions are translated both ways.
@@ -64,19 +63,14 @@ impl super::Format for Anthropic {
         error(body, status)
     }
 
-    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::Stream> {
-        Some(super::Stream::Anthropic(Stream::new(created, emit_usage)))
+    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::FormatStream> {
+        Some(super::FormatStream::Anthropic(Stream::new(
+            created, emit_usage,
+        )))
     }
 }
 
-/// What the translation needs of the provider's config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// `max_tokens` when the client sent none (Anthropic requires it).
-    pub default_max_tokens: u64,
-    /// Drop fields Anthropic cannot honour instead of refusing the request.
-    pub drop_unsupported: bool,
-}
+pub use crate::wire::anthropic::Options;
 
 /// An Anthropic error body in OpenAI's shape (same status).
 pub fn error(body: &[u8], status: u16) -> Vec<u8> {
@@ -168,7 +162,7 @@ impl Stream {
 
     /// One chunk: `delta` is JSON; `finish` a finish reason or none.
     fn chunk_event(&self, delta: &str, finish: Option<&str>) -> Vec<u8> {
-        crate::api::chat_completions::chunk_event(&self.head, delta, finish)
+        crate::wire::chat::chunk_event(&self.head, delta, finish)
     }
 
     /// The chunks for these bytes of the provider's stream.

@@ -79,8 +79,10 @@ impl super::Format for Bedrock {
         error(body, status)
     }
 
-    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::Stream> {
-        Some(super::Stream::Bedrock(Stream::new(created, emit_usage, "")))
+    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::FormatStream> {
+        Some(super::FormatStream::Bedrock(Stream::new(
+            created, emit_usage, "",
+        )))
     }
 }
 
@@ -224,7 +226,7 @@ enum ToolChoice<'a> {
     Tool { name: Cow<'a, str> },
 }
 
-use crate::api::chat_completions::InMessage as Message;
+use crate::wire::chat::InMessage as Message;
 
 /// An empty JSON schema for a function that declares no parameters.
 const NO_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
@@ -422,7 +424,7 @@ fn push<'a>(out: &mut Vec<Turn<'a>>, role: &'static str, blocks: Vec<Block<'a>>)
     }
 }
 
-use crate::api::chat_completions::content_text as text_of;
+use crate::wire::chat::content_text as text_of;
 
 /// A user message's content as blocks: text, and images inline.
 fn user_blocks(i: usize, content: Option<&RawValue>) -> Result<Vec<Block<'_>>, GatewayError> {
@@ -501,7 +503,7 @@ fn spec<'a>(
     t: &'a RawValue,
     no_parameters: Option<&'a RawValue>,
 ) -> Result<ToolSpec<'a>, GatewayError> {
-    let (f, name) = crate::api::chat_completions::function_tool(t)?;
+    let (f, name) = crate::wire::chat::function_tool(t)?;
     let json = f
         .get("parameters")
         .filter(|p| !borrowed::is_null(p))

@@ -87,8 +87,10 @@ impl super::Format for Gemini {
         error(body, status)
     }
 
-    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::Stream> {
-        Some(super::Stream::Gemini(Stream::new(created, emit_usage)))
+    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::FormatStream> {
+        Some(super::FormatStream::Gemini(Stream::new(
+            created, emit_usage,
+        )))
     }
 }
 
@@ -273,7 +275,7 @@ enum Stop<'a> {
     Many(&'a RawValue),
 }
 
-use crate::api::chat_completions::InMessage as Message;
+use crate::wire::chat::InMessage as Message;
 
 /// The `generateContent` request for a chat request's body, and the fields
 /// dropped (only with `drop_unsupported`; otherwise they are a 400 naming
@@ -492,7 +494,7 @@ fn push<'a>(out: &mut Vec<Content<'a>>, role: &'static str, parts: Vec<Piece<'a>
     }
 }
 
-use crate::api::chat_completions::content_text as text_of;
+use crate::wire::chat::content_text as text_of;
 
 /// A user message's content as parts: text, and images inline.
 fn user_parts(i: usize, content: Option<&RawValue>) -> Result<Vec<Part<'_>>, GatewayError> {
@@ -556,7 +558,7 @@ fn inline_image(i: usize, url: Cow<'_, str>) -> Result<Part<'_>, GatewayError> {
 }
 
 fn declaration(t: &RawValue) -> Result<Declaration<'_>, GatewayError> {
-    let (f, name) = crate::api::chat_completions::function_tool(t)?;
+    let (f, name) = crate::wire::chat::function_tool(t)?;
     Ok(Declaration {
         name,
         description: f.get("description").filter(|d| !borrowed::is_null(d)),

@@ -97,8 +97,8 @@ impl super::Format for VertexGemini {
         super::gemini::error(body, status)
     }
 
-    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::Stream> {
-        Some(super::Stream::Gemini(super::gemini::Stream::new(
+    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::FormatStream> {
+        Some(super::FormatStream::Gemini(super::gemini::Stream::new(
             created, emit_usage,
         )))
     }
@@ -151,10 +151,10 @@ impl super::Format for VertexAnthropic {
         super::anthropic::error(body, status)
     }
 
-    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::Stream> {
-        Some(super::Stream::Anthropic(super::anthropic::Stream::new(
-            created, emit_usage,
-        )))
+    fn stream(&self, created: u64, emit_usage: bool) -> Option<super::FormatStream> {
+        Some(super::FormatStream::Anthropic(
+            super::anthropic::Stream::new(created, emit_usage),
+        ))
     }
 }
 

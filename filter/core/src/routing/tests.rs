@@ -1,12 +1,12 @@
 //! Tests of `routing`.
 
 use super::*;
-use crate::config::compile;
+use crate::compile::compile;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn gw() -> Gateway {
-    compile(crate::config::tests::GOOD.as_bytes()).unwrap()
+    compile(crate::compile::tests::GOOD.as_bytes()).unwrap()
 }
 
 fn client<'a>(g: &'a Gateway, name: &str) -> &'a Client {
@@ -115,7 +115,7 @@ fn auto_respects_client_allow_list() {
 fn with_experiment(applies: &str) -> Gateway {
     let cfg = format!(
         "{}experiments:\n  - name: ab\n    applies_to: [{applies}]\n    arms:\n      - {{name: small, weight: 1, model: gpt-4o-mini}}\n      - {{name: big, weight: 1, model: gpt-4o}}\n",
-        crate::config::tests::GOOD
+        crate::compile::tests::GOOD
     );
     compile(cfg.as_bytes()).unwrap()
 }
@@ -248,7 +248,7 @@ fn previous_key_works_until_its_grace_ends() {
             .map(|b| format!("{b:02x}"))
             .collect()
     };
-    let yaml = crate::config::tests::GOOD.replace(
+    let yaml = crate::compile::tests::GOOD.replace(
         "clients:\n",
         &format!(
             "clients:\n  - name: rotated\n    key_sha256: {}\n    previous_keys:\n      - {{sha256: {}, until: 1000}}\n",
@@ -271,7 +271,7 @@ fn previous_key_works_until_its_grace_ends() {
     );
     assert!(authenticate(&g, Some("Bearer sk-new"), 5_000_000).is_ok());
     // An old key may not be a current one, nor appear twice.
-    let bad = crate::config::tests::GOOD.replace(
+    let bad = crate::compile::tests::GOOD.replace(
         "clients:\n",
         &format!(
             "clients:\n  - name: a\n    key_sha256: {}\n    previous_keys: [{{sha256: {b}, until: 1}}, {{sha256: {x}, until: 2}}, {{sha256: {x}, until: 3}}, {{sha256: zz, until: 1}}]\n  - name: b\n    key_sha256: {b}\n",

@@ -4,10 +4,10 @@
 //! typed structs straight to bytes, with no JSON tree between (#24).
 
 use super::{bad, stop_reason};
-use crate::api::chat_completions::{Completion, Schema, ToolCall};
 use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
-use crate::providers::anthropic::{tool_use_block, Block};
+use crate::wire::anthropic::{tool_use_block, Block};
+use crate::wire::chat::{Completion, Schema, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;

@@ -107,11 +107,7 @@ impl Stream {
     }
 
     fn chunk(&self, delta: &str, finish: Option<&str>) -> Vec<u8> {
-        crate::api::chat_completions::chunk_event(
-            self.head.as_deref().unwrap_or_default(),
-            delta,
-            finish,
-        )
+        crate::wire::chat::chunk_event(self.head.as_deref().unwrap_or_default(), delta, finish)
     }
 
     fn start(&mut self) -> Vec<u8> {

@@ -49,7 +49,7 @@ pub fn answer(body: &[u8]) -> Option<Vec<u8>> {
 
 /// A Gemini error in Anthropic's shape (same status).
 pub fn error(body: &[u8], status: u16) -> Vec<u8> {
-    crate::api::Api::Messages.error_from_pivot(&super::error(body, status), status)
+    crate::api::messages::error_from_chat(&super::error(body, status), status)
 }
 
 #[cfg(test)]

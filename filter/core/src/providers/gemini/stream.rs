@@ -68,11 +68,7 @@ impl Stream {
 
     /// One chunk: `delta` is JSON; `finish` a finish reason or none.
     fn chunk_event(&self, delta: &str, finish: Option<&str>) -> Vec<u8> {
-        crate::api::chat_completions::chunk_event(
-            self.head.as_deref().unwrap_or_default(),
-            delta,
-            finish,
-        )
+        crate::wire::chat::chunk_event(self.head.as_deref().unwrap_or_default(), delta, finish)
     }
 
     /// The chunks for these bytes of the provider's stream.

@@ -238,7 +238,7 @@ pub(super) fn providers_and_models(
 }
 
 /// A provider model's `apis`: each a known inbound API its format can
-/// serve (`providers::reach`), else a problem naming both.
+/// serve (`translate::reach`), else a problem naming both.
 fn model_apis(
     provider: &str,
     model: &str,
@@ -262,7 +262,7 @@ fn model_apis(
             ));
             continue;
         };
-        if crate::providers::reach(schema, api) == crate::providers::Reach::No {
+        if crate::translate::reach(schema, api) == crate::translate::Reach::No {
             problems.push(format!(
                 "{at}: `apis` lists `{name}` ({}), which a provider of schema `{}` cannot serve",
                 api.path(),

@@ -3,14 +3,23 @@
 //! ([`crate::borrowed`]) and write typed structs straight to bytes: no JSON
 //! tree is built, copied or dropped on the way (#24).
 
-use super::Options;
-use crate::api::chat_completions::{Schema, ToolCall};
 use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
+use crate::wire::chat::{Schema, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::borrow::Cow;
+
+/// What the translation to Anthropic's Messages needs of the provider's
+/// config (Anthropic, and Claude on Vertex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `max_tokens` when the client sent none (Anthropic requires it).
+    pub default_max_tokens: u64,
+    /// Drop fields Anthropic cannot honour instead of refusing the request.
+    pub drop_unsupported: bool,
+}
 
 /// Fields of a chat request the translation reads (anything else is
 /// unsupported).
@@ -222,7 +231,7 @@ pub fn request(
 }
 
 fn tool(t: &RawValue) -> Result<Tool<'_>, GatewayError> {
-    let (f, name) = crate::api::chat_completions::function_tool(t)?;
+    let (f, name) = crate::wire::chat::function_tool(t)?;
     Ok(Tool {
         name,
         description: f.get("description"),
@@ -256,7 +265,7 @@ fn tool_choice(c: &RawValue, serial: bool) -> Result<Choice<'_>, GatewayError> {
     }
 }
 
-use crate::api::chat_completions::content_text as text_of;
+use crate::wire::chat::content_text as text_of;
 
 /// A user message's content as Anthropic blocks.
 fn user_blocks(content: Option<&RawValue>) -> Result<Vec<Block<'_>>, GatewayError> {

@@ -1,6 +1,7 @@
-use super::anthropic::{self, Options, Stream};
 use super::*;
 use crate::breaker::BreakerConfig;
+use crate::providers::anthropic::{self, Options, Stream};
+use crate::providers::{credential, extra_headers};
 use serde_json::{json, Value};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

@@ -508,7 +508,7 @@ pub(super) struct RawProvider {
     pub(super) cluster: String,
     /// An OpenAI-compatible service's preset (`groq`, `mistral`, ...):
     /// fills `host`, `base_path`, `api_key_env` and `drop_fields` where
-    /// they are left out (`crate::providers::presets`).
+    /// they are left out (`crate::compile::presets`).
     #[serde(default)]
     pub(super) preset: Option<String>,
     /// The `:authority` sent; required unless a preset gives it.
@@ -687,10 +687,10 @@ impl RawProvider {
         let Some(name) = self.preset.as_deref() else {
             return;
         };
-        let Some(p) = crate::providers::presets::find(name) else {
+        let Some(p) = crate::compile::presets::find(name) else {
             problems.push(format!(
                 "{at}: preset `{name}` is not one of {}",
-                crate::providers::presets::names()
+                crate::compile::presets::names()
             ));
             return;
         };
@@ -878,7 +878,7 @@ impl RawProvider {
                         .anthropic_version
                         .clone()
                         .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
-                    options: crate::providers::anthropic::Options {
+                    options: crate::wire::anthropic::Options {
                         default_max_tokens: self.default_max_tokens.unwrap_or(4096),
                         drop_unsupported: self.drop_unsupported,
                     },
@@ -909,7 +909,7 @@ impl RawProvider {
                         .unwrap_or_else(|| crate::providers::vertex::METADATA_PATH.into()),
                     timeout_ms: 5_000,
                 },
-                options: crate::providers::anthropic::Options {
+                options: crate::wire::anthropic::Options {
                     default_max_tokens: self.default_max_tokens.unwrap_or(4096),
                     drop_unsupported: self.drop_unsupported,
                 },

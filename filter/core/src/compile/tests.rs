@@ -1,5 +1,6 @@
 //! The config compiler's tests.
 use super::*;
+use crate::breaker::BreakerConfig;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -51,7 +52,7 @@ fn good_config_compiles_with_models_in_chain_order() {
     assert_eq!(serving[1].provider_model_id, "openai/gpt-4o-mini");
     assert_eq!(g.auto.len(), 2);
     assert_eq!(
-        crate::providers::path(
+        crate::translate::path(
             &g.providers[1],
             crate::api::Api::ChatCompletions,
             "m",
@@ -467,7 +468,7 @@ fn a_bedrock_provider_needs_a_region_and_gets_its_host_and_paths() {
     );
     assert_eq!(p.host, "bedrock-runtime.eu-west-3.amazonaws.com");
     let path = |api, stream| {
-        crate::providers::path(p, api, "anthropic.claude-3-haiku-20240307-v1:0", stream)
+        crate::translate::path(p, api, "anthropic.claude-3-haiku-20240307-v1:0", stream)
     };
     assert_eq!(
         path(crate::api::Api::ChatCompletions, false),
@@ -532,13 +533,13 @@ fn a_vertex_provider_needs_a_project_and_region_and_gets_its_host_paths_and_toke
         ("gcp_metadata", "metadata.google.internal")
     );
     assert_eq!(
-        crate::providers::path(p, crate::api::Api::Messages, "claude-sonnet-4-5@20250929", true),
+        crate::translate::path(p, crate::api::Api::Messages, "claude-sonnet-4-5@20250929", true),
         "/v1/projects/my-proj/locations/europe-west1/publishers/anthropic/models/claude-sonnet-4-5%4020250929:streamRawPredict"
     );
     let g = compile(yaml("    project: my-proj\n    region: global\n").as_bytes()).unwrap();
     assert_eq!(g.providers[0].host, "aiplatform.googleapis.com");
     assert_eq!(
-        crate::providers::path(&g.providers[0], crate::api::Api::CountTokens, "gemini-2.5-flash", false),
+        crate::translate::path(&g.providers[0], crate::api::Api::CountTokens, "gemini-2.5-flash", false),
         "/v1/projects/my-proj/locations/global/publishers/google/models/gemini-2.5-flash:countTokens"
     );
     let e =
@@ -581,7 +582,7 @@ fn a_gemini_provider_takes_drop_unsupported_and_refuses_anthropic_keys() {
     );
     assert_eq!(g.providers[0].schema.name(), "gemini");
     assert_eq!(
-        crate::providers::path(
+        crate::translate::path(
             &g.providers[0],
             crate::api::Api::ChatCompletions,
             "gemini-2.5-flash",

@@ -1,0 +1,251 @@
+//! OpenAI's chat completions as a wire schema: the shapes of the gateway's
+//! pivot, read and written here and nowhere else (a request's messages and
+//! tools as the translations read them, a whole answer as they read it and
+//! as they write it, a stream's chunk). The inbound API
+//! ([`crate::api::chat_completions`]) and every provider format that
+//! translates to or from the pivot use these.
+
+use crate::borrowed::{self, AsString, Count, Obj, Str};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// A tool call in an assistant message, as the translations write it: its
+/// `id` and `name` as they came, its input as the `arguments` text.
+#[derive(Serialize)]
+pub struct ToolCall<'a> {
+    id: Option<&'a RawValue>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: Option<&'a RawValue>,
+    arguments: Arguments<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Arguments<'a> {
+    Given(AsString<'a>),
+    None(&'static str),
+}
+
+impl<'a> ToolCall<'a> {
+    /// A call of `name` with `input` (a JSON value; none: `{}`).
+    pub fn new(
+        id: Option<&'a RawValue>,
+        name: Option<&'a RawValue>,
+        input: Option<&'a RawValue>,
+    ) -> Self {
+        ToolCall {
+            id,
+            kind: "function",
+            function: CallFunction {
+                name,
+                arguments: input.map_or(Arguments::None("{}"), |i| Arguments::Given(AsString(i))),
+            },
+        }
+    }
+}
+
+/// A tool's JSON schema as given, or, when none was, a function of no
+/// arguments (`{"type": "object", "properties": {}}`).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum Schema<'a> {
+    Given(&'a RawValue),
+    Empty {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        properties: Empty,
+    },
+}
+
+#[derive(Serialize)]
+pub struct Empty {}
+
+impl<'a> Schema<'a> {
+    pub fn or_empty(given: Option<&'a RawValue>) -> Self {
+        given.map_or(
+            Schema::Empty {
+                kind: "object",
+                properties: Empty {},
+            },
+            Schema::Given,
+        )
+    }
+}
+
+/// A whole chat completion: the members the translations back read, in one
+/// pass (lenient where a tree's accessors are: a member of another type
+/// reads as absent).
+#[derive(Deserialize)]
+pub struct Completion<'a> {
+    #[serde(borrow, default)]
+    pub id: Str<'a>,
+    #[serde(borrow, default)]
+    pub model: Option<&'a RawValue>,
+    #[serde(default)]
+    pub created: Count,
+    #[serde(borrow)]
+    pub choices: Vec<Choice<'a>>,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+pub struct Choice<'a> {
+    #[serde(borrow)]
+    pub message: AnswerMessage<'a>,
+    #[serde(borrow, default)]
+    pub finish_reason: Str<'a>,
+}
+
+#[derive(Deserialize)]
+pub struct AnswerMessage<'a> {
+    #[serde(borrow, default)]
+    pub content: Str<'a>,
+    #[serde(borrow, default)]
+    pub tool_calls: Option<Vec<Call<'a>>>,
+}
+
+#[derive(Deserialize)]
+pub struct Call<'a> {
+    #[serde(borrow, default)]
+    pub id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub function: Option<CalledFunction<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct CalledFunction<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub arguments: Str<'a>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: Count,
+    #[serde(default)]
+    pub completion_tokens: Count,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Count,
+}
+
+#[derive(Deserialize, Default)]
+pub struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Count,
+}
+
+impl<'a> Completion<'a> {
+    /// A chat completion's body (UTF-8 validated once, not string by
+    /// string); `None` when it does not read as one.
+    pub fn read(body: &'a [u8]) -> Option<Self> {
+        serde_json::from_str(std::str::from_utf8(body).ok()?).ok()
+    }
+}
+
+/// The text of a chat message's `content` (a string, or its text parts
+/// joined by newlines), read in place.
+pub fn content_text(content: Option<&RawValue>) -> Cow<'_, str> {
+    let Some(c) = content else {
+        return Cow::Borrowed("");
+    };
+    if let Some(s) = borrowed::str_of(c) {
+        return s;
+    }
+    let texts: Vec<Cow<str>> = borrowed::arr_of(c)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(Obj::of)
+        .filter(|p| p.str("type").as_deref() == Some("text"))
+        .filter_map(|p| p.str("text"))
+        .collect();
+    match texts.len() {
+        0 => Cow::Borrowed(""),
+        1 => texts.into_iter().next().unwrap_or_default(),
+        _ => Cow::Owned(texts.join("\n")),
+    }
+}
+
+/// One chat-completion chunk event: `head` is the chunk's JSON up to its
+/// `delta` (id, created, model), `delta` JSON, `finish` a finish reason.
+pub fn chunk_event(head: &str, delta: &str, finish: Option<&str>) -> Vec<u8> {
+    let mut out = String::with_capacity(head.len() + delta.len() + 48);
+    out.push_str(head);
+    out.push_str(delta);
+    match finish {
+        Some(f) => {
+            out.push_str(r#","finish_reason":""#);
+            out.push_str(f);
+            out.push('"');
+        }
+        None => out.push_str(r#","finish_reason":null"#),
+    }
+    out.push_str(",\"logprobs\":null}]}\n\n");
+    out.into_bytes()
+}
+
+/// A chat tool (`{"type": "function", "function": {...}}`): its function,
+/// read in place, and the function's name; a 400 for a translated provider
+/// when it is not one.
+pub fn function_tool(t: &RawValue) -> Result<(Obj<'_>, Cow<'_, str>), crate::error::GatewayError> {
+    let bad = |m: &str| {
+        crate::error::GatewayError::bad_request("invalid_request_for_provider", m.to_string())
+    };
+    let t = Obj::of(t).unwrap_or_default();
+    let f = t
+        .obj("function")
+        .filter(|_| t.str("type").as_deref() == Some("function"))
+        .ok_or_else(|| bad("Each tool must be {\"type\": \"function\", \"function\": {...}}."))?;
+    let name = f
+        .str("name")
+        .ok_or_else(|| bad("A tool function needs a `name`."))?;
+    Ok((f, name))
+}
+
+/// A chat message as the translations to other formats read it: the
+/// members they use, in one pass.
+#[derive(Deserialize)]
+pub(crate) struct InMessage<'a> {
+    #[serde(borrow, default)]
+    pub role: Str<'a>,
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub tool_calls: Option<Vec<InCall<'a>>>,
+    #[serde(borrow, default)]
+    pub tool_call_id: Str<'a>,
+}
+
+/// An assistant message's tool call, as the translations read it.
+#[derive(Deserialize)]
+pub(crate) struct InCall<'a> {
+    #[serde(borrow, default)]
+    pub id: Str<'a>,
+    #[serde(borrow, default)]
+    pub function: Option<InFunction<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct InFunction<'a> {
+    #[serde(borrow, default)]
+    pub name: Str<'a>,
+    #[serde(borrow, default)]
+    pub arguments: Str<'a>,
+}
