@@ -199,16 +199,6 @@ impl Host for AbiHost {
         abi::resume_request()
     }
 
-    fn send_later(&self, message: Vec<u8>) {
-        if !crate::global_limits::later::push(&self.worker, message) {
-            registry::count(&self.worker, crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
-        }
-    }
-
-    fn count(&self, name: &str, by: i64) {
-        registry::count(&self.worker, name, by);
-    }
-
     fn gauge(&self, name: &str, value: u64) {
         if let Some(id) = metric(&self.worker, MetricType::Gauge, name) {
             let _ = abi::record_metric(id, value);

@@ -14,14 +14,13 @@ use crate::host::Action;
 use crate::host::{Headers, Host, Part};
 use crate::metrics;
 use crate::reading::Reader;
-use portcullis_core::api::Api;
 use portcullis_core::attempt::{classify, classify_call, Outcome};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::secrets;
 use portcullis_core::sse;
-use portcullis_core::stream_cap::{Shape, StreamCap};
-use portcullis_core::translate;
+use portcullis_core::stream_cap::StreamCap;
+use portcullis_core::translate::{self, EventUsage};
 
 /// Whether a response's headers say its body is content-encoded.
 fn is_encoded(headers: &Headers) -> bool {
@@ -136,20 +135,13 @@ impl<H: Host> RequestContext<H> {
             0
         };
         let keep = if store { cache_max } else { 0 }.max(content_max);
-        f.reader = if api.streams_anthropic_events() && stream {
+        f.reader = match EventUsage::for_api(api).filter(|_| stream) {
             // Passed on as it is; only its usage is read.
-            wants_usage.then(Reader::messages_stream)
-        } else if api.streams_response_events() && stream {
-            wants_usage.then(Reader::responses_stream)
-        } else {
-            Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep)
+            Some(events) => wants_usage.then_some(Reader::Events(events)),
+            None => Reader::for_answer(f.chat.stream, f.usage_chunk, store, wants_usage, keep),
         };
         f.stream_cap = f.cap.filter(|_| stream).and_then(|(n, prompt_est)| {
-            let shape = match api {
-                Api::ChatCompletions => Shape::Chat,
-                Api::Messages => Shape::Messages,
-                _ => return None,
-            };
+            let shape = api.capped_stream_shape()?;
             Some(StreamCap::new(shape, n, prompt_est, f.chat.include_usage))
         });
         if stream {

@@ -113,11 +113,18 @@ pub trait Host: Store {
     /// on: its `authorization` set (none: left out) and its request resumed.
     fn wake(&self, context_id: u32, authorization: Option<&str>) -> Result<(), Status>;
     /// Queue a rate-limit message the root context sends on its next tick
-    /// (a request's context may be gone before an answer would come).
-    fn send_later(&self, message: Vec<u8>);
+    /// (a request's context may be gone before an answer would come); a
+    /// message the full queue cannot take is counted as dropped.
+    fn send_later(&self, message: Vec<u8>) {
+        if !crate::global_limits::later::push(self.worker(), message) {
+            self.count(crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
+        }
+    }
 
     /// Add to a counter (summed in the VM, handed to Envoy at each tick).
-    fn count(&self, name: &str, by: i64);
+    fn count(&self, name: &str, by: i64) {
+        crate::registry::count(self.worker(), name, by);
+    }
     /// Set a gauge.
     fn gauge(&self, name: &str, value: u64);
     /// Add to a gauge shared by the workers (each adds its own change;

@@ -23,7 +23,7 @@
 //! | `concurrency` | adaptive concurrency per provider (AIMD) in shared data |
 //! | `policy` | conditional routes, strategies, pinned providers |
 //! | `policy_state` | the state strategies read: latencies, requests in flight |
-//! | `responses_by_id` | which provider made each response: by-id requests, chaining |
+//! | `kept_answers` | which provider made each response: by-id requests, chaining |
 //! | `upstream` | the one request builder for every attempt |
 //! | `answer`, `reading` | the one answer path (begin / chunk / end) |
 //! | `telemetry`, `metrics`, `shipper` | the record, metric names, the log |
@@ -39,7 +39,7 @@
 //! worker thread is the only thing that tells workers apart).
 //!
 //! Imports run one way: the steps (`pipeline`, `request_*`, `prompt_cache`, `attempts`,
-//! `upstream`, `answer`, `telemetry`, `policy`, `responses_by_id`) and `root`
+//! `upstream`, `answer`, `telemetry`, `policy`, `kept_answers`) and `root`
 //! use `context`; `context` uses only the state types (`flight`, `reading`,
 //! `admission`, `global_limits`, `guard_state`, `loaded`, `policy_state`,
 //! `exchange`)
@@ -62,6 +62,7 @@ mod global_limits;
 mod guard_state;
 mod guardrails;
 mod host;
+mod kept_answers;
 mod loaded;
 mod metrics;
 mod pipeline;
@@ -72,7 +73,6 @@ mod reading;
 mod registry;
 mod request_body;
 mod request_headers;
-mod responses_by_id;
 mod root;
 mod shipper;
 mod telemetry;

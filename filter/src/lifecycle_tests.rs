@@ -79,7 +79,7 @@ impl Gateway {
                 credentials,
                 secrets,
                 limiter_credential: Some(b"Bearer limiter-token".to_vec()),
-                aws: Vec::new(),
+                signing: Vec::new(),
             }),
         }
     }

@@ -3,8 +3,8 @@
 
 use crate::host::Host;
 use crate::host::LogLevel;
-use portcullis_core::config::{Gateway, Provider, Schema};
-use portcullis_core::providers;
+use portcullis_core::config::Gateway;
+use portcullis_core::providers::{self, Auth};
 use portcullis_core::sigv4;
 
 /// A compiled config plus what it needs from the VM environment.
@@ -20,79 +20,54 @@ pub struct Loaded {
     /// `Bearer <token>` for the rate limit service, from the VM
     /// environment's `PORTCULLIS_LIMITER_TOKEN` (never the plugin config).
     pub limiter_credential: Option<Vec<u8>>,
-    /// Each AWS provider's credentials (SigV4 signs each request with
-    /// them), from the VM environment, by provider index.
-    pub aws: Vec<Option<Aws>>,
+    /// Each signing provider's keys ([`providers::Auth::SigV4`] signs each
+    /// request with them), from the VM environment, by provider index.
+    pub signing: Vec<Option<Signing>>,
 }
 
-/// An AWS provider's credentials and the day's signing key derived from
-/// them (kept: the key changes with the date only).
-pub struct Aws {
+/// A signing provider's keys and the day's signing key derived from them
+/// (kept: the key changes with the date only).
+pub struct Signing {
     pub keys: sigv4::Keys,
     pub day_key: std::cell::RefCell<sigv4::DayKey>,
 }
 
-/// An AWS provider's credentials from the VM environment: its prefix's
-/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and (for temporary
-/// credentials) `AWS_SESSION_TOKEN`; `Err` names what is missing.
-fn aws_keys(p: &Provider) -> Option<Result<sigv4::Keys, String>> {
-    let Schema::Bedrock { env_prefix, .. } = &p.schema else {
-        return None;
-    };
-    let var = |name: &str| {
-        let full = format!("{env_prefix}{name}");
-        match std::env::var(&full) {
-            Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
-            _ => Err(full),
-        }
-    };
-    Some(
-        match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
-            (Ok(access_key_id), Ok(secret_access_key)) => Ok(sigv4::Keys {
-                access_key_id,
-                secret_access_key,
-                session_token: var("AWS_SESSION_TOKEN").ok(),
-            }),
-            (a, b) => Err([a.err(), b.err()]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" and ")),
-        },
-    )
-}
-
 impl Loaded {
     pub fn new(gw: Gateway, host: &impl Host) -> Self {
-        let aws: Vec<Option<Aws>> = gw
+        let signing: Vec<Option<Signing>> = gw
             .providers
             .iter()
-            .map(|p| match aws_keys(p)? {
-                Ok(keys) => Some(Aws {
-                    keys,
-                    day_key: std::cell::RefCell::new(None),
-                }),
-                Err(missing) => {
-                    host.log(
-                        LogLevel::Warn,
-                        &format!(
-                            "provider `{}`: {missing} not set in the VM (add to \
-                             vm_config.environment_variables.host_env_keys); requests go unsigned",
-                            p.name
-                        ),
-                    );
-                    None
+            .map(|p| {
+                let Auth::SigV4 { env_prefix, .. } = providers::auth(p) else {
+                    return None;
+                };
+                match sigv4::keys_from_env(env_prefix, |name| std::env::var(name).ok()) {
+                    Ok(keys) => Some(Signing {
+                        keys,
+                        day_key: std::cell::RefCell::new(None),
+                    }),
+                    Err(missing) => {
+                        host.log(
+                            LogLevel::Warn,
+                            &format!(
+                                "provider `{}`: {missing} not set in the VM (add to \
+                                 vm_config.environment_variables.host_env_keys); requests go unsigned",
+                                p.name
+                            ),
+                        );
+                        None
+                    }
                 }
             })
             .collect();
         let secrets: Vec<Option<String>> = gw
             .providers
             .iter()
-            .zip(&aws)
-            .map(|(p, aws)| {
-                if let Some(aws) = aws {
+            .zip(&signing)
+            .map(|(p, signing)| {
+                if let Some(s) = signing {
                     // Scrubbed from answers like a key.
-                    return Some(aws.keys.secret_access_key.clone());
+                    return Some(s.keys.secret_access_key.clone());
                 }
                 let env = p.api_key_env.as_ref()?;
                 match std::env::var(env) {
@@ -117,7 +92,7 @@ impl Loaded {
             .zip(&secrets)
             .map(|(p, key)| {
                 key.as_ref()
-                    .filter(|_| !matches!(p.schema, Schema::Bedrock { .. } | Schema::Vertex { .. }))
+                    .filter(|_| providers::auth(p) == Auth::Key)
                     .map(|k| providers::credential(p, k))
             })
             .collect();
@@ -130,7 +105,7 @@ impl Loaded {
             credentials,
             secrets,
             limiter_credential,
-            aws,
+            signing,
         }
     }
 }

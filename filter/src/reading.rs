@@ -3,18 +3,15 @@
 //! is dropped), a whole answer is copied (whole up to `keep` bytes, past
 //! that only its tail, where `usage` is). Nothing is held back.
 
-use portcullis_core::providers::anthropic::StreamUsage;
 use portcullis_core::sse::Relay;
+use portcullis_core::translate::EventUsage;
 use portcullis_core::usage::{AnswerCopy, Usage};
 
 pub enum Reader {
     Stream(Relay),
     Whole(AnswerCopy),
-    /// A stream of Anthropic's Messages API (`/v1/messages`), read for its
-    /// usage only.
-    Messages(StreamUsage),
-    /// A stream of Responses events, read for its usage only.
-    Responses(portcullis_core::api::responses::StreamUsage),
+    /// A stream in the client's API's own events, read for its usage only.
+    Events(EventUsage),
 }
 
 impl Reader {
@@ -39,14 +36,6 @@ impl Reader {
         }
     }
 
-    pub fn messages_stream() -> Reader {
-        Reader::Messages(StreamUsage::default())
-    }
-
-    pub fn responses_stream() -> Reader {
-        Reader::Responses(portcullis_core::api::responses::StreamUsage::default())
-    }
-
     /// Bytes as they pass; `Some` when what the client gets differs.
     pub fn chunk(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
         match self {
@@ -61,11 +50,7 @@ impl Reader {
                 copy.push(bytes);
                 None
             }
-            Reader::Messages(usage) => {
-                usage.push(bytes);
-                None
-            }
-            Reader::Responses(usage) => {
+            Reader::Events(usage) => {
                 usage.push(bytes);
                 None
             }
@@ -90,8 +75,7 @@ impl Reader {
                 relay.assembly.completion(),
             ),
             Reader::Whole(copy) => copy.finish(),
-            Reader::Messages(usage) => (usage.usage(), None),
-            Reader::Responses(usage) => (usage.usage(), None),
+            Reader::Events(usage) => (usage.usage(), None),
         }
     }
 }

@@ -5,7 +5,7 @@
 use crate::admission;
 use crate::context::{Phase, RequestContext};
 use crate::host::{Host, Part};
-use portcullis_core::api::{self, responses, Api};
+use portcullis_core::api::{self, kept, Api};
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
 use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHashes};
@@ -104,7 +104,7 @@ impl<H: Host> RequestContext<H> {
                 let body = model_info(gw, client, id)?;
                 Ok(self.reply(200, &[], &body))
             }
-            ("GET" | "DELETE", p) if responses::by_id(p).is_some() => {
+            ("GET" | "DELETE", p) if kept::by_id(p).is_some() => {
                 // A kept response, at the provider that made it.
                 authenticate(&self.host, gw, authorization)?;
                 let full = f.path.to_string();

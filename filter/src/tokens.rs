@@ -1,4 +1,5 @@
-//! Access tokens for providers that take an OAuth bearer token (Vertex AI):
+//! Access tokens for providers that take an OAuth bearer token fetched from a
+//! token source ([`providers::Auth::Token`]; Vertex AI today):
 //! obtained by the filter itself from the provider's token source (the
 //! GCE/GKE metadata server's shape, through an Envoy cluster, by callout),
 //! kept in shared data for every worker until shortly before they expire.
@@ -19,8 +20,8 @@ use crate::host::Host;
 use crate::host::{Action, LogLevel};
 use crate::loaded::Loaded;
 use crate::metrics;
-use portcullis_core::config::{Schema, TokenSource};
-use portcullis_core::providers::vertex;
+use portcullis_core::config::TokenSource;
+use portcullis_core::providers::{self, Auth};
 use portcullis_core::store;
 
 fn key(provider: &str) -> String {
@@ -111,13 +112,11 @@ pub fn wake_ready(host: &impl Host, loaded: &Loaded, now: u64) -> bool {
             wake_all(host, &name, None);
             continue;
         };
-        let (Schema::Vertex { token: source, .. }, f) =
-            (&p.schema, portcullis_core::providers::format(&p.schema))
-        else {
+        let Auth::Token(source) = providers::auth(p) else {
             continue;
         };
         if let Some(t) = cached(host, &name, now) {
-            let (_, value) = f.credential(&t);
+            let (_, value) = providers::credential(p, &t);
             woke = true;
             wake_all(host, &name, Some(&value));
             continue;
@@ -233,7 +232,7 @@ impl<H: Host> RequestContext<H> {
             .body(crate::host::Part::CallResponse, body_size)
             .unwrap_or_default();
         let token = (status == Some(200))
-            .then(|| vertex::token_answer(&body))
+            .then(|| providers::token_answer(&body))
             .flatten();
         unlock(&self.host, &provider);
         self.phase = Phase::Proxied;
@@ -242,7 +241,7 @@ impl<H: Host> RequestContext<H> {
                 store_token(&self.host, &provider, t, *ttl, now);
                 self.loaded.as_ref().and_then(|l| {
                     let p = l.gw.providers.iter().find(|p| p.name == provider)?;
-                    Some(portcullis_core::providers::credential(p, t).1)
+                    Some(providers::credential(p, t).1)
                 })
             }
             None => {

@@ -9,11 +9,11 @@ use crate::flight::Call;
 use crate::host::{Host, Part};
 use crate::host::{LogLevel, Status};
 use crate::loaded::Loaded;
-use portcullis_core::config::Schema;
 use portcullis_core::error::GatewayError;
 use portcullis_core::headers;
+use portcullis_core::providers::{self, Auth};
 use portcullis_core::sigv4;
-use portcullis_core::{providers, translate};
+use portcullis_core::translate;
 use std::borrow::Cow;
 
 pub struct UpstreamRequest<'a> {
@@ -83,46 +83,47 @@ impl<H: Host> RequestContext<H> {
             retries: p.retries.as_ref(),
             awaiting_token: None,
         };
-        if let Schema::Vertex { token, .. } = &p.schema {
-            match crate::tokens::cached(&self.host, &p.name, self.host.now_ms()) {
-                Some(t) => {
-                    let (name, value) = providers::credential(p, &t);
-                    up.credential = Some((name, Cow::Owned(value)));
-                }
-                None => {
-                    // No key of any kind goes with it: the token, or none.
-                    up.credential = None;
-                    up.awaiting_token = Some(token);
+        match providers::auth(p) {
+            Auth::Key => {}
+            Auth::Token(source) => {
+                match crate::tokens::cached(&self.host, &p.name, self.host.now_ms()) {
+                    Some(t) => {
+                        let (name, value) = providers::credential(p, &t);
+                        up.credential = Some((name, Cow::Owned(value)));
+                    }
+                    None => {
+                        // No key of any kind goes with it: the token, or none.
+                        up.credential = None;
+                        up.awaiting_token = Some(source);
+                    }
                 }
             }
-        }
-        if let (Schema::Bedrock { region, .. }, Some(aws)) =
-            (&p.schema, loaded.aws.get(provider).and_then(Option::as_ref))
-        {
-            // Signed last, over the final body, as it is sent.
-            let (path, query) = up.path.split_once('?').unwrap_or((&up.path, ""));
-            let body = up.body.as_deref().unwrap_or(flight.chat.body());
-            let scope = sigv4::Scope {
-                region,
-                service: providers::bedrock::SIGNING_SERVICE,
-            };
-            let req = sigv4::Request {
-                method: "POST",
-                path,
-                query,
-                host: &p.host,
-                body,
-            };
-            let now_s = self.host.now_ms() / 1000;
-            let signed = match aws.day_key.try_borrow_mut() {
-                Ok(mut day_key) => sigv4::sign_with(&aws.keys, &scope, &req, now_s, &mut day_key),
-                Err(_) => sigv4::sign(&aws.keys, &scope, &req, now_s),
-            };
-            for (name, value) in signed {
-                if name == "authorization" {
-                    up.credential = Some((name, Cow::Owned(value)));
-                } else {
-                    up.extra.push((name, value));
+            Auth::SigV4 { scope, .. } => {
+                if let Some(keys) = loaded.signing.get(provider).and_then(Option::as_ref) {
+                    // Signed last, over the final body, as it is sent.
+                    let (path, query) = up.path.split_once('?').unwrap_or((&up.path, ""));
+                    let body = up.body.as_deref().unwrap_or(flight.chat.body());
+                    let req = sigv4::Request {
+                        method: "POST",
+                        path,
+                        query,
+                        host: &p.host,
+                        body,
+                    };
+                    let now_s = self.host.now_ms() / 1000;
+                    let signed = match keys.day_key.try_borrow_mut() {
+                        Ok(mut day_key) => {
+                            sigv4::sign_with(&keys.keys, &scope, &req, now_s, &mut day_key)
+                        }
+                        Err(_) => sigv4::sign(&keys.keys, &scope, &req, now_s),
+                    };
+                    for (name, value) in signed {
+                        if name == "authorization" {
+                            up.credential = Some((name, Cow::Owned(value)));
+                        } else {
+                            up.extra.push((name, value));
+                        }
+                    }
                 }
             }
         }

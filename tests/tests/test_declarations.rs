@@ -270,3 +270,68 @@ fn the_cycle_detector_sees_folder_modules_and_super_paths() {
     );
     assert_eq!(found.len(), 2, "{found:?}");
 }
+
+/// What only the core may name: the provider formats and the inbound APIs.
+const FORMAT_AND_API_NAMES: &[&str] = &[
+    "anthropic",
+    "bedrock",
+    "vertex",
+    "gemini",
+    "azure",
+    "openai",
+    "api::chatcompletions",
+    "api::messages",
+    "api::embeddings",
+    "api::counttokens",
+    "api::responses",
+    "chat_completions",
+    "count_tokens",
+];
+
+/// The lines of a file's code (not its comments, not its tests) that name
+/// a provider format or an inbound API.
+fn naming_lines(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| l.split("//").next().unwrap_or("").to_ascii_lowercase())
+        .filter(|l| FORMAT_AND_API_NAMES.iter().any(|n| l.contains(n)))
+        .collect()
+}
+
+/// The host layer carries out generic mechanisms (a header, a signature, a
+/// fetched token; an API's own events read for usage; kept answers by id)
+/// that the core describes as data: adding a provider format or an inbound
+/// API never touches it.
+#[test]
+fn the_host_names_no_provider_format_and_no_inbound_api() {
+    let mut files = Vec::new();
+    rust_files(&repo_root().join("filter/src"), &mut files);
+    assert!(files.len() > 30, "the host's sources were not found");
+    let mut found = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(repo_root()).unwrap_or(f).to_string_lossy();
+        let name = f.file_name().unwrap_or_default().to_string_lossy();
+        if rel.contains("test") || name.starts_with("fake") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for line in naming_lines(&text) {
+            found.push(format!("{}: {}", f.display(), line.trim()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "host code naming a provider format or an inbound API (say it in the core, as data):\n{}",
+        found.join("\n")
+    );
+    // The names are the ones the core uses.
+    let core =
+        std::fs::read_to_string(repo_root().join("filter/core/src/translate/mod.rs")).unwrap();
+    for n in ["bedrock", "gemini", "api::messages", "api::responses"] {
+        assert!(
+            naming_lines(&core).iter().any(|l| l.contains(n)),
+            "`{n}` is not named by the core's matrix: the list is stale"
+        );
+    }
+}

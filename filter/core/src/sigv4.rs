@@ -23,6 +23,32 @@ pub struct Keys {
     pub session_token: Option<String>,
 }
 
+/// An identity's keys from environment variables under `prefix`:
+/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and (for temporary
+/// credentials) `AWS_SESSION_TOKEN`, read through `var` (blank counts as
+/// unset); `Err` names the variables missing.
+pub fn keys_from_env(prefix: &str, var: impl Fn(&str) -> Option<String>) -> Result<Keys, String> {
+    let read = |name: &str| {
+        let full = format!("{prefix}{name}");
+        match var(&full) {
+            Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+            _ => Err(full),
+        }
+    };
+    match (read("AWS_ACCESS_KEY_ID"), read("AWS_SECRET_ACCESS_KEY")) {
+        (Ok(access_key_id), Ok(secret_access_key)) => Ok(Keys {
+            access_key_id,
+            secret_access_key,
+            session_token: read("AWS_SESSION_TOKEN").ok(),
+        }),
+        (a, b) => Err([a.err(), b.err()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" and ")),
+    }
+}
+
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The secret and the token never reach a log.
@@ -45,6 +71,7 @@ pub struct Request<'a> {
 
 /// Where the signature is valid: the region and the service's signing
 /// name (`bedrock` for Bedrock's runtime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope<'a> {
     pub region: &'a str,
     pub service: &'a str,

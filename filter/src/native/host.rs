@@ -428,16 +428,6 @@ impl Host for NativeHost {
         host.resume_request()
     }
 
-    fn send_later(&self, message: Vec<u8>) {
-        if !crate::global_limits::later::push(&self.worker, message) {
-            registry::count(&self.worker, crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
-        }
-    }
-
-    fn count(&self, name: &str, by: i64) {
-        registry::count(&self.worker, name, by);
-    }
-
     fn gauge(&self, name: &str, value: u64) {
         // A worker's root (no stream) sets gauges only as it applies a
         // config, to what the main thread's root set then from the same

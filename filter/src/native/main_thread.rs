@@ -224,12 +224,10 @@ impl Host for MainHost {
         Err(Status::Unimplemented)
     }
 
+    /// The main thread's own settles: a full queue drops them uncounted
+    /// (its root reports no per-request metrics).
     fn send_later(&self, message: Vec<u8>) {
         let _ = global_limits::later::push(&self.worker, message);
-    }
-
-    fn count(&self, name: &str, by: i64) {
-        registry::count(&self.worker, name, by);
     }
 
     fn gauge(&self, name: &str, value: u64) {

@@ -168,6 +168,34 @@ impl Api {
     }
 }
 
+impl Api {
+    /// The shape a stream of this API is read in when the gateway caps its
+    /// output tokens (`max_tokens: cap`): chat chunks and Messages events;
+    /// `None`: not capped in flight.
+    pub fn capped_stream_shape(self) -> Option<crate::stream_cap::Shape> {
+        use crate::stream_cap::Shape;
+        match self {
+            Api::ChatCompletions => Some(Shape::Chat),
+            Api::Messages => Some(Shape::Messages),
+            Api::Embeddings | Api::CountTokens | Api::Responses => None,
+        }
+    }
+}
+
+/// Answers a provider keeps, read back by id and chained to: which API
+/// keeps them and how their ids are read (the Responses API's `GET` and
+/// `DELETE /v1/responses/{id}`, `previous_response_id`). The host carries
+/// out "to the provider that made it" without naming the API.
+pub mod kept {
+    use super::Api;
+
+    /// The API whose answers are kept (the path a kept answer is read at
+    /// starts with its path).
+    pub const API: Api = Api::Responses;
+
+    pub use super::responses::{by_id, previous_id, response_id as id_of_answer};
+}
+
 /// A translator of the pivot's stream (chat completion chunks) into an
 /// API's events: what it does when the answer starts, with text, with a
 /// tool call's piece, at the finish reason, at `[DONE]`, on a failure.

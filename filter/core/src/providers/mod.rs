@@ -121,6 +121,53 @@ pub fn format(schema: &Schema) -> &'static dyn Format {
     }
 }
 
+/// How a provider's requests are authorized, as data: the host carries out
+/// one of three generic mechanisms and never names a provider format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth<'a> {
+    /// A header ([`credential`]) made from the key in the VM environment's
+    /// `api_key_env`, if it has one.
+    Key,
+    /// Each request signed with AWS SigV4 over its final body, with the
+    /// keys read from the environment under `env_prefix`
+    /// ([`crate::sigv4::keys_from_env`]); the signature's `authorization`
+    /// is the credential, its other headers go with it.
+    SigV4 {
+        env_prefix: &'a str,
+        scope: crate::sigv4::Scope<'a>,
+    },
+    /// An access token fetched from a token source ([`token_answer`] reads
+    /// its answer) and kept until it expires, sent as [`credential`].
+    Token(&'a crate::config::TokenSource),
+}
+
+/// What a provider's requests need to be authorized.
+pub fn auth(p: &Provider) -> Auth<'_> {
+    match &p.schema {
+        Schema::Bedrock {
+            region, env_prefix, ..
+        } => Auth::SigV4 {
+            env_prefix,
+            scope: crate::sigv4::Scope {
+                region,
+                service: bedrock::SIGNING_SERVICE,
+            },
+        },
+        Schema::Vertex { token, .. } => Auth::Token(token),
+        Schema::OpenAi
+        | Schema::AzureOpenAi { .. }
+        | Schema::Anthropic { .. }
+        | Schema::Gemini { .. } => Auth::Key,
+    }
+}
+
+/// A token source's answer (`{"access_token", "expires_in", "token_type"}`,
+/// the metadata server's and OAuth's shape): the token and its lifetime in
+/// seconds; `None` when it does not read or has no token.
+pub fn token_answer(body: &[u8]) -> Option<(String, u64)> {
+    vertex::token_answer(body)
+}
+
 /// The credential header for a provider key.
 pub fn credential(p: &Provider, key: &str) -> (&'static str, String) {
     format(&p.schema).credential(key)

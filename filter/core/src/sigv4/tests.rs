@@ -195,3 +195,41 @@ fn a_kept_day_key_signs_the_same() {
         );
     }
 }
+
+#[test]
+fn keys_come_from_the_prefixed_environment_and_name_what_is_missing() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let keys = keys_from_env(
+        "EU_",
+        env(&[
+            ("EU_AWS_ACCESS_KEY_ID", " AKID "),
+            ("EU_AWS_SECRET_ACCESS_KEY", "s3cret"),
+            ("AWS_SESSION_TOKEN", "not-this-prefix"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(keys.access_key_id, "AKID");
+    assert_eq!(keys.secret_access_key, "s3cret");
+    assert_eq!(keys.session_token, None);
+    assert_eq!(
+        keys_from_env("", env(&[("AWS_SECRET_ACCESS_KEY", "  ")])).unwrap_err(),
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    );
+    let with_session = keys_from_env(
+        "",
+        env(&[
+            ("AWS_ACCESS_KEY_ID", "a"),
+            ("AWS_SECRET_ACCESS_KEY", "b"),
+            ("AWS_SESSION_TOKEN", "t"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(with_session.session_token.as_deref(), Some("t"));
+}

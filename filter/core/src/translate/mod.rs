@@ -394,5 +394,44 @@ fn drop_fields(p: &Provider, body: &[u8]) -> Result<Option<Prepared>, GatewayErr
     }))
 }
 
+/// The usage of a stream the client reads in its API's own events (not
+/// the pivot's chunks), read as the events pass, unchanged.
+#[derive(Debug)]
+pub enum EventUsage {
+    /// Anthropic's Messages events (cumulative usage, set not added).
+    Messages(providers::anthropic::StreamUsage),
+    /// Responses events (`response.completed` carries the usage).
+    Responses(crate::api::responses::StreamUsage),
+}
+
+impl EventUsage {
+    /// The reader for an API whose streams pass as its own events; `None`
+    /// when the API streams the pivot's chunks (or does not stream).
+    pub fn for_api(api: Api) -> Option<EventUsage> {
+        if api.streams_anthropic_events() {
+            Some(EventUsage::Messages(Default::default()))
+        } else if api.streams_response_events() {
+            Some(EventUsage::Responses(Default::default()))
+        } else {
+            None
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        match self {
+            EventUsage::Messages(u) => u.push(bytes),
+            EventUsage::Responses(u) => u.push(bytes),
+        }
+    }
+
+    /// The usage the stream reported, if it did.
+    pub fn usage(&self) -> Option<crate::usage::Usage> {
+        match self {
+            EventUsage::Messages(u) => u.usage(),
+            EventUsage::Responses(u) => u.usage(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -432,3 +432,63 @@ fn drop_fields_leave_out_what_the_service_refuses_and_say_which() {
     let body: Value = serde_json::from_slice(&out.body.unwrap()).unwrap();
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
 }
+
+#[test]
+fn each_format_says_how_its_requests_are_authorized() {
+    use crate::providers::{auth, token_answer, Auth};
+    for schema in [
+        Schema::OpenAi,
+        Schema::AzureOpenAi {
+            api_version: "v".into(),
+        },
+        anthropic_schema(false),
+        Schema::Gemini {
+            drop_unsupported: false,
+        },
+    ] {
+        assert_eq!(auth(&provider("", schema)), Auth::Key);
+    }
+    let bedrock = provider(
+        "",
+        Schema::Bedrock {
+            region: "eu-west-3".into(),
+            env_prefix: "EU_".into(),
+            drop_unsupported: false,
+        },
+    );
+    assert_eq!(
+        auth(&bedrock),
+        Auth::SigV4 {
+            env_prefix: "EU_",
+            scope: crate::sigv4::Scope {
+                region: "eu-west-3",
+                service: "bedrock",
+            },
+        }
+    );
+    let source = crate::config::TokenSource {
+        cluster: "metadata".into(),
+        host: "metadata.google.internal".into(),
+        path: "/token".into(),
+        timeout_ms: 100,
+    };
+    let vertex = provider(
+        "",
+        Schema::Vertex {
+            project: "p".into(),
+            region: "global".into(),
+            publisher: crate::config::Publisher::Google,
+            token: source.clone(),
+            options: Options {
+                default_max_tokens: 1,
+                drop_unsupported: false,
+            },
+        },
+    );
+    assert_eq!(auth(&vertex), Auth::Token(&source));
+    assert_eq!(
+        token_answer(br#"{"access_token":"ya29.x","expires_in":3599,"token_type":"Bearer"}"#),
+        Some(("ya29.x".to_string(), 3599))
+    );
+    assert_eq!(token_answer(b"{}"), None);
+}

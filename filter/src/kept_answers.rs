@@ -10,7 +10,7 @@ use crate::host::Host;
 use crate::host::{Action, LogLevel};
 use crate::upstream::UpstreamRequest;
 use portcullis_core::affinity;
-use portcullis_core::api::{self, responses};
+use portcullis_core::api::{self, kept};
 use portcullis_core::config::Gateway;
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys;
@@ -23,7 +23,7 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         f.remember_response = false;
-        let Some(id) = responses::response_id(head) else {
+        let Some(id) = kept::id_of_answer(head) else {
             return;
         };
         let Some(provider) = self.answering_provider() else {
@@ -61,7 +61,7 @@ impl<H: Host> RequestContext<H> {
             Some((p, q)) => (p, Some(q)),
             None => (path_and_query, None),
         };
-        let Some((id, tail)) = responses::by_id(path.trim_end_matches('/')) else {
+        let Some((id, tail)) = kept::by_id(path.trim_end_matches('/')) else {
             return Err(GatewayError::not_found_path(
                 "GET",
                 path,
@@ -82,7 +82,7 @@ impl<H: Host> RequestContext<H> {
             .providers
             .get(index)
             .ok_or_else(|| GatewayError::internal("a remembered provider is gone"))?;
-        let base = translate::path(p, portcullis_core::api::Api::Responses, "", false);
+        let base = translate::path(p, kept::API, "", false);
         let mut upstream_path = match base.split_once('?') {
             Some((b, q)) => format!("{b}/{id}{tail}?{q}"),
             None => format!("{base}/{id}{tail}"),
@@ -127,7 +127,7 @@ impl<H: Host> RequestContext<H> {
         let Some(f) = self.flight.as_ref() else {
             return Ok(());
         };
-        let Some(previous) = responses::previous_id(f.chat.document()?).map(str::to_string) else {
+        let Some(previous) = kept::previous_id(f.chat.document()?).map(str::to_string) else {
             return Ok(());
         };
         let Some(index) = self.response_provider(gw, &previous) else {
