@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
+pub(crate) use crate::wire::anthropic::READ;
 pub use crate::wire::anthropic::{answer, finish_reason, request, usage};
-pub(crate) use crate::wire::anthropic::{ChatUsage, READ};
 
 /// Anthropic's Messages API as a provider format: `/v1/messages` passes
 /// to it as it is, chat completions are translated both ways.

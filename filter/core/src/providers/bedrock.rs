@@ -15,6 +15,7 @@ use crate::borrowed::{self, Count, Obj, Str};
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
+use crate::wire::chat::Written;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -565,9 +566,9 @@ impl Usage {
     /// OpenAI's usage: the prompt counts cache reads and writes, as
     /// Anthropic's translation does (Converse's `inputTokens` excludes
     /// them).
-    pub(crate) fn chat(self) -> super::anthropic::ChatUsage {
+    pub(crate) fn chat(self) -> crate::wire::chat::WrittenUsage {
         let n = |c: Count| c.0.unwrap_or(0);
-        super::anthropic::ChatUsage::new(
+        crate::wire::anthropic::chat_usage(
             n(self.input_tokens),
             n(self.cache_read_input_tokens),
             n(self.cache_write_input_tokens),
@@ -620,33 +621,6 @@ pub(crate) struct ToolUse<'a> {
     pub input: Option<&'a RawValue>,
 }
 
-/// A chat completion, as written back for a whole answer.
-#[derive(Serialize)]
-struct Completion<'a> {
-    id: String,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [Choice<'a>; 1],
-    usage: super::anthropic::ChatUsage,
-}
-
-#[derive(Serialize)]
-struct Choice<'a> {
-    index: u32,
-    message: ChoiceMessage<'a>,
-    finish_reason: &'static str,
-    logprobs: (),
-}
-
-#[derive(Serialize)]
-struct ChoiceMessage<'a> {
-    role: &'static str,
-    content: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<Call<'a>>,
-}
-
 #[derive(Serialize)]
 pub(crate) struct Call<'a> {
     pub id: Cow<'a, str>,
@@ -696,27 +670,16 @@ pub fn answer(body: &[u8], created: u64, model: &str) -> Option<Vec<u8>> {
             }
         }
     }
-    let reason = finish_reason(v.stop_reason.0.as_deref().unwrap_or("end_turn"));
-    let out = Completion {
+    Written {
         id: answer_id(body, created),
-        object: "chat.completion",
         created,
         model,
-        choices: [Choice {
-            index: 0,
-            message: ChoiceMessage {
-                role: "assistant",
-                content: (!text.is_empty() || calls.is_empty()).then_some(text),
-                tool_calls: calls,
-            },
-            finish_reason: reason,
-            logprobs: (),
-        }],
+        text,
+        tool_calls: calls,
+        finish_reason: finish_reason(v.stop_reason.0.as_deref().unwrap_or("end_turn")),
         usage: v.usage.unwrap_or_default().chat(),
-    };
-    let mut bytes = Vec::with_capacity(body.len().saturating_add(128));
-    serde_json::to_writer(&mut bytes, &out).ok()?;
-    Some(bytes)
+    }
+    .to_bytes(body.len().saturating_add(128))
 }
 
 /// AWS's error body: `{"message": ...}` (`Message` in some services).

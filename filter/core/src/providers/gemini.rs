@@ -10,10 +10,13 @@
 //! structs ([`crate::borrowed`]): no JSON tree.
 
 use crate::api::Api;
-use crate::borrowed::{self, AsString, Count, Obj, Str};
+use crate::borrowed::{self, Count, Obj, Str};
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
+use crate::wire::chat::{
+    ToolCall, Written, WrittenCompletionDetails, WrittenPromptDetails, WrittenUsage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -674,41 +677,23 @@ pub(crate) struct UsageMetadata {
 /// OpenAI's usage from Gemini's: the thoughts are completion tokens (as
 /// OpenAI counts reasoning), cached content is the cached part of the
 /// prompt.
-#[derive(Serialize)]
-pub(crate) struct ChatUsage {
-    prompt_tokens: u64,
-    completion_tokens: u64,
-    total_tokens: u64,
-    prompt_tokens_details: Cached,
-    completion_tokens_details: Reasoning,
-}
-
-#[derive(Serialize)]
-struct Cached {
-    cached_tokens: u64,
-}
-
-#[derive(Serialize)]
-struct Reasoning {
-    reasoning_tokens: u64,
-}
-
 impl UsageMetadata {
-    pub(crate) fn chat(self) -> ChatUsage {
+    pub(crate) fn chat(self) -> WrittenUsage {
         let n = |c: Count| c.0.unwrap_or(0);
         let prompt = n(self.prompt_token_count);
         let thoughts = n(self.thoughts_token_count);
         let completion = n(self.candidates_token_count).saturating_add(thoughts);
-        ChatUsage {
+        WrittenUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: prompt.saturating_add(completion),
-            prompt_tokens_details: Cached {
+            prompt_tokens_details: WrittenPromptDetails {
                 cached_tokens: n(self.cached_content_token_count),
+                cache_creation_tokens: None,
             },
-            completion_tokens_details: Reasoning {
+            completion_tokens_details: Some(WrittenCompletionDetails {
                 reasoning_tokens: thoughts,
-            },
+            }),
         }
     }
 }
@@ -723,66 +708,6 @@ pub(crate) fn call_id(response_id: Option<&str>, index: usize, signature: Option
     }
 }
 
-impl<'a> CallFunction<'a> {
-    pub(crate) fn of(call: &FunctionCall<'a>) -> Self {
-        CallFunction {
-            name: call.name,
-            arguments: call
-                .args
-                .map_or(Arguments::None("{}"), |a| Arguments::Given(AsString(a))),
-        }
-    }
-}
-
-/// A chat completion, as written back for a whole answer.
-#[derive(Serialize)]
-struct Completion<'a> {
-    id: String,
-    object: &'static str,
-    created: u64,
-    model: Option<&'a RawValue>,
-    choices: [Choice<'a>; 1],
-    usage: ChatUsage,
-}
-
-#[derive(Serialize)]
-struct Choice<'a> {
-    index: u32,
-    message: ChoiceMessage<'a>,
-    finish_reason: &'static str,
-    logprobs: (),
-}
-
-#[derive(Serialize)]
-struct ChoiceMessage<'a> {
-    role: &'static str,
-    content: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<OwnedCall<'a>>,
-}
-
-/// A tool call whose id the gateway made.
-#[derive(Serialize)]
-struct OwnedCall<'a> {
-    id: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: CallFunction<'a>,
-}
-
-#[derive(Serialize)]
-pub(crate) struct CallFunction<'a> {
-    name: Option<&'a RawValue>,
-    arguments: Arguments<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-pub(crate) enum Arguments<'a> {
-    Given(AsString<'a>),
-    None(&'static str),
-}
-
 /// A whole `generateContent` answer as a chat completion; `None` when it
 /// does not read as one.
 pub fn answer(body: &[u8], created: u64) -> Option<Vec<u8>> {
@@ -793,11 +718,11 @@ pub fn answer(body: &[u8], created: u64) -> Option<Vec<u8>> {
     let candidate = v.candidates.into_iter().next().unwrap_or_default();
     for p in candidate.content.unwrap_or_default().parts {
         if let Some(call) = p.function_call {
-            calls.push(OwnedCall {
-                id: call_id(response_id, calls.len(), p.thought_signature.0.as_deref()),
-                kind: "function",
-                function: CallFunction::of(&call),
-            });
+            calls.push(ToolCall::with_id(
+                call_id(response_id, calls.len(), p.thought_signature.0.as_deref()),
+                call.name,
+                call.args,
+            ));
         } else if p.thought != Some(true) {
             if let Some(t) = p.text.0 {
                 if text.is_empty() {
@@ -814,26 +739,16 @@ pub fn answer(body: &[u8], created: u64) -> Option<Vec<u8>> {
         None if v.prompt_feedback.is_some() => "content_filter",
         None => finish_reason("STOP", !calls.is_empty()),
     };
-    let out = Completion {
+    Written {
         id: format!("chatcmpl-{}", response_id.unwrap_or("gemini")),
-        object: "chat.completion",
         created,
         model: v.model_version,
-        choices: [Choice {
-            index: 0,
-            message: ChoiceMessage {
-                role: "assistant",
-                content: (!text.is_empty() || calls.is_empty()).then_some(text),
-                tool_calls: calls,
-            },
-            finish_reason: reason,
-            logprobs: (),
-        }],
+        text,
+        tool_calls: calls,
+        finish_reason: reason,
         usage: v.usage_metadata.unwrap_or_default().chat(),
-    };
-    let mut bytes = Vec::with_capacity(body.len().saturating_add(128));
-    serde_json::to_writer(&mut bytes, &out).ok()?;
-    Some(bytes)
+    }
+    .to_bytes(body.len().saturating_add(128))
 }
 
 /// Google's error: `{"error": {"code", "message", "status"}}` (also sent

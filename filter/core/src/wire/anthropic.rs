@@ -5,7 +5,7 @@
 
 use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
-use crate::wire::chat::{Schema, ToolCall};
+use crate::wire::chat::{Schema, ToolCall, Written, WrittenPromptDetails, WrittenUsage};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -450,35 +450,19 @@ pub fn finish_reason(stop: &str) -> &'static str {
     }
 }
 
-/// OpenAI's usage object (`prompt_tokens` includes cache reads and writes;
-/// the details split them).
-#[derive(Serialize)]
-pub struct ChatUsage {
-    prompt_tokens: u64,
-    completion_tokens: u64,
-    total_tokens: u64,
-    prompt_tokens_details: PromptDetails,
-}
-
-#[derive(Serialize)]
-struct PromptDetails {
-    cached_tokens: u64,
-    cache_creation_tokens: u64,
-}
-
-impl ChatUsage {
-    /// From Anthropic's four counts.
-    pub(crate) fn new(input: u64, read: u64, write: u64, output: u64) -> Self {
-        let prompt = input.saturating_add(read).saturating_add(write);
-        ChatUsage {
-            prompt_tokens: prompt,
-            completion_tokens: output,
-            total_tokens: prompt.saturating_add(output),
-            prompt_tokens_details: PromptDetails {
-                cached_tokens: read,
-                cache_creation_tokens: write,
-            },
-        }
+/// OpenAI's usage from Anthropic's four counts (`prompt_tokens` includes
+/// cache reads and writes; the details split them).
+pub fn chat_usage(input: u64, read: u64, write: u64, output: u64) -> WrittenUsage {
+    let prompt = input.saturating_add(read).saturating_add(write);
+    WrittenUsage {
+        prompt_tokens: prompt,
+        completion_tokens: output,
+        total_tokens: prompt.saturating_add(output),
+        prompt_tokens_details: WrittenPromptDetails {
+            cached_tokens: read,
+            cache_creation_tokens: Some(write),
+        },
+        completion_tokens_details: None,
     }
 }
 
@@ -486,40 +470,13 @@ impl ChatUsage {
 /// its counts as one).
 pub fn usage(u: &Value) -> Value {
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let usage = ChatUsage::new(
+    let usage = chat_usage(
         n("input_tokens"),
         n("cache_read_input_tokens"),
         n("cache_creation_input_tokens"),
         n("output_tokens"),
     );
     serde_json::to_value(usage).unwrap_or(Value::Null)
-}
-
-/// A chat completion, as written back for a whole Messages answer.
-#[derive(Serialize)]
-struct Completion<'a> {
-    id: Option<&'a RawValue>,
-    object: &'static str,
-    created: u64,
-    model: Option<&'a RawValue>,
-    choices: [AnswerChoice<'a>; 1],
-    usage: ChatUsage,
-}
-
-#[derive(Serialize)]
-struct AnswerChoice<'a> {
-    index: u32,
-    message: AnswerMessage<'a>,
-    finish_reason: &'static str,
-    logprobs: (),
-}
-
-#[derive(Serialize)]
-struct AnswerMessage<'a> {
-    role: &'static str,
-    content: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<ToolCall<'a>>,
 }
 
 /// A Messages answer: the members the translation reads, in one pass.
@@ -587,29 +544,19 @@ pub fn answer(body: &[u8], created: u64) -> Option<Vec<u8>> {
     }
     let u = v.usage.unwrap_or_default();
     let n = |c: Count| c.0.unwrap_or(0);
-    let out = Completion {
+    Written {
         id: v.id,
-        object: "chat.completion",
         created,
         model: v.model,
-        choices: [AnswerChoice {
-            index: 0,
-            message: AnswerMessage {
-                role: "assistant",
-                content: (!text.is_empty() || calls.is_empty()).then_some(text),
-                tool_calls: calls,
-            },
-            finish_reason: finish_reason(v.stop_reason.0.as_deref().unwrap_or("end_turn")),
-            logprobs: (),
-        }],
-        usage: ChatUsage::new(
+        text,
+        tool_calls: calls,
+        finish_reason: finish_reason(v.stop_reason.0.as_deref().unwrap_or("end_turn")),
+        usage: chat_usage(
             n(u.input_tokens),
             n(u.cache_read_input_tokens),
             n(u.cache_creation_input_tokens),
             n(u.output_tokens),
         ),
-    };
-    let mut bytes = Vec::with_capacity(body.len().saturating_add(64));
-    serde_json::to_writer(&mut bytes, &out).ok()?;
-    Some(bytes)
+    }
+    .to_bytes(body.len().saturating_add(64))
 }

@@ -11,19 +11,31 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 /// A tool call in an assistant message, as the translations write it: its
-/// `id` and `name` as they came, its input as the `arguments` text.
+/// `id` and `name` as they came (or an id the gateway made: `Id`), its
+/// input as the `arguments` text.
 #[derive(Serialize)]
-pub struct ToolCall<'a> {
-    id: Option<&'a RawValue>,
+pub struct ToolCall<'a, Id = Option<&'a RawValue>> {
+    id: Id,
     #[serde(rename = "type")]
     kind: &'static str,
     function: CallFunction<'a>,
 }
 
+/// A call's function: its name as it came, its input as the `arguments`
+/// text (none: `{}`).
 #[derive(Serialize)]
-struct CallFunction<'a> {
+pub struct CallFunction<'a> {
     name: Option<&'a RawValue>,
     arguments: Arguments<'a>,
+}
+
+impl<'a> CallFunction<'a> {
+    pub fn new(name: Option<&'a RawValue>, input: Option<&'a RawValue>) -> Self {
+        CallFunction {
+            name,
+            arguments: input.map_or(Arguments::None("{}"), |i| Arguments::Given(AsString(i))),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -40,15 +52,115 @@ impl<'a> ToolCall<'a> {
         name: Option<&'a RawValue>,
         input: Option<&'a RawValue>,
     ) -> Self {
+        ToolCall::with_id(id, name, input)
+    }
+}
+
+impl<'a, Id> ToolCall<'a, Id> {
+    /// A call whose id is `id` (one the gateway made, when the provider
+    /// gives none).
+    pub fn with_id(id: Id, name: Option<&'a RawValue>, input: Option<&'a RawValue>) -> Self {
         ToolCall {
             id,
             kind: "function",
-            function: CallFunction {
-                name,
-                arguments: input.map_or(Arguments::None("{}"), |i| Arguments::Given(AsString(i))),
-            },
+            function: CallFunction::new(name, input),
         }
     }
+}
+
+/// A whole answer as every translation back to the pivot writes it: one
+/// choice, the assistant's text (`null` only when the answer is tool calls
+/// alone) and tool calls, the finish reason, the usage. The id, model, call
+/// and usage types are the format's: they are written as they are.
+pub struct Written<'a, Id, Model, Call, Usage> {
+    pub id: Id,
+    pub created: u64,
+    pub model: Model,
+    pub text: Cow<'a, str>,
+    pub tool_calls: Vec<Call>,
+    pub finish_reason: &'static str,
+    pub usage: Usage,
+}
+
+#[derive(Serialize)]
+struct WrittenCompletion<'a, Id, Model, Call, Usage> {
+    id: Id,
+    object: &'static str,
+    created: u64,
+    model: Model,
+    choices: [WrittenChoice<'a, Call>; 1],
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct WrittenChoice<'a, Call> {
+    index: u32,
+    message: WrittenMessage<'a, Call>,
+    finish_reason: &'static str,
+    logprobs: (),
+}
+
+#[derive(Serialize)]
+struct WrittenMessage<'a, Call> {
+    role: &'static str,
+    content: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Call>,
+}
+
+impl<Id: Serialize, Model: Serialize, Call: Serialize, Usage: Serialize>
+    Written<'_, Id, Model, Call, Usage>
+{
+    /// The completion's bytes (`capacity`: a guess of their length).
+    pub fn to_bytes(self, capacity: usize) -> Option<Vec<u8>> {
+        let content = (!self.text.is_empty() || self.tool_calls.is_empty()).then_some(self.text);
+        let out = WrittenCompletion {
+            id: self.id,
+            object: "chat.completion",
+            created: self.created,
+            model: self.model,
+            choices: [WrittenChoice {
+                index: 0,
+                message: WrittenMessage {
+                    role: "assistant",
+                    content,
+                    tool_calls: self.tool_calls,
+                },
+                finish_reason: self.finish_reason,
+                logprobs: (),
+            }],
+            usage: self.usage,
+        };
+        let mut bytes = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut bytes, &out).ok()?;
+        Some(bytes)
+    }
+}
+
+/// OpenAI's usage object as the translations write it: `prompt_tokens`
+/// includes cached reads (and, from Anthropic's counts, cache writes);
+/// reasoning is part of `completion_tokens`. Each format fills the details
+/// it has; the others are left out.
+#[derive(Serialize)]
+pub struct WrittenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    pub prompt_tokens_details: WrittenPromptDetails,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<WrittenCompletionDetails>,
+}
+
+#[derive(Serialize)]
+pub struct WrittenPromptDetails {
+    pub cached_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_creation_tokens: Option<u64>,
+}
+
+#[derive(Serialize)]
+pub struct WrittenCompletionDetails {
+    pub reasoning_tokens: u64,
 }
 
 /// A tool's JSON schema as given, or, when none was, a function of no

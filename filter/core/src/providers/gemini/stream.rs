@@ -5,8 +5,9 @@
 //! end then gives the usage chunk (when asked) and `[DONE]`. A stream that
 //! ends without a `finishReason` ends with an error event.
 
-use super::{call_id, finish_reason, google_error, Answer, CallFunction, UsageMetadata};
+use super::{call_id, finish_reason, google_error, Answer, UsageMetadata};
 use crate::sse::SseParser;
+use crate::wire::chat::CallFunction;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -167,7 +168,7 @@ impl Stream {
                                 p.thought_signature.0.as_deref(),
                             ),
                             kind: "function",
-                            function: CallFunction::of(&call),
+                            function: CallFunction::new(call.name, call.args),
                         }],
                     };
                     self.calls = self.calls.saturating_add(1);
