@@ -269,14 +269,15 @@ impl Stream {
             }
             "message_stop" => {
                 self.ended = true;
-                let mut out = Vec::new();
-                if self.emit_usage {
-                    let v = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                        "choices": [], "usage": usage(&Value::Object(self.usage.clone()))});
-                    out.extend(format!("data: {v}\n\n").into_bytes());
-                }
-                out.extend_from_slice(b"data: [DONE]\n\n");
-                out
+                let usage = self
+                    .emit_usage
+                    .then(|| usage(&Value::Object(self.usage.clone())).to_string());
+                crate::wire::chat::stream_end(
+                    &self.id.to_string(),
+                    self.created,
+                    &self.model.to_string(),
+                    usage.as_deref(),
+                )
             }
             "error" => {
                 self.ended = true;
@@ -286,8 +287,7 @@ impl Stream {
                     .and_then(Value::as_str)
                     .unwrap_or("The provider's stream failed.");
                 let code = e.get("type").and_then(Value::as_str).unwrap_or("api_error");
-                let body = json!({"error": {"message": message, "type": "api_error", "code": code, "param": null}});
-                format!("data: {body}\n\n").into_bytes()
+                crate::wire::chat::error_event(message, code)
             }
             // `ping`, `content_block_stop` and event types added later.
             _ => Vec::new(),
@@ -296,8 +296,7 @@ impl Stream {
 }
 
 fn error_event(message: &str) -> Vec<u8> {
-    let body = json!({"error": {"message": message, "type": "api_error", "code": "provider_stream_error", "param": null}});
-    format!("data: {body}\n\n").into_bytes()
+    crate::wire::chat::error_event(message, "provider_stream_error")
 }
 
 /// The usage of a Messages stream passed on as it is (`/v1/messages`):

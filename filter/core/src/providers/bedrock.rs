@@ -15,7 +15,7 @@ use crate::borrowed::{self, Count, Obj, Str};
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
-use crate::wire::chat::Written;
+use crate::wire::chat::{data_url, user_content, UserPart, Written};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -429,75 +429,32 @@ use crate::wire::chat::content_text as text_of;
 
 /// A user message's content as blocks: text, and images inline.
 fn user_blocks(i: usize, content: Option<&RawValue>) -> Result<Vec<Block<'_>>, GatewayError> {
-    let Some(c) = content.filter(|c| !borrowed::is_null(c)) else {
-        return Ok(Vec::new());
-    };
-    if let Some(text) = borrowed::str_of(c) {
-        return Ok(vec![Block::Text(text)]);
-    }
-    let parts = borrowed::arr_of(c)
-        .ok_or_else(|| bad("A message's `content` must be a string or a list of parts."))?;
-    parts
-        .into_iter()
-        .map(|p| {
-            let p = Obj::of(p).unwrap_or_default();
-            match p.str("type").as_deref() {
-                Some("text") => Ok(Block::Text(p.str("text").unwrap_or_default())),
-                Some("image_url") => {
-                    let url = p
-                        .obj("image_url")
-                        .and_then(|u| u.str("url"))
-                        .ok_or_else(|| bad("An `image_url` part needs `image_url.url`."))?;
-                    image(i, url)
-                }
-                other => Err(bad(format!(
-                    "Content part type `{}` is not supported by this model's provider (AWS Bedrock): use text or image_url.",
-                    other.unwrap_or("?")
-                ))),
-            }
-        })
-        .collect()
+    user_content(content, "AWS Bedrock", |part| match part {
+        UserPart::Text(text) => Ok(Block::Text(text)),
+        UserPart::Image(url) => image(i, url),
+    })
 }
 
 /// An image as bytes: Converse fetches no URL, so only
 /// `data:image/<png|jpeg|gif|webp>;base64,<data>` URLs translate.
 fn image(i: usize, url: Cow<'_, str>) -> Result<Block<'_>, GatewayError> {
-    fn split(u: &str) -> Option<(&'static str, &str)> {
-        let (mime, data) = u.strip_prefix("data:")?.split_once(";base64,")?;
-        let format = match mime.to_ascii_lowercase().as_str() {
-            "image/png" => "png",
-            "image/jpeg" | "image/jpg" => "jpeg",
-            "image/gif" => "gif",
-            "image/webp" => "webp",
-            _ => return None,
-        };
-        Some((format, data))
-    }
     let refuse = || {
         bad(format!(
             "messages.{i}: this model's provider (AWS Bedrock) takes images inline only, as PNG, JPEG, GIF or WebP: send a `data:image/png;base64,...` URL."
         ))
     };
-    match url {
-        Cow::Borrowed(u) => {
-            let (format, data) = split(u).ok_or_else(refuse)?;
-            Ok(Block::Image {
-                format,
-                source: ImageSource {
-                    bytes: Cow::Borrowed(data),
-                },
-            })
-        }
-        Cow::Owned(u) => {
-            let (format, data) = split(&u).ok_or_else(refuse)?;
-            Ok(Block::Image {
-                format,
-                source: ImageSource {
-                    bytes: Cow::Owned(data.to_string()),
-                },
-            })
-        }
-    }
+    let (mime, bytes) = data_url(url).map_err(|_| refuse())?;
+    let format = match mime.to_ascii_lowercase().as_str() {
+        "image/png" => "png",
+        "image/jpeg" | "image/jpg" => "jpeg",
+        "image/gif" => "gif",
+        "image/webp" => "webp",
+        _ => return Err(refuse()),
+    };
+    Ok(Block::Image {
+        format,
+        source: ImageSource { bytes },
+    })
 }
 
 fn spec<'a>(

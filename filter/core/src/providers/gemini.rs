@@ -15,7 +15,8 @@ use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
 use crate::wire::chat::{
-    ToolCall, Written, WrittenCompletionDetails, WrittenPromptDetails, WrittenUsage,
+    data_url, user_content, ToolCall, UserPart, Written, WrittenCompletionDetails,
+    WrittenPromptDetails, WrittenUsage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -24,7 +25,6 @@ use std::borrow::Cow;
 pub mod count;
 pub mod embeddings;
 mod stream;
-pub(crate) use stream::error_event;
 pub use stream::Stream;
 
 /// Google's Gemini API (generativelanguage.googleapis.com, `/v1beta`).
@@ -501,63 +501,22 @@ use crate::wire::chat::content_text as text_of;
 
 /// A user message's content as parts: text, and images inline.
 fn user_parts(i: usize, content: Option<&RawValue>) -> Result<Vec<Part<'_>>, GatewayError> {
-    let Some(c) = content.filter(|c| !borrowed::is_null(c)) else {
-        return Ok(Vec::new());
-    };
-    if let Some(text) = borrowed::str_of(c) {
-        return Ok(vec![Part::Text(text)]);
-    }
-    let parts = borrowed::arr_of(c)
-        .ok_or_else(|| bad("A message's `content` must be a string or a list of parts."))?;
-    parts
-        .into_iter()
-        .map(|p| {
-            let p = Obj::of(p).unwrap_or_default();
-            match p.str("type").as_deref() {
-                Some("text") => Ok(Part::Text(p.str("text").unwrap_or_default())),
-                Some("image_url") => {
-                    let url = p
-                        .obj("image_url")
-                        .and_then(|u| u.str("url"))
-                        .ok_or_else(|| bad("An `image_url` part needs `image_url.url`."))?;
-                    inline_image(i, url)
-                }
-                other => Err(bad(format!(
-                    "Content part type `{}` is not supported by this model's provider (Gemini): use text or image_url.",
-                    other.unwrap_or("?")
-                ))),
-            }
-        })
-        .collect()
+    user_content(content, "Gemini", |part| match part {
+        UserPart::Text(text) => Ok(Part::Text(text)),
+        UserPart::Image(url) => inline_image(i, url),
+    })
 }
 
 /// An image as inline data: Gemini fetches no URL the client names, so
 /// only `data:<media type>;base64,<data>` URLs translate.
 fn inline_image(i: usize, url: Cow<'_, str>) -> Result<Part<'_>, GatewayError> {
-    fn split(u: &str) -> Option<(&str, &str)> {
-        u.strip_prefix("data:")?.split_once(";base64,")
-    }
     let refuse = || {
         bad(format!(
             "messages.{i}: this model's provider (Gemini) takes images inline only: send a `data:<media type>;base64,...` URL."
         ))
     };
-    match url {
-        Cow::Borrowed(u) => {
-            let (mime, data) = split(u).ok_or_else(refuse)?;
-            Ok(Part::InlineData {
-                mime_type: Cow::Borrowed(mime),
-                data: Cow::Borrowed(data),
-            })
-        }
-        Cow::Owned(u) => {
-            let (mime, data) = split(&u).ok_or_else(refuse)?;
-            Ok(Part::InlineData {
-                mime_type: Cow::Owned(mime.to_string()),
-                data: Cow::Owned(data.to_string()),
-            })
-        }
-    }
+    let (mime_type, data) = data_url(url).map_err(|_| refuse())?;
+    Ok(Part::InlineData { mime_type, data })
 }
 
 fn declaration(t: &RawValue) -> Result<Declaration<'_>, GatewayError> {

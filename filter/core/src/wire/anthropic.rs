@@ -5,7 +5,9 @@
 
 use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
-use crate::wire::chat::{Schema, ToolCall, Written, WrittenPromptDetails, WrittenUsage};
+use crate::wire::chat::{
+    data_url, user_content, Schema, ToolCall, UserPart, Written, WrittenPromptDetails, WrittenUsage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -269,62 +271,19 @@ use crate::wire::chat::content_text as text_of;
 
 /// A user message's content as Anthropic blocks.
 fn user_blocks(content: Option<&RawValue>) -> Result<Vec<Block<'_>>, GatewayError> {
-    let Some(c) = content.filter(|c| !borrowed::is_null(c)) else {
-        return Ok(Vec::new());
-    };
-    if let Some(text) = borrowed::str_of(c) {
-        return Ok(vec![Block::Text { text }]);
-    }
-    match borrowed::arr_of(c) {
-        Some(parts) => parts.into_iter().map(part).collect(),
-        None => Err(bad(
-            "A message's `content` must be a string or a list of parts.",
-        )),
-    }
-}
-
-fn part(p: &RawValue) -> Result<Block<'_>, GatewayError> {
-    let p = Obj::of(p).unwrap_or_default();
-    match p.str("type").as_deref() {
-        Some("text") => Ok(Block::Text {
-            text: p.str("text").unwrap_or_default(),
-        }),
-        Some("image_url") => {
-            let url = p
-                .obj("image_url")
-                .and_then(|i| i.str("url"))
-                .ok_or_else(|| bad("An `image_url` part needs `image_url.url`."))?;
-            Ok(image(url))
-        }
-        other => Err(bad(format!(
-            "Content part type `{}` is not supported by this model's provider (Anthropic): use text or image_url.",
-            other.unwrap_or("?")
-        ))),
-    }
+    user_content(content, "Anthropic", |part| {
+        Ok(match part {
+            UserPart::Text(text) => Block::Text { text },
+            UserPart::Image(url) => image(url),
+        })
+    })
 }
 
 /// An image by URL, or inline (`data:<media type>;base64,<data>`).
 fn image(url: Cow<'_, str>) -> Block<'_> {
-    fn inline(u: &str) -> Option<(&str, &str)> {
-        u.strip_prefix("data:")?.split_once(";base64,")
-    }
-    let source = match url {
-        Cow::Borrowed(u) => match inline(u) {
-            Some((media, data)) => Source::Base64 {
-                media_type: Cow::Borrowed(media),
-                data: Cow::Borrowed(data),
-            },
-            None => Source::Url {
-                url: Cow::Borrowed(u),
-            },
-        },
-        Cow::Owned(u) => match inline(&u) {
-            Some((media, data)) => Source::Base64 {
-                media_type: Cow::Owned(media.to_string()),
-                data: Cow::Owned(data.to_string()),
-            },
-            None => Source::Url { url: Cow::Owned(u) },
-        },
+    let source = match data_url(url) {
+        Ok((media_type, data)) => Source::Base64 { media_type, data },
+        Err(url) => Source::Url { url },
     };
     Block::Image { source }
 }

@@ -361,3 +361,118 @@ pub(crate) struct InFunction<'a> {
     #[serde(borrow, default)]
     pub arguments: Str<'a>,
 }
+
+/// A part of a user message's content, as the translations read it.
+pub enum UserPart<'a> {
+    Text(Cow<'a, str>),
+    /// An `image_url` part's URL.
+    Image(Cow<'a, str>),
+}
+
+/// A user message's `content` (a string: one text part; or a list of
+/// `text` and `image_url` parts; absent or null: none), each part mapped
+/// by `each`. `provider` names the model's provider in the refusal of a
+/// part of another type.
+pub fn user_content<'a, T>(
+    content: Option<&'a RawValue>,
+    provider: &str,
+    mut each: impl FnMut(UserPart<'a>) -> Result<T, crate::error::GatewayError>,
+) -> Result<Vec<T>, crate::error::GatewayError> {
+    let bad =
+        |m: String| crate::error::GatewayError::bad_request("invalid_request_for_provider", m);
+    let Some(c) = content.filter(|c| !borrowed::is_null(c)) else {
+        return Ok(Vec::new());
+    };
+    if let Some(text) = borrowed::str_of(c) {
+        return Ok(vec![each(UserPart::Text(text))?]);
+    }
+    let parts = borrowed::arr_of(c)
+        .ok_or_else(|| bad("A message's `content` must be a string or a list of parts.".into()))?;
+    parts
+        .into_iter()
+        .map(|p| {
+            let p = Obj::of(p).unwrap_or_default();
+            match p.str("type").as_deref() {
+                Some("text") => each(UserPart::Text(p.str("text").unwrap_or_default())),
+                Some("image_url") => {
+                    let url = p
+                        .obj("image_url")
+                        .and_then(|u| u.str("url"))
+                        .ok_or_else(|| bad("An `image_url` part needs `image_url.url`.".into()))?;
+                    each(UserPart::Image(url))
+                }
+                other => Err(bad(format!(
+                    "Content part type `{}` is not supported by this model's provider ({provider}): use text or image_url.",
+                    other.unwrap_or("?")
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// An inline image's URL, `data:<media type>;base64,<data>`: its media type
+/// and data, borrowed when the URL is (`Err`: not such a URL, given back).
+pub fn data_url(url: Cow<'_, str>) -> Result<(Cow<'_, str>, Cow<'_, str>), Cow<'_, str>> {
+    fn split(u: &str) -> Option<(&str, &str)> {
+        u.strip_prefix("data:")?.split_once(";base64,")
+    }
+    match url {
+        Cow::Borrowed(u) => match split(u) {
+            Some((media, data)) => Ok((Cow::Borrowed(media), Cow::Borrowed(data))),
+            None => Err(Cow::Borrowed(u)),
+        },
+        Cow::Owned(u) => match split(&u) {
+            Some((media, data)) => {
+                Ok((Cow::Owned(media.to_string()), Cow::Owned(data.to_string())))
+            }
+            None => Err(Cow::Owned(u)),
+        },
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorEvent<'a> {
+    error: ErrorEventBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorEventBody<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    code: &'a str,
+    param: (),
+}
+
+/// The OpenAI error event that ends a translated stream the provider broke
+/// off or failed (`code`: the provider's class, or `provider_stream_error`).
+pub fn error_event(message: &str, code: &str) -> Vec<u8> {
+    let body = ErrorEvent {
+        error: ErrorEventBody {
+            message,
+            kind: "api_error",
+            code,
+            param: (),
+        },
+    };
+    let json = serde_json::to_string(&body).unwrap_or_default();
+    format!("data: {json}\n\n").into_bytes()
+}
+
+/// The end of a translated stream that finished: the usage chunk when the
+/// gateway asked for one (`usage`: the usage object's JSON; `id` and
+/// `model`: JSON values, as in every chunk), then `[DONE]`.
+pub fn stream_end(id: &str, created: u64, model: &str, usage: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(usage) = usage {
+        out.extend(
+            format!(
+                r#"data: {{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[],"usage":{usage}}}"#
+            )
+            .into_bytes(),
+        );
+        out.extend_from_slice(b"\n\n");
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}

@@ -164,22 +164,13 @@ impl Stream {
                 "provider_stream_error",
             );
         }
-        let mut out = Vec::new();
-        if self.emit_usage {
-            if let Ok(usage) = serde_json::to_string(&self.usage.unwrap_or_default().chat()) {
-                let model = serde_json::to_string(&self.model).unwrap_or_else(|_| "\"\"".into());
-                out.extend(
-                    format!(
-                        r#"data: {{"id":"{}","object":"chat.completion.chunk","created":{},"model":{model},"choices":[],"usage":{usage}}}"#,
-                        self.id, self.created,
-                    )
-                    .into_bytes(),
-                );
-                out.extend_from_slice(b"\n\n");
-            }
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-        out
+        let usage = self
+            .emit_usage
+            .then(|| serde_json::to_string(&self.usage.unwrap_or_default().chat()).ok())
+            .flatten();
+        let id = serde_json::to_string(&self.id).unwrap_or_else(|_| "\"\"".into());
+        let model = serde_json::to_string(&self.model).unwrap_or_else(|_| "\"\"".into());
+        crate::wire::chat::stream_end(&id, self.created, &model, usage.as_deref())
     }
 
     fn frame(&mut self, m: &Message) -> Vec<u8> {
@@ -283,5 +274,5 @@ fn exception_code(kind: &str) -> String {
 }
 
 fn error_event(message: &str, code: &str) -> Vec<u8> {
-    super::super::gemini::error_event(message, Some(code))
+    crate::wire::chat::error_event(message, code)
 }

@@ -109,23 +109,12 @@ impl Stream {
                 None,
             );
         }
-        let mut out = Vec::new();
-        if self.emit_usage {
-            if let Ok(usage) = serde_json::to_string(&self.usage.unwrap_or_default().chat()) {
-                out.extend(
-                    format!(
-                        r#"data: {{"id":"{}","object":"chat.completion.chunk","created":{},"model":{},"choices":[],"usage":{usage}}}"#,
-                        json_escape(&self.id()),
-                        self.created,
-                        self.model,
-                    )
-                    .into_bytes(),
-                );
-                out.extend_from_slice(b"\n\n");
-            }
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-        out
+        let usage = self
+            .emit_usage
+            .then(|| serde_json::to_string(&self.usage.unwrap_or_default().chat()).ok())
+            .flatten();
+        let id = serde_json::to_string(&self.id()).unwrap_or_else(|_| "\"\"".into());
+        crate::wire::chat::stream_end(&id, self.created, &self.model, usage.as_deref())
     }
 
     fn event(&mut self, data: &str) -> Vec<u8> {
@@ -216,31 +205,8 @@ fn json_escape(s: &str) -> String {
         .to_string()
 }
 
-#[derive(Serialize)]
-struct ErrorEvent<'a> {
-    error: ErrorBody<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    message: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    code: &'a str,
-    param: (),
-}
-
 /// An OpenAI error event that ends a translated stream (`code` default
 /// `provider_stream_error`).
 pub(crate) fn error_event(message: &str, code: Option<&str>) -> Vec<u8> {
-    let body = ErrorEvent {
-        error: ErrorBody {
-            message,
-            kind: "api_error",
-            code: code.unwrap_or("provider_stream_error"),
-            param: (),
-        },
-    };
-    let json = serde_json::to_string(&body).unwrap_or_default();
-    format!("data: {json}\n\n").into_bytes()
+    crate::wire::chat::error_event(message, code.unwrap_or("provider_stream_error"))
 }
