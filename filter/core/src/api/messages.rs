@@ -35,7 +35,7 @@ pub(super) fn usage(u: Option<&Value>) -> Value {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    let usage = body::AnthropicUsage::new(
+    let usage = crate::wire::anthropic::AnthropicUsage::new(
         n("/prompt_tokens"),
         n("/completion_tokens"),
         n("/prompt_tokens_details/cached_tokens"),

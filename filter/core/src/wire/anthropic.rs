@@ -438,6 +438,42 @@ pub fn usage(u: &Value) -> Value {
     serde_json::to_value(usage).unwrap_or(Value::Null)
 }
 
+/// A whole Messages answer, as Anthropic writes it (the inbound Messages
+/// API's answers translated from the pivot).
+#[derive(Serialize)]
+pub(crate) struct MessageAnswer<'a> {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub role: &'static str,
+    pub model: Option<&'a RawValue>,
+    pub content: Vec<Block<'a>>,
+    pub stop_reason: &'static str,
+    pub stop_sequence: (),
+    pub usage: AnthropicUsage,
+}
+
+/// Anthropic's usage from chat's: input tokens without the cached ones,
+/// which are cache reads.
+#[derive(Serialize)]
+pub(crate) struct AnthropicUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_read_input_tokens: u64,
+    cache_creation_input_tokens: u64,
+}
+
+impl AnthropicUsage {
+    pub(crate) fn new(prompt: u64, completion: u64, cached: u64) -> Self {
+        AnthropicUsage {
+            input_tokens: prompt.saturating_sub(cached),
+            output_tokens: completion,
+            cache_read_input_tokens: cached,
+            cache_creation_input_tokens: 0,
+        }
+    }
+}
+
 /// A Messages answer: the members the translation reads, in one pass.
 #[derive(Deserialize)]
 struct Answer<'a> {

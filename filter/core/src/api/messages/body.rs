@@ -6,7 +6,7 @@
 use super::{bad, stop_reason};
 use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
-use crate::wire::anthropic::{tool_use_block, Block};
+use crate::wire::anthropic::{tool_use_block, AnthropicUsage, Block, MessageAnswer};
 use crate::wire::chat::{Completion, Schema, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -431,41 +431,6 @@ fn tool_choice(c: &RawValue) -> Result<(ChatChoice<'_>, bool), GatewayError> {
         _ => return Err(bad("`tool_choice.type` must be auto, any, tool or none.")),
     };
     Ok((choice, parallel))
-}
-
-/// A Messages answer, as Anthropic writes it.
-#[derive(Serialize)]
-struct MessageAnswer<'a> {
-    id: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    role: &'static str,
-    model: Option<&'a RawValue>,
-    content: Vec<Block<'a>>,
-    stop_reason: &'static str,
-    stop_sequence: (),
-    usage: AnthropicUsage,
-}
-
-/// Anthropic's usage from chat's: input tokens without the cached ones,
-/// which are cache reads.
-#[derive(Serialize)]
-pub(super) struct AnthropicUsage {
-    input_tokens: u64,
-    output_tokens: u64,
-    cache_read_input_tokens: u64,
-    cache_creation_input_tokens: u64,
-}
-
-impl AnthropicUsage {
-    pub(super) fn new(prompt: u64, completion: u64, cached: u64) -> Self {
-        AnthropicUsage {
-            input_tokens: prompt.saturating_sub(cached),
-            output_tokens: completion,
-            cache_read_input_tokens: cached,
-            cache_creation_input_tokens: 0,
-        }
-    }
 }
 
 /// A whole chat completion as a Messages answer; `None` when it does not
