@@ -6,7 +6,7 @@
 //! would wrap in release panics here and is found.
 
 use portcullis_core::request::ChatRequest;
-use portcullis_core::{cache, config, headers, ratelimit, sse, strict, usage};
+use portcullis_core::{cache, compile, config, headers, ratelimit, sse, strict, usage};
 use serde_json::Value;
 
 #[path = "../../collector/src/since.rs"]
