@@ -271,30 +271,3 @@ pub fn rate_headers(out: &mut Vec<(&'static str, String)>, ask: &Ask, i: usize, 
     out.push((remaining, status.remaining.to_string()));
     out.push((reset, ratelimit::reset_text(status.reset_ms)));
 }
-
-/// Settlements waiting for the root context's tick (in the worker's state,
-/// bounded).
-pub mod later {
-    use crate::worker::Worker;
-
-    const MAX: usize = 10_000;
-
-    /// Queue a message; `false` when the queue is full (it is dropped).
-    pub fn push(w: &Worker, message: Vec<u8>) -> bool {
-        let Ok(mut q) = w.settlements.try_borrow_mut() else {
-            return false;
-        };
-        if q.len() >= MAX {
-            return false;
-        }
-        q.push(message);
-        true
-    }
-
-    pub fn drain(w: &Worker) -> Vec<Vec<u8>> {
-        w.settlements
-            .try_borrow_mut()
-            .map(|mut q| std::mem::take(&mut *q))
-            .unwrap_or_default()
-    }
-}

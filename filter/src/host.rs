@@ -116,7 +116,7 @@ pub trait Host: Store {
     /// (a request's context may be gone before an answer would come); a
     /// message the full queue cannot take is counted as dropped.
     fn send_later(&self, message: Vec<u8>) {
-        if !crate::global_limits::later::push(self.worker(), message) {
+        if !self.worker().queue_settlement(message) {
             self.count(crate::metrics::GLOBAL_SETTLE_DROPPED, 1);
         }
     }

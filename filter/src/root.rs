@@ -7,7 +7,6 @@
 use crate::admission;
 use crate::breakers;
 use crate::context::RequestContext;
-use crate::global_limits;
 use crate::host::{Host, LogLevel};
 use crate::loaded::Loaded;
 use crate::metrics;
@@ -107,7 +106,7 @@ impl<H: Host + Clone> Root<H> {
     /// Usage above global reservations, queued by requests since the last
     /// tick, to the rate limit service (its answers only count failures).
     fn send_settlements(&mut self) {
-        let queued = global_limits::later::drain(self.host.worker());
+        let queued = self.host.worker().take_settlements();
         if queued.is_empty() {
             return;
         }

@@ -55,3 +55,29 @@ pub struct Worker {
     /// global limits go by this replica's shares (`local_share`).
     pub global_away: Cell<bool>,
 }
+
+/// Most rate-limit settlements a worker keeps for its root's next tick.
+const MAX_SETTLEMENTS: usize = 10_000;
+
+impl Worker {
+    /// Queue a rate-limit settlement for the root context's next tick;
+    /// `false` when the queue is full (it is dropped).
+    pub fn queue_settlement(&self, message: Vec<u8>) -> bool {
+        let Ok(mut q) = self.settlements.try_borrow_mut() else {
+            return false;
+        };
+        if q.len() >= MAX_SETTLEMENTS {
+            return false;
+        }
+        q.push(message);
+        true
+    }
+
+    /// The settlements queued since the last tick.
+    pub fn take_settlements(&self) -> Vec<Vec<u8>> {
+        self.settlements
+            .try_borrow_mut()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
+    }
+}

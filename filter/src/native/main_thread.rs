@@ -12,7 +12,6 @@ use super::calls;
 use super::ffi::{self, ConfigEnvoy, ModuleBuffer, ModuleHeader};
 use super::metrics::{Change, Table};
 use super::store::ProcessStore;
-use crate::global_limits;
 use crate::host::{Headers, Host, LogLevel, Part, Status};
 use crate::metrics::Kind;
 use crate::registry;
@@ -54,7 +53,7 @@ fn handoff() -> &'static Mutex<Handoff> {
 /// thread (at each stream's end).
 pub fn hand_off(w: &Worker) {
     let records = shipper::take_all(w);
-    let settlements = global_limits::later::drain(w);
+    let settlements = w.take_settlements();
     let Ok(mut h) = handoff().lock() else {
         return;
     };
@@ -227,7 +226,7 @@ impl Host for MainHost {
     /// The main thread's own settles: a full queue drops them uncounted
     /// (its root reports no per-request metrics).
     fn send_later(&self, message: Vec<u8>) {
-        let _ = global_limits::later::push(&self.worker, message);
+        let _ = self.worker.queue_settlement(message);
     }
 
     fn gauge(&self, name: &str, value: u64) {
@@ -385,7 +384,7 @@ pub fn tick(generation: u64) {
             shipper::push_encoded(&w, r);
         }
         for s in handed.settlements {
-            let _ = global_limits::later::push(&w, s);
+            let _ = w.queue_settlement(s);
         }
         main.root.tick();
         let config = main.root.host.config.get();
