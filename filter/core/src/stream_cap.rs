@@ -46,12 +46,33 @@ pub struct StreamCap {
     open_block: Option<u64>,
 }
 
+/// The most a stream capped at `cap` tokens delivers before it is ended:
+/// the cap, an eighth of it and 8 tokens to spare.
+pub fn allowance(cap: u64) -> u64 {
+    cap.saturating_add(cap / 8).saturating_add(8)
+}
+
+/// The largest cap whose stream, allowance included, fits in `room`
+/// tokens: a clamped stream never passes its limit, whatever the provider
+/// does (0: none fits).
+pub fn cap_within(room: u64) -> u64 {
+    let Some(r) = room.checked_sub(8) else {
+        return 0;
+    };
+    // n + n/8 <= r: start just below 8r/9 and step up while it fits.
+    let mut n = u64::try_from(u128::from(r).saturating_mul(8) / 9).unwrap_or(u64::MAX);
+    while n.checked_add(1).is_some_and(|m| allowance(m) <= room) {
+        n = n.saturating_add(1);
+    }
+    n
+}
+
 impl StreamCap {
     /// A cap of `cap` completion tokens on a stream of `shape`.
     pub fn new(shape: Shape, cap: u64, prompt_est: u64, include_usage: bool) -> StreamCap {
         StreamCap {
             shape,
-            limit: cap.saturating_add(cap / 8).saturating_add(8),
+            limit: allowance(cap),
             prompt_est,
             include_usage,
             parser: SseParser::default(),
@@ -218,6 +239,24 @@ mod tests {
             .filter(|e| !e.is_empty())
             .map(str::to_string)
             .collect()
+    }
+
+    #[test]
+    fn the_cap_within_a_room_keeps_the_allowance_inside_it() {
+        for room in (0..2000).chain([u64::MAX - 1, u64::MAX]) {
+            let n = cap_within(room);
+            if room >= 8 {
+                assert!(allowance(n) <= room, "room {room}: cap {n}");
+                assert!(
+                    n == u64::MAX || allowance(n + 1) > room,
+                    "room {room}: {n} is not the largest"
+                );
+            } else {
+                assert_eq!(n, 0);
+            }
+        }
+        assert_eq!(cap_within(170), 144);
+        assert_eq!(allowance(144), 170);
     }
 
     #[test]
