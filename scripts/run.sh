@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Start the local gateway: two mock providers, Envoy with the filter on
-# 127.0.0.1:10000 (admin 127.0.0.1:9901). Ctrl-C stops everything.
+# 127.0.0.1:10000 (admin 127.0.0.1:9901), the collector, Redis and the
+# limiter, the control plane. Every one of them runs under
+# scripts/keep-running.sh: a part that exits is started again (with a
+# backoff, logged in its log) while the others keep serving, as a
+# deployment's supervisor would. Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
@@ -28,12 +32,12 @@ wait_for() { # url what
 }
 
 # The mocks check the provider keys Envoy injects from its environment.
-"$MOCK" --port 18001 --name primary --api-key sk-mock-primary >.run/logs/primary.log 2>&1 & pids+=($!)
-"$MOCK" --port 18002 --name backup --api-key sk-mock-backup >.run/logs/backup.log 2>&1 & pids+=($!)
+scripts/keep-running.sh primary "$MOCK" --port 18001 --name primary --api-key sk-mock-primary >.run/logs/primary.log 2>&1 & pids+=($!)
+scripts/keep-running.sh backup "$MOCK" --port 18002 --name backup --api-key sk-mock-backup >.run/logs/backup.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:18001/__mock/hits "mock provider primary"
 wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
 
-# The request log must never fail a request, so the collector is restarted
+# The request log must never fail a request: the collector is restarted
 # when it exits instead of taking the gateway down with it.
 # Its HTTP API and dashboard need a read token (made once, kept in .run/).
 [ -s .run/collector-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/collector-token)
@@ -55,7 +59,7 @@ wait_for http://127.0.0.1:9090/healthz "collector"
 
 # Limits scoped `global` (docs/limits.md): Redis holds the counters, the
 # limiter speaks Envoy's rate limit protocol over them.
-"$REDIS_SERVER" --port 6379 --bind 127.0.0.1 --save '' --appendonly no >.run/logs/redis.log 2>&1 & pids+=($!)
+scripts/keep-running.sh redis "$REDIS_SERVER" --port 6379 --bind 127.0.0.1 --save '' --appendonly no >>.run/logs/redis.log 2>&1 & pids+=($!)
 scripts/keep-running.sh limiter \
   "$LIMITER" --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 --token-file .run/limiter-token \
   >>.run/logs/limiter.log 2>&1 & pids+=($!)
@@ -74,7 +78,9 @@ bootstrap=envoy/envoy.yaml
 if [[ "${CONTROL:-1}" != 0 ]]; then
   rm -f .run/control.db .run/control.db-wal .run/control.db-shm
   (umask 077; "$CONTROL_PLANE" token create --db .run/control.db --name make-run --role write >.run/control-admin-token)
-  "$CONTROL_PLANE" serve --db .run/control.db --admin 127.0.0.1:9400 --xds 127.0.0.1:18000 \
+  # Restarted on the same database: keys made through the API survive it,
+  # and Envoy keeps serving its last config meanwhile.
+  scripts/keep-running.sh control "$CONTROL_PLANE" serve --db .run/control.db --admin 127.0.0.1:9400 --xds 127.0.0.1:18000 \
     --resource .run/ecds/portcullis.yaml --import envoy/plugin.yaml --write-config .run/control-plugin.yaml \
     --collector http://127.0.0.1:9090 --collector-token-file .run/collector-token >>.run/logs/control.log 2>&1 & pids+=($!)
   wait_for http://127.0.0.1:9400/healthz "control plane"
@@ -84,7 +90,7 @@ if [[ "${CONTROL:-1}" != 0 ]]; then
 fi
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
   PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
-  "$ENVOY" -c "$bootstrap" --disable-hot-restart --concurrency 2 -l info \
+  scripts/keep-running.sh envoy "$ENVOY" -c "$bootstrap" --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"
 until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http://127.0.0.1:10000/v1/models 2>/dev/null; do
@@ -118,7 +124,9 @@ A new key, working within a second:
   curl -s http://127.0.0.1:9400/v1/keys -H 'authorization: Bearer $ADMIN' -d '{"name":"my-app"}'
 MSG
 fi
+# Every part is kept running: only Ctrl-C (or a supervisor that was
+# itself killed) ends this.
 wait -n "${pids[@]}" || true
 for p in "${pids[@]}"; do
-  kill -0 "$p" 2>/dev/null || { echo "portcullis: a process exited; see .run/logs/" >&2; exit 1; }
+  kill -0 "$p" 2>/dev/null || { echo "portcullis: a supervisor exited; see .run/logs/" >&2; exit 1; }
 done

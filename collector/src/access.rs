@@ -24,32 +24,16 @@ pub const COOKIE: &str = "portcullis_token";
 
 #[derive(Debug, Clone, Default)]
 pub struct Access {
-    /// Host names (without port) this collector answers to.
-    hosts: Vec<String>,
+    /// Host names this collector answers to.
+    hosts: AllowedHosts,
     token: Option<String>,
 }
 
 impl Access {
     /// `listen`: the HTTP address bound; `extra`: `--allowed-hosts`.
     pub fn new(listen: SocketAddr, extra: &[String], token: Option<String>) -> Self {
-        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
-            .iter()
-            .map(|h| h.to_string())
-            .collect();
-        if !listen.ip().is_unspecified() {
-            hosts.push(match listen {
-                SocketAddr::V4(a) => a.ip().to_string(),
-                SocketAddr::V6(a) => format!("[{}]", a.ip()),
-            });
-        }
-        hosts.extend(
-            extra
-                .iter()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty()),
-        );
         Self {
-            hosts,
+            hosts: AllowedHosts::new(listen, extra),
             token: token.filter(|t| !t.is_empty()),
         }
     }
@@ -57,14 +41,7 @@ impl Access {
     /// A `Host` value (with or without port) this collector answers to; a
     /// request without one (HTTP/1.0 health probes) is not a browser's.
     pub fn host_allowed(&self, host: Option<&str>) -> bool {
-        let Some(host) = host else { return true };
-        let host = host.trim().to_ascii_lowercase();
-        let name = match host.rfind(':') {
-            // `[::1]:9090`, `127.0.0.1:9090`, `name:9090`; not `[::1]`.
-            Some(i) if !host.ends_with(']') => host.get(..i).unwrap_or(""),
-            _ => host.as_str(),
-        };
-        self.hosts.iter().any(|h| h == name)
+        self.hosts.allows(host)
     }
 
     /// Whether the request carries the token (always, with none configured).
@@ -91,8 +68,8 @@ impl Access {
     }
 }
 
-use portcullis_service::same;
 pub use portcullis_service::token_from_file;
+use portcullis_service::{same, AllowedHosts};
 
 fn refusal(status: StatusCode, message: &str) -> Response {
     (

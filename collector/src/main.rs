@@ -51,9 +51,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let ingest_token = token_from_file("--ingest-token-file", arg(&args, "--ingest-token-file"))?;
     let tls = portcullis_service::TlsFlags::from_args(&args)?;
     let tls = tls.server_config()?;
-    let hosts: Vec<String> = arg(&args, "--allowed-hosts")
-        .map(|h| h.split(',').map(str::to_string).collect())
-        .unwrap_or_default();
+    let hosts = portcullis_service::AllowedHosts::names(arg(&args, "--allowed-hosts"));
 
     let export = portcullis_collector::otlp::Config::from_args(&args)?
         .map(portcullis_collector::otlp::start)

@@ -3,7 +3,8 @@
 //! `serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE]
 //!  [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH]
 //!  [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]] [--write-config PATH]
-//!  [--collector http://HOST:PORT [--collector-token-file PATH]]`
+//!  [--collector http://HOST:PORT [--collector-token-file PATH]]
+//!  [--allowed-hosts NAME,...] [--max-config-bytes N]`
 //!
 //! Serves the admin API on `--admin` (127.0.0.1:9400) and ECDS on `--xds`
 //! (127.0.0.1:18000), serving the resource of `--resource` (an ECDS file
@@ -37,7 +38,7 @@ fn main() {
     }
 }
 
-const USAGE: &str = "usage: portcullis-control serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE] [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]] [--write-config PATH] [--collector http://HOST:PORT [--collector-token-file PATH]]\n       portcullis-control token create --db PATH|postgres://... --name NAME --role read|write\n       portcullis-control token add --db PATH|postgres://... --name NAME --role read|write --token-file PATH";
+const USAGE: &str = "usage: portcullis-control serve --db PATH|postgres://... [--admin ADDR] [--xds ADDR] [--resource FILE] [--import PLUGIN_YAML] [--grace-s N] [--xds-token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]] [--write-config PATH] [--collector http://HOST:PORT [--collector-token-file PATH]] [--allowed-hosts NAME,...] [--max-config-bytes N]\n       portcullis-control token create --db PATH|postgres://... --name NAME --role read|write\n       portcullis-control token add --db PATH|postgres://... --name NAME --role read|write --token-file PATH";
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -168,6 +169,15 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
             )?)),
             None => None,
         },
+        max_config_bytes: match arg(args, "--max-config-bytes") {
+            Some(v) => v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n: &usize| n > 0)
+                .ok_or(format!("--max-config-bytes {v}: a number of bytes"))?,
+            None => portcullis_core::config::DEFAULT_MAX_CONFIG_BYTES,
+        },
     };
     tokio::runtime::Runtime::new()?.block_on(async move {
         let admin = tokio::net::TcpListener::bind(admin_addr).await?;
@@ -200,7 +210,11 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
             app.clone(),
             Duration::from_secs(5),
         ));
-        let http = axum::serve(admin, api::router(app));
+        let hosts = portcullis_service::AllowedHosts::new(
+            admin.local_addr()?,
+            &portcullis_service::AllowedHosts::names(arg(args, "--allowed-hosts")),
+        );
+        let http = axum::serve(admin, api::router(app, hosts));
         tokio::select! {
             r = grpc => r?,
             r = http => r?,

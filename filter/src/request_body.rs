@@ -293,7 +293,7 @@ impl<H: Host> RequestContext<H> {
         // The prompt estimate of the client's body (a clamp's rewrite does
         // not change what the prompt is).
         let (prompt_est, _) = ratelimit::reservation(flight.chat.body_len(), None, 0);
-        let asked = (prompt_est, flight.chat.max_tokens);
+        let asked = (prompt_est, flight.chat.max_tokens, flight.chat.stream);
         let mut clamped = None;
         if let Some(n) = admission::completion_cap(
             &self.host,

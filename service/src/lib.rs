@@ -119,6 +119,61 @@ impl TlsFlags {
     }
 }
 
+/// The host names an HTTP service answers to: loopback names, the address
+/// it listens on (unless that is unspecified), and the names an operator
+/// adds (`--allowed-hosts`). A request naming any other host in its `Host`
+/// is not for this service: a web page the operator opens could otherwise
+/// read and change it by DNS rebinding (its requests carry the attacker's
+/// host name). Both HTTP services (the collector, the control plane)
+/// answer such a request 421.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts {
+    /// Host names, without port, lower case.
+    hosts: Vec<String>,
+}
+
+impl AllowedHosts {
+    /// `listen`: the HTTP address bound; `extra`: the operator's names.
+    pub fn new(listen: std::net::SocketAddr, extra: &[String]) -> Self {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        if !listen.ip().is_unspecified() {
+            hosts.push(match listen {
+                std::net::SocketAddr::V4(a) => a.ip().to_string(),
+                std::net::SocketAddr::V6(a) => format!("[{}]", a.ip()),
+            });
+        }
+        hosts.extend(
+            extra
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty()),
+        );
+        Self { hosts }
+    }
+
+    /// The names of a comma-separated flag value (`a.example,b.example`).
+    pub fn names(flag: Option<String>) -> Vec<String> {
+        flag.map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// A `Host` value (with or without port) this service answers to; a
+    /// request without one (HTTP/1.0 health probes) is not a browser's.
+    pub fn allows(&self, host: Option<&str>) -> bool {
+        let Some(host) = host else { return true };
+        let host = host.trim().to_ascii_lowercase();
+        let name = match host.rfind(':') {
+            // `[::1]:9090`, `127.0.0.1:9090`, `name:9090`; not `[::1]`.
+            Some(i) if !host.ends_with(']') => host.get(..i).unwrap_or(""),
+            _ => host.as_str(),
+        };
+        self.hosts.iter().any(|h| h == name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -273,6 +273,22 @@ pub fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
 }
 
 /// Like `get` but `None` when nothing answers (for readiness polls).
+/// `try_get` with headers.
+pub fn try_get_with(url: &str, headers: &[(&str, &str)]) -> Option<Resp> {
+    let mut req = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .get(url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    match req.call() {
+        Ok(r) => Some(to_resp(Ok(r))),
+        Err(ureq::Error::Status(c, r)) => Some(to_resp(Err(ureq::Error::Status(c, r)))),
+        Err(_) => None,
+    }
+}
+
 pub fn try_get(url: &str) -> Option<Resp> {
     match ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(2))
@@ -1321,4 +1337,43 @@ pub fn key_hash(key: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// One raw HTTP/1.1 exchange (so the Host header and redirects are exactly
+/// as written): status, headers (lowercased names), body.
+pub fn raw_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut s, &mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
 }

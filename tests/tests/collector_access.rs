@@ -4,47 +4,6 @@
 //! the dashboard after its login form. `/healthz` stays open for probes.
 
 use portcullis_tests::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
-/// One raw HTTP/1.1 exchange (so the Host header and redirects are exactly
-/// as written): status, headers (lowercased names), body.
-fn raw(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, Vec<(String, String)>, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    (status, headers, body.to_string())
-}
 
 fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
@@ -63,8 +22,8 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
     let host = format!("127.0.0.1:{}", c.http_port);
     let local = [("host", host.as_str())];
     // Open for probes; everything else needs the token.
-    assert_eq!(raw(c.http_port, "GET", "/healthz", &local, "").0, 200);
-    let (status, _, body) = raw(c.http_port, "GET", "/v1/metrics/summary", &local, "");
+    assert_eq!(raw_http(c.http_port, "GET", "/healthz", &local, "").0, 200);
+    let (status, _, body) = raw_http(c.http_port, "GET", "/v1/metrics/summary", &local, "");
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("read token"), "{body}");
     let bearer = [
@@ -72,7 +31,7 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
         ("authorization", "Bearer t0ken-for-tests"),
     ];
     assert_eq!(
-        raw(c.http_port, "GET", "/v1/metrics/summary", &bearer, "").0,
+        raw_http(c.http_port, "GET", "/v1/metrics/summary", &bearer, "").0,
         200
     );
     let wrong = [
@@ -80,7 +39,7 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
         ("authorization", "Bearer t0ken-for-test"),
     ];
     assert_eq!(
-        raw(c.http_port, "GET", "/v1/requests/recent", &wrong, "").0,
+        raw_http(c.http_port, "GET", "/v1/requests/recent", &wrong, "").0,
         401
     );
     // A page served from another name (DNS rebinding) is refused, token or not.
@@ -89,11 +48,11 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
         ("authorization", "Bearer t0ken-for-tests"),
     ];
     assert_eq!(
-        raw(c.http_port, "GET", "/v1/metrics/summary", &rebound, "").0,
+        raw_http(c.http_port, "GET", "/v1/metrics/summary", &rebound, "").0,
         421
     );
     assert_eq!(
-        raw(
+        raw_http(
             c.http_port,
             "GET",
             "/dashboard",
@@ -104,7 +63,7 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
         421
     );
     // The dashboard: a login form, then a cookie the browser keeps.
-    let (status, _, page) = raw(c.http_port, "GET", "/dashboard", &local, "");
+    let (status, _, page) = raw_http(c.http_port, "GET", "/dashboard", &local, "");
     assert_eq!(status, 401);
     assert!(page.contains("id=\"login\""), "{page}");
     let form = [
@@ -112,10 +71,10 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
         ("content-type", "application/x-www-form-urlencoded"),
     ];
     assert_eq!(
-        raw(c.http_port, "POST", "/login", &form, "token=nope").0,
+        raw_http(c.http_port, "POST", "/login", &form, "token=nope").0,
         401
     );
-    let (status, h, _) = raw(
+    let (status, h, _) = raw_http(
         c.http_port,
         "POST",
         "/login",
@@ -131,11 +90,11 @@ fn a_token_guards_the_api_and_the_dashboard_and_foreign_hosts_get_421() {
     );
     let jar = cookie.split(';').next().unwrap().to_string();
     let with_cookie = [("host", host.as_str()), ("cookie", jar.as_str())];
-    let (status, _, page) = raw(c.http_port, "GET", "/dashboard", &with_cookie, "");
+    let (status, _, page) = raw_http(c.http_port, "GET", "/dashboard", &with_cookie, "");
     assert_eq!(status, 200);
     assert!(!page.contains("id=\"login\""));
     assert_eq!(
-        raw(c.http_port, "GET", "/v1/requests/recent", &with_cookie, "").0,
+        raw_http(c.http_port, "GET", "/v1/requests/recent", &with_cookie, "").0,
         200
     );
 }
@@ -146,7 +105,7 @@ fn without_a_token_only_the_host_is_checked() {
     let c = Collector::start(&dir.0.join("log.db"), 0);
     let host = format!("localhost:{}", c.http_port);
     assert_eq!(
-        raw(
+        raw_http(
             c.http_port,
             "GET",
             "/v1/metrics/summary",
@@ -157,7 +116,7 @@ fn without_a_token_only_the_host_is_checked() {
         200
     );
     assert_eq!(
-        raw(
+        raw_http(
             c.http_port,
             "GET",
             "/v1/metrics/summary",

@@ -516,3 +516,134 @@ fn import_then_export_round_trips_the_shipped_plugin_yaml() {
         .json();
     assert_eq!(again["version"], r.json()["version"]);
 }
+
+/// The admin API answers only its own host names (a DNS-rebinding page
+/// gets 421, token or not; `/healthz` stays open to probes) and takes a
+/// config import up to the filter's own limit (4 MiB by default): at the
+/// bound it is applied, one byte past it is a 413 in the API's JSON shape.
+#[test]
+fn the_admin_api_answers_its_own_host_names_and_configs_up_to_the_filters_limit() {
+    let c = Control::start(&test_plugin());
+    let write = format!("Bearer {}", c.write_token);
+    for path in ["/v1/keys", "/v1/config", "/dashboard", "/v1/nodes"] {
+        let (status, _, body) = raw_http(
+            c.admin_port,
+            "GET",
+            path,
+            &[("host", "attacker.example:9400"), ("authorization", &write)],
+            "",
+        );
+        assert_eq!(status, 421, "{path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--allowed-hosts"),
+            "{body}"
+        );
+    }
+    for host in ["localhost:9400", "127.0.0.1", "[::1]:9400"] {
+        let (status, _, body) = raw_http(
+            c.admin_port,
+            "GET",
+            "/v1/keys",
+            &[("host", host), ("authorization", &write)],
+            "",
+        );
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    let (status, _, _) = raw_http(
+        c.admin_port,
+        "GET",
+        "/healthz",
+        &[("host", "10.1.2.3:9400")],
+        "",
+    );
+    assert_eq!(status, 200, "a probe by address");
+
+    // The shipped config padded with a comment to exactly the limit.
+    let limit = portcullis_core::config::DEFAULT_MAX_CONFIG_BYTES;
+    let padded = |size: usize| {
+        let mut text = shipped_plugin();
+        text.push_str("\n# ");
+        let pad = size - text.len() - 1;
+        text.push_str(&"x".repeat(pad));
+        text.push('\n');
+        assert_eq!(text.len(), size);
+        text
+    };
+    let at = c.call(
+        "PUT",
+        "/v1/config",
+        Some(&c.write_token),
+        Some(&padded(limit)),
+    );
+    assert_eq!(
+        at.status,
+        200,
+        "at the bound: {}",
+        &at.body[..at.body.len().min(300)]
+    );
+    let past = c.call(
+        "PUT",
+        "/v1/config",
+        Some(&c.write_token),
+        Some(&padded(limit + 1)),
+    );
+    assert_eq!(
+        past.status,
+        413,
+        "{}",
+        &past.body[..past.body.len().min(300)]
+    );
+    let message = past.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("4194304 bytes") && message.contains("--max-config-bytes"),
+        "{message}"
+    );
+    // The config at the bound is the one served.
+    let exported = c.call("GET", "/v1/config", Some(&c.read_token), None);
+    assert_eq!(exported.status, 200);
+    portcullis_core::compile::compile(exported.body.as_bytes()).unwrap();
+}
+
+/// A key's per-minute limit raised through the API admits the key's next
+/// request at once: what it used stays used, the rest of the new limit is
+/// there (docs/limits.md); lowered again, it grants no burst past it.
+#[test]
+fn a_limit_raised_through_the_api_admits_the_next_request_at_once() {
+    let s = setup();
+    let envoy = envoy_of(&s.control, &s.primary, &s.backup, "gw-limit", vec![]);
+    let created = s.control.write(
+        "POST",
+        "/v1/keys",
+        r#"{"name":"tight","models":["gpt-4o-mini"],"limits":{"requests_per_minute":2}}"#,
+    );
+    let key = created["key"].as_str().unwrap().to_string();
+    s.control
+        .wait_acked(&["gw-limit"], created["version"].as_i64().unwrap());
+    assert_eq!(chat(&envoy, &key), 200);
+    assert_eq!(chat(&envoy, &key), 200);
+    assert_eq!(chat(&envoy, &key), 429, "2 a minute, both used");
+    let raised = s.control.write(
+        "PATCH",
+        "/v1/keys/tight",
+        r#"{"limits":{"requests_per_minute":100}}"#,
+    );
+    s.control
+        .wait_acked(&["gw-limit"], raised["version"].as_i64().unwrap());
+    assert_eq!(chat(&envoy, &key), 200, "the raised limit admits at once");
+    let lowered = s.control.write(
+        "PATCH",
+        "/v1/keys/tight",
+        r#"{"limits":{"requests_per_minute":2}}"#,
+    );
+    s.control
+        .wait_acked(&["gw-limit"], lowered["version"].as_i64().unwrap());
+    let admitted = (0..5).filter(|_| chat(&envoy, &key) == 200).count();
+    assert!(admitted <= 2, "lowered to 2: {admitted} admitted");
+}

@@ -196,30 +196,28 @@ fn a_reused_request_id_keeps_every_request_and_a_resend_adds_none() {
     assert_eq!(value("portcullis_collector_duplicates_total"), 1_500);
 }
 
-/// `make run` keeps the collector running (scripts/keep-running.sh): killed,
-/// it comes back on its ports with its database, and nothing else stops.
-#[test]
-fn the_collector_is_restarted_when_it_dies() {
+/// Run `cmd` under `make run`'s supervisor (scripts/keep-running.sh), wait
+/// until `up` says it serves, SIGKILL it, and wait until a new process
+/// serves again; the supervisor's log says it restarted it.
+fn restarted_after_kill(
+    name: &str,
+    cmd: &std::path::Path,
+    args: &[std::ffi::OsString],
+    up: &dyn Fn() -> bool,
+) {
     let dir = TempDir::new("hardening-supervise");
-    let (grpc, http) = (dead_port(), dead_port());
+    let log = dir.0.join("supervisor.log");
     let guard = Supervised(
         std::process::Command::new("bash")
             .arg(repo_root().join("scripts/keep-running.sh"))
-            .arg("collector")
-            .arg(collector_bin())
-            .args([
-                "--grpc",
-                &format!("127.0.0.1:{grpc}"),
-                "--http",
-                &format!("127.0.0.1:{http}"),
-                "--db",
-            ])
-            .arg(dir.0.join("log.db"))
+            .arg(name)
+            .arg(cmd)
+            .args(args)
             .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
     );
-    let health = format!("http://127.0.0.1:{http}/healthz");
     let child = || -> Option<u32> {
         let pid = guard.0.id();
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
@@ -229,8 +227,8 @@ fn the_collector_is_restarted_when_it_dies() {
             .parse()
             .ok()
     };
-    let first = poll_until(Duration::from_secs(20), "collector up", || {
-        try_get(&health).filter(|r| r.status == 200)?;
+    let first = poll_until(Duration::from_secs(20), &format!("{name} up"), || {
+        up().then_some(())?;
         child()
     });
     let killed = std::process::Command::new("kill")
@@ -238,11 +236,121 @@ fn the_collector_is_restarted_when_it_dies() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let second = poll_until(Duration::from_secs(20), "collector restarted", || {
-        try_get(&health).filter(|r| r.status == 200)?;
-        child().filter(|&p| p != first)
-    });
+    let second = poll_until(
+        Duration::from_secs(20),
+        &format!("{name} restarted"),
+        || {
+            up().then_some(())?;
+            child().filter(|&p| p != first)
+        },
+    );
     assert_ne!(first, second);
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains(&format!("{name} exited")) && said.contains("starting it again"),
+        "{said}"
+    );
+}
+
+fn serves(url: &str) -> bool {
+    try_get(url).is_some_and(|r| r.status == 200)
+}
+
+fn listens(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// `make run` keeps the collector running (scripts/keep-running.sh): killed,
+/// it comes back on its ports with its database, and nothing else stops.
+#[test]
+fn the_collector_is_restarted_when_it_dies() {
+    let dir = TempDir::new("hardening-collector");
+    let (grpc, http) = (dead_port(), dead_port());
+    let args: Vec<std::ffi::OsString> = vec![
+        "--grpc".into(),
+        format!("127.0.0.1:{grpc}").into(),
+        "--http".into(),
+        format!("127.0.0.1:{http}").into(),
+        "--db".into(),
+        dir.0.join("log.db").into(),
+    ];
+    let health = format!("http://127.0.0.1:{http}/healthz");
+    restarted_after_kill("collector", &collector_bin(), &args, &|| serves(&health));
+}
+
+/// Every other part `make run` starts is kept the same way (#46: stopping
+/// the control plane once ended the whole demo): the mock providers, Redis,
+/// the limiter, and the control plane, which comes back on its database
+/// with the keys made through its API.
+#[test]
+fn every_side_service_of_make_run_is_restarted_when_it_dies() {
+    let mock = std::path::PathBuf::from(env!("CARGO_BIN_EXE_portcullis-mock"));
+    let port = dead_port();
+    let hits = format!("http://127.0.0.1:{port}/__mock/hits");
+    restarted_after_kill(
+        "primary",
+        &mock,
+        &[
+            "--port".into(),
+            port.to_string().into(),
+            "--name".into(),
+            "primary".into(),
+        ],
+        &|| serves(&hits),
+    );
+
+    let redis = std::path::PathBuf::from(
+        std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
+    );
+    let redis_port = dead_port();
+    let args: Vec<std::ffi::OsString> = [
+        "--port",
+        &redis_port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    restarted_after_kill("redis", &redis, &args, &|| listens(redis_port));
+
+    let limiter_port = dead_port();
+    let args: Vec<std::ffi::OsString> = [
+        "--listen".to_string(),
+        format!("127.0.0.1:{limiter_port}"),
+        "--redis".to_string(),
+        format!("redis://127.0.0.1:{}", dead_port()),
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    restarted_after_kill("limiter", &limiter_bin(), &args, &|| listens(limiter_port));
+
+    // The control plane: a key made before the kill is there after it.
+    let c = Control::start(&test_plugin());
+    c.write("POST", "/v1/keys", r#"{"name":"kept"}"#);
+    let mut c = c;
+    c.stop();
+    let (admin, xds) = (dead_port(), dead_port());
+    let args: Vec<std::ffi::OsString> = vec![
+        "serve".into(),
+        "--db".into(),
+        c.db.clone(),
+        "--admin".into(),
+        format!("127.0.0.1:{admin}").into(),
+        "--xds".into(),
+        format!("127.0.0.1:{xds}").into(),
+    ];
+    let read = c.read_token.clone();
+    let keys = format!("http://127.0.0.1:{admin}/v1/keys/kept");
+    restarted_after_kill("control", &control_bin(), &args, &|| {
+        try_get_with(&keys, &[("authorization", &format!("Bearer {read}"))])
+            .is_some_and(|r| r.status == 200)
+    });
 }
 
 /// The supervisor, stopped the way Ctrl-C stops it (SIGTERM: it stops its

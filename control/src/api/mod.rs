@@ -14,12 +14,13 @@ use crate::secret;
 use crate::state::{merge, yaml_to_json, ClientRow, PreviousKey, State, TeamRow, CLIENT_OWN};
 use crate::store::{Change, Holder, Refusal, Role, Store, Version};
 use crate::xds::{Nodes, Snapshot, Template};
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use portcullis_service::AllowedHosts;
 use serde_json::{json, Map, Value as Json};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -38,6 +39,9 @@ pub struct App {
     pub write_config: Option<std::path::PathBuf>,
     /// The collector whose spend the dashboard shows.
     pub collector: Option<Arc<crate::collector::Collector>>,
+    /// The largest plugin config `PUT /v1/config` takes (`--max-config-bytes`;
+    /// the filter's own default limit, `PORTCULLIS_MAX_CONFIG_BYTES`).
+    pub max_config_bytes: usize,
 }
 
 pub fn now_ms() -> i64 {
@@ -210,8 +214,18 @@ async fn export(AxState(app): AxState<App>, headers: HeaderMap) -> Answer {
 }
 
 /// Replace everything with a plugin YAML (keys keep their creation time).
-async fn import(AxState(app): AxState<App>, headers: HeaderMap, body: Bytes) -> Answer {
+async fn import(AxState(app): AxState<App>, headers: HeaderMap, body: Body) -> Answer {
     let who = auth(&app, &headers, Role::Write).await?;
+    let limit = app.max_config_bytes;
+    let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError(Refusal::new(
+            413,
+            format!(
+                "the config is over the limit of {limit} bytes (the control plane's --max-config-bytes; \
+                 every Envoy's PORTCULLIS_MAX_CONFIG_BYTES must allow a larger one too)"
+            ),
+        ))
+    })?;
     let text = String::from_utf8(body.to_vec()).map_err(|_| bad("the body is not UTF-8"))?;
     let mut incoming =
         State::from_yaml(&text, now_ms()).map_err(|e| ApiError(Refusal::new(422, e)))?;
@@ -293,7 +307,34 @@ async fn dashboard() -> Response {
         .into_response()
 }
 
-pub fn router(app: App) -> Router {
+/// Answers 421 to a request naming a host this control plane does not
+/// answer to (DNS rebinding: a page the operator opens cannot reach the
+/// admin API or the dashboard through its own name). `/healthz` stays open
+/// to probes, which name whatever address they reach.
+async fn check_host(
+    AxState(hosts): AxState<Arc<AllowedHosts>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    if req.uri().path() == "/healthz" || hosts.allows(host.as_deref()) {
+        return next.run(req).await;
+    }
+    ApiError(Refusal::new(
+        421,
+        "This control plane does not answer to that host name (start it with --allowed-hosts to add one).",
+    ))
+    .into_response()
+}
+
+/// The admin API, the dashboard and the health check, answering only the
+/// host names in `hosts`.
+pub fn router(app: App, hosts: AllowedHosts) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/dashboard", get(dashboard))
@@ -317,4 +358,8 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes", get(nodes))
         .route("/v1/audit", get(audit))
         .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            check_host,
+        ))
 }

@@ -25,6 +25,12 @@ pub fn signed(units: u64) -> i64 {
 
 /// A token bucket: `capacity` per minute, refilled continuously. The level
 /// may go negative when a settlement takes more than was reserved (debt).
+///
+/// When the capacity changes (a key's or team's limit is raised or
+/// lowered by a new config), what was used stays used: a raised limit adds
+/// the difference to the level (a client that had used 2 of 2 has 98 of a
+/// new 100 at once), a lowered one caps the level at the new capacity (no
+/// burst past it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Bucket {
     /// Level in thousandths of a unit.
@@ -32,29 +38,40 @@ pub struct Bucket {
     pub updated_ms: u64,
     /// Set once the bucket has been used (a fresh bucket starts full).
     pub initialized: bool,
+    /// The capacity (thousandths) the level was last refilled against; 0:
+    /// not known (a value written before it was kept).
+    pub cap_milli: i64,
 }
+
+/// An encoded bucket: level, time, initialized, capacity.
+const ENCODED: usize = 25;
+/// The encoding before the capacity was kept (read, never written).
+const ENCODED_V1: usize = 17;
 
 impl Bucket {
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(17);
+        let mut v = Vec::with_capacity(ENCODED);
         v.extend_from_slice(&self.level_milli.to_le_bytes());
         v.extend_from_slice(&self.updated_ms.to_le_bytes());
         v.push(u8::from(self.initialized));
+        v.extend_from_slice(&self.cap_milli.to_le_bytes());
         v
     }
 
     pub fn decode(b: Option<&[u8]>) -> Bucket {
-        let Some(b) = b.filter(|b| b.len() == 17) else {
+        let Some(b) = b.filter(|b| b.len() == ENCODED || b.len() == ENCODED_V1) else {
             return Bucket::default();
         };
         Bucket {
             level_milli: crate::le::i64_at(b, 0).unwrap_or(0),
             updated_ms: crate::le::u64_at(b, 8).unwrap_or(0),
             initialized: b.get(16) == Some(&1),
+            cap_milli: crate::le::i64_at(b, 17).unwrap_or(0),
         }
     }
 
-    /// The level at `now`, refilled at `per_minute` and capped there.
+    /// The level at `now`, refilled at `per_minute` and capped there (a
+    /// capacity raised since the last refill adds the difference first).
     pub fn refilled(&self, per_minute: u64, now_ms: u64) -> Bucket {
         let cap = milli(per_minute);
         if !self.initialized {
@@ -62,15 +79,21 @@ impl Bucket {
                 level_milli: cap,
                 updated_ms: now_ms,
                 initialized: true,
+                cap_milli: cap,
             };
+        }
+        let mut level = self.level_milli;
+        if self.cap_milli > 0 && cap > self.cap_milli {
+            level = level.saturating_add(cap.saturating_sub(self.cap_milli));
         }
         let elapsed = now_ms.saturating_sub(self.updated_ms) as i64;
         // per_minute units per 60_000 ms, in thousandths: per_minute * elapsed / 60.
         let add = (per_minute as i64).saturating_mul(elapsed) / 60;
         Bucket {
-            level_milli: self.level_milli.saturating_add(add).min(cap),
+            level_milli: level.saturating_add(add).min(cap),
             updated_ms: now_ms,
             initialized: true,
+            cap_milli: cap,
         }
     }
 }

@@ -46,12 +46,40 @@ pub struct StreamCap {
     open_block: Option<u64>,
 }
 
+/// The most a stream capped at `cap` tokens delivers before it is ended:
+/// the cap, an eighth of it and 8 tokens to spare.
+pub fn allowance(cap: u64) -> u64 {
+    cap.saturating_add(cap / 8).saturating_add(8)
+}
+
+/// The largest cap whose stream, allowance included, fits in `room`
+/// tokens: a clamped stream never passes its limit, whatever the provider
+/// does (0: none fits).
+pub fn cap_within(room: u64) -> u64 {
+    // Exact in 128 bits: `allowance` saturates, which would read as fitting.
+    let fits = |n: u128| {
+        n.saturating_add(n / 8)
+            .saturating_add(8)
+            .le(&u128::from(room))
+    };
+    let Some(r) = room.checked_sub(8) else {
+        return 0;
+    };
+    // n + n/8 <= r: start just below 8r/9 and step up while it fits (at
+    // most twice).
+    let mut n = u128::from(r).saturating_mul(8) / 9;
+    while fits(n.saturating_add(1)) {
+        n = n.saturating_add(1);
+    }
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 impl StreamCap {
     /// A cap of `cap` completion tokens on a stream of `shape`.
     pub fn new(shape: Shape, cap: u64, prompt_est: u64, include_usage: bool) -> StreamCap {
         StreamCap {
             shape,
-            limit: cap.saturating_add(cap / 8).saturating_add(8),
+            limit: allowance(cap),
             prompt_est,
             include_usage,
             parser: SseParser::default(),
@@ -218,6 +246,25 @@ mod tests {
             .filter(|e| !e.is_empty())
             .map(str::to_string)
             .collect()
+    }
+
+    #[test]
+    fn the_cap_within_a_room_keeps_the_allowance_inside_it() {
+        for room in (0..2000).chain([u64::MAX - 1, u64::MAX]) {
+            let n = cap_within(room);
+            if room >= 8 {
+                assert!(allowance(n) <= room, "room {room}: cap {n}");
+                let next = u128::from(n) + 1;
+                assert!(
+                    next + next / 8 + 8 > u128::from(room),
+                    "room {room}: {n} is not the largest"
+                );
+            } else {
+                assert_eq!(n, 0);
+            }
+        }
+        assert_eq!(cap_within(170), 144);
+        assert_eq!(allowance(144), 170);
     }
 
     #[test]

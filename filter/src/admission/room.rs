@@ -7,6 +7,7 @@ use portcullis_core::config::{Client, Gateway, MaxTokensMode};
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys::{self, Limit};
 use portcullis_core::ratelimit::{self, Bucket, Price};
+use portcullis_core::stream_cap;
 
 /// Decide a request's completion cap before it is reserved: a level in
 /// `refuse` mode needs a cap named; a level in `clamp` mode lowers it (or
@@ -15,12 +16,15 @@ use portcullis_core::ratelimit::{self, Bucket, Price};
 /// the rate limit service is not read here (the reservation still holds
 /// it). No room at all: the request goes on to be refused by the limit.
 /// `Some(n)`: the cap a level in `clamp` mode holds the request to (set in
-/// its body when it differs).
+/// its body when it differs). A stream's cap leaves room for what the
+/// gateway lets past it before ending a provider that ignores the cap
+/// ([`stream_cap::cap_within`]), so a clamped stream never passes the
+/// limit.
 pub fn completion_cap(
     host: &impl Host,
     gw: &Gateway,
     (client, user): (&Client, Option<&str>),
-    (prompt_est, asked): (u64, Option<u64>),
+    (prompt_est, asked, stream): (u64, Option<u64>, bool),
     price: Option<Price>,
     now_ms: u64,
 ) -> Result<Option<u64>, GatewayError> {
@@ -74,6 +78,11 @@ pub fn completion_cap(
         return Ok(None);
     }
     let want = asked.unwrap_or(client.limits.default_max_tokens);
+    let room = if stream {
+        room.map(stream_cap::cap_within)
+    } else {
+        room
+    };
     let n = room.map_or(want, |r| r.min(want));
     Ok((n > 0).then_some(n))
 }

@@ -71,9 +71,44 @@ fn encoding_round_trips() {
         level_milli: -5,
         updated_ms: 99,
         initialized: true,
+        cap_milli: 2000,
     };
     assert_eq!(Bucket::decode(Some(&b.encode())), b);
     assert_eq!(Bucket::decode(Some(b"x")), Bucket::default());
+    // A value written before the capacity was kept reads, capacity unknown.
+    let old = &b.encode()[..17];
+    assert_eq!(Bucket::decode(Some(old)), Bucket { cap_milli: 0, ..b });
+}
+
+#[test]
+fn a_raised_limit_admits_at_once_and_a_lowered_one_grants_no_burst() {
+    // 2 a minute, both used.
+    let (b, _) = take(&Bucket::default(), 2, 1, 0);
+    let (b, t) = take(&b, 2, 1, 10);
+    assert!(t.admitted);
+    let (b, t) = take(&b, 2, 1, 20);
+    assert!(!t.admitted, "the old limit is spent");
+    // Raised to 100: what was used stays used, the rest is there at once.
+    let (b, t) = take(&b, 100, 1, 30);
+    assert!(t.admitted, "a raised limit admits at once");
+    assert_eq!(t.remaining, 97);
+    // Lowered to 3 with 97 left: capped at 3, no burst past it.
+    let (mut b, _) = take(&b, 3, 0, 40);
+    let mut admitted = 0;
+    for i in 0..10 {
+        let (next, t) = take(&b, 3, 1, 50 + i);
+        b = next;
+        admitted += u32::from(t.admitted);
+    }
+    assert_eq!(admitted, 3, "a lowered limit grants at most its capacity");
+    // A bucket from before the capacity was kept refills as it did.
+    let old = Bucket {
+        level_milli: 0,
+        updated_ms: 0,
+        initialized: true,
+        cap_milli: 0,
+    };
+    assert!(!take(&old, 100, 1, 1).1.admitted);
 }
 
 #[test]

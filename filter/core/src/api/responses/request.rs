@@ -3,7 +3,7 @@
 //! structs: no JSON tree between (#24).
 
 use super::bad;
-use crate::borrowed::{self, Obj, Str};
+use crate::borrowed::{self, Obj};
 use crate::error::GatewayError;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -283,9 +283,9 @@ fn text_message<'a>(role: Cow<'a, str>, text: Cow<'a, str>) -> Message<'a> {
 #[derive(Deserialize)]
 struct Item<'a> {
     #[serde(rename = "type", borrow, default)]
-    kind: Str<'a>,
+    kind: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    role: Str<'a>,
+    role: Option<&'a RawValue>,
     #[serde(borrow, default)]
     content: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -305,9 +305,11 @@ fn input_item<'a>(
     item: Item<'a>,
     out: &mut Vec<Message<'a>>,
 ) -> Result<(), GatewayError> {
-    match item.kind.0.as_deref().unwrap_or("message") {
+    let kind = optional_string(item.kind, || format!("input.{i}.type"))?;
+    match kind.as_deref().unwrap_or("message") {
         "message" => {
-            let role = item.role.0.unwrap_or(Cow::Borrowed("user"));
+            let role = optional_string(item.role, || format!("input.{i}.role"))?
+                .unwrap_or(Cow::Borrowed("user"));
             if !matches!(role.as_ref(), "user" | "assistant" | "system" | "developer") {
                 return Err(bad(format!(
                     "input.{i}.role `{role}` is not user, assistant, system or developer."
@@ -322,6 +324,13 @@ fn input_item<'a>(
             });
         }
         "function_call" => {
+            for (name, v) in [
+                ("call_id", item.call_id),
+                ("name", item.name),
+                ("arguments", item.arguments),
+            ] {
+                required_string(v, || format!("input.{i}.{name}"))?;
+            }
             let call = Call {
                 id: item.call_id,
                 kind: "function",
@@ -341,6 +350,7 @@ fn input_item<'a>(
             }
         }
         "function_call_output" => {
+            required_string(item.call_id, || format!("input.{i}.call_id"))?;
             let output = match item.output {
                 Some(s) if borrowed::is_string(s) => borrowed::str_of(s).unwrap_or_default(),
                 Some(parts) if parts.get().starts_with('[') => Cow::Owned(
@@ -352,7 +362,11 @@ fn input_item<'a>(
                         .collect::<Vec<_>>()
                         .join("\n"),
                 ),
-                _ => Cow::Borrowed(""),
+                _ => {
+                    return Err(bad(format!(
+                        "input.{i}.output must be a string or a list of parts."
+                    )))
+                }
             };
             out.push(Message {
                 role: Cow::Borrowed("tool"),
@@ -372,6 +386,33 @@ fn input_item<'a>(
     Ok(())
 }
 
+/// A member that must be a string when present (`None`: absent or null);
+/// otherwise a 400 naming its path.
+fn optional_string<'a>(
+    v: Option<&'a RawValue>,
+    path: impl FnOnce() -> String,
+) -> Result<Option<Cow<'a, str>>, GatewayError> {
+    match v.filter(|v| !borrowed::is_null(v)) {
+        None => Ok(None),
+        Some(v) => borrowed::str_of(v)
+            .map(Some)
+            .ok_or_else(|| bad(format!("{} must be a string.", path()))),
+    }
+}
+
+/// A member that must be a string, as sent (its JSON text); otherwise a
+/// 400 naming its path, as OpenAI refuses it (never an empty stand-in).
+fn required_string(
+    v: Option<&RawValue>,
+    path: impl FnOnce() -> String,
+) -> Result<&RawValue, GatewayError> {
+    match v {
+        Some(v) if borrowed::is_string(v) => Ok(v),
+        Some(v) if !borrowed::is_null(v) => Err(bad(format!("{} must be a string.", path()))),
+        _ => Err(bad(format!("{} is required (a string).", path()))),
+    }
+}
+
 /// A message item's content as chat content.
 fn content<'a>(i: usize, role: &str, c: Option<&'a RawValue>) -> Result<Content<'a>, GatewayError> {
     let parts = match c {
@@ -386,17 +427,28 @@ fn content<'a>(i: usize, role: &str, c: Option<&'a RawValue>) -> Result<Content<
         }
     };
     let mut out = Vec::new();
-    for p in parts {
-        let p = Obj::of(p).unwrap_or_default();
-        match p.str("type").as_deref() {
+    for (j, p) in parts.into_iter().enumerate() {
+        let p =
+            Obj::of(p).ok_or_else(|| bad(format!("input.{i}.content.{j} must be an object.")))?;
+        let kind = optional_string(p.get("type"), || format!("input.{i}.content.{j}.type"))?;
+        match kind.as_deref() {
             Some("input_text" | "output_text" | "text") => out.push(Part::Text {
-                text: p.get("text").map_or(Given::Empty(""), Given::Raw),
+                text: Given::Raw(required_string(p.get("text"), || {
+                    format!("input.{i}.content.{j}.text")
+                })?),
             }),
-            Some("input_image") => match p.str("image_url") {
-                Some(url) => out.push(Part::ImageUrl {
-                    image_url: ImageUrl { url },
-                }),
-                None => {
+            Some("input_image") => match p.get("image_url") {
+                Some(url) if !borrowed::is_null(url) => {
+                    let url = borrowed::str_of(url).ok_or_else(|| {
+                        bad(format!(
+                            "input.{i}.content.{j}.image_url must be a string (a URL)."
+                        ))
+                    })?;
+                    out.push(Part::ImageUrl {
+                        image_url: ImageUrl { url },
+                    })
+                }
+                _ => {
                     return Err(bad(format!(
                         "input.{i}: an image by `file_id` needs a provider that keeps files."
                     )))

@@ -193,3 +193,70 @@ fn the_response_id_is_read_from_an_answer_or_a_streams_first_event() {
     assert_eq!(by_id("/v1/responses/"), None);
     assert_eq!(by_id("/v1/responses"), None);
 }
+
+#[test]
+fn malformed_items_and_parts_are_refused_naming_their_path_never_rewritten() {
+    let refused = |input: Value| -> String {
+        let doc = json!({"model": "m", "input": input});
+        let e = to_chat(&serde_json::to_vec(&doc).unwrap(), "g").unwrap_err();
+        assert_eq!(e.status, 400, "{}", e.message);
+        e.message
+    };
+    for (input, path) in [
+        (
+            json!([{"role": "user", "content": [{"type": "input_text"}]}]),
+            "input.0.content.0.text is required",
+        ),
+        (
+            json!([{"role": "user", "content": [{"type": "input_text", "text": 42}]}]),
+            "input.0.content.0.text must be a string",
+        ),
+        (
+            json!([{"role": "user", "content": "ok"}, {"role": "assistant", "content": [{"type": "output_text", "text": null}]}]),
+            "input.1.content.0.text is required",
+        ),
+        (
+            json!([{"role": "user", "content": [{"type": "input_text", "text": "a"}, 7]}]),
+            "input.0.content.1 must be an object",
+        ),
+        (
+            json!([{"role": "user", "content": [{"type": 3, "text": "a"}]}]),
+            "input.0.content.0.type must be a string",
+        ),
+        (
+            json!([{"role": "user", "content": [{"type": "input_image", "image_url": 5}]}]),
+            "input.0.content.0.image_url must be a string",
+        ),
+        (
+            json!([{"role": 1, "content": "hi"}]),
+            "input.0.role must be a string",
+        ),
+        (
+            json!([{"type": 1, "content": "hi"}]),
+            "input.0.type must be a string",
+        ),
+        (
+            json!([{"type": "function_call", "name": "f", "arguments": "{}"}]),
+            "input.0.call_id is required",
+        ),
+        (
+            json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]),
+            "input.0.arguments must be a string",
+        ),
+        (
+            json!([{"type": "function_call_output", "call_id": "c"}]),
+            "input.0.output must be a string or a list of parts",
+        ),
+        (
+            json!([{"type": "function_call_output", "output": "x"}]),
+            "input.0.call_id is required",
+        ),
+    ] {
+        let message = refused(input.clone());
+        assert!(message.contains(path), "{input}: {message}");
+    }
+    // What reads strictly still translates.
+    let c = chat_of(json!({"model": "m", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": ""}]}]}));
+    assert_eq!(c["messages"][0]["content"][0]["text"], "");
+}
