@@ -82,15 +82,23 @@ impl Bucket {
                 cap_milli: cap,
             };
         }
-        let mut level = self.level_milli;
-        if self.cap_milli > 0 && cap > self.cap_milli {
-            level = level.saturating_add(cap.saturating_sub(self.cap_milli));
-        }
+        // The time since the last refill counts at the rate the level was
+        // kept at (a new rate applies from now); a raise then adds its
+        // difference, and the new capacity caps the level.
+        let (old_cap, old_rate) = if self.cap_milli > 0 {
+            (self.cap_milli, self.cap_milli / MILLI)
+        } else {
+            (cap, per_minute as i64)
+        };
         let elapsed = now_ms.saturating_sub(self.updated_ms) as i64;
         // per_minute units per 60_000 ms, in thousandths: per_minute * elapsed / 60.
-        let add = (per_minute as i64).saturating_mul(elapsed) / 60;
+        let add = old_rate.saturating_mul(elapsed) / 60;
+        let mut level = self.level_milli.saturating_add(add).min(old_cap);
+        if cap > old_cap {
+            level = level.saturating_add(cap.saturating_sub(old_cap));
+        }
         Bucket {
-            level_milli: level.saturating_add(add).min(cap),
+            level_milli: level.min(cap),
             updated_ms: now_ms,
             initialized: true,
             cap_milli: cap,
