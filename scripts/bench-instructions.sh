@@ -5,7 +5,9 @@
 # count whatever the neighbours do (perf counters are not available on
 # these VMs). For each variant (bare Envoy, our routed path, our cache hit,
 # the mechanism's two floors, and the native build's routed path, miss and
-# hit and its two floors: nroute, nmiss, nhit, nfloor, nfloorhit), Envoy (one worker) starts under
+# hit and its two floors: nroute, nmiss, nhit, nfloor, nfloorhit; by name
+# also the native twins of the translated variants: nanthropic, ngemini,
+# nbedrock, nmessages_openai, nresponses_anthropic, nguard), Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
