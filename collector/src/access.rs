@@ -85,12 +85,7 @@ pub async fn guard(State(access): State<Arc<Access>>, req: Request, next: Next) 
     if path == "/healthz" {
         return next.run(req).await;
     }
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    let host = AllowedHosts::of_request(req.headers(), req.uri());
     if !access.host_allowed(host.as_deref()) {
         return refusal(
             StatusCode::MISDIRECTED_REQUEST,

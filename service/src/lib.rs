@@ -160,6 +160,19 @@ impl AllowedHosts {
             .unwrap_or_default()
     }
 
+    /// The host a request names: its `Host` header, else its URI's
+    /// authority (HTTP/2); `None` when it names none.
+    pub fn of_request(
+        headers: &tonic::codegen::http::HeaderMap,
+        uri: &tonic::codegen::http::Uri,
+    ) -> Option<String> {
+        headers
+            .get("host")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| uri.authority().map(|a| a.to_string()))
+    }
+
     /// A `Host` value (with or without port) this service answers to; a
     /// request without one (HTTP/1.0 health probes) is not a browser's.
     pub fn allows(&self, host: Option<&str>) -> bool {

@@ -316,12 +316,7 @@ async fn check_host(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    let host = AllowedHosts::of_request(req.headers(), req.uri());
     if req.uri().path() == "/healthz" || hosts.allows(host.as_deref()) {
         return next.run(req).await;
     }
