@@ -145,6 +145,9 @@ OPENAI_SDK_VERSION := 3.57.0
 ANTHROPIC_SDK_VERSION := 2.14.0
 # The OpenAI Agents SDK, for the agent-through-the-gateway test.
 AGENTS_SDK_VERSION := 0.24.0
+# jsonschema, to validate Responses objects against the Open Responses
+# schema (tests/sdk/open_responses.py).
+JSONSCHEMA_VERSION := 4.26.0
 sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
@@ -153,6 +156,8 @@ sdk:
 	  $(VENV)/bin/pip install --quiet anthropic==$(ANTHROPIC_SDK_VERSION)
 	@$(VENV)/bin/python -c "import agents.version as v, sys; sys.exit(v.__version__ != '$(AGENTS_SDK_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet openai-agents==$(AGENTS_SDK_VERSION)
+	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('jsonschema') != '$(JSONSCHEMA_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet jsonschema==$(JSONSCHEMA_VERSION)
 
 # The fleet's images (docker-compose.yml). `make images`: stand-in bases made
 # here without a registry (debootstrap); `make images BASES=public`: from

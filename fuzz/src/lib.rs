@@ -572,12 +572,17 @@ pub fn responses(data: &[u8]) {
         }
     }
     let stream = b.unwrap_or(a);
-    if let Some(out) = responses::answer_from_chat(stream) {
+    // The request's settings, echoed whatever the request holds.
+    let echo = responses::Echo::of(a);
+    if let Some(out) = responses::answer_from_chat(stream, 2, &echo) {
         let v: Value = serde_json::from_slice(&out).expect("the response is JSON");
         assert_eq!(v["object"], "response");
+        assert!(v["temperature"].is_number() && v["top_p"].is_number(), "{v}");
+        assert!(v["tools"].is_array() && v["metadata"].is_object(), "{v}");
+        assert!(v["model"].is_string(), "{v}");
     }
     let run = |split: usize| {
-        let mut s = FromChatStream::new(1);
+        let mut s = FromChatStream::new(1, &echo);
         let (x, y) = stream.split_at(split.min(stream.len()));
         let mut out = s.push(x);
         out.extend(s.push(y));

@@ -94,13 +94,10 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
             return Value::Object(out);
         }
     }
-    // Embeddings answers depend on what the request asked (the encoding,
-    // the dimensions): their way back is the request's, as the gateway's.
-    let back = if api == Api::Embeddings {
-        translate::back_for(p, &req)
-    } else {
-        translate::back(p, api)
-    };
+    // Answers depend on what the request asked (embeddings' encoding and
+    // dimensions, the settings a response object echoes): the way back is
+    // the request's, as the gateway's.
+    let back = translate::back_for(p, &req);
     if let Some(answer) = case.get("provider_answer") {
         let bytes = serde_json::to_vec(answer).unwrap();
         let client = match &back {
@@ -111,31 +108,7 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
         };
         out.insert("answer".into(), client);
     }
-    // AWS's binary event stream, written as its frames' types and payloads.
-    let frames = case
-        .get("provider_eventstream")
-        .and_then(Value::as_array)
-        .map(|f| {
-            f.iter()
-                .flat_map(|e| {
-                    let kind = e["type"].as_str().unwrap_or("");
-                    portcullis_core::eventstream::encode(
-                        &[
-                            (":event-type", kind),
-                            (":content-type", "application/json"),
-                            (":message-type", "event"),
-                        ],
-                        e["payload"].to_string().as_bytes(),
-                    )
-                })
-                .collect::<Vec<u8>>()
-        });
-    let stream = case
-        .get("provider_stream")
-        .and_then(Value::as_str)
-        .map(|s| s.as_bytes().to_vec())
-        .or(frames);
-    if let Some(stream) = stream {
+    if let Some(stream) = provider_stream(case) {
         let client = match back.and_then(|b| b.stream(1_700_000_000, false)) {
             Some(mut s) => {
                 let mut o = s.push(&stream);
@@ -229,4 +202,245 @@ fn every_cell_of_the_matrix_has_a_golden_file() {
         missing.is_empty(),
         "cells without a golden file: {missing:?}"
     );
+}
+
+/// The provider's stream of a case, as bytes (AWS's binary event stream is
+/// written in the case as its frames' types and payloads).
+fn provider_stream(case: &Value) -> Option<Vec<u8>> {
+    let frames = case
+        .get("provider_eventstream")
+        .and_then(Value::as_array)
+        .map(|f| {
+            f.iter()
+                .flat_map(|e| {
+                    portcullis_core::eventstream::encode(
+                        &[
+                            (":event-type", e["type"].as_str().unwrap_or("")),
+                            (":content-type", "application/json"),
+                            (":message-type", "event"),
+                        ],
+                        e["payload"].to_string().as_bytes(),
+                    )
+                })
+                .collect::<Vec<u8>>()
+        });
+    case.get("provider_stream")
+        .and_then(Value::as_str)
+        .map(|s| s.as_bytes().to_vec())
+        .or(frames)
+}
+
+/// A translated stream's events (`data:` JSON).
+fn events_of(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{d}: {e}")))
+        .collect()
+}
+
+/// Every Responses object and streaming event the gateway writes for a
+/// translated provider (each format: Anthropic, Gemini, Bedrock and both
+/// Vertex publishers), whole and streamed, streams pushed whole and split
+/// at every byte, cut short (`response.failed`), validated against the
+/// Open Responses schema (`tests/sdk/open_responses.py`, the `jsonschema`
+/// package) (#46 item 1).
+#[test]
+fn every_translated_responses_object_and_event_is_valid_open_responses() {
+    let gw = gateway();
+    let tools = json!([{"type": "function", "name": "get_weather", "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+        {"type": "function", "name": "get_time", "strict": true}]);
+    let requests = [
+        json!({"model": "m", "input": "Say hi."}),
+        json!({"model": "m", "instructions": "Be brief.", "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]}],
+            "tools": tools, "tool_choice": "required", "temperature": 0.5, "top_p": 0.9,
+            "max_output_tokens": 200, "metadata": {"team": "web"}, "store": true,
+            "parallel_tool_calls": false, "truncation": "auto", "user": "u-1",
+            "reasoning": {"effort": "low", "summary": "auto"}, "safety_identifier": "s-1",
+            "prompt_cache_key": "k-1"}),
+        json!({"model": "m", "input": "A JSON object please", "tool_choice": {"type": "function", "name": "get_weather"},
+            "tools": tools, "stream": true, "text": {"format": {"type": "json_schema", "name": "answer",
+            "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}, "strict": true}}}),
+    ];
+    // The provider answers of each translated format's golden chat case.
+    let cases = [
+        "chat_completions-anthropic-tools",
+        "chat_completions-gemini-tools",
+        "chat_completions-bedrock-tools",
+        "chat_completions-vertex_anthropic-translated",
+        "chat_completions-vertex_gemini-translated",
+    ];
+    let mut values: Vec<Value> = Vec::new();
+    let mut formats = std::collections::BTreeSet::new();
+    for name in cases {
+        let path = repo_root().join(format!("tests/golden/{name}.json"));
+        let case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let p = gw
+            .providers
+            .iter()
+            .find(|p| p.name == case["provider"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            translate::reach(&p.schema, Api::Responses),
+            translate::Reach::ViaPivot,
+            "{name}"
+        );
+        formats.insert(p.name.clone());
+        for (r, request) in requests.iter().enumerate() {
+            let body = serde_json::to_vec(request).unwrap();
+            let req = ChatRequest::parse_for(Api::Responses, &body).unwrap();
+            let back = translate::back_for(p, &req).expect("a way back");
+            let mut add = |where_: String, kind: &str, value: Value| {
+                values.push(json!({"where": where_, "kind": kind, "value": value}));
+            };
+            if let Some(answer) = case.get("provider_answer") {
+                let bytes = serde_json::to_vec(answer).unwrap();
+                let out = back
+                    .answer(&bytes, 1_700_000_000)
+                    .expect("the answer reads");
+                let answer: Value = serde_json::from_slice(&out).unwrap();
+                // The request's own settings, echoed.
+                for key in [
+                    "instructions",
+                    "tool_choice",
+                    "temperature",
+                    "top_p",
+                    "max_output_tokens",
+                    "metadata",
+                    "parallel_tool_calls",
+                    "truncation",
+                ] {
+                    if let Some(sent) = request.get(key) {
+                        assert_eq!(&answer[key], sent, "{name} request {r}: {key}");
+                    }
+                }
+                let names: Vec<&Value> = answer["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| &t["name"])
+                    .collect();
+                let sent: Vec<&Value> = request
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|t| &t["name"])
+                    .collect();
+                assert_eq!(names, sent, "{name} request {r}: tools");
+                add(format!("{name} request {r} answer"), "response", answer);
+            }
+            let Some(stream) = provider_stream(&case) else {
+                continue;
+            };
+            let whole = {
+                let mut s = back.stream(1_700_000_000, false).expect("a stream");
+                let mut o = s.push(&stream);
+                o.extend(s.finish());
+                o
+            };
+            let split = {
+                let mut s = back.stream(1_700_000_000, false).expect("a stream");
+                let mut o = Vec::new();
+                for b in &stream {
+                    o.extend(s.push(std::slice::from_ref(b)));
+                }
+                o.extend(s.finish());
+                o
+            };
+            let (whole, split) = (events_of(&whole), events_of(&split));
+            assert_eq!(whole, split, "{name}: split at every byte, the same events");
+            assert_eq!(
+                whole.last().unwrap()["type"],
+                "response.completed",
+                "{name}"
+            );
+            for (i, e) in whole.into_iter().enumerate() {
+                add(format!("{name} request {r} event {i}"), "event", e);
+            }
+            // Cut short: the stream fails in the schema's shape.
+            let mut s = back.stream(1_700_000_000, false).expect("a stream");
+            let mut o = s.push(stream.get(..stream.len() / 2).unwrap());
+            o.extend(s.finish());
+            let cut = events_of(&o);
+            assert_eq!(cut.last().unwrap()["type"], "response.failed", "{name}");
+            for (i, e) in cut.into_iter().enumerate() {
+                add(format!("{name} request {r} cut event {i}"), "event", e);
+            }
+        }
+    }
+    assert_eq!(formats.len(), 5);
+    // And the golden Responses cases as written.
+    for f in std::fs::read_dir(repo_root().join("tests/golden"))
+        .unwrap()
+        .flatten()
+    {
+        let name = f.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("responses-") {
+            continue;
+        }
+        let case: Value =
+            serde_json::from_str(&std::fs::read_to_string(f.path()).unwrap()).unwrap();
+        let expected = &case["expected"];
+        if expected["provider_request"].get("messages").is_none()
+            && expected["provider_request"].get("contents").is_none()
+        {
+            continue; // passed through or refused: not the gateway's object
+        }
+        if let Some(a) = expected.get("answer") {
+            values.push(json!({"where": format!("{name} answer"), "kind": "response", "value": a}));
+        }
+        for (i, e) in expected["stream"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            values.push(json!({"where": format!("{name} event {i}"), "kind": "event", "value": e}));
+        }
+    }
+    let report = open_responses_check(&values);
+    assert_eq!(report["checked"], values.len(), "{report}");
+    assert!(
+        report["failures"].as_array().unwrap().is_empty(),
+        "not valid Open Responses:\n{}",
+        report["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(values.len() > 200, "{} values checked", values.len());
+}
+
+/// `tests/sdk/open_responses.py` over these values.
+fn open_responses_check(values: &[Value]) -> Value {
+    use std::io::Write;
+    let python = std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string());
+    let mut child = std::process::Command::new(&python)
+        .arg(repo_root().join("tests/sdk/open_responses.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python} (`make sdk` installs jsonschema): {e}"));
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for v in values {
+            writeln!(stdin, "{v}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "open_responses.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

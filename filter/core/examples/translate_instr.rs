@@ -62,10 +62,13 @@ fn main() -> Result<(), String> {
             "anthropic_answer" => translate::back(&anthropic, Api::ChatCompletions)
                 .and_then(|b| b.answer(black_box(ANTHROPIC_ANSWER), 1))
                 .map_or(0, |b| b.len()),
-            "chat_responses_answer" => {
-                translate::pivot::answer_from_pivot(Api::Responses, black_box(CHAT_ANSWER))
-                    .map_or(0, |b| b.len())
-            }
+            "chat_responses_answer" => translate::pivot::answer_from_pivot(
+                Api::Responses,
+                black_box(CHAT_ANSWER),
+                1,
+                &portcullis_core::api::responses::Echo::default(),
+            )
+            .map_or(0, |b| b.len()),
             "chat_messages_answer" => translate::back(&openai, Api::Messages)
                 .and_then(|b| b.answer(black_box(CHAT_ANSWER), 1))
                 .map_or(0, |b| b.len()),

@@ -255,6 +255,8 @@ pub fn responses_script() -> serde_json::Value {
         {"content": "Hi there friend", "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
         {"content": "Checking.", "tool_call": tool},
         {"content": "It is sunny."},
+        {"content": "Checking.", "tool_call": tool},
+        {"content": "A red square."},
         {"content": "{\"a\": 1}"}
     ])
 }
@@ -279,6 +281,27 @@ pub fn assert_responses_run(v: &serde_json::Value) {
         v["tool_result"],
         json!({"text": "It is sunny.", "status": "completed"})
     );
+    assert_eq!(
+        v["tool_stream"],
+        json!({"calls": ["get_weather"], "arguments": {"city": "Paris"}})
+    );
+    assert_eq!(
+        v["image"],
+        json!({"text": "A red square.", "status": "completed"})
+    );
     assert_eq!(v["structured"], json!({"text": "{\"a\": 1}"}));
     assert_eq!(v["errors"]["unknown_model"]["class"], "NotFoundError");
+    // Every Responses object and event read, valid Open Responses: the
+    // seven successful calls (and the chained run's read back by id).
+    assert_eq!(
+        v["conformance"]["failures"],
+        json!([]),
+        "{}",
+        v["conformance"]
+    );
+    assert!(
+        v["conformance"]["checked"].as_u64() >= Some(7),
+        "{}",
+        v["conformance"]
+    );
 }

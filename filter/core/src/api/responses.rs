@@ -10,9 +10,8 @@
 
 use crate::borrowed::{self, Count};
 use crate::error::GatewayError;
-use crate::wire::chat::{self, Completion, Empty};
+use crate::wire::chat::{self, Completion};
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
@@ -89,25 +88,19 @@ pub(super) fn usage(u: Option<&Value>) -> Value {
 }
 
 /// A response object around its output items: one shape for the whole
-/// answer (typed items) and the stream's events (trees).
+/// answer (typed items) and the stream's events (trees). The request's
+/// settings ([`Echo`]) are spliced in after it.
 #[derive(Serialize)]
 struct Response<'a, M, I, U> {
     id: &'a str,
     object: &'static str,
     created_at: u64,
+    completed_at: Option<u64>,
     status: &'a str,
-    error: (),
+    error: Option<Failure<'a>>,
     incomplete_details: Option<Incomplete>,
-    instructions: (),
-    metadata: Empty,
     model: M,
     output: Vec<I>,
-    parallel_tool_calls: bool,
-    temperature: (),
-    top_p: (),
-    tool_choice: &'static str,
-    tools: [(); 0],
-    text: TextFormat,
     usage: Option<U>,
 }
 
@@ -116,15 +109,22 @@ struct Incomplete {
     reason: &'static str,
 }
 
+/// A failed response's `error`.
 #[derive(Serialize)]
-struct TextFormat {
-    format: FormatType,
+struct Failure<'a> {
+    code: &'static str,
+    message: &'a str,
 }
 
-#[derive(Serialize)]
-struct FormatType {
-    #[serde(rename = "type")]
-    kind: &'static str,
+/// How a response ended, and when.
+#[derive(Clone, Copy)]
+pub(super) enum End<'a> {
+    /// Still being written.
+    InProgress,
+    Completed(u64),
+    /// Cut at `max_output_tokens`.
+    Incomplete(u64),
+    Failed(&'a str),
 }
 
 impl<'a, M: Serialize, I: Serialize, U: Serialize> Response<'a, M, I, U> {
@@ -132,51 +132,68 @@ impl<'a, M: Serialize, I: Serialize, U: Serialize> Response<'a, M, I, U> {
         id: &'a str,
         model: M,
         created: u64,
-        status: &'a str,
+        end: End<'a>,
         output: Vec<I>,
         usage: Option<U>,
-        incomplete: bool,
     ) -> Self {
+        let (status, completed_at) = match end {
+            End::InProgress => ("in_progress", None),
+            End::Completed(at) => ("completed", Some(at)),
+            End::Incomplete(at) => ("incomplete", Some(at)),
+            End::Failed(_) => ("failed", None),
+        };
         Response {
             id,
             object: "response",
             created_at: created,
+            completed_at,
             status,
-            error: (),
-            incomplete_details: incomplete.then_some(Incomplete {
+            error: match end {
+                End::Failed(message) => Some(Failure {
+                    code: "server_error",
+                    message,
+                }),
+                _ => None,
+            },
+            incomplete_details: matches!(end, End::Incomplete(_)).then_some(Incomplete {
                 reason: "max_output_tokens",
             }),
-            instructions: (),
-            metadata: Empty {},
             model,
             output,
-            parallel_tool_calls: true,
-            temperature: (),
-            top_p: (),
-            tool_choice: "auto",
-            tools: [],
-            text: TextFormat {
-                format: FormatType { kind: "text" },
-            },
             usage,
         }
     }
+
+    /// The object, the request's settings spliced in.
+    fn write(&self, echo: &Echo, out: &mut Vec<u8>) -> Option<()> {
+        serde_json::to_writer(&mut *out, self).ok()?;
+        if out.last() == Some(&b'}') && !echo.members().is_empty() {
+            out.pop();
+            out.push(b',');
+            out.extend_from_slice(echo.members().as_bytes());
+            out.push(b'}');
+        }
+        Some(())
+    }
 }
 
-/// A response object around its output items (trees).
+/// A response object around its output items (trees), the request's
+/// settings (as a tree) joined.
 pub(super) fn response(
     id: &str,
     model: &Value,
     created: u64,
-    status: &str,
+    end: End<'_>,
     output: Vec<Value>,
     usage: Option<Value>,
-    incomplete: bool,
+    echo: &Map<String, Value>,
 ) -> Value {
-    serde_json::to_value(Response::new(
-        id, model, created, status, output, usage, incomplete,
-    ))
-    .unwrap_or(Value::Null)
+    let mut v = serde_json::to_value(Response::new(id, model, created, end, output, usage))
+        .unwrap_or(Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.extend(echo.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    v
 }
 
 /// An output item, as written back.
@@ -244,12 +261,13 @@ pub(super) fn call_item(call_id: &Value, name: &Value, arguments: &str, status: 
     .unwrap_or(Value::Null)
 }
 
-/// A whole chat completion as a response; `None` when it does not read.
-pub fn answer_from_chat(body: &[u8]) -> Option<Vec<u8>> {
+/// A whole chat completion as a response, completed at `now` (seconds),
+/// echoing the request's settings; `None` when it does not read.
+pub fn answer_from_chat(body: &[u8], now: u64, echo: &Echo) -> Option<Vec<u8>> {
     let v = Completion::read(body)?;
     let choice = v.choices.into_iter().next()?;
     let chat_id = v.id.0.unwrap_or(Cow::Borrowed("gateway"));
-    let mut output: Vec<Item<Option<&RawValue>, Option<&RawValue>>> = Vec::new();
+    let mut output: Vec<Item<Cow<str>, Cow<str>>> = Vec::new();
     if let Some(t) = choice.message.content.0.filter(|t| !t.is_empty()) {
         output.push(message(
             Cow::Owned(format!("msg_{chat_id}")),
@@ -257,29 +275,43 @@ pub fn answer_from_chat(body: &[u8]) -> Option<Vec<u8>> {
             "completed",
         ));
     }
-    for c in choice.message.tool_calls.unwrap_or_default() {
+    for (i, c) in choice
+        .message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
         let f = c.function.unwrap_or_default();
+        let call_id =
+            c.id.and_then(borrowed::str_of)
+                .unwrap_or_else(|| Cow::Owned(format!("call_{chat_id}_{i}")));
         output.push(Item::FunctionCall {
-            id: call_item_id(c.id.and_then(borrowed::str_of).as_deref()),
-            call_id: c.id,
-            name: f.name,
+            id: call_item_id(Some(&call_id)),
+            call_id,
+            name: f.name.and_then(borrowed::str_of).unwrap_or_default(),
             arguments: f.arguments.0.unwrap_or(Cow::Borrowed("{}")),
             status: "completed",
         });
     }
     let length = choice.finish_reason.is("length");
     let id = format!("resp_{chat_id}");
+    let created = v.created.0.unwrap_or(now).min(now);
+    let model = v.model.and_then(borrowed::str_of).unwrap_or_default();
     let out = Response::new(
         &id,
-        v.model,
-        v.created.0.unwrap_or(0),
-        if length { "incomplete" } else { "completed" },
+        model,
+        created,
+        if length {
+            End::Incomplete(now)
+        } else {
+            End::Completed(now)
+        },
         output,
         Some(ResponsesUsage::of(&v.usage.unwrap_or_default())),
-        length,
     );
-    let mut bytes = Vec::with_capacity(body.len().saturating_add(512));
-    serde_json::to_writer(&mut bytes, &out).ok()?;
+    let mut bytes = Vec::with_capacity(body.len().saturating_add(1024));
+    out.write(echo, &mut bytes)?;
     Some(bytes)
 }
 
@@ -321,8 +353,10 @@ pub fn by_id(path: &str) -> Option<(&str, &str)> {
     (!id.is_empty() && matches!(tail, "" | "/input_items")).then_some((id, tail))
 }
 
+mod echo;
 mod request;
 mod stream;
+pub use echo::Echo;
 pub use request::to_chat;
 pub use stream::{FromChatStream, StreamUsage};
 

@@ -83,6 +83,9 @@ pub struct StreamGuard {
     /// The error event of an end-of-text deny, sent after the event that
     /// ended the slot.
     late: Option<Vec<u8>>,
+    /// Responses: the last event's `sequence_number`, which the events the
+    /// guard makes carry too (the schema requires one).
+    sequence: u64,
 }
 
 impl StreamGuard {
@@ -102,6 +105,7 @@ impl StreamGuard {
             denied: None,
             changed: false,
             late: None,
+            sequence: 0,
         }
     }
 
@@ -136,6 +140,9 @@ impl StreamGuard {
                     continue;
                 }
             };
+            if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+                self.sequence = n;
+            }
             let step = match self.shape {
                 Shape::Chat => self.chat_event(g, &mut v),
                 Shape::Messages => self.messages_event(g, &mut v),
@@ -202,8 +209,8 @@ impl StreamGuard {
                     .ok()
                     .and_then(|b| b.get("error").cloned())
                     .unwrap_or(Value::Null);
-                let v = json!({"type": "error", "code": err.code, "message": err.message,
-                    "param": null, "error": inner});
+                let v = json!({"type": "error", "sequence_number": self.sequence,
+                    "code": err.code, "message": err.message, "param": null, "error": inner});
                 format!("event: error\ndata: {v}\n\n").into_bytes()
             }
         };
@@ -572,9 +579,11 @@ impl StreamGuard {
             (Shape::Messages, true) => json!({"type": "content_block_delta", "index": a,
                 "delta": {"type": "input_json_delta", "partial_json": sent}}),
             (Shape::Responses, false) => json!({"type": "response.output_text.delta",
-                "item_id": s.item, "output_index": a, "content_index": b, "delta": sent}),
+                "sequence_number": self.sequence, "item_id": s.item, "output_index": a,
+                "content_index": b, "delta": sent}),
             (Shape::Responses, true) => json!({"type": "response.function_call_arguments.delta",
-                "item_id": s.item, "output_index": a, "delta": sent}),
+                "sequence_number": self.sequence, "item_id": s.item, "output_index": a,
+                "delta": sent}),
         };
         Ok(self.frame(&v))
     }

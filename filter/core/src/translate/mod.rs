@@ -17,6 +17,7 @@
 
 pub mod pivot;
 
+use crate::api::responses::Echo;
 use crate::api::Api;
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
@@ -138,14 +139,19 @@ pub enum Back {
     /// The provider's format, to the pivot (the client speaks it).
     Format(&'static dyn Format),
     /// The inbound API, from the pivot; first the provider's format to the
-    /// pivot when it speaks another (`None`: it speaks the pivot).
-    Api(Option<&'static dyn Format>, Api),
+    /// pivot when it speaks another (`None`: it speaks the pivot). The
+    /// request's settings, for the answers that echo them (Responses').
+    Api(Option<&'static dyn Format>, Api, Echo),
     /// Gemini's embeddings, to OpenAI's (with what the request asked).
     GeminiEmbeddings(gemini::embeddings::Answer),
     /// Bedrock's Converse, to the pivot naming the client's model (its
     /// answers name none), then to the inbound API when it is not the
     /// pivot.
-    Bedrock { model: String, api: Option<Api> },
+    Bedrock {
+        model: String,
+        api: Option<Api>,
+        echo: Echo,
+    },
     /// Gemini's token count, to Anthropic's.
     GeminiCount,
     /// Bedrock's InvokeModel embeddings (Titan, Cohere), to OpenAI's.
@@ -157,16 +163,23 @@ impl Back {
     pub fn answer(&self, body: &[u8], created: u64) -> Option<Vec<u8>> {
         match self {
             Back::Format(f) => f.answer(body, created),
-            Back::Api(None, a) => pivot::answer_from_pivot(*a, body),
-            Back::Api(Some(f), a) => pivot::answer_from_pivot(*a, &f.answer(body, created)?),
+            Back::Api(None, a, echo) => pivot::answer_from_pivot(*a, body, created, echo),
+            Back::Api(Some(f), a, echo) => {
+                pivot::answer_from_pivot(*a, &f.answer(body, created)?, created, echo)
+            }
             Back::GeminiEmbeddings(a) => gemini::embeddings::answer(body, a),
-            Back::Bedrock { model, api: None } => bedrock::answer(body, created, model),
+            Back::Bedrock {
+                model, api: None, ..
+            } => bedrock::answer(body, created, model),
             Back::BedrockEmbeddings(a) => bedrock::embeddings::answer(body, a),
             Back::GeminiCount => gemini::count::answer(body),
             Back::Bedrock {
                 model,
                 api: Some(a),
-            } => pivot::answer_from_pivot(*a, &bedrock::answer(body, created, model)?),
+                echo,
+            } => {
+                pivot::answer_from_pivot(*a, &bedrock::answer(body, created, model)?, created, echo)
+            }
         }
     }
 
@@ -174,8 +187,8 @@ impl Back {
     pub fn error(&self, body: &[u8], status: u16) -> Vec<u8> {
         match self {
             Back::Format(f) => f.error(body, status),
-            Back::Api(None, a) => pivot::error_from_pivot(*a, body, status),
-            Back::Api(Some(f), a) => pivot::error_from_pivot(*a, &f.error(body, status), status),
+            Back::Api(None, a, _) => pivot::error_from_pivot(*a, body, status),
+            Back::Api(Some(f), a, _) => pivot::error_from_pivot(*a, &f.error(body, status), status),
             Back::GeminiEmbeddings(_) => gemini::error(body, status),
             Back::GeminiCount => gemini::count::error(body, status),
             Back::Bedrock { api: None, .. } | Back::BedrockEmbeddings(_) => {
@@ -191,13 +204,13 @@ impl Back {
     pub fn stream(&self, created: u64, emit_usage: bool) -> Option<Stream> {
         match self {
             Back::Format(f) => f.stream(created, emit_usage).map(Stream::Format),
-            Back::Api(None, a) => pivot::stream_from_pivot(*a, created),
-            Back::Api(Some(f), a) => Some(Stream::Chain(
+            Back::Api(None, a, echo) => pivot::stream_from_pivot(*a, created, echo),
+            Back::Api(Some(f), a, echo) => Some(Stream::Chain(
                 Box::new(Stream::Format(f.stream(created, true)?)),
-                Box::new(pivot::stream_from_pivot(*a, created)?),
+                Box::new(pivot::stream_from_pivot(*a, created, echo)?),
             )),
             Back::GeminiEmbeddings(_) | Back::BedrockEmbeddings(_) | Back::GeminiCount => None,
-            Back::Bedrock { model, api } => {
+            Back::Bedrock { model, api, echo } => {
                 let s = Stream::Format(FormatStream::Bedrock(bedrock::Stream::new(
                     created,
                     emit_usage || api.is_some(),
@@ -207,7 +220,7 @@ impl Back {
                     None => Some(s),
                     Some(a) => Some(Stream::Chain(
                         Box::new(s),
-                        Box::new(pivot::stream_from_pivot(*a, created)?),
+                        Box::new(pivot::stream_from_pivot(*a, created, echo)?),
                     )),
                 }
             }
@@ -225,8 +238,20 @@ pub fn back_for(p: &Provider, req: &ChatRequest) -> Option<Back> {
         (Schema::Bedrock { .. }, Api::Embeddings) => Some(Back::BedrockEmbeddings(
             gemini::embeddings::answer_for(req.body(), &req.model),
         )),
-        (Schema::Bedrock { .. }, api) => bedrock_back(p, api, &req.model),
-        _ => back(p, req.api),
+        (Schema::Bedrock { .. }, api) => bedrock_back(p, api, &req.model, echo_of(req)),
+        _ => match back(p, req.api) {
+            Some(Back::Api(f, a, _)) => Some(Back::Api(f, a, echo_of(req))),
+            other => other,
+        },
+    }
+}
+
+/// What a Responses request's answers echo of it (`Echo::default()`, no
+/// allocation, for any other API).
+fn echo_of(req: &ChatRequest) -> Echo {
+    match req.api {
+        Api::Responses => Echo::of(req.body()),
+        _ => Echo::default(),
     }
 }
 
@@ -243,23 +268,28 @@ pub fn back(p: &Provider, api: Api) -> Option<Back> {
         return Some(Back::BedrockEmbeddings(Default::default()));
     }
     if matches!(p.schema, Schema::Bedrock { .. }) {
-        return bedrock_back(p, api, "");
+        return bedrock_back(p, api, "", Echo::default());
     }
     match reach(&p.schema, api) {
         Reach::Translated => Some(Back::Format(providers::format(&p.schema))),
-        Reach::ViaPivot => Some(Back::Api(pivot_format(p), api)),
+        Reach::ViaPivot => Some(Back::Api(pivot_format(p), api, Echo::default())),
         Reach::Direct | Reach::Rewritten | Reach::Local | Reach::No => None,
     }
 }
 
 /// Bedrock's way back for an API, its answers naming `model`.
-fn bedrock_back(p: &Provider, api: Api, model: &str) -> Option<Back> {
+fn bedrock_back(p: &Provider, api: Api, model: &str, echo: Echo) -> Option<Back> {
     let model = model.to_string();
     match reach(&p.schema, api) {
-        Reach::Translated => Some(Back::Bedrock { model, api: None }),
+        Reach::Translated => Some(Back::Bedrock {
+            model,
+            api: None,
+            echo,
+        }),
         Reach::ViaPivot => Some(Back::Bedrock {
             model,
             api: Some(api),
+            echo,
         }),
         Reach::Direct | Reach::Rewritten | Reach::Local | Reach::No => None,
     }

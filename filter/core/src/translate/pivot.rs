@@ -23,11 +23,17 @@ pub fn to_pivot(
     }
 }
 
-/// A whole chat completion as this API's answer.
-pub fn answer_from_pivot(api: Api, body: &[u8]) -> Option<Vec<u8>> {
+/// A whole chat completion as this API's answer, at `now` (seconds), for
+/// a request with these settings.
+pub fn answer_from_pivot(
+    api: Api,
+    body: &[u8],
+    now: u64,
+    echo: &responses::Echo,
+) -> Option<Vec<u8>> {
     match api {
         Api::Messages => messages::answer_from_chat(body),
-        Api::Responses => responses::answer_from_chat(body),
+        Api::Responses => responses::answer_from_chat(body, now, echo),
         Api::ChatCompletions | Api::Embeddings | Api::CountTokens => Some(body.to_vec()),
     }
 }
@@ -40,12 +46,13 @@ pub fn error_from_pivot(api: Api, body: &[u8], status: u16) -> Vec<u8> {
     }
 }
 
-/// A chat completions stream as this API's stream.
-pub fn stream_from_pivot(api: Api, created: u64) -> Option<Stream> {
+/// A chat completions stream as this API's stream, for a request with
+/// these settings.
+pub fn stream_from_pivot(api: Api, created: u64, echo: &responses::Echo) -> Option<Stream> {
     match api {
         Api::Messages => Some(Stream::ChatToMessages(messages::FromChatStream::new())),
         Api::Responses => Some(Stream::ChatToResponses(responses::FromChatStream::new(
-            created,
+            created, echo,
         ))),
         Api::ChatCompletions | Api::Embeddings | Api::CountTokens => None,
     }

@@ -138,13 +138,58 @@ fn words(v: &Value) -> u64 {
     }
 }
 
+/// A whole response object, every member OpenAI writes (the request's
+/// settings echoed, OpenAI's defaults where it sent none).
 fn response(id: &str, req: &Value, status: &str, output: Vec<Value>, usage: Value) -> Value {
-    json!({"id": id, "object": "response", "created_at": 1_700_000_000u64, "status": status, "error": null,
-        "incomplete_details": null, "instructions": req.get("instructions").cloned().unwrap_or(Value::Null),
-        "metadata": {}, "model": req.get("model").cloned().unwrap_or(Value::Null), "output": output,
-        "parallel_tool_calls": true, "previous_response_id": req.get("previous_response_id").cloned().unwrap_or(Value::Null),
-        "temperature": null, "top_p": null, "tool_choice": req.get("tool_choice").cloned().unwrap_or(json!("auto")),
-        "tools": req.get("tools").cloned().unwrap_or(json!([])), "text": {"format": {"type": "text"}}, "usage": usage})
+    let given = |k: &str, default: Value| {
+        req.get(k)
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or(default)
+    };
+    let tools: Vec<Value> = req
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|ts| {
+            ts.iter()
+                .map(|t| match t.get("type").and_then(Value::as_str) {
+                    Some("function") => json!({"type": "function", "name": t["name"],
+                        "description": t.get("description").cloned().unwrap_or(Value::Null),
+                        "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
+                        "strict": t.get("strict").cloned().unwrap_or(json!(true))}),
+                    _ => t.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // OpenAI echoes a json_schema format whole, its schema included.
+    let format = match req.pointer("/text/format") {
+        Some(f) if f["type"] == "json_schema" => json!({"type": "json_schema", "name": f["name"],
+            "description": f.get("description").cloned().unwrap_or(Value::Null),
+            "schema": f.get("schema").cloned().unwrap_or(Value::Null),
+            "strict": f.get("strict").cloned().unwrap_or(json!(false))}),
+        Some(f) => f.clone(),
+        None => json!({"type": "text"}),
+    };
+    let done = matches!(status, "completed" | "incomplete");
+    json!({"id": id, "object": "response", "created_at": 1_700_000_000u64,
+        "completed_at": if done { json!(1_700_000_001u64) } else { Value::Null },
+        "status": status, "error": null, "incomplete_details": null,
+        "instructions": given("instructions", Value::Null), "metadata": given("metadata", json!({})),
+        "model": given("model", json!("")), "output": output,
+        "parallel_tool_calls": given("parallel_tool_calls", json!(true)),
+        "previous_response_id": given("previous_response_id", Value::Null),
+        "temperature": given("temperature", json!(1.0)), "top_p": given("top_p", json!(1.0)),
+        "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": given("top_logprobs", json!(0)),
+        "tool_choice": given("tool_choice", json!("auto")), "tools": tools,
+        "text": {"format": format, "verbosity": "medium"},
+        "truncation": given("truncation", json!("disabled")),
+        "reasoning": {"effort": null, "summary": null},
+        "max_output_tokens": given("max_output_tokens", Value::Null),
+        "max_tool_calls": given("max_tool_calls", Value::Null),
+        "store": given("store", json!(true)), "background": given("background", json!(false)),
+        "service_tier": "default", "safety_identifier": given("safety_identifier", Value::Null),
+        "prompt_cache_key": given("prompt_cache_key", Value::Null), "user": null, "usage": usage})
 }
 
 pub async fn create(

@@ -2,9 +2,9 @@
 //! Responses events ([`FromChatStream`]), and the usage read from a
 //! Responses stream as it passes ([`StreamUsage`]).
 
-use super::{call_item, message_item, response, usage};
+use super::{call_item, message_item, response, usage, Echo, End};
 use crate::sse::SseParser;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 /// One output item being streamed.
 #[derive(Debug)]
@@ -38,12 +38,17 @@ pub struct FromChatStream {
     finish: Option<String>,
     sequence: u64,
     ended: bool,
+    /// The request's settings, in every snapshot.
+    echo: Map<String, Value>,
 }
 
 impl FromChatStream {
-    pub fn new(created: u64) -> Self {
+    /// A stream started at `created` (seconds), for a request with these
+    /// settings.
+    pub fn new(created: u64, echo: &Echo) -> Self {
         Self {
             created,
+            echo: echo.map(),
             ..Self::default()
         }
     }
@@ -57,15 +62,15 @@ impl FromChatStream {
         format!("event: {kind}\ndata: {v}\n\n").into_bytes()
     }
 
-    fn snapshot(&self, status: &str, usage: Option<Value>) -> Value {
+    fn snapshot(&self, end: End<'_>, usage: Option<Value>) -> Value {
         response(
             &self.id,
             &self.model,
             self.created,
-            status,
+            end,
             self.done.clone(),
             usage,
-            false,
+            &self.echo,
         )
     }
 
@@ -80,26 +85,34 @@ impl FromChatStream {
     }
     fn fail_with(&mut self, message: &str) -> Vec<u8> {
         self.ended = true;
-        let mut r = self.snapshot("failed", None);
-        if let Some(o) = r.as_object_mut() {
-            o.insert(
-                "error".into(),
-                json!({"code": "server_error", "message": message}),
-            );
+        if !self.started {
+            self.start_snapshot(None);
         }
+        let r = self.snapshot(End::Failed(message), None);
         self.event("response.failed", json!({"response": r}))
+    }
+
+    /// The response's id and model, from the first chunk (`None`: the
+    /// stream failed before one).
+    fn start_snapshot(&mut self, c: Option<&Value>) {
+        self.id = format!(
+            "resp_{}",
+            c.and_then(|c| c.get("id"))
+                .and_then(Value::as_str)
+                .unwrap_or("gateway")
+        );
+        self.model = json!(c
+            .and_then(|c| c.get("model"))
+            .and_then(Value::as_str)
+            .unwrap_or_default());
     }
 
     fn on_start(&mut self, c: &Value) -> Vec<u8> {
         self.started = true;
-        self.id = format!(
-            "resp_{}",
-            c.get("id").and_then(Value::as_str).unwrap_or("gateway")
-        );
-        self.model = c.get("model").cloned().unwrap_or(Value::Null);
-        let r = self.snapshot("in_progress", None);
+        self.start_snapshot(Some(c));
+        let r = self.snapshot(End::InProgress, None);
         let mut out = self.event("response.created", json!({"response": r}));
-        let r = self.snapshot("in_progress", None);
+        let r = self.snapshot(End::InProgress, None);
         out.extend(self.event("response.in_progress", json!({"response": r})));
         out
     }
@@ -142,11 +155,20 @@ impl FromChatStream {
             out.extend(self.close());
             let index = self.done.len();
             self.tools.push((tool, index));
-            let call_id = call.get("id").cloned().unwrap_or(Value::Null);
-            let name = call
-                .pointer("/function/name")
+            let call_id = call
+                .get("id")
+                .filter(|i| i.is_string())
                 .cloned()
-                .unwrap_or(Value::Null);
+                .unwrap_or_else(|| {
+                    json!(format!(
+                        "call_{}_{index}",
+                        self.id.trim_start_matches("resp_")
+                    ))
+                });
+            let name = json!(call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default());
             let item = call_item(&call_id, &name, "", "in_progress");
             out.extend(self.event(
                 "response.output_item.added",
@@ -233,20 +255,14 @@ impl FromChatStream {
         self.ended = true;
         let usage = usage(self.usage.as_ref());
         let length = self.finish.as_deref() == Some("length");
-        let (kind, status) = if length {
-            ("response.incomplete", "incomplete")
+        // Completed when the stream ends; the stream knows the time it
+        // started only (a translation has no clock of its own).
+        let (kind, end) = if length {
+            ("response.incomplete", End::Incomplete(self.created))
         } else {
-            ("response.completed", "completed")
+            ("response.completed", End::Completed(self.created))
         };
-        let r = response(
-            &self.id,
-            &self.model,
-            self.created,
-            status,
-            self.done.clone(),
-            Some(usage),
-            length,
-        );
+        let r = self.snapshot(end, Some(usage));
         out.extend(self.event(kind, json!({"response": r})));
         out
     }

@@ -75,7 +75,9 @@ fn stateful_features_and_built_in_tools_are_refused_by_name() {
 #[test]
 fn a_chat_answer_becomes_a_response() {
     let a = br#"{"id":"c1","object":"chat.completion","created":7,"model":"gpt-x","choices":[{"index":0,"message":{"role":"assistant","content":"Checking.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":5}}}"#;
-    let r: Value = serde_json::from_slice(&answer_from_chat(a).unwrap()).unwrap();
+    let r: Value =
+        serde_json::from_slice(&answer_from_chat(a, 1_700_000_100, &Echo::default()).unwrap())
+            .unwrap();
     assert_eq!(r["id"], "resp_c1");
     assert_eq!(r["status"], "completed");
     assert_eq!(
@@ -113,7 +115,7 @@ fn events(out: &[u8]) -> Vec<Value> {
 
 #[test]
 fn a_chat_stream_becomes_responses_events_split_anywhere() {
-    let mut whole = FromChatStream::new(7);
+    let mut whole = FromChatStream::new(7, &Echo::default());
     let mut out = whole.push(STREAM.as_bytes());
     out.extend(whole.finish());
     let ev = events(&out);
@@ -152,7 +154,7 @@ fn a_chat_stream_becomes_responses_events_split_anywhere() {
         Some((9, 4))
     );
     for split in [1, 9, 120, 400, STREAM.len() - 2] {
-        let mut s = FromChatStream::new(7);
+        let mut s = FromChatStream::new(7, &Echo::default());
         let (a, b) = STREAM.as_bytes().split_at(split);
         let mut o = s.push(a);
         o.extend(s.push(b));
@@ -163,7 +165,7 @@ fn a_chat_stream_becomes_responses_events_split_anywhere() {
 
 #[test]
 fn a_cut_stream_ends_with_response_failed() {
-    let mut s = FromChatStream::new(7);
+    let mut s = FromChatStream::new(7, &Echo::default());
     let cut = &STREAM[..STREAM.find("\"finish_reason\":\"tool_calls\"").unwrap()];
     let mut out = s.push(cut.as_bytes());
     out.extend(s.finish());
