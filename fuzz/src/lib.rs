@@ -650,6 +650,15 @@ pub fn placements(data: &[u8]) {
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"deep": [text]}}]}]})),
         ("tool_result", json!({"model": "m", "messages": [
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": text}]}]}]})),
+        // Split across boundaries the model reads across (#46).
+        ("split messages", json!({"model": "m", "messages": [
+            {"role": "user", "content": a}, {"role": "user", "content": [{"type": "text", "text": b}]}]})),
+        ("split Responses items", json!({"model": "m", "input": [
+            {"role": "user", "content": a},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": b}]}]})),
+        ("instructions and input", json!({"model": "m", "instructions": a, "input": b})),
+        ("system and a message", json!({"model": "m", "system": [{"type": "text", "text": a}],
+            "messages": [{"role": "user", "content": b}]})),
     ];
     for (name, body) in placements {
         assert!(found(body), "found as a user message, missed in {name}: {text:?}");

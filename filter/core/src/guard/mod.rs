@@ -326,13 +326,16 @@ fn broken_bounds(b: &Bounds, texts: &[&str], what: &str) -> Option<String> {
 
 /// One text-scanning check over texts, read only: hits and (when kept)
 /// the matched texts.
-fn scan(check: &Check, texts: &[&str], keep: bool) -> (u32, Vec<String>) {
+fn scan(check: &Check, texts: &[&str], seams: &[Vec<usize>], keep: bool) -> (u32, Vec<String>) {
     let mut hits: u32 = 0;
     let mut matched = Vec::new();
     let mut spans = Vec::new();
-    for t in texts {
+    for (i, t) in texts.iter().enumerate() {
         spans.clear();
-        check.spans(t, &mut spans);
+        match seams.get(i).filter(|s| !s.is_empty()) {
+            Some(s) => texts::joined_spans(t, s, &mut |x, o| check.spans(x, o), &mut spans),
+            None => check.spans(t, &mut spans),
+        }
         hits = hits.saturating_add(u32::try_from(spans.len()).unwrap_or(u32::MAX));
         if keep {
             matched.extend(
@@ -365,6 +368,7 @@ fn run<'g>(
     active: &[usize],
     facts: &Facts,
     texts: &[&str],
+    seams: &[Vec<usize>],
 ) -> (Outcome, Vec<&'g Check>) {
     let mut out = Outcome::default();
     let mut redactors = Vec::new();
@@ -386,7 +390,7 @@ fn run<'g>(
         };
         let found = match &check.kind {
             Kind::Regex(_) | Kind::Pii(_) => {
-                let (hits, matched) = scan(check, texts, g.include_content);
+                let (hits, matched) = scan(check, texts, seams, g.include_content);
                 (hits > 0).then_some(Hit {
                     hits,
                     matched,
@@ -436,13 +440,20 @@ pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) 
     // The one reader of a request's texts (`texts`): what the checks read
     // is what the rewrite redacts.
     let Ok(mut doc) = serde_json::from_slice::<Map<String, Value>>(body) else {
-        return run(g, Stage::Input, active, &facts, &[]).0;
+        return run(g, Stage::Input, active, &facts, &[], &[]).0;
     };
     let mut slots = texts::request_slots(&mut doc);
     let (mut out, redactors) = {
         let texts = texts::texts(&slots);
         let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
-        run(g, Stage::Input, active, &facts, &borrowed)
+        run(
+            g,
+            Stage::Input,
+            active,
+            &facts,
+            &borrowed,
+            &texts::seams(&slots),
+        )
     };
     if out.changed && out.denied.is_none() {
         texts::rewrite(&mut slots, &mut |t, spans| {
@@ -476,7 +487,7 @@ pub fn check_texts(g: &Guardrails, active: &[usize], json_wanted: bool, texts: &
         json_wanted,
         content: usize::MAX,
     };
-    run(g, Stage::Output, active, &facts, texts).0
+    run(g, Stage::Output, active, &facts, texts, &[]).0
 }
 
 /// Output checks over an answer's text slots (the first `content` the
@@ -496,7 +507,14 @@ pub fn check_slots(
     let (out, redactors) = {
         let texts = texts::texts(slots);
         let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
-        run(g, Stage::Output, active, &facts, &borrowed)
+        run(
+            g,
+            Stage::Output,
+            active,
+            &facts,
+            &borrowed,
+            &texts::seams(slots),
+        )
     };
     if out.changed && out.denied.is_none() {
         texts::rewrite(slots, &mut |t, spans| {
@@ -529,7 +547,7 @@ pub fn check_answer_of(
             json_wanted,
             content,
         };
-        let (out, _) = run(g, Stage::Output, active, &facts, &borrowed);
+        let (out, _) = run(g, Stage::Output, active, &facts, &borrowed, &[]);
         if !out.changed || out.denied.is_some() {
             return (out, None);
         }

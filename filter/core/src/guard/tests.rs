@@ -431,6 +431,93 @@ fn a_value_split_across_adjacent_text_parts_is_redacted_in_each_part() {
     );
 }
 
+/// A value split across messages or Responses items, in every API, is
+/// one match: each fragment redacted (#46 item 3).
+#[test]
+fn a_value_split_across_messages_and_items_is_redacted_in_each_fragment() {
+    let card = |d: &Map<String, Value>, a: &str, b: &str| {
+        let at = |p: &str| d_str(d, p);
+        assert_eq!(at(a), "pay with [REDACTED:card]", "{d:?}");
+        assert_eq!(at(b), " please", "{d:?}");
+    };
+    // Responses: two message items, as strings and as input_text parts.
+    let d = scrubbed(json!({"model": "m", "input": [
+        {"role": "user", "content": "pay with 4111 1111"},
+        {"role": "user", "content": "1111 1111 please"}]}));
+    card(&d, "/input/0/content", "/input/1/content");
+    let d = scrubbed(json!({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "pay with 4111 1111"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "1111 1111 please"}]}]}));
+    card(&d, "/input/0/content/0/text", "/input/1/content/0/text");
+    // From the instructions into the first item.
+    let d = scrubbed(
+        json!({"model": "m", "instructions": "pay with 4111 1111", "input": "1111 1111 please"}),
+    );
+    card(&d, "/instructions", "/input");
+    // Chat: two messages.
+    let d = scrubbed(json!({"model": "m", "messages": [
+        {"role": "user", "content": "pay with 4111 1111"},
+        {"role": "user", "content": [{"type": "text", "text": "1111 1111 please"}]}]}));
+    card(&d, "/messages/0/content", "/messages/1/content/0/text");
+    // Messages: from the system blocks into a message, and across messages.
+    let d = scrubbed(
+        json!({"model": "m", "system": [{"type": "text", "text": "pay with 4111 1111"}],
+        "messages": [{"role": "user", "content": "1111 1111 please"}]}),
+    );
+    card(&d, "/system/0/text", "/messages/0/content");
+    let d = scrubbed(json!({"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "pay with 4111 1111"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "1111 1111 please"}]}]}));
+    card(
+        &d,
+        "/messages/0/content/0/text",
+        "/messages/1/content/0/text",
+    );
+}
+
+/// A value whole in one message is found as it would be alone, whatever
+/// the next message starts with; the next message loses nothing.
+#[test]
+fn a_value_whole_in_a_message_is_not_extended_into_the_next() {
+    let d = scrubbed(json!({"model": "m", "messages": [
+        {"role": "user", "content": "write to jane@example.com"},
+        {"role": "user", "content": "or to 4111111111111111"},
+        {"role": "user", "content": "2 apples"}]}));
+    assert_eq!(
+        d_str(&d, "/messages/0/content"),
+        "write to [REDACTED:email]"
+    );
+    assert_eq!(d_str(&d, "/messages/1/content"), "or to [REDACTED:card]");
+    assert_eq!(d_str(&d, "/messages/2/content"), "2 apples");
+}
+
+/// A tool call between two texts ends the run: they are not adjacent.
+#[test]
+fn texts_split_by_a_tool_call_are_read_apart() {
+    let gw = scrubber();
+    let g = gw.guardrails.as_ref().unwrap();
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": "alice@exa"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "mple.com"}]});
+    let out = check_input(g, &g.active(Stage::Input, "bob", 0), 0, &bytes(&body));
+    assert!(!out.changed, "{:?}", out.rewritten);
+}
+
+fn d_str<'a>(d: &'a Map<String, Value>, pointer: &str) -> &'a str {
+    let (first, rest) = pointer
+        .trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or((pointer.trim_start_matches('/'), ""));
+    let v = &d[first];
+    let v = if rest.is_empty() {
+        v
+    } else {
+        v.pointer(&format!("/{rest}")).unwrap_or(&Value::Null)
+    };
+    v.as_str().unwrap_or_else(|| panic!("{pointer}: {v}"))
+}
+
 #[test]
 fn parts_split_by_an_image_are_read_apart() {
     let gw = scrubber();

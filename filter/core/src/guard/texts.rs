@@ -39,27 +39,48 @@ pub enum Slot<'a> {
 /// Block types whose `text` the model reads.
 const TEXT_BLOCKS: &[&str] = &["text", "input_text", "output_text"];
 
-/// Every text slot of a request document (chat completions, messages).
+/// Every text slot of a request document (chat completions, messages,
+/// Responses, embeddings). Texts the model reads one after the other are
+/// read as one run across every boundary, as the model reads them:
+/// `system`/`instructions` then each message or input item in order, a
+/// string content or the text blocks of a content; a run ends at anything
+/// else (an image, a tool call, a tool result). So a value split across
+/// two messages or two Responses items is still one match (#46).
 pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
     let mut out = Vec::new();
-    for (key, v) in doc.iter_mut() {
-        match (key.as_str(), v) {
-            ("system" | "instructions", v) => content_slots(v, &mut out),
+    let mut run = Vec::new();
+    // In reading order (the map's is alphabetical).
+    let mut fields: Vec<(u8, &str, &mut Value)> = doc
+        .iter_mut()
+        .filter_map(|(k, v)| {
+            let rank = match k.as_str() {
+                "system" | "instructions" => 0,
+                "input" | "messages" => 1,
+                _ => return None,
+            };
+            Some((rank, k.as_str(), v))
+        })
+        .collect();
+    fields.sort_by_key(|(rank, _, _)| *rank);
+    for (_, key, v) in fields {
+        match (key, v) {
+            ("system" | "instructions", v) => content_in_run(v, &mut run, &mut out),
             // Embeddings: a string or strings (token arrays are not text).
-            ("input", Value::String(s)) => out.push(Slot::One(s)),
+            ("input", Value::String(s)) => run.push(s),
             ("input", Value::Array(items)) => {
                 for i in items.iter_mut() {
-                    input_item_slots(i, &mut out);
+                    input_item_slots(i, &mut run, &mut out);
                 }
             }
             ("messages", Value::Array(msgs)) => {
                 for m in msgs.iter_mut() {
-                    message_slots(m, &mut out);
+                    message_slots(m, &mut run, &mut out);
                 }
             }
             _ => {}
         }
     }
+    flush(&mut run, &mut out);
     out
 }
 
@@ -148,73 +169,109 @@ pub fn output_item_slots<'a>(
 
 /// An item of `input`: a string (embeddings), or a Responses item: a
 /// message, a function call (its arguments) or a call's output.
-fn input_item_slots<'a>(item: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+fn input_item_slots<'a>(
+    item: &'a mut Value,
+    run: &mut Vec<&'a mut String>,
+    out: &mut Vec<Slot<'a>>,
+) {
     let kind = match item.get("type").and_then(Value::as_str) {
         Some("function_call") => 1,
         Some("function_call_output") => 2,
         _ => 0,
     };
     match (kind, item) {
-        (_, Value::String(s)) => out.push(Slot::One(s)),
+        (_, Value::String(s)) => run.push(s),
         (1, Value::Object(o)) => {
+            flush(run, out);
             if let Some(Value::String(a)) = o.get_mut("arguments") {
                 out.push(Slot::Json(a));
             }
         }
         (2, Value::Object(o)) => {
+            flush(run, out);
             if let Some(v) = o.get_mut("output") {
                 content_slots(v, out);
             }
         }
-        (_, m @ Value::Object(_)) => message_slots(m, out),
+        (_, m @ Value::Object(_)) => message_slots(m, run, out),
         _ => {}
     }
 }
 
-fn message_slots<'a>(m: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+/// A message: its content continues the run; its tool calls end it.
+fn message_slots<'a>(m: &'a mut Value, run: &mut Vec<&'a mut String>, out: &mut Vec<Slot<'a>>) {
     let Value::Object(m) = m else { return };
+    let mut content = None;
+    let mut calls = Vec::new();
     for (key, v) in m.iter_mut() {
         match (key.as_str(), v) {
-            ("content", v) => content_slots(v, out),
+            ("content", v) => content = Some(v),
             ("name", Value::String(s)) => out.push(Slot::One(s)),
-            ("tool_calls", Value::Array(calls)) => {
-                for c in calls.iter_mut() {
+            ("tool_calls", Value::Array(cs)) => {
+                for c in cs.iter_mut() {
                     if let Some(Value::String(a)) = c.pointer_mut("/function/arguments") {
-                        out.push(Slot::Json(a));
+                        calls.push(Slot::Json(a));
                     }
                 }
             }
             ("function_call", v) => {
                 if let Some(Value::String(a)) = v.get_mut("arguments") {
-                    out.push(Slot::Json(a));
+                    calls.push(Slot::Json(a));
                 }
             }
             _ => {}
         }
     }
+    // The content is read before the calls the message makes.
+    if let Some(v) = content {
+        content_in_run(v, run, out);
+    }
+    if !calls.is_empty() {
+        flush(run, out);
+        out.append(&mut calls);
+    }
 }
 
-/// A content value: a string, or a list of blocks.
-fn content_slots<'a>(v: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+/// A content value read as part of the run: a string, or a list of blocks.
+fn content_in_run<'a>(v: &'a mut Value, run: &mut Vec<&'a mut String>, out: &mut Vec<Slot<'a>>) {
     match v {
-        Value::String(s) => out.push(Slot::One(s)),
+        Value::String(s) => run.push(s),
         Value::Array(blocks) => {
             let mut inner = Vec::new();
-            block_slots(blocks, out, &mut inner);
+            blocks_in_run(blocks, run, out, &mut inner);
             out.append(&mut inner);
         }
         _ => {}
     }
 }
 
+/// A content value on its own (a tool result's): a string, or blocks.
+fn content_slots<'a>(v: &'a mut Value, out: &mut Vec<Slot<'a>>) {
+    let mut run = Vec::new();
+    content_in_run(v, &mut run, out);
+    flush(&mut run, out);
+}
+
 /// Content blocks: runs of text blocks read joined (into `text`);
 /// `tool_use` inputs and `tool_result` contents into `tools` (an answer's
 /// own text is its text blocks only).
 fn block_slots<'a>(blocks: &'a mut [Value], text: &mut Vec<Slot<'a>>, tools: &mut Vec<Slot<'a>>) {
-    let mut run: Vec<&'a mut String> = Vec::new();
+    let mut run = Vec::new();
+    blocks_in_run(blocks, &mut run, text, tools);
+    flush(&mut run, text);
+}
+
+/// Blocks in a run: text blocks join it; anything else ends it
+/// (`tool_use` inputs and `tool_result` contents into `tools`).
+fn blocks_in_run<'a>(
+    blocks: &'a mut [Value],
+    run: &mut Vec<&'a mut String>,
+    text: &mut Vec<Slot<'a>>,
+    tools: &mut Vec<Slot<'a>>,
+) {
     for b in blocks.iter_mut() {
         let Value::Object(b) = b else {
-            flush(&mut run, text);
+            flush(run, text);
             continue;
         };
         let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
@@ -224,7 +281,7 @@ fn block_slots<'a>(blocks: &'a mut [Value], text: &mut Vec<Slot<'a>>, tools: &mu
             }
             continue;
         }
-        flush(&mut run, text);
+        flush(run, text);
         match kind {
             "tool_use" => {
                 if let Some(input) = b.get_mut("input") {
@@ -239,7 +296,6 @@ fn block_slots<'a>(blocks: &'a mut [Value], text: &mut Vec<Slot<'a>>, tools: &mu
             _ => {}
         }
     }
-    flush(&mut run, text);
 }
 
 fn flush<'a>(run: &mut Vec<&'a mut String>, out: &mut Vec<Slot<'a>>) {
@@ -291,6 +347,99 @@ pub fn texts<'s>(slots: &'s [Slot<'_>]) -> Vec<Cow<'s, str>> {
     out
 }
 
+/// Where the texts of [`texts`] were joined: for each text, the offsets
+/// in it where one part ends and the next begins (none for a text read
+/// whole).
+pub fn seams(slots: &[Slot<'_>]) -> Vec<Vec<usize>> {
+    let mut out = Vec::with_capacity(slots.len());
+    for s in slots {
+        match s {
+            Slot::One(_) => out.push(Vec::new()),
+            Slot::Parts(ps) => {
+                let mut at = 0usize;
+                let mut bounds = Vec::with_capacity(ps.len());
+                for p in ps.iter().take(ps.len().saturating_sub(1)) {
+                    at = at.saturating_add(p.len());
+                    bounds.push(at);
+                }
+                out.push(bounds);
+            }
+            Slot::Json(t) => match serde_json::from_str::<Value>(t) {
+                Ok(v) => {
+                    let mut n = Vec::new();
+                    strings_in(&v, &mut n);
+                    out.extend(n.iter().map(|_| Vec::new()));
+                }
+                Err(_) => out.push(Vec::new()),
+            },
+        }
+    }
+    out
+}
+
+/// The spans `find` gives for a text joined from parts at `seams`, read
+/// the way the model reads them: each part alone (a value whole inside a
+/// part is found as it would be alone, whatever its neighbours), and the
+/// parts together (a value split across parts, or read differently in
+/// its neighbour's context), where that overlaps nothing already found.
+/// Offsets are the joined text's.
+pub fn joined_spans<'c>(
+    text: &str,
+    seams: &[usize],
+    find: &mut dyn FnMut(&str, &mut Vec<Span<'c>>),
+    out: &mut Vec<Span<'c>>,
+) {
+    if seams.is_empty() {
+        find(text, out);
+        return;
+    }
+    let base = out.len();
+    let mut found = Vec::new();
+    let mut start = 0usize;
+    for &end in seams.iter().chain(std::iter::once(&text.len())) {
+        found.clear();
+        find(text.get(start..end).unwrap_or_default(), &mut found);
+        out.extend(found.iter().map(|s| Span {
+            start: s.start.saturating_add(start),
+            end: s.end.saturating_add(start),
+            label: s.label,
+        }));
+        start = end;
+    }
+    // Then the parts read together: a match there counts unless it
+    // overlaps one already found (a value whole in a part: `jane@example.com`
+    // + `or…` is not read as one longer address; or the same match again).
+    // Read in each two neighbouring parts (a match across one seam, whatever
+    // follows them), then in the whole (across several).
+    let bounds: Vec<usize> = std::iter::once(0)
+        .chain(seams.iter().copied())
+        .chain(std::iter::once(text.len()))
+        .collect();
+    let windows = bounds
+        .windows(3)
+        .filter_map(|w| Some((*w.first()?, *w.get(2)?)))
+        .chain(std::iter::once((0, text.len())).filter(|_| seams.len() > 1));
+    for (from, to) in windows {
+        found.clear();
+        find(text.get(from..to).unwrap_or_default(), &mut found);
+        for s in &found {
+            let (start, end) = (s.start.saturating_add(from), s.end.saturating_add(from));
+            let overlaps = out
+                .get(base..)
+                .unwrap_or_default()
+                .iter()
+                .any(|a| a.start < end && start < a.end);
+            if !overlaps {
+                out.push(Span {
+                    start,
+                    end,
+                    label: s.label,
+                });
+            }
+        }
+    }
+}
+
 /// Rewrite every slot with the spans `find` gives for its text (each span
 /// replaced by `[REDACTED:<label>]`; a span across parts is removed from
 /// each, the label left in the part where it starts). The number of spans.
@@ -312,8 +461,17 @@ pub fn rewrite<'c>(slots: &mut [Slot<'_>], find: &mut dyn FnMut(&str, &mut Vec<S
             }
             Slot::Parts(parts) => {
                 let joined: String = parts.iter().map(|p| p.as_str()).collect();
+                let mut at = 0usize;
+                let bounds: Vec<usize> = parts
+                    .iter()
+                    .take(parts.len().saturating_sub(1))
+                    .map(|p| {
+                        at = at.saturating_add(p.len());
+                        at
+                    })
+                    .collect();
                 spans.clear();
-                find(&joined, &mut spans);
+                joined_spans(&joined, &bounds, find, &mut spans);
                 count(&mut hits, &spans);
                 if !spans.is_empty() {
                     redact_parts(&joined, parts, &mut spans);
