@@ -57,8 +57,11 @@ impl<H: Host> RequestContext<H> {
             );
         }
         match outcome {
-            // Nothing to record: saves a shared-data read on the hot path.
-            Outcome::Success if cur.clean && !cur.probe => {}
+            // Read clean: a read (no write) unless another worker counted
+            // failures since.
+            Outcome::Success if cur.clean && !cur.probe => {
+                breakers::on_clean_success(&self.host, provider)
+            }
             Outcome::Success => breakers::on_result(&self.host, provider, true, cur.probe),
             // The provider is alive; the client's request is at fault.
             Outcome::ClientError if cur.probe => {

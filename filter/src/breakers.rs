@@ -114,6 +114,21 @@ pub fn admit(host: &impl Host, p: &Provider, now: u64) -> (Admission, bool) {
     }
 }
 
+/// A success on a breaker this VM read clean: read it again (one
+/// shared-data get), since another worker may have counted failures since
+/// (#46: failures *in a row* across workers). Still clean: nothing to
+/// write; otherwise the success is recorded (the count starts over).
+pub fn on_clean_success(host: &impl Host, p: &Provider) {
+    let key = keys::breaker(&p.name);
+    let clean = host.get(&key).is_ok_and(|(v, _)| {
+        let b = Breaker::decode(v.as_deref());
+        b.state == breaker::State::Closed && b.consecutive_failures == 0
+    });
+    if !clean {
+        on_result(host, p, true, false);
+    }
+}
+
 /// Record an attempt's result (`probe`: it was a half-open probe).
 pub fn on_result(host: &impl Host, p: &Provider, success: bool, probe: bool) {
     // What this VM trusted no longer holds (or is worth reading again).

@@ -1166,7 +1166,9 @@ fn traced(g: &Gateway) -> Vec<String> {
 
 /// Each call into Envoy costs about a microsecond (issue 15): a routed
 /// request of the shipped config makes these and no more. The VM trusts a
-/// clean breaker it read for 100 ms, so the second request reads none.
+/// clean breaker it read for 100 ms, so the second request's admission
+/// reads none; every success reads it once (#46: another worker may have
+/// counted failures since).
 #[test]
 fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
     let g = shipped(false);
@@ -1181,6 +1183,9 @@ fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
         "set_map_value x-envoy-upstream-rq-timeout-ms",
         "set_map_value authorization",
         "get_map response",
+        // The success: the breaker read again, in case another worker
+        // counted failures since (failures in a row across workers).
+        "get_shared_data portcullis:breaker:primary",
         "add_map_value x-portcullis-model",
         "add_map_value x-portcullis-provider",
         "add_map_value x-portcullis-attempts",
@@ -1190,25 +1195,16 @@ fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
         "record_metric portcullis.latency.provider.primary.ms",
     ];
     assert_eq!(traced(&g), first);
-    let trusted: Vec<&str> = first
-        .iter()
-        .copied()
-        .filter(|c| !c.contains("breaker"))
-        .collect();
+    // The admission's read is trusted; the success's is not.
+    let mut trusted = first.clone();
+    trusted.remove(4);
     assert_eq!(traced(&g), trusted, "the breaker's clean read is trusted");
     // For 100 ms: then it is read again.
     g.host.state.borrow_mut().now_ms += crate::breakers::CLEAN_TTL_MS;
     assert_eq!(traced(&g), first, "read again after 100 ms");
     assert_eq!(traced(&g), trusted);
     // A failure this worker sees ends the trust at once.
-    let (mut ctx, _) = g.chat(&[], SHIPPED_BODY);
-    assert_eq!(router_answers(&mut ctx, "503", "down"), Action::Pause);
-    ctx.host
-        .set_headers(Part::CallResponse, &[(":status", "200")]);
-    ctx.host
-        .set_body_bytes(Part::CallResponse, ANSWER.as_bytes());
-    ctx.on_call_response(1, ANSWER.len());
-    assert_eq!(sent_json(&ctx).0, 200, "the backup answered");
+    primary_fails_backup_answers(&g);
     let after = traced(&g);
     assert_eq!(after[4], first[4], "read again after a failure: {after:#?}");
     assert!(
@@ -1217,6 +1213,19 @@ fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
     );
     assert_eq!(traced(&g), first, "clean again: read once more");
     assert_eq!(traced(&g), trusted, "then trusted");
+}
+
+/// The shipped config's request: the primary answers 503, the backup (by
+/// callout) 200.
+fn primary_fails_backup_answers(g: &Gateway) {
+    let (mut ctx, _) = g.chat(&[], SHIPPED_BODY);
+    assert_eq!(router_answers(&mut ctx, "503", "down"), Action::Pause);
+    ctx.host
+        .set_headers(Part::CallResponse, &[(":status", "200")]);
+    ctx.host
+        .set_body_bytes(Part::CallResponse, ANSWER.as_bytes());
+    ctx.on_call_response(1, ANSWER.len());
+    assert_eq!(sent_json(&ctx).0, 200, "the backup answered");
 }
 
 /// A miss reads the set's index once (the store starts from that read);
@@ -1229,11 +1238,12 @@ fn a_miss_reads_the_cache_index_once_and_a_repeat_reads_no_shared_data() {
     crate::prompt_cache::configure(&g.host, Some(cfg));
     let miss = traced(&g);
     let shared: Vec<&String> = miss.iter().filter(|c| c.contains("shared_data")).collect();
-    assert_eq!(shared.len(), 4, "{miss:#?}");
+    assert_eq!(shared.len(), 5, "{miss:#?}");
     assert!(shared[0].starts_with("get_shared_data portcullis:cache:"));
-    assert!(shared[1].contains("breaker"));
-    assert!(shared[2].starts_with("set_shared_data portcullis:cache:"));
+    // Admission, then the success's read.
+    assert!(shared[1].contains("breaker") && shared[2].contains("breaker"));
     assert!(shared[3].starts_with("set_shared_data portcullis:cache:"));
+    assert!(shared[4].starts_with("set_shared_data portcullis:cache:"));
     let hit = traced(&g);
     assert!(hit.iter().all(|c| !c.contains("shared_data")), "{hit:#?}");
     assert!(hit.contains(&"send_http_response ".to_string()), "{hit:#?}");
@@ -1272,3 +1282,49 @@ fn without_worker_copies_a_repeat_reads_the_shared_table() {
 
 mod tenancy;
 mod tokens;
+
+/// Failures *in a row*, across workers (#46 item 4): worker A reads the
+/// primary's breaker clean and trusts that read; worker B counts four
+/// failures; A's next request succeeds, within its trusted 100 ms. The
+/// success ends the run, so B's next failure is the first of a new one and
+/// the breaker (5 in a row) stays closed.
+#[test]
+fn a_success_on_one_worker_ends_a_run_of_failures_counted_on_another() {
+    let a = shipped(false);
+    let b = Gateway {
+        host: FakeHost {
+            state: Rc::new(std::cell::RefCell::new(crate::fake::State {
+                now_ms: a.host.now_ms(),
+                ..Default::default()
+            })),
+            store: a.host.store.clone(),
+            worker: Rc::new(crate::worker::Worker::default()),
+        },
+        loaded: a.loaded.clone(),
+    };
+    let breaker = || {
+        let v = a.host.store.get(&keys::breaker("primary")).unwrap().0;
+        portcullis_core::breaker::Breaker::decode(v.as_deref())
+    };
+    serve(&a, false);
+    assert!(
+        traced(&a)
+            .iter()
+            .all(|c| c != "set_shared_data portcullis:breaker:primary"),
+        "a clean read: nothing written"
+    );
+    for _ in 0..4 {
+        primary_fails_backup_answers(&b);
+    }
+    assert_eq!(breaker().consecutive_failures, 4);
+    // A, still trusting its clean read, answers from the primary.
+    serve(&a, false);
+    assert_eq!(breaker().consecutive_failures, 0, "the run ended");
+    primary_fails_backup_answers(&b);
+    let after = breaker();
+    assert_eq!(
+        (after.state, after.consecutive_failures),
+        (portcullis_core::breaker::State::Closed, 1),
+        "one failure since the success, not five in a row"
+    );
+}
