@@ -2,6 +2,7 @@
 mod common;
 use common::*;
 use portcullis_tests::*;
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -309,35 +310,160 @@ fn a_models_own_body_limit_applies_to_requests_for_it() {
     assert_eq!(s.primary.hits(), 2);
 }
 
-/// A chunked upload (no content-length) over the shipped 32 MiB limit gets
-/// the gateway's OpenAI-shaped 413: the listener's buffer limit (33 MiB in
-/// envoy.yaml) is above it, so Envoy's own plain-text 413 never comes first.
+/// Every body past the shipped 32 MiB limit gets the gateway's
+/// OpenAI-shaped 413, never Envoy's plain-text one (#46 item 4): sizes
+/// just past the limit, just under and past Envoy's listener buffer
+/// (33 MiB), far past it; sent with a `content-length` in one write, and
+/// chunked in 64 KiB chunks and in one chunk written at once (Envoy then
+/// reads it in pieces as large as its buffer).
 #[test]
-fn chunked_body_over_the_limit_gets_the_gateway_413_not_envoys() {
+fn every_body_over_the_limit_gets_the_gateway_413_not_envoys() {
+    const LIMIT: usize = 33_554_432;
     let s = Stack::shipped(1);
-    let body = chat_body("gpt-4o-mini", &"x".repeat(34_000_000));
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {DEMO_KEY}\r\n\
-         content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
-    );
-    let chunks = body.as_bytes().chunks(64 * 1024).map(|piece| {
-        let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
-        framed.extend_from_slice(piece);
-        framed.extend_from_slice(b"\r\n");
-        framed
-    });
-    let pieces = std::iter::once(head.into_bytes())
-        .chain(chunks)
-        .chain(std::iter::once(b"0\r\n\r\n".to_vec()));
-    let answer = raw_exchange(&s, pieces);
-    let text = String::from_utf8_lossy(&answer);
-    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
-    assert!(text.contains("application/json"), "{text}");
-    assert!(text.contains("\"code\":\"request_too_large\""), "{text}");
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n\
+        content-type: application/json\r\nconnection: close\r\n";
+    let auth = format!("authorization: Bearer {DEMO_KEY}\r\n");
+    let mut wrong = Vec::new();
+    for size in [
+        LIMIT + 1,
+        34_603_007,
+        34_603_009,
+        34_754_432,
+        35_651_584,
+        40 << 20,
+    ] {
+        let prefix = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":""#;
+        let suffix = r#""}]}"#;
+        let mut body = prefix.as_bytes().to_vec();
+        body.resize(size - suffix.len(), b'x');
+        body.extend_from_slice(suffix.as_bytes());
+        assert_eq!(body.len(), size);
+        for framing in ["content-length", "chunked 64 KiB", "chunked whole"] {
+            let mut first = format!("{head}{auth}").into_bytes();
+            let pieces: Vec<Vec<u8>> = match framing {
+                "content-length" => {
+                    first.extend(format!("content-length: {size}\r\n\r\n").into_bytes());
+                    first.extend_from_slice(&body);
+                    vec![first]
+                }
+                _ => {
+                    first.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+                    let size = if framing == "chunked whole" {
+                        body.len()
+                    } else {
+                        64 * 1024
+                    };
+                    let mut out = vec![first];
+                    out.extend(body.chunks(size).map(|piece| {
+                        let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+                        framed.extend_from_slice(piece);
+                        framed.extend_from_slice(b"\r\n");
+                        framed
+                    }));
+                    out.push(b"0\r\n\r\n".to_vec());
+                    out
+                }
+            };
+            let answer = raw_exchange(&s, pieces);
+            let text = String::from_utf8_lossy(&answer);
+            let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+            let error = serde_json::from_str::<Value>(body).unwrap_or_default()["error"].clone();
+            let shaped = text.starts_with("HTTP/1.1 413")
+                && text
+                    .to_ascii_lowercase()
+                    .contains("content-type: application/json")
+                && error["code"] == "request_too_large"
+                && error["type"] == "invalid_request_error"
+                && error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("limits.max_body_bytes"));
+            if !shaped {
+                wrong.push(format!(
+                    "{size} bytes, {framing}: {}",
+                    text.lines().next().unwrap_or("(no answer)")
+                ));
+                wrong.push(format!(
+                    "  {}",
+                    body.get(..body.len().min(300)).unwrap_or_default()
+                ));
+            }
+        }
+    }
     assert!(
-        text.contains("33554432 bytes") && text.contains("limits.max_body_bytes"),
-        "{text}"
+        wrong.is_empty(),
+        "not the gateway's 413:\n{}",
+        wrong.join("\n")
     );
+    assert_eq!(s.primary.hits(), 0);
+}
+
+/// Envoy's own 413 (its buffer full before the filter saw the body past
+/// its limit: here a plugin limit above Envoy's 33 MiB buffer, so every
+/// chunked body past 33 MiB gets it) reaches the client in its API's shape
+/// through `local_reply_config`, OpenAI's and Anthropic's (#46 item 4).
+#[test]
+fn envoys_own_413_is_rewritten_in_the_clients_api_shape() {
+    let plugin = shipped_plugin().replace("max_body_bytes: 33554432", "max_body_bytes: 67108864");
+    assert!(plugin.contains("67108864"));
+    let s = Stack::start(&plugin, 1);
+    for (path, extra) in [
+        (
+            "/v1/chat/completions",
+            format!("authorization: Bearer {DEMO_KEY}\r\n"),
+        ),
+        (
+            "/v1/messages",
+            format!("x-api-key: {DEMO_KEY}\r\nanthropic-version: 2023-06-01\r\n"),
+        ),
+    ] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: gateway\r\n{extra}content-type: application/json\r\n\
+             transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        );
+        let body = vec![b'x'; 40 << 20];
+        let chunks = body.chunks(1 << 20).map(|piece| {
+            let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+            framed.extend_from_slice(piece);
+            framed.extend_from_slice(b"\r\n");
+            framed
+        });
+        let pieces = std::iter::once(head.into_bytes())
+            .chain(chunks)
+            .chain(std::iter::once(b"0\r\n\r\n".to_vec()));
+        let answer = raw_exchange(&s, pieces);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 413"), "{path}: {text}");
+        assert!(
+            text.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{path}: {text}"
+        );
+        let v: Value = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+        if path == "/v1/messages" {
+            assert_eq!(
+                (&v["type"], &v["error"]["type"]),
+                (&Value::from("error"), &Value::from("request_too_large")),
+                "{v}"
+            );
+        } else {
+            assert_eq!(
+                (&v["error"]["code"], &v["error"]["type"]),
+                (
+                    &Value::from("request_too_large"),
+                    &Value::from("invalid_request_error")
+                ),
+                "{v}"
+            );
+            assert!(v["error"]["param"].is_null(), "{v}");
+        }
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Envoy's buffer"),
+            "{v}"
+        );
+    }
     assert_eq!(s.primary.hits(), 0);
 }
 

@@ -98,6 +98,30 @@ fn plugin_config_in_the_istio_manifest_compiles() {
     );
 }
 
+/// The shipped HCM's `local_reply_config` (Envoy's own 413 in the client's
+/// shape), as JSON, after checking an Istio manifest's NETWORK_FILTER patch
+/// carries the same.
+fn istio_local_reply(patch: &serde_yaml::Value) -> String {
+    assert_eq!(patch["applyTo"], "NETWORK_FILTER");
+    assert_eq!(patch["patch"]["operation"], "MERGE");
+    let theirs = &patch["patch"]["value"]["typed_config"]["local_reply_config"];
+    let shipped: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("envoy/envoy.yaml")).unwrap(),
+    )
+    .unwrap();
+    let ours = &shipped["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        ["typed_config"]["local_reply_config"];
+    assert!(
+        ours.is_mapping(),
+        "envoy/envoy.yaml has a local_reply_config"
+    );
+    assert_eq!(
+        theirs, ours,
+        "the Istio manifest's local_reply_config is envoy.yaml's"
+    );
+    serde_json::to_string(theirs).unwrap()
+}
+
 /// The Wasm filter config the Istio manifest carries is valid Envoy config:
 /// a bootstrap built from the patch (the EXTENSION_CONFIG's filter placed
 /// where the HTTP_FILTER patch puts it, before the router; the clusters the
@@ -131,6 +155,7 @@ fn the_istio_manifests_wasm_filter_passes_envoy_validate() {
         .as_u64()
         .unwrap();
     assert!(buffer > 32 << 20, "{buffer}");
+    let local_reply = istio_local_reply(&patches[3]);
     let wasm = serde_json::to_string(&ext["patch"]["value"]["typed_config"]).unwrap();
     let wasm_cluster = ext["patch"]["value"]["typed_config"]["config"]["vm_config"]["code"]
         ["remote"]["http_uri"]["cluster"]
@@ -154,6 +179,7 @@ fn the_istio_manifests_wasm_filter_passes_envoy_validate() {
         typed_config:
           \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: gateway
+          local_reply_config: {local_reply}
           route_config: {{name: r, virtual_hosts: [{{name: v, domains: [\"*\"], routes: [{{match: {{prefix: /}}, route: {{cluster_header: x-portcullis-cluster}}}}]}}]}}
           http_filters:
           - name: {name}
@@ -224,6 +250,7 @@ fn the_istio_control_plane_manifest_passes_envoy_validate() {
     );
     assert_eq!(grpc["initial_metadata"][0]["key"], "authorization");
     let filter = serde_json::to_string(&insert["patch"]["value"]).unwrap();
+    let local_reply = istio_local_reply(&patches[2]);
     let bootstrap = format!(
         "node: {{id: gw, cluster: gw}}
 static_resources:
@@ -236,6 +263,7 @@ static_resources:
         typed_config:
           \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: gateway
+          local_reply_config: {local_reply}
           route_config: {{name: r, virtual_hosts: [{{name: v, domains: [\"*\"], routes: [{{match: {{prefix: /}}, route: {{cluster_header: x-portcullis-cluster}}}}]}}]}}
           http_filters:
           - {filter}
