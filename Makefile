@@ -32,7 +32,8 @@ reload:
 	  echo "plugin config accepted by the control plane and pushed; each Envoy's ACK: curl -s -H 'authorization: Bearer $$(cat .run/control-admin-token)' 127.0.0.1:9400/v1/nodes"; \
 	else \
 	  PORTCULLIS_BUILD=$(if $(filter 1,$(NATIVE)),native,wasm) envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml && \
-	  echo "plugin config handed to Envoy; check: curl -s 127.0.0.1:9901/stats | grep extension_config_discovery"; \
+	  envoy/render-cds.sh envoy/clusters .run/ecds/cds.yaml && \
+	  echo "plugin config and envoy/clusters/ handed to Envoy; check: curl -s 127.0.0.1:9901/stats | grep -E 'extension_config_discovery|cluster_manager.cds'"; \
 	fi
 
 test: tools wasm lint unit wasm-unit fuzz-smoke integration

@@ -68,3 +68,7 @@ HEAD
   sed 's/^/          /' "$in"
 } > "$tmp"
 mv -f "$tmp" "$out"
+# The CDS file envoy/envoy.yaml reads beside this one must exist: none yet
+# means no dynamic cluster (envoy/render-cds.sh writes the real one).
+cds="$(dirname "$out")/cds.yaml"
+[[ -e $cds ]] || printf '# No dynamic clusters (envoy/render-cds.sh writes them).\nresources: []\n' >"$cds"

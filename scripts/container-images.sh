@@ -43,6 +43,10 @@ sed 's/^  # global: {cluster: portcullis_ratelimit/  global: {cluster: portculli
 grep -q '^  global: {cluster: portcullis_ratelimit' "$plugin" || { echo "container-images: no limits.global line in envoy/plugin.yaml" >&2; exit 1; }
 envoy/render-ecds.sh "$plugin" "$ctx/ecds/portcullis.yaml" /etc/portcullis/portcullis_filter.wasm
 [[ -f .run/compose/ecds/portcullis.yaml ]] || envoy/render-ecds.sh "$plugin" .run/compose/ecds/portcullis.yaml /etc/portcullis/portcullis_filter.wasm
+# The providers' clusters from envoy/clusters/ (none shipped): the CDS file
+# envoy.yaml reads beside the ECDS one.
+envoy/render-cds.sh envoy/clusters "$ctx/ecds/cds.yaml"
+[[ -f .run/compose/ecds/cds.yaml ]] || envoy/render-cds.sh envoy/clusters .run/compose/ecds/cds.yaml
 # The demo CA and certificates for mutual TLS to the collector and the
 # limiter (kept when present).
 scripts/make-certs.sh .run/compose/tls

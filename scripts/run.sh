@@ -70,6 +70,9 @@ if [[ "${NATIVE:-}" == 1 ]]; then
   export PORTCULLIS_BUILD=native ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native"
 fi
 envoy/render-ecds.sh envoy/plugin.yaml .run/ecds/portcullis.yaml
+# The providers' clusters from envoy/clusters/ (CONTROL=0; with the control
+# plane they come from it over CDS).
+envoy/render-cds.sh envoy/clusters .run/ecds/cds.yaml
 bootstrap=envoy/envoy.yaml
 # The control plane (CONTROL=0: none, Envoy reads the ECDS file): keys,
 # teams and budgets through its admin API on 127.0.0.1:9400, the plugin

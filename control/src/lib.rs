@@ -5,6 +5,7 @@
 //! ECDS) as the plugin config a file-based Envoy would read.
 
 pub mod api;
+pub mod cds;
 pub mod collector;
 pub mod db;
 pub mod secret;
@@ -12,7 +13,8 @@ pub mod state;
 pub mod store;
 pub mod xds;
 
-/// The xDS messages (proto/xds.proto) and service (proto/ecds.proto).
+/// The xDS messages (proto/xds.proto) and services (proto/ecds.proto,
+/// proto/cds.proto, with the cluster messages the control plane writes).
 pub mod pb {
     #![allow(
         clippy::all,
@@ -32,8 +34,14 @@ pub mod pb {
                     tonic::include_proto!("envoy.service.extension.v3");
                 }
             }
+            pub mod cluster {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.service.cluster.v3");
+                }
+            }
         }
     }
+    pub use envoy::service::cluster::v3 as cluster;
     pub use envoy::service::discovery::v3 as discovery;
     pub use envoy::service::extension::v3 as extension;
 }

@@ -22,6 +22,7 @@
 //! PATH`: a token chosen elsewhere (a deployment's secret), idempotent.
 
 use portcullis_control::api::{self, App};
+use portcullis_control::pb::cluster::cluster_discovery_service_server::ClusterDiscoveryServiceServer;
 use portcullis_control::pb::extension::extension_config_discovery_service_server::ExtensionConfigDiscoveryServiceServer;
 use portcullis_control::store::{Change, Role, Store};
 use portcullis_control::xds::{Ecds, Template};
@@ -200,7 +201,9 @@ fn serve(args: &[String], db: &str) -> Result<(), Box<dyn std::error::Error>> {
             builder = builder.tls_config(tls)?;
         }
         let grpc = builder
-            .add_service(ExtensionConfigDiscoveryServiceServer::new(ecds))
+            .add_service(ExtensionConfigDiscoveryServiceServer::new(ecds.clone()))
+            // The providers' clusters (those with an `upstream`), over CDS.
+            .add_service(ClusterDiscoveryServiceServer::new(ecds))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(xds));
         tokio::spawn(portcullis_control::follow_database(
             app.clone(),

@@ -1,9 +1,11 @@
-//! The xDS side: Envoy's Extension Config Discovery Service, state of the
+//! The xDS side: Envoy's Extension Config Discovery Service and Cluster
+//! Discovery Service (the providers' clusters, `crate::cds`), state of the
 //! world. Every subscribed Envoy gets the current config on subscribing
-//! and each accepted change as it happens; its ACK or NACK (the nonce it
-//! answers, and an error detail for a NACK) is kept per node for the admin
-//! API.
+//! and each accepted change as it happens; its ACK or NACK of the filter's
+//! config (the nonce it answers, and an error detail for a NACK) is kept
+//! per node for the admin API.
 
+use crate::pb::cluster::cluster_discovery_service_server::ClusterDiscoveryService;
 use crate::pb::discovery::{
     value, Any, DiscoveryRequest, DiscoveryResponse, ListValue, Node, Struct, TypedExtensionConfig,
     TypedStruct, Value,
@@ -165,6 +167,17 @@ pub struct Snapshot {
     /// None when there is no resource to serve (no `--resource`): the
     /// version is tracked, nothing is sent.
     pub resource: Option<Any>,
+    /// The providers' clusters (CDS): those with an `upstream`.
+    pub clusters: Vec<Any>,
+}
+
+/// What a stream serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The filter's config (ECDS); its ACKs and NACKs are the node's status.
+    Extension,
+    /// The providers' clusters (CDS), sent even when there are none.
+    Clusters,
 }
 
 /// One Envoy, as its xDS streams tell it.
@@ -213,22 +226,35 @@ pub struct Ecds {
     pub token: Option<String>,
 }
 
-fn response(s: &Snapshot, nonce: u64) -> DiscoveryResponse {
+fn response(s: &Snapshot, kind: Kind, nonce: u64) -> DiscoveryResponse {
+    let (resources, type_url) = match kind {
+        Kind::Extension => (
+            s.resource.clone().into_iter().collect(),
+            TYPE_EXTENSION_CONFIG,
+        ),
+        Kind::Clusters => (s.clusters.clone(), crate::cds::TYPE_CLUSTER),
+    };
     DiscoveryResponse {
         version_info: s.version.to_string(),
-        resources: s.resource.clone().into_iter().collect(),
-        type_url: TYPE_EXTENSION_CONFIG.into(),
+        resources,
+        type_url: type_url.into(),
         nonce: nonce.to_string(),
     }
 }
 
 /// One stream: answer its requests and push each new snapshot.
 async fn serve_stream(
+    kind: Kind,
     mut inbound: Streaming<DiscoveryRequest>,
     out: mpsc::Sender<Result<DiscoveryResponse, Status>>,
     mut snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
     nodes: Nodes,
 ) {
+    // Only the filter's config stream says how a node stands.
+    let nodes = match kind {
+        Kind::Extension => nodes,
+        Kind::Clusters => Nodes::default(),
+    };
     let mut node: Option<Node> = None;
     let mut subscribed = false;
     let mut nonce: u64 = 0;
@@ -293,7 +319,7 @@ async fn serve_stream(
             continue;
         }
         let snap = snapshots.borrow_and_update().clone();
-        if let Some(s) = snap.filter(|s| s.resource.is_some()) {
+        if let Some(s) = snap.filter(|s| kind == Kind::Clusters || s.resource.is_some()) {
             nonce = nonce.wrapping_add(1);
             if sent.len() >= 16 {
                 sent.pop_front();
@@ -304,7 +330,7 @@ async fn serve_stream(
                     st.sent_version = Some(s.version.to_string())
                 });
             }
-            if out.send(Ok(response(&s, nonce))).await.is_err() {
+            if out.send(Ok(response(&s, kind, nonce))).await.is_err() {
                 break;
             }
         }
@@ -322,6 +348,17 @@ impl ExtensionConfigDiscoveryService for Ecds {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamExtensionConfigsStream>, Status> {
+        self.serve(Kind::Extension, request)
+    }
+}
+
+impl Ecds {
+    /// One stream of `kind`, for a caller with the token.
+    fn serve(
+        &self,
+        kind: Kind,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<ReceiverStream<Result<DiscoveryResponse, Status>>>, Status> {
         if !portcullis_service::call_authorized(self.token.as_deref(), &request) {
             return Err(Status::unauthenticated(
                 "the control plane's xDS token is missing or wrong",
@@ -329,12 +366,26 @@ impl ExtensionConfigDiscoveryService for Ecds {
         }
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(serve_stream(
+            kind,
             request.into_inner(),
             tx,
             self.snapshots.clone(),
             self.nodes.clone(),
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// The providers' clusters, from the same snapshots, with the same token.
+#[tonic::async_trait]
+impl ClusterDiscoveryService for Ecds {
+    type StreamClustersStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+
+    async fn stream_clusters(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamClustersStream>, Status> {
+        self.serve(Kind::Clusters, request)
     }
 }
 
@@ -435,6 +486,7 @@ mod tests {
             let t = Template::from_resources_yaml(WASM).unwrap();
             let publish = |v: i64| {
                 tx.send_replace(Some(Arc::new(Snapshot {
+                    clusters: Vec::new(),
                     version: v,
                     resource: Some(t.resource(&format!("v: {v}\n"))),
                 })));

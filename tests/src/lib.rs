@@ -970,6 +970,8 @@ pub struct EnvoyOpts<'a> {
     /// port and this Envoy's node id) instead of the ECDS file, through
     /// `envoy/use-control.sh`.
     pub control: Option<(u16, &'a str)>,
+    /// A directory of cluster files for the CDS file (`envoy/render-cds.sh`).
+    pub clusters: Option<&'a Path>,
 }
 
 pub struct Envoy {
@@ -1046,6 +1048,7 @@ impl Envoy {
             std::fs::write(&bootstrap_path, b).expect("write bootstrap");
         }
         render_ecds(&dir.0, opts.plugin_yaml);
+        render_cds(&dir.0, opts.clusters);
         let admin_path = dir.0.join("admin.txt");
         let log = std::fs::File::create(dir.0.join("envoy.log")).expect("envoy log");
         let mut cmd = Command::new(envoy_bin());
@@ -1250,6 +1253,20 @@ fn render_ecds(dir: &Path, plugin_yaml: &str) {
         .status()
         .expect("run render-ecds.sh");
     assert!(status.success(), "render-ecds.sh failed");
+}
+
+/// The CDS file `envoy/envoy.yaml` reads, from a directory of cluster
+/// files (`envoy/render-cds.sh`); none given: no dynamic cluster.
+fn render_cds(dir: &Path, clusters: Option<&Path>) {
+    let empty = dir.join("no-clusters");
+    std::fs::create_dir_all(&empty).expect("make an empty cluster directory");
+    let status = Command::new("bash")
+        .arg(repo_root().join("envoy/render-cds.sh"))
+        .arg(clusters.unwrap_or(&empty))
+        .arg(dir.join("ecds/cds.yaml"))
+        .status()
+        .expect("run render-cds.sh");
+    assert!(status.success(), "render-cds.sh failed");
 }
 
 /// The shipped plugin config (`envoy/plugin.yaml`).

@@ -85,6 +85,7 @@ fn start(chain: &str, secret_given: &str) -> Bed {
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
     });
     Bed {
         openai,

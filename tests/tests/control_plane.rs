@@ -38,6 +38,7 @@ fn envoy_of(
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: Some((control.xds_port, node)),
+        clusters: None,
     })
 }
 
@@ -646,4 +647,90 @@ fn a_limit_raised_through_the_api_admits_the_next_request_at_once() {
         .wait_acked(&["gw-limit"], lowered["version"].as_i64().unwrap());
     let admitted = (0..5).filter(|_| chat(&envoy, &key) == 200).count();
     assert!(admitted <= 2, "lowered to 2: {admitted} admitted");
+}
+
+/// A provider is one API call (#46 item 8): a config whose new provider has
+/// an `upstream` reaches every Envoy as a cluster over CDS beside the
+/// filter's config, and the provider serves at once, with no edit of the
+/// bootstrap; a TLS upstream is a cluster Envoy accepts (SNI, the system CA
+/// bundle, the name checked); gone from the config, the cluster goes.
+#[test]
+fn a_provider_with_an_upstream_gets_its_cluster_over_cds() {
+    let s = setup();
+    let envoy = envoy_of(&s.control, &s.primary, &s.backup, "gw-cds", vec![]);
+    let third = mock("third", Some(PRIMARY_KEY));
+    assert_eq!(chat(&envoy, DEMO), 200);
+    let base = test_plugin();
+    let chain = base
+        .lines()
+        .find(|l| l.starts_with("  chain: ["))
+        .expect("a routing chain")
+        .to_string();
+    let added = base
+        .replacen(
+            "providers:\n",
+            &format!(
+                "providers:\n  - name: third\n    cluster: third_cds\n    host: third.mock\n    base_path: /v1\n    api_key_env: OPENAI_API_KEY\n    upstream: {{address: 127.0.0.1, port: {}, tls: false}}\n    models: [{{name: third-model}}]\n  - name: tls_only\n    cluster: tls_cds\n    host: api.openai.com\n    api_key_env: OPENAI_API_KEY\n    upstream: {{}}\n    models: [{{name: tls-model}}]\n",
+                third.port
+            ),
+            1,
+        )
+        .replace(&chain, &chain.replace(']', ", third, tls_only]"));
+    let v = s.control.write("PUT", "/v1/config", &added);
+    s.control
+        .wait_acked(&["gw-cds"], v["version"].as_i64().unwrap());
+    let body = chat_body("third-model", "hello");
+    let auth = format!("Bearer {DEMO}");
+    let r = poll_until(Duration::from_secs(10), "the new provider's answer", || {
+        let r = post(
+            &envoy.url("/v1/chat/completions"),
+            &[("authorization", &auth)],
+            &body,
+        );
+        (r.status == 200).then_some(r)
+    });
+    assert_eq!(r.header("x-portcullis-provider"), Some("third"));
+    assert_eq!(third.hits(), 1);
+    // Both clusters are Envoy's, from CDS (not the bootstrap).
+    let dump = get(
+        &envoy.admin("/config_dump?resource=dynamic_active_clusters"),
+        &[],
+    )
+    .json();
+    let names: Vec<&str> = dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["cluster"]["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"third_cds") && names.contains(&"tls_cds"),
+        "{names:?}"
+    );
+    let tls = dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cluster"]["name"] == "tls_cds")
+        .unwrap();
+    let ctx = &tls["cluster"]["transport_socket"]["typed_config"];
+    assert_eq!(ctx["sni"], "api.openai.com", "{tls}");
+    assert_eq!(
+        ctx["common_tls_context"]["validation_context"]["trusted_ca"]["filename"],
+        "/etc/ssl/certs/ca-certificates.crt"
+    );
+    assert_eq!(
+        ctx["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"][0]
+            ["matcher"]["exact"],
+        "api.openai.com"
+    );
+    assert_eq!(tls["cluster"]["type"], "LOGICAL_DNS");
+    // Gone from the config: gone from Envoy.
+    let v = s.control.write("PUT", "/v1/config", &base);
+    s.control
+        .wait_acked(&["gw-cds"], v["version"].as_i64().unwrap());
+    poll_until(Duration::from_secs(10), "the clusters removed", || {
+        let clusters = get(&envoy.admin("/clusters"), &[]).body;
+        (!clusters.contains("third_cds::") && !clusters.contains("tls_cds::")).then_some(())
+    });
 }

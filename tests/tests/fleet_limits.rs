@@ -77,6 +77,7 @@ fn envoy(
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

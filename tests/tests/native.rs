@@ -28,6 +28,7 @@ fn native_stack(workers: u32) -> (Mock, Mock, Envoy) {
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
     });
     (primary, backup, envoy)
 }

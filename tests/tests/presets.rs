@@ -61,6 +61,7 @@ fn presets_route_to_their_service_and_leave_out_what_it_refuses() {
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
     });
     let url = envoy.url("/v1/chat/completions");
     let auth = format!("Bearer {DEMO_KEY}");
@@ -200,6 +201,7 @@ fn every_preset_routes_to_its_service_and_is_listed() {
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
     });
     let auth = format!("Bearer {DEMO_KEY}");
     let hdrs = [("authorization", auth.as_str())];

@@ -317,6 +317,7 @@ clients:
             side_tls: None,
             bootstrap_patch: Vec::new(),
             control: None,
+            clusters: None,
         });
         let (failing, answering) = if chain.starts_with("[gemini") {
             (&gemini, &anthropic)

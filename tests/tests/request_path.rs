@@ -616,3 +616,98 @@ fn header_values_that_are_not_utf8_pass_through_and_break_nothing() {
         assert_eq!(r.status, 200, "{}", r.body);
     }
 }
+
+/// Without the control plane (#46 item 8), a provider's cluster is a file in
+/// a directory of cluster files (`envoy/clusters/`), rendered into the CDS
+/// file `envoy/envoy.yaml` reads (`envoy/render-cds.sh`): the provider
+/// serves with the shipped bootstrap unedited, and a new file handed over
+/// while Envoy runs adds one more.
+#[test]
+fn a_provider_cluster_from_a_cluster_file_serves_with_the_bootstrap_unedited() {
+    let primary = common::mock("primary", Some(PRIMARY_KEY));
+    let backup = common::mock("backup", Some(BACKUP_KEY));
+    let third = common::mock("third", Some(PRIMARY_KEY));
+    let fourth = common::mock("fourth", Some(PRIMARY_KEY));
+    let clusters = TempDir::new("clusters");
+    let file = |name: &str, port: u16| {
+        format!(
+            "# A provider's cluster.\nname: {name}\ntype: STATIC\nconnect_timeout: 2s\nload_assignment:\n  cluster_name: {name}\n  endpoints:\n  - lb_endpoints:\n    - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}\n"
+        )
+    };
+    std::fs::write(
+        clusters.0.join("third.yaml"),
+        file("third_file", third.port),
+    )
+    .unwrap();
+    let provider = |name: &str, cluster: &str, model: &str| {
+        format!("  - name: {name}\n    cluster: {cluster}\n    host: {name}.mock\n    base_path: /v1\n    api_key_env: OPENAI_API_KEY\n    models: [{{name: {model}}}]\n")
+    };
+    let base = test_plugin();
+    let chain = base
+        .lines()
+        .find(|l| l.starts_with("  chain: ["))
+        .unwrap()
+        .to_string();
+    let plugin = base
+        .replacen(
+            "providers:\n",
+            &format!(
+                "providers:\n{}{}",
+                provider("third", "third_file", "third-model"),
+                provider("fourth", "fourth_file", "fourth-model")
+            ),
+            1,
+        )
+        .replace(&chain, &chain.replace(']', ", third, fourth]"));
+    let envoy = Envoy::start(EnvoyOpts {
+        plugin_yaml: &plugin,
+        primary_port: primary.port,
+        backup_port: backup.port,
+        collector_port: dead_port(),
+        ratelimit_port: dead_port(),
+        workers: 1,
+        env: vec![
+            ("OPENAI_API_KEY", PRIMARY_KEY),
+            ("BACKUP_API_KEY", BACKUP_KEY),
+        ],
+        side_tls: None,
+        bootstrap_patch: Vec::new(),
+        control: None,
+        clusters: Some(&clusters.0),
+    });
+    let auth = format!("Bearer {DEMO_KEY}");
+    let chat = |model: &str| {
+        post(
+            &envoy.url("/v1/chat/completions"),
+            &[("authorization", &auth)],
+            &chat_body(model, "hello"),
+        )
+    };
+    let r = chat("third-model");
+    assert_eq!(
+        (r.status, r.header("x-portcullis-provider")),
+        (200, Some("third")),
+        "{}",
+        r.body
+    );
+    assert_eq!(third.hits(), 1);
+    // The fourth's cluster is not there yet: Envoy has no such cluster.
+    assert_ne!(chat("fourth-model").status, 200);
+    // A file more, handed over as `make reload` does.
+    std::fs::write(
+        clusters.0.join("fourth.yaml"),
+        file("fourth_file", fourth.port),
+    )
+    .unwrap();
+    let status = std::process::Command::new("bash")
+        .arg(repo_root().join("envoy/render-cds.sh"))
+        .arg(&clusters.0)
+        .arg(envoy.dir.0.join("ecds/cds.yaml"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    poll_until(Duration::from_secs(10), "the fourth provider", || {
+        (chat("fourth-model").status == 200).then_some(())
+    });
+    assert_eq!(fourth.hits(), 1);
+}

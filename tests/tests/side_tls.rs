@@ -113,6 +113,7 @@ fn the_gateway_reaches_collector_and_limiter_over_mutual_tls_and_strangers_are_r
         side_tls: Some(&certs.0),
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

@@ -197,6 +197,7 @@ fn start_with_test_clock(plugin: &str) -> Stack {
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
         env: vec![
             ("OPENAI_API_KEY", PRIMARY_KEY),
             ("BACKUP_API_KEY", BACKUP_KEY),

@@ -83,6 +83,7 @@ fn start_logging(token_ttl_s: &str, collector: Option<u16>) -> Vx {
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
+        clusters: None,
     });
     Vx {
         vertex,

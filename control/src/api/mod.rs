@@ -60,6 +60,7 @@ impl App {
             *cur = Some(Arc::new(Snapshot {
                 version: v.version,
                 resource: self.template.as_ref().map(|t| t.resource(&v.yaml)),
+                clusters: crate::cds::clusters(&v.yaml),
             }));
             true
         });

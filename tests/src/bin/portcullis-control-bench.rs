@@ -45,6 +45,7 @@ fn envoys(control: &Control, mock: &Mock, n: usize) -> Vec<Envoy> {
                 side_tls: None,
                 bootstrap_patch: Vec::new(),
                 control: Some((control.xds_port, &format!("bench-{i}"))),
+                clusters: None,
             })
         })
         .collect()

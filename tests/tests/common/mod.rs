@@ -69,6 +69,7 @@ impl Stack {
             side_tls: None,
             bootstrap_patch,
             control: None,
+            clusters: None,
             env: vec![
                 ("OPENAI_API_KEY", PRIMARY_KEY),
                 ("BACKUP_API_KEY", BACKUP_KEY),

@@ -178,6 +178,10 @@ pub(super) fn providers_and_models(
                 .as_ref()
                 .filter(|r| r.attempts > 0)
                 .map(|r| r.compile(&format!("provider `{}`", p.name), problems)),
+            upstream: p
+                .upstream
+                .as_ref()
+                .map(|u| u.compile(&format!("provider `{}`", p.name), &p.host, problems)),
         });
         let schema = providers
             .last()

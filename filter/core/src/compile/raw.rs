@@ -590,6 +590,54 @@ pub(super) struct RawProvider {
     /// Adaptive concurrency (AIMD).
     #[serde(default)]
     pub(super) concurrency: Option<RawConcurrency>,
+    /// The provider's Envoy cluster (named `cluster`), made for it by the
+    /// control plane over CDS: leave it out when the Envoy bootstrap or a
+    /// cluster file (`envoy/clusters/`) defines `cluster` itself.
+    #[serde(default)]
+    pub(super) upstream: Option<RawUpstream>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    /// Where to connect: a DNS name or an IP address (default `host`).
+    #[serde(default)]
+    pub(super) address: Option<String>,
+    /// The port (default 443).
+    #[serde(default)]
+    pub(super) port: Option<u16>,
+    /// TLS (default true): SNI `host`, the system CA bundle
+    /// (`/etc/ssl/certs/ca-certificates.crt`), the certificate's name
+    /// checked against `host`.
+    #[serde(default)]
+    pub(super) tls: Option<bool>,
+}
+
+impl RawUpstream {
+    pub(super) fn compile(
+        &self,
+        at: &str,
+        host: &str,
+        problems: &mut Vec<String>,
+    ) -> super::Upstream {
+        let address = self.address.clone().unwrap_or_else(|| host.to_string());
+        if address.is_empty() || address.contains(|c: char| c.is_whitespace() || c == '/') {
+            problems.push(format!(
+                "{at}.upstream: `address` (or `host`) must be a DNS name or an IP address"
+            ));
+        }
+        let port = self.port.unwrap_or(443);
+        if port == 0 {
+            problems.push(format!("{at}.upstream.port: 1 to 65535"));
+        }
+        let tls = self.tls.unwrap_or(true);
+        if tls && host.is_empty() {
+            problems.push(format!(
+                "{at}.upstream: TLS needs `host` (its SNI and name)"
+            ));
+        }
+        super::Upstream { address, port, tls }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -63,6 +63,49 @@ fn good_config_compiles_with_models_in_chain_order() {
     assert_eq!(g.max_body_bytes, 32 << 20, "32 MiB unless set");
 }
 
+/// A provider's `upstream`: the cluster the control plane makes for it
+/// (defaults: `host`, 443, TLS), every problem named at once.
+#[test]
+fn a_providers_upstream_has_defaults_and_its_problems_are_named() {
+    let g = compile(GOOD.as_bytes()).unwrap();
+    assert_eq!(g.providers[0].upstream, None, "none unless asked");
+    let asked = GOOD.replace(
+        "    breaker: {cooldown_ms: 500}\n",
+        "    breaker: {cooldown_ms: 500}\n    upstream: {}\n",
+    );
+    let g = compile(asked.as_bytes()).unwrap();
+    assert_eq!(
+        g.providers[1].upstream,
+        Some(Upstream {
+            address: "backup.example".into(),
+            port: 443,
+            tls: true
+        })
+    );
+    let plain = GOOD.replace(
+        "    breaker: {cooldown_ms: 500}\n",
+        "    breaker: {cooldown_ms: 500}\n    upstream: {address: 127.0.0.1, port: 8080, tls: false}\n",
+    );
+    let g = compile(plain.as_bytes()).unwrap();
+    assert_eq!(
+        g.providers[1].upstream,
+        Some(Upstream {
+            address: "127.0.0.1".into(),
+            port: 8080,
+            tls: false
+        })
+    );
+    let bad = GOOD.replace(
+        "    breaker: {cooldown_ms: 500}\n",
+        "    breaker: {cooldown_ms: 500}\n    upstream: {address: \"a b\", port: 0}\n",
+    );
+    let err = compile(bad.as_bytes()).unwrap_err();
+    assert!(
+        err.contains("upstream: `address`") && err.contains("upstream.port"),
+        "{err}"
+    );
+}
+
 #[test]
 fn breaker_defaults_and_per_provider_overrides() {
     let g = compile(GOOD.as_bytes()).unwrap();

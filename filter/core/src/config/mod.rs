@@ -49,6 +49,18 @@ pub struct Provider {
     pub retries: Option<Retries>,
     /// Adaptive concurrency, when configured.
     pub concurrency: Option<crate::aimd::AimdConfig>,
+    /// The Envoy cluster the control plane makes for it (CDS), when asked.
+    pub upstream: Option<Upstream>,
+}
+
+/// A provider's Envoy cluster, as the control plane serves it over CDS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// A DNS name or an IP address.
+    pub address: String,
+    pub port: u16,
+    /// TLS with SNI and the name checked: the provider's `host`.
+    pub tls: bool,
 }
 
 /// A provider's retries before falling over, done by Envoy's router.

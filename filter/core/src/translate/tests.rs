@@ -20,6 +20,7 @@ fn provider(base_path: &str, schema: Schema) -> Provider {
         schema,
         retries: None,
         concurrency: None,
+        upstream: None,
     }
 }
 
