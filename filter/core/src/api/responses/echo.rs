@@ -253,6 +253,8 @@ impl<'a> Settings<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn a_request_that_set_nothing_gets_the_specifications_defaults() {
