@@ -7,7 +7,9 @@
 # the mechanism's two floors, and the native build's routed path, miss and
 # hit and its two floors: nroute, nmiss, nhit, nfloor, nfloorhit; by name
 # also the native twins of the translated variants: nanthropic, ngemini,
-# nbedrock, nmessages_openai, nresponses_anthropic, nguard), Envoy (one worker) starts under
+# nbedrock, nmessages_openai, nresponses_anthropic, nguard; and `prod` /
+# `nprod`, a production-like config: key and team limits and budgets, the
+# guard variant's checks, the log), Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
@@ -124,6 +126,12 @@ for v in keylimits teamlimits; do
   awk '/^log:/ {skip=1; next} skip && /^[^ ]/ {skip=0} !skip' "$dir/plugin-$v.yaml" >"$dir/plugin-${v}nolog.yaml"
 done
 
+# A production-like config (#49): the key's and its team's limits and
+# budgets (teamlimits), the guard variant's five input checks and one
+# output check, the request log on.
+{ cat "$dir/plugin-teamlimits.yaml"; sed -n '/^guardrails:/,$p' "$dir/plugin-guard.yaml"; } >"$dir/plugin-prod.yaml"
+grep -q "name: cards" "$dir/plugin-prod.yaml" || { echo "bench-instructions: no guardrails for the prod variant" >&2; exit 1; }
+
 # Trace context (#31): the routed path (with the log) when the client sends
 # a `traceparent` (traced: continued, a child per attempt upstream, ids in
 # the record), and when none comes and the gateway starts one for every
@@ -152,10 +160,10 @@ measure() { # variant -> instructions per request
   esac
   case $v in
     bare|baretraced) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
-    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
+    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
     nfloor|nfloorhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
       sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.
