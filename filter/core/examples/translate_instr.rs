@@ -8,7 +8,8 @@
 //! `chat_anthropic`, `messages_chat`, `responses_anthropic` (the request
 //! translations, each including the parse), `anthropic_answer`,
 //! `chat_messages_answer`, `chat_responses_answer` (the whole answers
-//! back). The bodies are those of `portcullis-load` and the mock's answers
+//! back), `responses_echo` (the settings a translated response echoes, read
+//! from the request). The bodies are those of `portcullis-load` and the mock's answers
 //! to them.
 
 use portcullis_core::api::Api;
@@ -69,6 +70,9 @@ fn main() -> Result<(), String> {
                 &portcullis_core::api::responses::Echo::default(),
             )
             .map_or(0, |b| b.len()),
+            "responses_echo" => portcullis_core::api::responses::Echo::of(black_box(RESPONSES))
+                .members()
+                .len(),
             "chat_messages_answer" => translate::back(&openai, Api::Messages)
                 .and_then(|b| b.answer(black_box(CHAT_ANSWER), 1))
                 .map_or(0, |b| b.len()),
