@@ -174,6 +174,31 @@ impl<H: Host> RequestContext<H> {
         if !try_lock(&self.host, provider, now, until) {
             return Action::Pause;
         }
+        // Another worker may have fetched the token and let go of the lock
+        // between this request's look at the cache and its lock: it goes
+        // with that token, and no second fetch is made.
+        if let Some(token) = cached(&self.host, provider, now) {
+            unlock(&self.host, provider);
+            if let Some(w) = self
+                .host
+                .worker()
+                .token_waiters
+                .borrow_mut()
+                .get_mut(provider)
+            {
+                w.retain(|(id, _)| *id != self.id);
+            }
+            let credential = self.loaded.as_ref().and_then(|l| {
+                let p = l.gw.providers.iter().find(|p| p.name == provider)?;
+                Some(providers::credential(p, &token).1)
+            });
+            if let Some(c) = credential.as_deref() {
+                let _ = self
+                    .host
+                    .set_header(crate::host::Part::Request, "authorization", Some(c));
+            }
+            return Action::Continue;
+        }
         let headers = [
             (":method", "GET"),
             (":path", source.path.as_str()),
