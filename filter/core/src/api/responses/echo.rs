@@ -65,16 +65,6 @@ fn number<'a>(doc: &Obj<'a>, name: &str, default: f64) -> Number<'a> {
         .map_or(Number::Default(default), Number::Given)
 }
 
-/// A whole number the client sent.
-fn integer<'a>(doc: &Obj<'a>, name: &str) -> Option<u64> {
-    doc.u64(name)
-}
-
-/// A string the client sent.
-fn string<'a>(doc: &Obj<'a>, name: &str) -> Option<Cow<'a, str>> {
-    doc.str(name)
-}
-
 /// A string the client sent when it is one of `allowed`.
 fn one_of(doc: &Obj<'_>, name: &str, allowed: &[&'static str]) -> Option<&'static str> {
     let given = doc.str(name)?;
@@ -216,8 +206,8 @@ impl<'a> Settings<'a> {
             summary: one_of(&r, "summary", &["concise", "detailed", "auto"]),
         });
         Settings {
-            previous_response_id: string(doc, "previous_response_id"),
-            instructions: string(doc, "instructions"),
+            previous_response_id: doc.str("previous_response_id"),
+            instructions: doc.str("instructions"),
             tools,
             tool_choice,
             truncation: one_of(doc, "truncation", &["auto", "disabled"]).unwrap_or("disabled"),
@@ -229,11 +219,11 @@ impl<'a> Settings<'a> {
             top_p: number(doc, "top_p", 1.0),
             presence_penalty: number(doc, "presence_penalty", 0.0),
             frequency_penalty: number(doc, "frequency_penalty", 0.0),
-            top_logprobs: integer(doc, "top_logprobs").unwrap_or(0),
+            top_logprobs: doc.u64("top_logprobs").unwrap_or(0),
             temperature: number(doc, "temperature", 1.0),
             reasoning,
-            max_output_tokens: integer(doc, "max_output_tokens"),
-            max_tool_calls: integer(doc, "max_tool_calls"),
+            max_output_tokens: doc.u64("max_output_tokens"),
+            max_tool_calls: doc.u64("max_tool_calls"),
             store: false,
             background: false,
             service_tier: Cow::Borrowed("default"),
@@ -244,8 +234,8 @@ impl<'a> Settings<'a> {
                     Metadata::Empty(crate::wire::chat::Empty {}),
                     Metadata::Given,
                 ),
-            safety_identifier: string(doc, "safety_identifier"),
-            prompt_cache_key: string(doc, "prompt_cache_key"),
+            safety_identifier: doc.str("safety_identifier"),
+            prompt_cache_key: doc.str("prompt_cache_key"),
         }
     }
 }
