@@ -39,6 +39,12 @@ pub enum Phase {
     FallbackPending,
     /// An answer is on its way to the client.
     Responding,
+    /// An MCP request (`mcp`): waiting for its whole body.
+    McpBody,
+    /// An MCP request on its way to its server, through Envoy's router.
+    McpProxied,
+    /// An MCP server's answer on its way to the client.
+    McpResponding,
     /// Answered by the filter, or not ours: nothing more to do.
     Done,
 }
@@ -121,6 +127,8 @@ pub struct RequestContext<H: Host> {
     pub guarding: Option<crate::guard_state::GuardCalls>,
     /// A paused run of the request's steps: where it resumes, with what.
     pub paused: Option<(crate::exchange::Step, crate::exchange::Exchange)>,
+    /// An MCP request (`mcp`): its errors are JSON-RPC's.
+    pub mcp: Option<Box<crate::mcp_state::McpCall>>,
     pub log: LogFacts,
 }
 
@@ -140,6 +148,7 @@ impl<H: Host> RequestContext<H> {
             global: None,
             guarding: None,
             paused: None,
+            mcp: None,
             log: LogFacts::default(),
         }
     }
@@ -223,11 +232,20 @@ impl<H: Host> RequestContext<H> {
     pub fn fail(&mut self, err: &GatewayError) -> Action {
         self.log.error = err.code;
         let retry = err.retry_after_s.map(|s| s.to_string());
-        let extra: Vec<(&str, &str)> = retry
+        let mut extra: Vec<(&str, &str)> = retry
             .as_deref()
             .map(|r| vec![("retry-after", r)])
             .unwrap_or_default();
-        let body = self.request.api.error_body(err);
+        let body = match self.mcp.as_mut() {
+            Some(call) => {
+                call.rpc_error = portcullis_core::mcp::message::code_of(err);
+                if err.status == 401 {
+                    extra.push(("www-authenticate", crate::mcp_state::WWW_AUTHENTICATE));
+                }
+                portcullis_core::mcp::message::error_body(call.id.as_deref(), err)
+            }
+            None => self.request.api.error_body(err),
+        };
         self.reply(err.status, &extra, &body)
     }
 
@@ -244,10 +262,11 @@ impl<H: Host> RequestContext<H> {
     }
 
     pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.phase != Phase::ChatBody {
-            return Action::Continue;
-        }
-        let step = self.request_body(body_size, end_of_stream);
+        let step = match self.phase {
+            Phase::ChatBody => self.request_body(body_size, end_of_stream),
+            Phase::McpBody => self.mcp_body(body_size, end_of_stream),
+            _ => return Action::Continue,
+        };
         self.or_fail(step)
     }
 
@@ -261,6 +280,7 @@ impl<H: Host> RequestContext<H> {
             }
             // Held until the fallback's answer replaces it.
             Phase::FallbackPending => Action::Pause,
+            Phase::McpProxied => self.mcp_answer_headers(),
             _ => Action::Continue,
         }
     }
@@ -271,6 +291,7 @@ impl<H: Host> RequestContext<H> {
             // held headers to the client.
             Phase::FallbackPending => Action::Pause,
             Phase::Responding => self.router_answer_body(body_size, end_of_stream),
+            Phase::McpResponding => self.mcp_answer_body(body_size, end_of_stream),
             _ => Action::Continue,
         }
     }
@@ -285,6 +306,10 @@ impl<H: Host> RequestContext<H> {
     }
 
     pub fn on_log(&mut self) {
+        if self.mcp.is_some() {
+            self.mcp_end();
+            return;
+        }
         let how = match self.phase {
             // Cancelled before any answer: it used nothing.
             Phase::Proxied

@@ -64,6 +64,8 @@ mod guardrails;
 mod host;
 mod kept_answers;
 mod loaded;
+mod mcp;
+mod mcp_state;
 mod metrics;
 mod pipeline;
 mod policy;

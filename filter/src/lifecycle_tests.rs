@@ -80,6 +80,7 @@ impl Gateway {
                 secrets,
                 limiter_credential: Some(b"Bearer limiter-token".to_vec()),
                 signing: Vec::new(),
+                mcp_credentials: Vec::new(),
             }),
         }
     }

@@ -4,6 +4,7 @@
 use crate::host::Host;
 use crate::host::LogLevel;
 use portcullis_core::config::Gateway;
+use portcullis_core::mcp::Credential;
 use portcullis_core::providers::{self, Auth};
 use portcullis_core::sigv4;
 
@@ -23,6 +24,10 @@ pub struct Loaded {
     /// Each signing provider's keys ([`providers::Auth::SigV4`] signs each
     /// request with them), from the VM environment, by provider index.
     pub signing: Vec<Option<Signing>>,
+    /// Each MCP server's credential header (`mcp.servers[].credential`),
+    /// its value read from the VM environment at configure time, by server
+    /// index.
+    pub mcp_credentials: Vec<Option<(String, String)>>,
 }
 
 /// A signing provider's keys and the day's signing key derived from them
@@ -100,7 +105,9 @@ impl Loaded {
             .ok()
             .filter(|t| !t.trim().is_empty())
             .map(|t| format!("Bearer {}", t.trim()).into_bytes());
+        let mcp_credentials = mcp_credentials(&gw, host);
         Self {
+            mcp_credentials,
             gw,
             credentials,
             secrets,
@@ -108,4 +115,35 @@ impl Loaded {
             signing,
         }
     }
+}
+
+/// Each MCP server's credential header with its value from the VM
+/// environment (a missing variable: a warning, and the server gets none).
+fn mcp_credentials(gw: &Gateway, host: &impl Host) -> Vec<Option<(String, String)>> {
+    let Some(m) = gw.mcp.as_ref() else {
+        return Vec::new();
+    };
+    m.config
+        .servers
+        .iter()
+        .map(|s| {
+            let Credential::Header { name, env, prefix } = &s.credential else {
+                return None;
+            };
+            match std::env::var(env) {
+                Ok(v) if !v.is_empty() => Some((name.clone(), format!("{prefix}{v}"))),
+                _ => {
+                    host.log(
+                        LogLevel::Warn,
+                        &format!(
+                            "MCP server `{}`: environment variable {env} is not set in the VM \
+                             (add it to vm_config.environment_variables.host_env_keys); calls go without a credential",
+                            s.name
+                        ),
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
 }

@@ -93,6 +93,11 @@ impl<H: Host> RequestContext<H> {
             .filter(|_| f.authorization.is_none())
             .map(|k| format!("Bearer {}", k.trim()));
         let authorization = f.authorization.as_deref().or(from_api_key.as_deref());
+        if let Some(server) = gw.mcp.as_ref().and_then(|m| m.config.server_of_path(path)) {
+            let query = f.path.find('?').and_then(|i| f.path.get(i..)).unwrap_or("");
+            let key = authenticate(&self.host, gw, authorization);
+            return self.mcp_headers(gw, server, &f.method, path, query, key, end_of_stream);
+        }
         match (f.method.as_ref(), path) {
             ("GET", "/v1/models") => {
                 let (_, client) = authenticate(&self.host, gw, authorization)?;

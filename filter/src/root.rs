@@ -152,6 +152,7 @@ impl<H: Host + Clone> Root<H> {
         breakers::prepare(&host, &gw);
         crate::policy_state::prepare(&host, &gw);
         crate::concurrency::prepare(&host, &gw);
+        crate::mcp_state::prepare(&host, &gw);
         host.worker().clock_offset_ms.set(gw.clock_offset_ms);
         let now = host.now_ms();
         admission::prepare(&host, &gw, now);

@@ -18,32 +18,14 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let gw = &loaded.gw;
-        let client = self.client(gw);
         let mut rec = Record {
-            request_id: std::mem::take(&mut self.log.request_id),
-            time_ms: self.log.started_ms,
-            client: client.map(|c| c.name.clone()).unwrap_or_default(),
-            team: client
-                .and_then(|c| gw.teams.get(c.team?))
-                .map(|t| t.name.clone())
-                .unwrap_or_default(),
             usage_estimated: self.log.usage_estimated,
-            status: u32::from(self.log.status),
-            error: self.log.error.to_string(),
-            limited_by: self.log.limited_by.to_string(),
-            guardrails: portcullis_core::guard::record_json(&self.log.guardrails),
-            latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
-            ttfb_ms: self.log.ttfb_ms,
             ttft_ms: self.log.ttft_ms,
             prompt: std::mem::take(&mut self.log.prompt),
             completion: std::mem::take(&mut self.log.completion),
-            cache: "off".into(),
             provider: self.answering_provider().unwrap_or_default(),
-            ..Record::default()
+            ..self.record_base(gw)
         };
-        if rec.request_id.is_empty() {
-            rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
-        }
         let logged = gw.log.is_some();
         if logged {
             self.trace_facts(&mut rec, gw);
@@ -63,6 +45,74 @@ impl<H: Host> RequestContext<H> {
                 }
                 None => self.host.count(&metrics::unpriced(&rec.model), 1),
             }
+        }
+        self.request_metrics(&rec);
+        self.host.emit_record(&rec);
+    }
+
+    /// What every record says of its request: who, when, how it ended,
+    /// how long it took, what the guardrails did.
+    fn record_base(&mut self, gw: &portcullis_core::config::Gateway) -> Record {
+        let client = self.client(gw);
+        let mut rec = Record {
+            request_id: std::mem::take(&mut self.log.request_id),
+            time_ms: self.log.started_ms,
+            client: client.map(|c| c.name.clone()).unwrap_or_default(),
+            team: client
+                .and_then(|c| gw.teams.get(c.team?))
+                .map(|t| t.name.clone())
+                .unwrap_or_default(),
+            status: u32::from(self.log.status),
+            error: self.log.error.to_string(),
+            limited_by: self.log.limited_by.to_string(),
+            guardrails: portcullis_core::guard::record_json(&self.log.guardrails),
+            latency_ms: self.host.now_ms().saturating_sub(self.log.started_ms),
+            ttfb_ms: self.log.ttfb_ms,
+            cache: "off".into(),
+            ..Record::default()
+        };
+        if rec.request_id.is_empty() {
+            rec.request_id = format!("{:x}-{:x}", self.log.started_ms, self.roll);
+        }
+        rec
+    }
+
+    /// An MCP request's record (`api` "mcp"): the server as its provider,
+    /// a tool call's qualified tool as its model, its method, JSON-RPC
+    /// error, sizes, price and trace; counted in the request metrics by
+    /// server and tool.
+    pub(crate) fn emit_mcp_record(&mut self, call: &crate::mcp_state::McpCall) {
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let gw = &loaded.gw;
+        let server = gw
+            .mcp
+            .as_ref()
+            .and_then(|m| m.config.servers.get(call.server?));
+        let mut rec = Record {
+            provider: server.map(|s| s.name.clone()).unwrap_or_default(),
+            requested_model: call.tool.clone(),
+            model: call.tool.clone(),
+            stream: call.sse,
+            api: "mcp",
+            mcp_method: call.method.clone(),
+            rpc_error: call.rpc_error,
+            request_bytes: call.request_bytes,
+            response_bytes: call.response_bytes,
+            cost_micros: if call.charged {
+                server.map_or(0, |s| s.price_micros)
+            } else {
+                0
+            },
+            ..self.record_base(gw)
+        };
+        if let Some(t) = &self.log.trace {
+            rec.trace_id = t.trace_id.to_vec();
+            rec.span_id = t.span.to_vec();
+            rec.parent_span_id = t.parent.map(|p| p.to_vec()).unwrap_or_default();
+            rec.trace_flags = u32::from(t.flags);
+            rec.tracestate = std::mem::take(&mut self.log.tracestate);
         }
         self.request_metrics(&rec);
         self.host.emit_record(&rec);

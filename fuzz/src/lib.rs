@@ -720,3 +720,54 @@ pub fn bedrock(data: &[u8]) {
         assert_eq!(whole, run(split), "a split stream translates differently");
     }
 }
+
+/// An MCP message as a client POSTs it, and a server's answer as it passes
+/// back (#47): reading never panics; a read message's method and name are
+/// what its JSON says; a `tools/list` answer filtered keeps only allowed
+/// tools and every one of them; an SSE answer rewritten in pieces reads as
+/// it does whole; the gateway's error is a JSON-RPC error to the same id.
+pub fn mcp(data: &[u8]) {
+    use portcullis_core::mcp::answer::{keep_tools, rewrite_json, Events};
+    use portcullis_core::mcp::message::{error_body, Message, Method};
+    let (request, answer) = two(data);
+    if let Ok(m) = Message::read(request) {
+        let doc: Value = serde_json::from_slice(request).expect("a read message is JSON");
+        assert_eq!(doc["jsonrpc"], "2.0");
+        if let Method::ToolCall { name, .. } = &m.method {
+            assert_eq!(doc["params"]["name"].as_str(), Some(name.as_ref()));
+            assert!(!name.is_empty());
+        }
+        let e = portcullis_core::error::GatewayError::new(403, "permission_error", "tool_not_allowed", "no");
+        let v: Value = serde_json::from_slice(&error_body(m.id, &e)).expect("the error is JSON");
+        assert_eq!(v["id"], doc.get("id").cloned().unwrap_or(Value::Null));
+    }
+    let Some(answer) = answer else {
+        return;
+    };
+    let allowed = |n: &str| n.len() % 2 == 0;
+    if let Some(out) = rewrite_json(answer, &mut |m| keep_tools(m, &mut |n| allowed(n))) {
+        let before: Value = serde_json::from_slice(answer).expect("rewritten: it was JSON");
+        let after: Value = serde_json::from_slice(&out).expect("rewritten is JSON");
+        let names = |v: &Value| -> Vec<String> {
+            v["result"]["tools"]
+                .as_array()
+                .map(|t| t.iter().filter_map(|t| t["name"].as_str().map(String::from)).collect())
+                .unwrap_or_default()
+        };
+        let kept: Vec<String> = names(&before).into_iter().filter(|n| allowed(n)).collect();
+        assert_eq!(names(&after), kept);
+    }
+    let edit = |m: &mut portcullis_core::mcp::answer::Message| keep_tools(m, &mut |n| allowed(n));
+    let mut whole = Events::default();
+    let mut e1 = edit;
+    let mut out_whole = whole.chunk(answer, &mut e1);
+    out_whole.extend(whole.finish());
+    let mut pieces = Events::default();
+    let mut e2 = edit;
+    let mut out_pieces = Vec::new();
+    for chunk in answer.chunks(usize::from(answer.first().copied().unwrap_or(1) % 13) + 1) {
+        out_pieces.extend(pieces.chunk(chunk, &mut e2));
+    }
+    out_pieces.extend(pieces.finish());
+    assert_eq!(out_whole, out_pieces, "an SSE answer depends on chunking");
+}

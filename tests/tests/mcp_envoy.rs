@@ -7,31 +7,11 @@
 
 mod common;
 
-use common::sdk_script;
+use common::{mcp_server, sdk_script};
 use portcullis_tests::*;
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn python() -> String {
-    std::env::var("PORTCULLIS_PYTHON")
-        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string())
-}
-
-fn mcp_server(name: &str, port: u16) -> Proc {
-    let child = Command::new(python())
-        .arg(repo_root().join("tests/sdk/mcp_server.py"))
-        .args([name, &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start an MCP server (`make sdk` installs `mcp`)");
-    let proc = Proc(child);
-    poll_until(Duration::from_secs(30), "the MCP server's port", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
-    proc
-}
 
 fn bootstrap(listen: u16, admin: u16, alpha: u16, beta: u16) -> String {
     let cluster = |name: &str, port: u16| {
@@ -48,8 +28,8 @@ static_resources:\n  listeners:\n  - name: mcp\n    address: {{socket_address: {
 #[test]
 fn envoys_mcp_router_aggregates_two_servers_for_the_official_client() {
     let (alpha_port, beta_port) = (dead_port(), dead_port());
-    let _alpha = mcp_server("alpha", alpha_port);
-    let _beta = mcp_server("beta", beta_port);
+    let _alpha = mcp_server("alpha", alpha_port, false);
+    let _beta = mcp_server("beta", beta_port, false);
     let (listen, admin) = (dead_port(), dead_port());
     let dir = TempDir::new("mcp-envoy");
     let config = dir.0.join("envoy.yaml");
@@ -82,8 +62,12 @@ fn envoys_mcp_router_aggregates_two_servers_for_the_official_client() {
     assert_eq!(
         v,
         json!({"server": "envoy-mcp-gateway",
-            "tools": ["alpha__add", "alpha__echo", "beta__add", "beta__echo"],
-            "call": ["5"], "echo": ["beta: hi"]})
+            "tools": ["alpha__add", "alpha__card", "alpha__count", "alpha__echo", "alpha__headers", "alpha__secret",
+                "beta__add", "beta__card", "beta__count", "beta__echo", "beta__headers", "beta__secret"],
+            "call": ["5"], "echo": ["beta: hi"],
+            // The router forwards none of the client's headers: no
+            // credential, no trace reaches a server through it.
+            "forwarded": []})
     );
     // The gaps the gateway's filter fills: errors that are not JSON-RPC's,
     // no session end, no server stream.

@@ -66,6 +66,11 @@ fn full() -> Record {
         response_id: "msg_1".into(),
         response_model: "claude-x".into(),
         finish_reasons: vec!["stop".into(), String::new()],
+        mcp_method: "tools/call".into(),
+        // Negative: a 10-byte varint.
+        rpc_error: -32602,
+        request_bytes: 120,
+        response_bytes: 4096,
     }
 }
 
@@ -137,6 +142,10 @@ fn every_field_round_trips_through_prost() {
         response_id: r.response_id.clone(),
         response_model: r.response_model.clone(),
         finish_reasons: r.finish_reasons.clone(),
+        mcp_method: r.mcp_method.clone(),
+        rpc_error: r.rpc_error,
+        request_bytes: r.request_bytes,
+        response_bytes: r.response_bytes,
     };
     assert_eq!(d, &expected);
     // And prost's own encoding is byte-identical to ours.

@@ -91,6 +91,10 @@ pub enum Limit {
     RequestsPerMinute,
     TokensPerMinute,
     Concurrency,
+    /// MCP `tools/call` requests per minute (`mcp.calls_per_minute`).
+    ToolCallsPerMinute,
+    /// MCP `tools/call` requests in flight (`mcp.max_concurrent_calls`).
+    ToolCalls,
 }
 
 /// One of a key's or a team's limit counters.
@@ -99,6 +103,8 @@ pub fn limit(owner: Owner<'_>, what: Limit) -> String {
         Limit::RequestsPerMinute => "rpm",
         Limit::TokensPerMinute => "tpm",
         Limit::Concurrency => "conc",
+        Limit::ToolCallsPerMinute => "mcp_cpm",
+        Limit::ToolCalls => "mcp_conc",
     };
     format!("{}:{what}", owner.prefix("rl"))
 }

@@ -28,6 +28,7 @@ pub mod guard;
 pub mod headers;
 pub mod keys;
 pub mod le;
+pub mod mcp;
 pub mod metric_tags;
 pub mod pb;
 pub mod period;

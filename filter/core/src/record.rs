@@ -70,6 +70,13 @@ pub struct Record {
     pub response_id: String,
     pub response_model: String,
     pub finish_reasons: Vec<String>,
+    /// An MCP request (`api` "mcp"): its JSON-RPC method, the JSON-RPC
+    /// error code it was answered with (0: none the gateway saw), its
+    /// body's and its answer's sizes in bytes.
+    pub mcp_method: String,
+    pub rpc_error: i64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
 }
 
 use crate::pb::{bytes, key, uint, varint};
@@ -145,6 +152,11 @@ impl Record {
             // Repeated: every value written, empty ones too.
             crate::pb::message(&mut o, 42, f.as_bytes());
         }
+        bytes(&mut o, 43, self.mcp_method.as_bytes());
+        // int64: negative values as 10-byte two's complement varints.
+        uint(&mut o, 44, self.rpc_error as u64);
+        uint(&mut o, 45, self.request_bytes);
+        uint(&mut o, 46, self.response_bytes);
         o
     }
 }

@@ -306,3 +306,31 @@ pub fn assert_responses_run(v: &serde_json::Value) {
         v["conformance"]
     );
 }
+
+fn python() -> String {
+    std::env::var("PORTCULLIS_PYTHON")
+        .unwrap_or_else(|_| repo_root().join(".venv/bin/python").display().to_string())
+}
+
+/// An MCP server built with the official `mcp` SDK (tests/sdk/mcp_server.py)
+/// on `port`, answering SSE streams, or JSON with `json`.
+pub fn mcp_server(name: &str, port: u16, json: bool) -> Proc {
+    let mut cmd = std::process::Command::new(python());
+    cmd.arg(repo_root().join("tests/sdk/mcp_server.py"))
+        .args([name, &port.to_string()]);
+    if json {
+        cmd.arg("json");
+    }
+    let child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start an MCP server (`make sdk` installs `mcp`)");
+    let proc = Proc(child);
+    poll_until(
+        std::time::Duration::from_secs(30),
+        "the MCP server's port",
+        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+    );
+    proc
+}

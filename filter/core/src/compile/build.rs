@@ -3,7 +3,7 @@
 //! goes on, so one report lists them all.
 
 use super::raw::{check_breaker, RawConfig, DEFAULT_MAX_ATTEMPTS};
-use super::{clients, guardrails, models, policy, sections, Gateway};
+use super::{clients, guardrails, mcp, models, policy, sections, Gateway};
 use crate::breaker::BreakerConfig;
 
 pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
@@ -82,5 +82,6 @@ pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Ga
             .as_ref()
             .map(|h| h.to_ascii_lowercase()),
         max_users_per_key,
+        mcp: mcp::mcp(&raw, problems),
     })
 }

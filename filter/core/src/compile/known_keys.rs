@@ -6,8 +6,8 @@
 use super::raw::{
     RawArm, RawBreaker, RawBudget, RawBudgetLow, RawCache, RawCheck, RawClient, RawClientLimits,
     RawConcurrency, RawConfig, RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails,
-    RawLog, RawMatch, RawModel, RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam,
-    RawTesting,
+    RawLog, RawMatch, RawMcp, RawMcpAccess, RawMcpCredential, RawMcpServer, RawModel, RawPrice,
+    RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -110,6 +110,14 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["teams[]", "limits"], fields::<RawClientLimits>),
     (&["teams[]", "limits", "budgets[]"], fields::<RawBudget>),
     (&["testing"], fields::<RawTesting>),
+    (&["mcp"], fields::<RawMcp>),
+    (&["mcp", "servers[]"], fields::<RawMcpServer>),
+    (
+        &["mcp", "servers[]", "credential"],
+        fields::<RawMcpCredential>,
+    ),
+    (&["clients[]", "mcp"], fields::<RawMcpAccess>),
+    (&["teams[]", "mcp"], fields::<RawMcpAccess>),
     (&["guardrails"], fields::<RawGuardrails>),
     (&["guardrails", "input[]"], fields::<RawCheck>),
     (&["guardrails", "output[]"], fields::<RawCheck>),

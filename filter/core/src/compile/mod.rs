@@ -15,6 +15,7 @@ mod build;
 mod clients;
 mod guardrails;
 mod known_keys;
+mod mcp;
 pub use known_keys::section_keys;
 mod models;
 mod policy;

@@ -55,6 +55,9 @@ pub(super) struct RawConfig {
     /// Trace context: a client's W3C `traceparent` is always continued (a child span per attempt goes upstream); this section also starts traces for requests that come without one.
     #[serde(default)]
     pub(super) tracing: Option<RawTracing>,
+    /// The MCP gateway: MCP servers behind `{path}/{server}` on the gateway's listener, called under the same keys, teams, limits, budgets, guardrails and request log as LLM calls.
+    #[serde(default)]
+    pub(super) mcp: Option<RawMcp>,
     /// Test hooks, refused unless the VM's environment has
     /// `PORTCULLIS_TESTING=1` (never in production).
     #[serde(default)]
@@ -84,6 +87,9 @@ pub(super) struct RawTeam {
     /// The team's limits and budgets, shared by its keys.
     #[serde(default)]
     pub(super) limits: Option<RawClientLimits>,
+    /// The MCP servers and tools the team's keys may use (each key's own list applies too) and the team's tool-call limits, shared by its keys.
+    #[serde(default)]
+    pub(super) mcp: Option<RawMcpAccess>,
 }
 
 /// `testing`: hooks for the real-Envoy tests.
@@ -1114,6 +1120,9 @@ pub(super) struct RawClient {
     /// Keys replaced by `key_sha256` that still work until a time: a rotation's grace period.
     #[serde(default)]
     pub(super) previous_keys: Vec<RawPreviousKey>,
+    /// The MCP servers and tools the key may use and its tool-call limits (none: every tool, no tool-call limits).
+    #[serde(default)]
+    pub(super) mcp: Option<RawMcpAccess>,
 }
 
 /// A rotated-out key and the end of its grace period.
@@ -1352,4 +1361,73 @@ fn default_stream_timeout_ms() -> u64 {
 }
 fn default_weight() -> u32 {
     1
+}
+
+/// `mcp`: the MCP servers behind the gateway.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcp {
+    /// The endpoint's path: each server is at `{path}/{server}` (default `/mcp`).
+    #[serde(default = "default_mcp_path")]
+    pub(super) path: String,
+    /// The MCP servers (streamable HTTP), each an Envoy cluster.
+    #[serde(default)]
+    pub(super) servers: Vec<RawMcpServer>,
+}
+
+fn default_mcp_path() -> String {
+    "/mcp".into()
+}
+
+/// One MCP server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpServer {
+    /// The server's name: its path (`/mcp/{name}`) and the prefix of its tools in policies (`{name}__{tool}`); letters, digits, `-` and `_`, no `__`.
+    pub(super) name: String,
+    /// The Envoy cluster the server is reached through.
+    pub(super) cluster: String,
+    /// The server's MCP endpoint path on that cluster (default `/mcp`).
+    #[serde(default = "default_mcp_path")]
+    pub(super) path: String,
+    /// The credential the gateway sends the server in place of the caller's key (none: no credential; the caller's key never goes upstream).
+    #[serde(default)]
+    pub(super) credential: Option<RawMcpCredential>,
+    /// USD counted in the caller's budgets (its key's and team's) for each `tools/call` (default 0).
+    #[serde(default)]
+    pub(super) price_per_call_usd: f64,
+    /// A call's bound in ms, the answer's end included (default 300000: long tools stream progress).
+    #[serde(default)]
+    pub(super) timeout_ms: Option<u64>,
+}
+
+/// A server's credential: a header whose value comes from the VM's environment.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpCredential {
+    /// The header's name (e.g. `authorization`, `x-api-key`).
+    pub(super) header: String,
+    /// The environment variable holding the value, read when the config is applied (add it to `vm_config.environment_variables.host_env_keys`).
+    pub(super) env: String,
+    /// Written before the value (e.g. `"Bearer "`; default none).
+    #[serde(default)]
+    pub(super) prefix: String,
+}
+
+/// A key's or a team's MCP access.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpAccess {
+    /// The servers it may reach, by name (none: every server).
+    #[serde(default)]
+    pub(super) servers: Option<Vec<String>>,
+    /// The tools it may call and see in `tools/list`: patterns over `{server}__{tool}`, `*` for any run of characters (`alpha__*`, `*__search`); none: every tool of the servers it may reach.
+    #[serde(default)]
+    pub(super) tools: Option<Vec<String>>,
+    /// `tools/call` requests per minute at most.
+    #[serde(default)]
+    pub(super) calls_per_minute: Option<u64>,
+    /// `tools/call` requests in flight at once at most.
+    #[serde(default)]
+    pub(super) max_concurrent_calls: Option<u64>,
 }

@@ -461,6 +461,8 @@ pub struct Gateway {
     /// `testing.clock_offset_ms`: added to the host's clock (the host
     /// refuses it unless its environment allows test hooks).
     pub clock_offset_ms: i64,
+    /// The MCP gateway (`mcp`), when configured.
+    pub mcp: Option<crate::mcp::McpGateway>,
 }
 
 /// How each model's traffic is spread, and the conditional routes.

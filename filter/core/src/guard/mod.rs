@@ -526,6 +526,55 @@ pub fn check_slots(
     out
 }
 
+/// The checks of a stage that read texts a tool call carries (#47): the
+/// text-scanning and bounds checks that apply to the client and to every
+/// model (a model's checks, the model lists, the JSON schema and external
+/// guards are about LLM calls).
+pub fn active_for_tools(g: &Guardrails, stage: Stage, client: &str) -> Vec<usize> {
+    g.checks(stage)
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.models.is_none()
+                && c.clients
+                    .as_ref()
+                    .is_none_or(|n| n.iter().any(|n| n == client))
+                && matches!(c.kind, Kind::Regex(_) | Kind::Pii(_) | Kind::Bounds(_))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A stage's checks over loose strings (an MCP tool's arguments, a tool's
+/// result), each read alone; the strings rewritten in place when a check
+/// redacted.
+pub fn check_strings(
+    g: &Guardrails,
+    stage: Stage,
+    active: &[usize],
+    strings: Vec<&mut String>,
+) -> Outcome {
+    let facts = Facts {
+        model: 0,
+        json_wanted: false,
+        content: usize::MAX,
+    };
+    let mut slots: Vec<texts::Slot<'_>> = strings.into_iter().map(texts::Slot::One).collect();
+    let (out, redactors) = {
+        let texts = texts::texts(&slots);
+        let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        run(g, stage, active, &facts, &borrowed, &[])
+    };
+    if out.changed && out.denied.is_none() {
+        texts::rewrite(&mut slots, &mut |t, spans| {
+            for c in &redactors {
+                c.spans(t, spans);
+            }
+        });
+    }
+    out
+}
+
 /// Output checks on a whole answer in a shape (the texts of
 /// [`texts::answer_slots`]): the verdicts, and the answer rewritten when a
 /// check redacted. A chat completion is read without a tree first

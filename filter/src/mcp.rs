@@ -1,0 +1,528 @@
+//! The MCP gateway on the request path (#47): `{mcp.path}/{server}` on the
+//! gateway's listener, one MCP server through Envoy's router. At the
+//! headers: the caller's key (401 with `WWW-Authenticate`), the server it
+//! may reach, the upstream request (cluster, path, the server's credential
+//! in place of the key, the call's bound, the trace). At the body: one
+//! JSON-RPC message (`portcullis_core::mcp::message`), and for a
+//! `tools/call` the tool's policy (may the caller call it), its limits and
+//! price at every level, the input guardrails over its arguments. At the
+//! answer: a `tools/list` filtered to the caller's tools and a tool's
+//! result through the output guardrails, whole or event by event. Every
+//! refusal is a JSON-RPC error to the request's id (`context::fail`).
+
+use crate::admission;
+use crate::context::{Phase, RequestContext};
+use crate::host::{Action, Host, Part};
+use crate::mcp_state::McpCall;
+use portcullis_core::config::{Client, Gateway};
+use portcullis_core::error::GatewayError;
+use portcullis_core::guard::{self, Stage, Verdict};
+use portcullis_core::keys::{self, Limit, Owner};
+use portcullis_core::mcp::access::Levels;
+use portcullis_core::mcp::answer;
+use portcullis_core::mcp::message::{Message, Method};
+use portcullis_core::mcp::{self as core_mcp, McpGateway, Server};
+use portcullis_core::ratelimit::{self, Bucket, Micros};
+use portcullis_core::store::update;
+
+fn team_of<'g>(gw: &'g Gateway, c: &Client) -> Option<&'g portcullis_core::config::Team> {
+    gw.teams.get(c.team?)
+}
+
+/// The owners of a caller's levels, with their access and limits: its
+/// key's, its team's.
+fn owners<'g>(
+    gw: &'g Gateway,
+    m: &'g McpGateway,
+    c: &'g Client,
+) -> Vec<(
+    Owner<'g>,
+    Option<&'g core_mcp::Access>,
+    &'g portcullis_core::config::Limits,
+)> {
+    let mut out = vec![(Owner::Key(&c.name), m.keys.get(&c.name), &c.limits)];
+    if let Some(t) = team_of(gw, c) {
+        out.push((Owner::Team(&t.name), m.teams.get(&t.name), &t.limits));
+    }
+    out
+}
+
+fn levels<'g>(gw: &'g Gateway, m: &'g McpGateway, c: &'g Client) -> Levels<'g> {
+    m.levels(&c.name, team_of(gw, c).map(|t| t.name.as_str()))
+}
+
+impl<H: Host> RequestContext<H> {
+    /// The headers of a request to `{mcp.path}/...`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mcp_headers(
+        &mut self,
+        gw: &Gateway,
+        server: Option<&Server>,
+        method: &str,
+        path: &str,
+        query: &str,
+        key: Result<([u8; 32], &Client), GatewayError>,
+        end_of_stream: bool,
+    ) -> Result<Action, GatewayError> {
+        self.mcp = Some(Box::default());
+        self.log.chat = true;
+        let now = self.host.now_ms();
+        self.log.started_ms = now;
+        self.log.trace = self
+            .log
+            .parent
+            .take()
+            .map(|p| portcullis_core::trace::Trace::continued(p, self.roll));
+        let (hash, client) = key?;
+        self.request.key = Some(hash);
+        let m = gw
+            .mcp
+            .as_ref()
+            .ok_or_else(|| GatewayError::internal("no mcp section"))?;
+        let Some(server) = server else {
+            let name = path
+                .strip_prefix(m.config.path.as_str())
+                .unwrap_or_default()
+                .trim_matches('/');
+            let lv = levels(gw, m, client);
+            let reachable: Vec<&str> = m
+                .config
+                .servers
+                .iter()
+                .filter(|s| lv.reaches(&s.name))
+                .map(|s| s.name.as_str())
+                .collect();
+            return Err(GatewayError::new(
+                404,
+                "invalid_request_error",
+                "method_not_found",
+                format!(
+                    "No MCP server `{name}` behind this gateway: yours are at {}/{{server}} for {}.",
+                    m.config.path,
+                    reachable.join(", ")
+                ),
+            ));
+        };
+        let index = m.config.servers.iter().position(|s| s.name == server.name);
+        if let Some(call) = self.mcp.as_mut() {
+            call.server = index;
+            call.method = method.to_string();
+        }
+        if !levels(gw, m, client).reaches(&server.name) {
+            return Err(GatewayError::new(
+                403,
+                "permission_error",
+                "server_not_allowed",
+                format!(
+                    "Key `{}` may not use MCP server `{}`.",
+                    client.name, server.name
+                ),
+            ));
+        }
+        let stream = match method {
+            "POST" => false,
+            "GET" | "DELETE" => true,
+            _ => {
+                return Err(GatewayError::new(
+                    405,
+                    "invalid_request_error",
+                    "method_not_allowed",
+                    format!("{method} is not an MCP method: POST a message, GET the server's stream, DELETE a session."),
+                ))
+            }
+        };
+        self.mcp_upstream(server, index, path, query, stream)?;
+        if stream {
+            self.phase = Phase::McpProxied;
+            return Ok(Action::Continue);
+        }
+        if end_of_stream {
+            return Err(core_mcp::message::Message::read(b"")
+                .err()
+                .map(|r| r.into_error())
+                .unwrap_or_else(|| GatewayError::internal("empty body")));
+        }
+        self.phase = Phase::McpBody;
+        Ok(Action::Pause)
+    }
+
+    /// The request as the server gets it: its cluster and path, the
+    /// server's credential in place of the caller's key, the call's bound
+    /// (none for a stream), the trace continued.
+    fn mcp_upstream(
+        &mut self,
+        server: &Server,
+        index: Option<usize>,
+        path: &str,
+        query: &str,
+        stream: bool,
+    ) -> Result<(), GatewayError> {
+        let loaded = self.loaded()?;
+        let set = |k: &str, v: Option<&str>| {
+            self.host
+                .set_header(Part::Request, k, v)
+                .map_err(|s| GatewayError::internal(format!("cannot rewrite the request: {s:?}")))
+        };
+        let all = self.host.headers(Part::Request).unwrap_or_default();
+        for (k, _) in all.iter().filter(|(k, _)| {
+            portcullis_core::headers::removed_before_routing(k) || k == "authorization"
+        }) {
+            set(k, None)?;
+        }
+        set(portcullis_core::headers::CLUSTER, Some(&server.cluster))?;
+        let _ = path;
+        let upstream_path = format!("{}{query}", server.path);
+        set(":path", Some(&upstream_path))?;
+        let bound = if stream { 0 } else { server.timeout_ms };
+        set("x-envoy-upstream-rq-timeout-ms", Some(&bound.to_string()))?;
+        if let Some((name, value)) = index.and_then(|i| loaded.mcp_credentials.get(i)?.as_ref()) {
+            set(name, Some(value))?;
+        }
+        if let Some(tp) = self.log.trace.as_ref().map(|t| t.traceparent(1)) {
+            set("traceparent", Some(&tp))?;
+        }
+        Ok(())
+    }
+
+    /// The body of a POST: one message, its policy, then on to the server.
+    pub(crate) fn mcp_body(
+        &mut self,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Result<Action, GatewayError> {
+        let loaded = self.loaded()?;
+        let gw = &loaded.gw;
+        let limit = self
+            .client(gw)
+            .map_or(gw.max_body_bytes, |c| c.limits.max_body_bytes);
+        if body_size > limit {
+            return Err(GatewayError::body_too_large(limit, false));
+        }
+        if !end_of_stream {
+            return Ok(Action::Pause);
+        }
+        let body = self
+            .host
+            .body(Part::Request, body_size)
+            .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
+        let msg = Message::read(&body).map_err(|r| r.into_error())?;
+        let (m, client) = match (gw.mcp.as_ref(), self.client(gw)) {
+            (Some(m), Some(c)) => (m, c),
+            _ => return Err(GatewayError::unknown_key()),
+        };
+        let server = self
+            .mcp
+            .as_ref()
+            .and_then(|c| m.config.servers.get(c.server?))
+            .ok_or_else(|| GatewayError::internal("no server"))?;
+        if let Some(call) = self.mcp.as_mut() {
+            call.id = msg.id.map(ToOwned::to_owned);
+            call.method = msg.method_name().to_string();
+            call.request_bytes = body.len() as u64;
+        }
+        self.phase = Phase::McpProxied;
+        match &msg.method {
+            Method::ToolsList => {
+                if let Some(call) = self.mcp.as_mut() {
+                    call.list = true;
+                }
+            }
+            Method::ToolCall { name, .. } => {
+                let tool = core_mcp::qualified(&server.name, name);
+                if let Some(call) = self.mcp.as_mut() {
+                    call.tool.clone_from(&tool);
+                }
+                if !levels(gw, m, client).calls(&server.name, name) {
+                    return Err(GatewayError::new(
+                        403,
+                        "permission_error",
+                        "tool_not_allowed",
+                        format!("Key `{}` may not call tool `{tool}`.", client.name),
+                    ));
+                }
+                self.mcp_input_checks(gw, client, &body, body_size)?;
+                self.take_tool_call(gw, m, client, server.price_micros)?;
+                if let Some(g) = gw.guardrails.as_ref() {
+                    let output = guard::active_for_tools(g, Stage::Output, &client.name);
+                    if let Some(call) = self.mcp.as_mut() {
+                        call.output = output;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(Action::Continue)
+    }
+
+    /// The input checks over a tool's arguments: a deny refuses the call, a
+    /// redaction rewrites the body the server gets.
+    fn mcp_input_checks(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        body: &[u8],
+        body_size: usize,
+    ) -> Result<(), GatewayError> {
+        let Some(g) = gw.guardrails.as_ref() else {
+            return Ok(());
+        };
+        let active = guard::active_for_tools(g, Stage::Input, &client.name);
+        if active.is_empty() {
+            return Ok(());
+        }
+        let (out, rewritten) = answer::check_arguments(g, &active, body);
+        self.log.guardrails.extend(out.verdicts);
+        if let Some(e) = out.denied {
+            return Err(e);
+        }
+        if let Some(rewritten) = rewritten {
+            let _ = self.host.set_body(Part::Request, body_size, &rewritten);
+            let _ = self.host.set_header(
+                Part::Request,
+                "content-length",
+                Some(&rewritten.len().to_string()),
+            );
+        }
+        Ok(())
+    }
+
+    /// A tool call's limits at every level (calls per minute, calls in
+    /// flight) and its price in every budget: all or nothing.
+    fn take_tool_call(
+        &mut self,
+        gw: &Gateway,
+        m: &McpGateway,
+        client: &Client,
+        price: Micros,
+    ) -> Result<(), GatewayError> {
+        let now = self.host.now_ms();
+        let mut taken: Vec<(String, u64)> = Vec::new();
+        let mut held: Vec<String> = Vec::new();
+        let mut spent: Vec<String> = Vec::new();
+        let result = self.take_levels(gw, m, client, price, now, &mut taken, &mut held, &mut spent);
+        if result.is_err() {
+            for (key, per_minute) in &taken {
+                let _ = update(&self.host, key, |cur| {
+                    let next = ratelimit::adjust(&Bucket::decode(cur), *per_minute, 1, now);
+                    (Some(next.encode()), ())
+                });
+            }
+            for key in &held {
+                let _ = update(&self.host, key, |cur| (ratelimit::release(cur), ()));
+            }
+            for key in &spent {
+                let _ = update(&self.host, key, |cur| {
+                    (
+                        Some(ratelimit::settle_spend(cur, price.saturating_neg())),
+                        (),
+                    )
+                });
+            }
+            self.log.limited_by = "local";
+        } else if let Some(call) = self.mcp.as_mut() {
+            call.concurrency = held;
+            call.charged = price > 0;
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn take_levels(
+        &self,
+        gw: &Gateway,
+        m: &McpGateway,
+        client: &Client,
+        price: Micros,
+        now: u64,
+        taken: &mut Vec<(String, u64)>,
+        held: &mut Vec<String>,
+        spent: &mut Vec<String>,
+    ) -> Result<(), GatewayError> {
+        for (owner, access, limits) in owners(gw, m, client) {
+            if let Some(per_minute) = access.and_then(|a| a.calls_per_minute) {
+                let key = keys::limit(owner, Limit::ToolCallsPerMinute);
+                let take = update(&self.host, &key, |cur| {
+                    let (next, t) = ratelimit::take(&Bucket::decode(cur), per_minute, 1, now);
+                    (Some(next.encode()), t)
+                });
+                match take {
+                    Ok(t) if t.admitted => taken.push((key, per_minute)),
+                    Ok(t) => {
+                        return Err(GatewayError::new(
+                            429,
+                            "requests",
+                            "rate_limit_exceeded",
+                            format!(
+                                "Tool calls per minute for {}: limit {per_minute}. Retry in {} s.",
+                                owner.describe(),
+                                t.wait_ms.div_ceil(1000).max(1)
+                            ),
+                        )
+                        .with_retry_after(t.wait_ms.div_ceil(1000).max(1)))
+                    }
+                    Err(_) => {}
+                }
+            }
+            if let Some(max) = access.and_then(|a| a.max_concurrent_calls) {
+                let key = keys::limit(owner, Limit::ToolCalls);
+                let max = u32::try_from(max).unwrap_or(u32::MAX);
+                match update(&self.host, &key, |cur| ratelimit::acquire(cur, max)) {
+                    Ok(true) => held.push(key),
+                    Ok(false) => {
+                        return Err(GatewayError::new(
+                            429,
+                            "requests",
+                            "concurrency_limit_exceeded",
+                            format!(
+                                "Too many tool calls in flight for {}: limit {max}. Retry when one finishes.",
+                                owner.describe()
+                            ),
+                        )
+                        .with_retry_after(1))
+                    }
+                    Err(_) => {}
+                }
+            }
+            if price <= 0 || !limits.scope.budgets.local() {
+                continue;
+            }
+            for b in &limits.budgets {
+                let index = b.period.index(now, gw.budget_offset_ms);
+                let key = keys::budget(owner, b.period, index);
+                let ok = update(&self.host, &key, |cur| {
+                    let (next, ok, _) = ratelimit::spend(cur, b.micros, price);
+                    (next, ok)
+                });
+                match ok {
+                    Ok(true) => spent.push(key),
+                    Ok(false) => {
+                        let reset = b.period.ms_to_end(now, gw.budget_offset_ms);
+                        return Err(admission::over_budget(
+                            &owner.describe(),
+                            b,
+                            price,
+                            reset,
+                            false,
+                        ));
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The server's answer starts: a `tools/list` or a guarded tool result
+    /// is read as it passes (its length changes, so `content-length` goes).
+    pub(crate) fn mcp_answer_headers(&mut self) -> Action {
+        let resp = self.host.headers(Part::Response).unwrap_or_default();
+        let mut status = 0u16;
+        let mut sse = false;
+        for (k, v) in &resp {
+            match k.as_str() {
+                ":status" => {
+                    status = std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0)
+                }
+                "content-type" => sse = v.starts_with(b"text/event-stream"),
+                _ => {}
+            }
+        }
+        self.log.status = status;
+        self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+        let rewriting = status == 200
+            && self
+                .mcp
+                .as_ref()
+                .is_some_and(|c| c.list || !c.output.is_empty());
+        if let Some(call) = self.mcp.as_mut() {
+            call.sse = sse;
+            call.rewriting = rewriting;
+        }
+        if rewriting {
+            let _ = self.host.set_header(Part::Response, "content-length", None);
+        }
+        self.phase = Phase::McpResponding;
+        Action::Continue
+    }
+
+    /// The answer's bytes: counted; rewritten when they are read (a JSON
+    /// answer held until whole, an SSE one event by event).
+    pub(crate) fn mcp_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let Some(mut call) = self.mcp.take() else {
+            return Action::Continue;
+        };
+        let action = self.mcp_rewrite(&mut call, body_size, end_of_stream);
+        self.mcp = Some(call);
+        action
+    }
+
+    fn mcp_rewrite(&mut self, call: &mut McpCall, body_size: usize, end_of_stream: bool) -> Action {
+        if !call.rewriting {
+            call.response_bytes = call.response_bytes.saturating_add(body_size as u64);
+            return Action::Continue;
+        }
+        if !call.sse && !end_of_stream {
+            return Action::Pause;
+        }
+        let Ok(loaded) = self.loaded() else {
+            return Action::Continue;
+        };
+        let gw = &loaded.gw;
+        let (Some(m), Some(client)) = (gw.mcp.as_ref(), self.client(gw)) else {
+            return Action::Continue;
+        };
+        let server = call
+            .server
+            .and_then(|i| m.config.servers.get(i))
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
+        let lv = levels(gw, m, client);
+        let keep = |name: &str| lv.calls(&server, name);
+        let policy = answer::Policy {
+            id: call.id.as_ref().map(|i| i.get()),
+            list: call.list.then_some(&keep as &dyn Fn(&str) -> bool),
+            output: gw
+                .guardrails
+                .as_ref()
+                .filter(|_| !call.output.is_empty())
+                .map(|g| (g, call.output.as_slice())),
+        };
+        let mut verdicts: Vec<Verdict> = Vec::new();
+        let mut edit = |msg: &mut answer::Message| policy.edit(msg, &mut verdicts);
+        let chunk = self
+            .host
+            .body(Part::Response, body_size)
+            .unwrap_or_default();
+        call.response_bytes = call.response_bytes.saturating_add(chunk.len() as u64);
+        let out = if call.sse {
+            let mut out = call.events.chunk(&chunk, &mut edit);
+            if end_of_stream {
+                out.extend(call.events.finish());
+            }
+            Some(out)
+        } else {
+            answer::rewrite_json(&chunk, &mut edit)
+        };
+        self.log.guardrails.extend(verdicts);
+        if let Some(out) = out {
+            let _ = self.host.set_body(Part::Response, body_size, &out);
+        }
+        Action::Continue
+    }
+}
+
+impl<H: Host> RequestContext<H> {
+    /// The request's end: its tool-call slots given back, its record.
+    pub(crate) fn mcp_end(&mut self) {
+        let Some(mut call) = self.mcp.take() else {
+            return;
+        };
+        for key in std::mem::take(&mut call.concurrency) {
+            let _ = update(&self.host, &key, |cur| (ratelimit::release(cur), ()));
+        }
+        self.emit_mcp_record(&call);
+    }
+}

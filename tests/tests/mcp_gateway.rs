@@ -1,0 +1,323 @@
+//! The MCP gateway (#47) through real Envoy and the gateway's filter (the
+//! build `PORTCULLIS_BUILD` names): two MCP servers built with the official
+//! `mcp` SDK (one answering SSE streams, one JSON) behind
+//! `/mcp/{server}`, the SDK's client with two keys that see different
+//! tools; refusals in JSON-RPC's shape; a tool-call limit at exactly its
+//! bound under 30 concurrent calls; a card number redacted in a tool's
+//! arguments and in its streamed result; the credential the server gets
+//! in place of the key; the request records.
+
+mod common;
+
+use common::{mcp_server, sdk_script, DEMO_KEY};
+use portcullis_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const ALICE_KEY: &str = "sk-mcp-alice";
+const BURST_KEY: &str = "sk-mcp-burst";
+const BETA_TOKEN: &str = "beta-server-token";
+
+fn plugin() -> String {
+    let base = test_plugin();
+    let clients = format!(
+        "clients:\n  - name: alice\n    key_sha256: {}\n    team: agents\n    mcp: {{tools: [\"*__echo\", \"*__count\", \"*__card\", \"*__headers\", \"alpha__add\"]}}\n  - name: burst\n    key_sha256: {}\n    mcp: {{servers: [alpha], calls_per_minute: 10}}\n",
+        key_hash(ALICE_KEY),
+        key_hash(BURST_KEY)
+    );
+    assert!(base.contains("\nclients:\n") && !base.contains("\nteams:"));
+    assert!(
+        !base.contains("\nguardrails:"),
+        "the test plugin has no guardrails"
+    );
+    let mut p = base.replacen("\nclients:\n", &format!("\n{clients}"), 1);
+    p.push_str(
+        "teams:\n  - name: agents\n    mcp: {servers: [alpha, beta]}\n\
+guardrails:\n  input:\n    - {name: cards, pii: [card], action: redact, clients: [alice]}\n  output:\n    - {name: cards-out, pii: [card], action: redact, clients: [alice]}\n\
+mcp:\n  servers:\n    - {name: alpha, cluster: mcp_alpha}\n    - {name: beta, cluster: mcp_beta, credential: {header: authorization, env: MCP_BETA_TOKEN, prefix: \"Bearer \"}}\n",
+    );
+    p
+}
+
+fn cluster_file(name: &str, port: u16) -> String {
+    format!(
+        "name: {name}\ntype: STATIC\nconnect_timeout: 2s\nload_assignment:\n  cluster_name: {name}\n  endpoints:\n  - lb_endpoints:\n    - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}\n"
+    )
+}
+
+fn mcp_post(url: &str, key: &str, body: &str, session: Option<&str>) -> Resp {
+    let auth = format!("Bearer {key}");
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("accept", "application/json, text/event-stream"),
+    ];
+    if let Some(s) = session {
+        headers.push(("mcp-session-id", s));
+    }
+    post(url, &headers, body)
+}
+
+fn rpc(r: &Resp) -> Value {
+    let text = r
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(&r.body);
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {} {}", r.status, r.body))
+}
+
+#[test]
+fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
+    let (alpha_port, beta_port) = (dead_port(), dead_port());
+    let _alpha = mcp_server("alpha", alpha_port, false);
+    let _beta = mcp_server("beta", beta_port, true);
+    let log_dir = TempDir::new("mcp-log");
+    let collector = Collector::start(&log_dir.0.join("log.db"), 0);
+    let clusters = TempDir::new("mcp-clusters");
+    std::fs::write(
+        clusters.0.join("alpha.yaml"),
+        cluster_file("mcp_alpha", alpha_port),
+    )
+    .unwrap();
+    std::fs::write(
+        clusters.0.join("beta.yaml"),
+        cluster_file("mcp_beta", beta_port),
+    )
+    .unwrap();
+    let primary = common::mock("primary", None);
+    let envoy = Envoy::start(EnvoyOpts {
+        plugin_yaml: &plugin(),
+        primary_port: primary.port,
+        backup_port: dead_port(),
+        collector_port: collector.grpc_port,
+        ratelimit_port: dead_port(),
+        workers: 2,
+        env: vec![("MCP_BETA_TOKEN", BETA_TOKEN)],
+        side_tls: None,
+        bootstrap_patch: Vec::new(),
+        control: None,
+        clusters: Some(&clusters.0),
+    });
+    let alpha = envoy.url("/mcp/alpha");
+    let beta = envoy.url("/mcp/beta");
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    // The demo key has no MCP section: every tool. Alice's key sees only
+    // hers (the SSE server, then the JSON one).
+    let demo = sdk_script("mcp_gateway_check.py", &[&alpha, DEMO_KEY, "alpha"]);
+    assert_eq!(
+        demo["tools"],
+        json!(["add", "card", "count", "echo", "headers", "secret"])
+    );
+    assert_eq!(demo["secret"], json!(["alpha: the secret"]));
+    assert_eq!(
+        demo["card"],
+        json!(["paid with 5500 0000 0000 0004 4111 1111 1111 1111"]),
+        "no guardrail for demo"
+    );
+    for (url, name) in [(&alpha, "alpha"), (&beta, "beta")] {
+        let v = sdk_script("mcp_gateway_check.py", &[url, ALICE_KEY, name, traceparent]);
+        let mut want_tools = vec!["card", "count", "echo", "headers"];
+        if name == "alpha" {
+            want_tools.insert(0, "add");
+        }
+        assert_eq!(v["server"], json!(name), "{v}");
+        assert_eq!(v["tools"], json!(want_tools), "{name}: filtered per key");
+        assert_eq!(v["echo"], json!([format!("{name}: hi")]));
+        assert_eq!(v["count"], json!(["counted to 3"]));
+        // Progress notifications pass in an SSE answer; a server answering
+        // JSON sends none.
+        let progress = if name == "alpha" {
+            json!([1.0, 2.0, 3.0])
+        } else {
+            json!([])
+        };
+        assert_eq!(v["progress"], progress, "{name}: progress");
+        // Refused in MCP's shape, never forwarded.
+        assert_eq!(v["secret"]["code"], json!(-32602), "{v}");
+        assert!(
+            v["secret"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{name}__secret")),
+            "{v}"
+        );
+        // Redacted in the arguments (the server saw none) and in the result.
+        let card = v["card"][0].as_str().unwrap();
+        assert!(
+            !card.contains("5500 0000") && !card.contains("4111 1111"),
+            "{card}"
+        );
+        assert_eq!(card.matches("[REDACTED:").count(), 2, "{card}");
+        // The server's credential, never the caller's key; the trace goes on.
+        let got: Value = serde_json::from_str(v["headers"][0].as_str().unwrap()).unwrap();
+        let auth = got.get("authorization").and_then(Value::as_str);
+        if name == "beta" {
+            assert_eq!(auth, Some(format!("Bearer {BETA_TOKEN}").as_str()));
+        } else {
+            assert_eq!(auth, None, "{got}");
+        }
+        assert!(!got.to_string().contains(ALICE_KEY), "{got}");
+        let tp = got["traceparent"].as_str().unwrap_or_default();
+        assert!(
+            tp.starts_with("00-0af7651916cd43dd8448eb211c80319c-")
+                && !tp.contains("b7ad6b7169203331"),
+            "{tp}"
+        );
+        assert_eq!(v["resource"], json!([format!("server {name}")]));
+        assert_eq!(v["prompt"], json!([format!("Hello Ada, from {name}")]));
+        // The session ends with DELETE through the gateway; after it the
+        // server knows the session no more.
+        let session = v["session"].as_str().expect("a session id");
+        let auth = format!("Bearer {ALICE_KEY}");
+        let path = if name == "alpha" {
+            "/mcp/alpha"
+        } else {
+            "/mcp/beta"
+        };
+        let authority = format!("127.0.0.1:{}", envoy.port);
+        let (status, _, body) = raw_http(
+            envoy.port,
+            "DELETE",
+            path,
+            &[
+                ("host", &authority),
+                ("authorization", &auth),
+                ("mcp-session-id", session),
+            ],
+            "",
+        );
+        assert_eq!(status, 200, "DELETE {name}: {body}");
+        let ping = r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#;
+        let r = mcp_post(url, ALICE_KEY, ping, Some(session));
+        assert_eq!(r.status, 404, "ended: {}", r.body);
+    }
+
+    // Bad input: each a JSON-RPC error with the spec's status, none a 500.
+    let cases: &[(&str, &str, &str, u16, i64)] = &[
+        ("/mcp/alpha", ALICE_KEY, "not json", 400, -32700),
+        (
+            "/mcp/alpha",
+            ALICE_KEY,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            400,
+            -32600,
+        ),
+        (
+            "/mcp/alpha",
+            ALICE_KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            400,
+            -32602,
+        ),
+        (
+            "/mcp/alpha",
+            ALICE_KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"beta__secret"}}"#,
+            403,
+            -32602,
+        ),
+        (
+            "/mcp/gamma",
+            ALICE_KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            404,
+            -32601,
+        ),
+        (
+            "/mcp",
+            ALICE_KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            404,
+            -32601,
+        ),
+        (
+            "/mcp/beta",
+            BURST_KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            403,
+            -32000,
+        ),
+        (
+            "/mcp/alpha",
+            "sk-nobody",
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            401,
+            -32000,
+        ),
+    ];
+    for (path, key, body, status, code) in cases {
+        let r = mcp_post(&envoy.url(path), key, body, None);
+        assert_eq!(r.status, *status, "{path} {body}: {}", r.body);
+        let v = rpc(&r);
+        assert_eq!(v["jsonrpc"], "2.0");
+        assert_eq!(v["error"]["code"], json!(code), "{path} {body}: {v}");
+        if *status == 401 {
+            assert!(r
+                .header("www-authenticate")
+                .is_some_and(|h| h.starts_with("Bearer")));
+        }
+    }
+    // A huge `params`: the body limit, in JSON-RPC's shape.
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
+        "x".repeat(33 << 20)
+    );
+    let r = mcp_post(&alpha, ALICE_KEY, &huge, None);
+    assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
+
+    // 30 concurrent calls against a limit of 10 a minute: exactly 10 pass.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let r = mcp_post(&alpha, BURST_KEY, init, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.header("mcp-session-id").expect("session").to_string();
+    let results: Vec<(u16, Value, Option<String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..30)
+            .map(|i| {
+                let (alpha, session) = (&alpha, &session);
+                s.spawn(move || {
+                    let call = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"add","arguments":{{"a":1,"b":2}}}}}}"#, 100 + i);
+                    let r = mcp_post(alpha, BURST_KEY, &call, Some(session));
+                    (r.status, rpc(&r), r.header("retry-after").map(String::from))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = results
+        .iter()
+        .filter(|(s, v, _)| *s == 200 && v["result"].is_object())
+        .count();
+    let limited: Vec<_> = results.iter().filter(|(s, _, _)| *s == 429).collect();
+    assert_eq!((ok, limited.len()), (10, 20), "{results:?}");
+    for (_, v, retry) in limited {
+        assert_eq!(v["error"]["code"], json!(-32000));
+        assert_eq!(v["error"]["data"]["code"], json!("rate_limit_exceeded"));
+        assert!(v["error"]["data"]["retry_after_seconds"]
+            .as_u64()
+            .is_some_and(|s| s >= 1));
+        assert!(retry.is_some());
+    }
+
+    // Records: one per request, the server as provider, the tool as model.
+    let records = poll_until(Duration::from_secs(20), "the MCP records", || {
+        let rows = collector.recent(500);
+        let calls: Vec<Value> = rows
+            .into_iter()
+            .filter(|r| r["api"] == "mcp" && r["model"] == "beta__card")
+            .collect();
+        (!calls.is_empty()).then_some(calls)
+    });
+    let r = &records[0];
+    assert_eq!(r["client"], "alice");
+    assert_eq!(r["team"], "agents");
+    assert_eq!(r["provider"], "beta");
+    assert_eq!(r["status"], 200);
+    assert_eq!(
+        r["guardrails"],
+        json!([{"action": "redact", "check": "cards", "hits": 1, "stage": "input"},
+            {"action": "redact", "check": "cards-out", "hits": 2, "stage": "output"}]),
+        "{r}"
+    );
+    assert_eq!(r["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+}
