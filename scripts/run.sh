@@ -34,8 +34,14 @@ wait_for() { # url what
 # The mocks check the provider keys Envoy injects from its environment.
 scripts/keep-running.sh primary "$MOCK" --port 18001 --name primary --api-key sk-mock-primary >.run/logs/primary.log 2>&1 & pids+=($!)
 scripts/keep-running.sh backup "$MOCK" --port 18002 --name backup --api-key sk-mock-backup >.run/logs/backup.log 2>&1 & pids+=($!)
+# Two MCP servers (the mock's MCP mode) behind /mcp/tools and /mcp/notes;
+# `notes` takes only the credential the gateway sends it.
+scripts/keep-running.sh mcp-tools "$MOCK" --port 18011 --name tools >.run/logs/mcp-tools.log 2>&1 & pids+=($!)
+scripts/keep-running.sh mcp-notes "$MOCK" --port 18012 --name notes --api-key sk-mock-notes >.run/logs/mcp-notes.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:18001/__mock/hits "mock provider primary"
 wait_for http://127.0.0.1:18002/__mock/hits "mock provider backup"
+wait_for http://127.0.0.1:18011/__mock/hits "MCP server tools"
+wait_for http://127.0.0.1:18012/__mock/hits "MCP server notes"
 
 # The request log must never fail a request: the collector is restarted
 # when it exits instead of taking the gateway down with it.
@@ -91,7 +97,7 @@ if [[ "${CONTROL:-1}" != 0 ]]; then
   cp envoy/envoy.yaml "$bootstrap"
   envoy/use-control.sh "$bootstrap" 127.0.0.1:18000
 fi
-OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary \
+OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary MCP_NOTES_TOKEN=sk-mock-notes \
   PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
   scripts/keep-running.sh envoy "$ENVOY" -c "$bootstrap" --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
@@ -117,6 +123,8 @@ One capability each, with the tour's key (sk-portcullis-tour; envoy/plugin.yaml'
   curl -s -D - -o /dev/null http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"claude-haiku","messages":[{"role":"user","content":"Hi"}]}' | grep -i '^x-portcullis-\(experiment\|model\)'
   # a limit: the tour key's 5 requests a minute (the first try counts), then 429 (its budget, \$0.01 a day, is on the dashboards)
   for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d "{\"model\":\"mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi \$i\"}]}"; done; echo
+  # an MCP client's session through the gateway (docs/mcp-gateway.md): initialize, tools/list, tools/call
+  M=(-H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -H 'accept: application/json, text/event-stream'); S=\$(curl -s -D - -o /dev/null http://127.0.0.1:10000/mcp/notes "\${M[@]}" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}' | tr -d '\r' | sed -n 's/^mcp-session-id: //Ip'); curl -s http://127.0.0.1:10000/mcp/notes "\${M[@]}" -H "mcp-session-id: \$S" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'; echo; curl -s http://127.0.0.1:10000/mcp/notes "\${M[@]}" -H "mcp-session-id: \$S" -d '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}'; echo
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
 if [[ "${CONTROL:-1}" != 0 ]]; then

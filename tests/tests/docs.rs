@@ -298,13 +298,23 @@ fn the_ready_lines_tries_show_what_they_say() {
         .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('#'))
         .map(|l| l.trim_start().replace("\\$", "$"))
         .collect();
-    assert_eq!(tries.len(), 4, "{tries:?}");
-    let stack = Stack::start(&shipped_plugin(), 1);
+    assert_eq!(tries.len(), 5, "{tries:?}");
+    // The demo's MCP server `notes`, which takes only its own credential.
+    let notes = common::mock("notes", Some(common::MCP_NOTES_TOKEN));
+    let notes_port = format!("port_value: {}", notes.port);
+    let stack = Stack::start_patched(
+        &shipped_plugin(),
+        1,
+        false,
+        dead_port(),
+        vec![("port_value: 18012", &notes_port)],
+    );
     let wants = [
         "write to [REDACTED:email]",
         "x-portcullis-provider: backup",
         "x-portcullis-experiment: tour-ab/",
         "429",
+        r#""text":"notes: hi""#,
     ];
     for (t, want) in tries.iter().zip(wants) {
         let line = t

@@ -33,6 +33,7 @@ enum Mode {
     GeminiStream,
     Bedrock,
     BedrockInvoke,
+    Mcp,
 }
 
 /// The Bedrock mode's credentials (the mock is started with them).
@@ -922,7 +923,64 @@ fn cases(host: &str) -> Vec<(&'static str, Case)> {
                 )
             },
         ),
+        // MCP mode: JSON-RPC errors (`kind`: the error's code).
+        (
+            "mcp-wrong-key",
+            mcp(
+                vec![("authorization", "Bearer sk-other".into())],
+                ping(),
+                401,
+                "credential",
+            ),
+        ),
+        (
+            "mcp-not-acceptable",
+            mcp(
+                vec![("accept", "application/json".into())],
+                ping(),
+                406,
+                "Not Acceptable",
+            ),
+        ),
+        (
+            "mcp-not-json",
+            mcp(Vec::new(), "{".into(), 400, "Parse error"),
+        ),
+        (
+            "mcp-no-session",
+            mcp(Vec::new(), ping(), 400, "No valid session ID"),
+        ),
+        (
+            "mcp-unknown-session",
+            mcp(
+                vec![("mcp-session-id", "not-a-session".into())],
+                ping(),
+                404,
+                "Session not found",
+            ),
+        ),
     ]
+}
+
+fn ping() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string()
+}
+
+/// An MCP-mode case: a JSON-RPC error's message says `says`.
+fn mcp(
+    headers: Vec<(&'static str, String)>,
+    body: String,
+    status: u16,
+    says: &'static str,
+) -> Case {
+    Case {
+        mode: Mode::Mcp,
+        headers,
+        body,
+        status,
+        kind: None,
+        says,
+    }
 }
 
 fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -> Resp {
@@ -963,6 +1021,13 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             vec![("x-goog-api-key", KEY.into())],
         ),
         Mode::Bedrock => (BEDROCK_PATH, Vec::new()),
+        Mode::Mcp => (
+            "/mcp",
+            vec![
+                ("authorization", format!("Bearer {KEY}")),
+                ("accept", "application/json, text/event-stream".into()),
+            ],
+        ),
         Mode::BedrockInvoke => (INVOKE_PATH, Vec::new()),
         Mode::Anthropic => (
             "/v1/messages",

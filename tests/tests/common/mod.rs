@@ -2,6 +2,8 @@
 use portcullis_tests::*;
 
 pub const DEMO_KEY: &str = "sk-portcullis-demo";
+/// The credential the shipped demo's MCP server `notes` takes.
+pub const MCP_NOTES_TOKEN: &str = "sk-mock-notes";
 pub const MINI_KEY: &str = "sk-portcullis-mini";
 pub const PRIMARY_KEY: &str = "sk-primary-provider";
 pub const BACKUP_KEY: &str = "sk-backup-provider";
@@ -77,6 +79,8 @@ impl Stack {
                 ("ANTHROPIC_API_KEY", PRIMARY_KEY),
                 // The collector tests that require it check it.
                 ("PORTCULLIS_INGEST_TOKEN", INGEST_TOKEN),
+                // The shipped demo's MCP server `notes` takes it.
+                ("MCP_NOTES_TOKEN", MCP_NOTES_TOKEN),
             ],
         });
         Stack {

@@ -45,6 +45,10 @@
 //! does (422 `extra_forbidden`), and with `stream_options` among them puts
 //! a stream's usage in its last chunk unasked, as Mistral does.
 //!
+//! `POST /mcp` (and `DELETE`) — a small MCP server over streamable HTTP
+//! (JSON answers, sessions, the tools `echo` and `add`; `mcp.rs`), for the
+//! demo's MCP servers and the benchmarks.
+//!
 //! Every mode refuses what the real API refuses, in its own error shape:
 //! the table of checks is `tests/MOCK.md` (a test sends each bad request).
 //!
@@ -55,6 +59,7 @@ mod anthropic;
 mod bedrock;
 mod embeddings;
 mod gemini;
+mod mcp;
 mod openai_checks;
 mod responses;
 
@@ -242,6 +247,15 @@ struct State {
     tokens: Mutex<Vec<(String, std::time::Instant)>>,
     /// `--token-ttl S`: the lifetime of the tokens issued (default 3600).
     token_ttl_s: u64,
+    /// MCP mode's sessions (`/mcp`).
+    mcp_sessions: Mutex<std::collections::HashSet<String>>,
+}
+
+/// An empty body.
+fn empty_body() -> Body {
+    Full::new(Bytes::new())
+        .map_err(|never| match never {})
+        .boxed()
 }
 
 const LOG_KEEP: usize = 64;
@@ -664,6 +678,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
     let path = req.uri().path();
     if path.starts_with("/__mock/") {
         control(state, req).await
+    } else if path == "/mcp" {
+        mcp::serve(state, req).await
     } else if req.method() == hyper::Method::GET && path == METADATA_TOKEN_PATH {
         Ok(metadata_token(&state, &req))
     } else if req.method() == hyper::Method::POST
@@ -803,6 +819,7 @@ fn main() -> io::Result<()> {
             token_ttl_s: arg(&args, "--token-ttl")
                 .and_then(|t| t.parse().ok())
                 .unwrap_or(3600),
+            mcp_sessions: Mutex::new(std::collections::HashSet::new()),
         });
         loop {
             let (sock, _) = listener.accept().await?;
