@@ -45,6 +45,8 @@ pub enum Phase {
     McpProxied,
     /// An MCP server's answer on its way to the client.
     McpResponding,
+    /// The aggregated MCP endpoint: waiting for its servers' answers.
+    McpFanout,
     /// Answered by the filter, or not ours: nothing more to do.
     Done,
 }
@@ -301,6 +303,7 @@ impl<H: Host> RequestContext<H> {
             Phase::FallbackPending => self.fallback_answer(token, body_size),
             Phase::Guarding => self.on_guard_answer(token, body_size),
             Phase::AwaitingToken(call) if call == token => self.on_token_answer(body_size),
+            Phase::McpFanout => self.mcp_fanout_answer(token, body_size),
             _ => {}
         }
     }

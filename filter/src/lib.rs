@@ -65,6 +65,7 @@ mod host;
 mod kept_answers;
 mod loaded;
 mod mcp;
+mod mcp_aggregate;
 mod mcp_state;
 mod metrics;
 mod pipeline;

@@ -47,7 +47,7 @@ fn owners<'g>(
     out
 }
 
-fn levels<'g>(gw: &'g Gateway, m: &'g McpGateway, c: &'g Client) -> Levels<'g> {
+pub(crate) fn levels<'g>(gw: &'g Gateway, m: &'g McpGateway, c: &'g Client) -> Levels<'g> {
     m.levels(&c.name, team_of(gw, c).map(|t| t.name.as_str()))
 }
 
@@ -64,7 +64,17 @@ impl<H: Host> RequestContext<H> {
         key: Result<([u8; 32], &Client), GatewayError>,
         end_of_stream: bool,
     ) -> Result<Action, GatewayError> {
-        self.mcp = Some(Box::default());
+        let mut call = Box::<McpCall>::default();
+        for (k, v) in self.host.headers(Part::Request).unwrap_or_default() {
+            let text = || String::from_utf8_lossy(&v).into_owned();
+            match k.as_str() {
+                "mcp-session-id" => call.session = Some(text()),
+                "mcp-protocol-version" => call.protocol_version = Some(text()),
+                ":authority" => self.request.authority = text(),
+                _ => {}
+            }
+        }
+        self.mcp = Some(call);
         self.log.chat = true;
         let now = self.host.now_ms();
         self.log.started_ms = now;
@@ -79,6 +89,9 @@ impl<H: Host> RequestContext<H> {
             .mcp
             .as_ref()
             .ok_or_else(|| GatewayError::internal("no mcp section"))?;
+        if path == m.config.path {
+            return self.mcp_aggregate_headers(gw, m, client, method, end_of_stream);
+        }
         let Some(server) = server else {
             let name = path
                 .strip_prefix(m.config.path.as_str())
@@ -149,7 +162,7 @@ impl<H: Host> RequestContext<H> {
     /// The request as the server gets it: its cluster and path, the
     /// server's credential in place of the caller's key, the call's bound
     /// (none for a stream), the trace continued.
-    fn mcp_upstream(
+    pub(crate) fn mcp_upstream(
         &mut self,
         server: &Server,
         index: Option<usize>,
@@ -210,16 +223,20 @@ impl<H: Host> RequestContext<H> {
             (Some(m), Some(c)) => (m, c),
             _ => return Err(GatewayError::unknown_key()),
         };
-        let server = self
-            .mcp
-            .as_ref()
-            .and_then(|c| m.config.servers.get(c.server?))
-            .ok_or_else(|| GatewayError::internal("no server"))?;
+        let aggregate = self.mcp.as_ref().is_some_and(|c| c.aggregate);
         if let Some(call) = self.mcp.as_mut() {
             call.id = msg.id.map(ToOwned::to_owned);
             call.method = msg.method_name().to_string();
             call.request_bytes = body.len() as u64;
         }
+        if aggregate {
+            return self.mcp_aggregate_body(gw, m, client, &msg, &body, body_size);
+        }
+        let server = self
+            .mcp
+            .as_ref()
+            .and_then(|c| m.config.servers.get(c.server?))
+            .ok_or_else(|| GatewayError::internal("no server"))?;
         self.phase = Phase::McpProxied;
         match &msg.method {
             Method::ToolsList => {
@@ -228,30 +245,48 @@ impl<H: Host> RequestContext<H> {
                 }
             }
             Method::ToolCall { name, .. } => {
-                let tool = core_mcp::qualified(&server.name, name);
-                if let Some(call) = self.mcp.as_mut() {
-                    call.tool.clone_from(&tool);
-                }
-                if !levels(gw, m, client).calls(&server.name, name) {
-                    return Err(GatewayError::new(
-                        403,
-                        "permission_error",
-                        "tool_not_allowed",
-                        format!("Key `{}` may not call tool `{tool}`.", client.name),
-                    ));
-                }
-                self.mcp_input_checks(gw, client, &body, body_size)?;
-                self.take_tool_call(gw, m, client, server.price_micros)?;
-                if let Some(g) = gw.guardrails.as_ref() {
-                    let output = guard::active_for_tools(g, Stage::Output, &client.name);
-                    if let Some(call) = self.mcp.as_mut() {
-                        call.output = output;
-                    }
-                }
+                self.mcp_tool_call(gw, m, client, server, name, &body, body_size)?;
             }
             _ => {}
         }
         Ok(Action::Continue)
+    }
+
+    /// A `tools/call` of `name` at `server`: may the caller call it, the
+    /// input checks over its arguments (`body` as the server will get it),
+    /// its limits and price, the output checks its result will get.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mcp_tool_call(
+        &mut self,
+        gw: &Gateway,
+        m: &McpGateway,
+        client: &Client,
+        server: &Server,
+        name: &str,
+        body: &[u8],
+        body_size: usize,
+    ) -> Result<(), GatewayError> {
+        let tool = core_mcp::qualified(&server.name, name);
+        if let Some(call) = self.mcp.as_mut() {
+            call.tool.clone_from(&tool);
+        }
+        if !levels(gw, m, client).calls(&server.name, name) {
+            return Err(GatewayError::new(
+                403,
+                "permission_error",
+                "tool_not_allowed",
+                format!("Key `{}` may not call tool `{tool}`.", client.name),
+            ));
+        }
+        self.mcp_input_checks(gw, client, body, body_size)?;
+        self.take_tool_call(gw, m, client, server.price_micros)?;
+        if let Some(g) = gw.guardrails.as_ref() {
+            let output = guard::active_for_tools(g, Stage::Output, &client.name);
+            if let Some(call) = self.mcp.as_mut() {
+                call.output = output;
+            }
+        }
+        Ok(())
     }
 
     /// The input checks over a tool's arguments: a deny refuses the call, a

@@ -38,6 +38,15 @@ pub struct McpCall {
     pub rpc_error: i64,
     /// The call's price was counted in the caller's budgets.
     pub charged: bool,
+    /// A request to the aggregated endpoint (`{mcp.path}` itself).
+    pub aggregate: bool,
+    /// The client's `Mcp-Session-Id` and `MCP-Protocol-Version`, as sent.
+    pub session: Option<String>,
+    pub protocol_version: Option<String>,
+    /// The aggregated endpoint's callouts in flight: (token, server index).
+    pub fanout: Vec<(u32, usize)>,
+    /// Their answers: (server index, status, the server's session, body).
+    pub answers: Vec<(usize, u16, Option<String>, Vec<u8>)>,
 }
 
 /// Create the tool-call counters every key and team will take from (see

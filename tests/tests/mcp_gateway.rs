@@ -193,6 +193,41 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         assert_eq!(r.status, 404, "ended: {}", r.body);
     }
 
+    // The aggregated endpoint: both servers behind /mcp, their tools and
+    // prompts qualified, Alice's filtered; each call under its server's
+    // credential and session; the session ended with DELETE on close.
+    let v = sdk_script("mcp_aggregate_check.py", &[&envoy.url("/mcp"), ALICE_KEY]);
+    assert_eq!(v["server"], "portcullis", "{v}");
+    assert_eq!(
+        v["tools"],
+        json!([
+            "alpha__add",
+            "alpha__card",
+            "alpha__count",
+            "alpha__echo",
+            "alpha__headers",
+            "beta__card",
+            "beta__count",
+            "beta__echo",
+            "beta__headers"
+        ]),
+        "{v}"
+    );
+    assert_eq!(v["prompts"], json!(["alpha__greet", "beta__greet"]), "{v}");
+    assert_eq!(v["echo"], json!(["alpha: hi"]));
+    assert_eq!(v["beta_echo"], json!(["beta: hi"]));
+    let got: Value = serde_json::from_str(v["headers"][0].as_str().unwrap()).unwrap();
+    assert_eq!(
+        got["authorization"],
+        json!(format!("Bearer {BETA_TOKEN}")),
+        "{got}"
+    );
+    assert!(!got.to_string().contains(ALICE_KEY), "{got}");
+    assert_eq!(v["secret"]["code"], json!(-32602), "{v}");
+    assert_eq!(v["unknown"]["code"], json!(-32602), "{v}");
+    assert_eq!(v["prompt"], json!(["Hello Ada, from beta"]));
+    assert_eq!(v["ping"], "ok");
+
     // Bad input: each a JSON-RPC error with the spec's status, none a 500.
     let cases: &[(&str, &str, &str, u16, i64)] = &[
         ("/mcp/alpha", ALICE_KEY, "not json", 400, -32700),
@@ -224,10 +259,18 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
             404,
             -32601,
         ),
+        // The aggregated endpoint without a session.
         (
             "/mcp",
             ALICE_KEY,
-            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            404,
+            -32600,
+        ),
+        (
+            "/mcp",
+            ALICE_KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"info://alpha"}}"#,
             404,
             -32601,
         ),
@@ -257,6 +300,50 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
                 .header("www-authenticate")
                 .is_some_and(|h| h.starts_with("Bearer")));
         }
+    }
+    // An aggregated session ends with DELETE at every server: after it,
+    // the servers know it no more and the client is told to start again.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let r = mcp_post(&envoy.url("/mcp"), ALICE_KEY, init, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.header("mcp-session-id").expect("a session").to_string();
+    let list = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#;
+    let r = mcp_post(&envoy.url("/mcp"), ALICE_KEY, list, Some(&session));
+    assert_eq!(
+        rpc(&r)["result"]["tools"].as_array().map(Vec::len),
+        Some(9),
+        "{}",
+        r.body
+    );
+    let (authority, auth) = (
+        format!("127.0.0.1:{}", envoy.port),
+        format!("Bearer {ALICE_KEY}"),
+    );
+    let (status, _, body) = raw_http(
+        envoy.port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("host", &authority),
+            ("authorization", &auth),
+            ("mcp-session-id", &session),
+        ],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let r = mcp_post(&envoy.url("/mcp"), ALICE_KEY, list, Some(&session));
+    assert_eq!(
+        (r.status, rpc(&r)["error"]["code"].clone()),
+        (404, json!(-32600)),
+        "{}",
+        r.body
+    );
+    // A forged session at the aggregated endpoint asks no server.
+    for forged in ["not-ours", "pcs1-7b7d"] {
+        let r = mcp_post(&envoy.url("/mcp"), ALICE_KEY, list, Some(forged));
+        assert_eq!(r.status, 404, "{forged}: {}", r.body);
+        assert_eq!(rpc(&r)["error"]["code"], json!(-32600));
+        assert_eq!(rpc(&r)["id"], json!(5));
     }
     // A huge `params`: the body limit, in JSON-RPC's shape.
     let huge = format!(

@@ -226,7 +226,7 @@ impl<'a> Message<'a> {
 pub fn code_of(e: &GatewayError) -> i64 {
     match e.code {
         "parse_error" | "invalid_json" => PARSE_ERROR,
-        "invalid_request" => INVALID_REQUEST,
+        "invalid_request" | "session_not_found" => INVALID_REQUEST,
         "invalid_params" | "tool_not_allowed" => INVALID_PARAMS,
         "method_not_found" => METHOD_NOT_FOUND,
         _ if e.status >= 500 => INTERNAL_ERROR,

@@ -8,11 +8,14 @@
 //!   gateway's own errors in JSON-RPC's shape.
 //! - [`access`]: the config (`mcp:` servers; each key's and team's tools,
 //!   limits and price) and who may call what.
+//! - [`aggregate`]: the aggregated endpoint: the client's session over its
+//!   servers' sessions, their answers merged, qualified names split.
 //! - [`answer`]: a server's answer as it passes back: a `tools/list`
 //!   filtered to the caller's tools, a tool's result read for the
 //!   guardrails, whole (JSON) or event by event (SSE).
 
 pub mod access;
+pub mod aggregate;
 pub mod answer;
 pub mod message;
 

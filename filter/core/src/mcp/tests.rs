@@ -312,3 +312,59 @@ fn every_problem_of_the_mcp_section_is_listed_at_once() {
         "{e}"
     );
 }
+
+#[test]
+fn a_gateway_session_holds_each_servers_session_and_nothing_else_reads_as_one() {
+    use super::aggregate::{session_id, sessions_of};
+    let pairs = vec![
+        ("alpha".to_string(), "s-1~=x".to_string()),
+        ("beta".to_string(), "2".to_string()),
+    ];
+    let id = session_id(&pairs);
+    assert!(
+        id.bytes().all(|b| (0x21..=0x7e).contains(&b)),
+        "visible ASCII: {id}"
+    );
+    assert_eq!(sessions_of(&id), Some(pairs));
+    for forged in ["", "pcs1-", "pcs1-zz", "pcs1-7", "abc", "pcs1-7b7d"] {
+        assert_eq!(sessions_of(forged), None, "{forged}");
+    }
+}
+
+#[test]
+fn the_servers_answers_merge_into_one_initialize_and_qualified_lists() {
+    use super::aggregate::{answer_to, initialize, merged_list, renamed, split};
+    let a = answer_to(br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}"#, "1").unwrap();
+    let sse = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"prompts\":{}}}}\n\n";
+    let b = answer_to(sse, "1").unwrap();
+    assert!(answer_to(sse, "2").is_none());
+    let v: Value = serde_json::from_slice(&initialize("1", &[a, b])).unwrap();
+    assert_eq!(v["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(v["result"]["serverInfo"]["name"], "portcullis");
+    assert!(v["result"]["capabilities"]["prompts"].is_object());
+    let la = answer_to(br#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"echo","inputSchema":{}},{"name":"secret"}]}}"#, r#""x""#).unwrap();
+    let lb = answer_to(
+        br#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"echo"}]}}"#,
+        r#""x""#,
+    )
+    .unwrap();
+    let out = merged_list(
+        r#""x""#,
+        "tools",
+        &[("alpha", la), ("beta", lb)],
+        &|s, n| !(s == "alpha" && n == "secret"),
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["id"], "x");
+    assert_eq!(
+        v["result"]["tools"],
+        json!([{"name": "alpha__echo", "inputSchema": {}}, {"name": "beta__echo"}])
+    );
+    assert_eq!(split("alpha__do__it"), Some(("alpha", "do__it")));
+    assert_eq!(split("alpha"), None);
+    assert_eq!(split("__x"), None);
+    let body = renamed(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"alpha__echo","arguments":{}}}"#, "echo").unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["params"]["name"], "echo");
+    assert_eq!(v["params"]["arguments"], json!({}));
+}
