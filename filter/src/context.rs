@@ -238,11 +238,20 @@ impl<H: Host> RequestContext<H> {
             .as_deref()
             .map(|r| vec![("retry-after", r)])
             .unwrap_or_default();
+        let www;
         let body = match self.mcp.as_mut() {
             Some(call) => {
                 call.rpc_error = portcullis_core::mcp::message::code_of(err);
                 if err.status == 401 {
-                    extra.push(("www-authenticate", crate::mcp_state::WWW_AUTHENTICATE));
+                    www = self
+                        .loaded
+                        .as_ref()
+                        .and_then(|l| l.gw.mcp.as_ref()?.oauth.as_ref())
+                        .map_or_else(
+                            || crate::mcp_state::WWW_AUTHENTICATE.to_string(),
+                            |o| o.www_authenticate(),
+                        );
+                    extra.push(("www-authenticate", &www));
                 }
                 portcullis_core::mcp::message::error_body(call.id.as_deref(), err)
             }

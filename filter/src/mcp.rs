@@ -24,6 +24,7 @@ use portcullis_core::mcp::message::{Message, Method};
 use portcullis_core::mcp::{self as core_mcp, McpGateway, Server};
 use portcullis_core::ratelimit::{self, Bucket, Micros};
 use portcullis_core::store::update;
+use std::borrow::Cow;
 
 fn team_of<'g>(gw: &'g Gateway, c: &Client) -> Option<&'g portcullis_core::config::Team> {
     gw.teams.get(c.team?)
@@ -47,11 +48,29 @@ fn owners<'g>(
     out
 }
 
+/// The client a request acts as: its key's, with the team a login's
+/// claims named (`mcp.oauth`) in place of the key's own.
+pub(crate) fn effective(c: &Client, team: Option<usize>) -> Cow<'_, Client> {
+    match team {
+        Some(t) if c.team != Some(t) => Cow::Owned(Client {
+            team: Some(t),
+            ..c.clone()
+        }),
+        _ => Cow::Borrowed(c),
+    }
+}
+
 pub(crate) fn levels<'g>(gw: &'g Gateway, m: &'g McpGateway, c: &'g Client) -> Levels<'g> {
     m.levels(&c.name, team_of(gw, c).map(|t| t.name.as_str()))
 }
 
 impl<H: Host> RequestContext<H> {
+    /// The client an MCP request acts as ([`effective`]).
+    pub(crate) fn mcp_client<'g>(&self, gw: &'g Gateway) -> Option<Cow<'g, Client>> {
+        let team = self.mcp.as_ref().and_then(|c| c.team);
+        self.client(gw).map(|c| effective(c, team))
+    }
+
     /// The headers of a request to `{mcp.path}/...`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn mcp_headers(
@@ -65,16 +84,25 @@ impl<H: Host> RequestContext<H> {
         end_of_stream: bool,
     ) -> Result<Action, GatewayError> {
         let mut call = Box::<McpCall>::default();
+        let oauth = gw.mcp.as_ref().and_then(|m| m.oauth.as_ref());
+        let mut payload = None;
         for (k, v) in self.host.headers(Part::Request).unwrap_or_default() {
             let text = || String::from_utf8_lossy(&v).into_owned();
             match k.as_str() {
                 "mcp-session-id" => call.session = Some(text()),
                 "mcp-protocol-version" => call.protocol_version = Some(text()),
                 ":authority" => self.request.authority = text(),
+                k if oauth.is_some_and(|o| o.payload_header == k) => payload = Some(text()),
                 _ => {}
             }
         }
         self.mcp = Some(call);
+        // A caller that logged in: the token was verified by jwt_authn,
+        // which forwards its payload; the claims pick the team.
+        let key = match (oauth, payload) {
+            (Some(o), Some(p)) => self.mcp_login(gw, o, &p),
+            _ => key,
+        };
         self.log.chat = true;
         let now = self.host.now_ms();
         self.log.started_ms = now;
@@ -159,6 +187,32 @@ impl<H: Host> RequestContext<H> {
         Ok(Action::Pause)
     }
 
+    /// A verified login's client (`mcp.oauth.client`) and team (its claim).
+    fn mcp_login<'g>(
+        &mut self,
+        gw: &'g Gateway,
+        o: &portcullis_core::mcp::oauth::Oauth,
+        payload: &str,
+    ) -> Result<([u8; 32], &'g Client), GatewayError> {
+        let refused = || {
+            GatewayError::new(
+                401,
+                "invalid_request_error",
+                "invalid_token",
+                "The login's token could not be read: log in again.",
+            )
+        };
+        let claims = portcullis_core::mcp::oauth::claims(payload).ok_or_else(refused)?;
+        let client = gw.clients.get(&o.client_key).ok_or_else(refused)?;
+        let teams: Vec<&str> = gw.teams.iter().map(|t| t.name.as_str()).collect();
+        let team = o.team(&claims, &teams);
+        self.request.end_user = o.user(&claims);
+        if let Some(call) = self.mcp.as_mut() {
+            call.team = team;
+        }
+        Ok((o.client_key, client))
+    }
+
     /// The request as the server gets it: its cluster and path, the
     /// server's credential in place of the caller's key, the call's bound
     /// (none for a stream), the trace continued.
@@ -219,10 +273,11 @@ impl<H: Host> RequestContext<H> {
             .body(Part::Request, body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
         let msg = Message::read(&body).map_err(|r| r.into_error())?;
-        let (m, client) = match (gw.mcp.as_ref(), self.client(gw)) {
+        let (m, client) = match (gw.mcp.as_ref(), self.mcp_client(gw)) {
             (Some(m), Some(c)) => (m, c),
             _ => return Err(GatewayError::unknown_key()),
         };
+        let client: &Client = &client;
         let aggregate = self.mcp.as_ref().is_some_and(|c| c.aggregate);
         if let Some(call) = self.mcp.as_mut() {
             call.id = msg.id.map(ToOwned::to_owned);
@@ -506,9 +561,13 @@ impl<H: Host> RequestContext<H> {
             return Action::Continue;
         };
         let gw = &loaded.gw;
-        let (Some(m), Some(client)) = (gw.mcp.as_ref(), self.client(gw)) else {
+        let (Some(m), Some(client)) = (
+            gw.mcp.as_ref(),
+            self.client(gw).map(|c| effective(c, call.team)),
+        ) else {
             return Action::Continue;
         };
+        let client: &Client = &client;
         let server = call
             .server
             .and_then(|i| m.config.servers.get(i))

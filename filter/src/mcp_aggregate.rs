@@ -313,9 +313,10 @@ impl<H: Host> RequestContext<H> {
     fn fanned_in(&mut self) -> Result<Action, GatewayError> {
         let loaded = self.loaded()?;
         let gw = &loaded.gw;
-        let (Some(m), Some(client)) = (gw.mcp.as_ref(), self.client(gw)) else {
+        let (Some(m), Some(client)) = (gw.mcp.as_ref(), self.mcp_client(gw)) else {
             return Err(GatewayError::unknown_key());
         };
+        let client: &Client = &client;
         let Some(call) = self.mcp.as_mut() else {
             return Err(GatewayError::internal("no MCP request"));
         };

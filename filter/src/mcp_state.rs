@@ -40,6 +40,8 @@ pub struct McpCall {
     pub charged: bool,
     /// A request to the aggregated endpoint (`{mcp.path}` itself).
     pub aggregate: bool,
+    /// A login's team (`mcp.oauth.team_claim`), over its client's own.
+    pub team: Option<usize>,
     /// The client's `Mcp-Session-Id` and `MCP-Protocol-Version`, as sent.
     pub session: Option<String>,
     pub protocol_version: Option<String>,
@@ -75,5 +77,6 @@ pub fn prepare(host: &impl Host, gw: &Gateway) {
     }
 }
 
-/// What a 401 tells an MCP client: the scheme the gateway takes.
+/// What a 401 tells an MCP client: the scheme the gateway takes (with
+/// `mcp.oauth`, where its metadata is).
 pub const WWW_AUTHENTICATE: &str = "Bearer realm=\"portcullis\"";

@@ -93,6 +93,14 @@ impl<H: Host> RequestContext<H> {
             .filter(|_| f.authorization.is_none())
             .map(|k| format!("Bearer {}", k.trim()));
         let authorization = f.authorization.as_deref().or(from_api_key.as_deref());
+        // MCP clients that log in read where (RFC 9728).
+        if let Some(o) = gw.mcp.as_ref().and_then(|m| m.oauth.as_ref()) {
+            let metadata =
+                path == "/.well-known/oauth-protected-resource" || path == o.metadata_path();
+            if f.method == "GET" && metadata {
+                return Ok(self.reply(200, &[("cache-control", "max-age=3600")], &o.metadata()));
+            }
+        }
         if let Some(server) = gw.mcp.as_ref().and_then(|m| m.config.server_of_path(path)) {
             let query = f.path.find('?').and_then(|i| f.path.get(i..)).unwrap_or("");
             let key = authenticate(&self.host, gw, authorization);

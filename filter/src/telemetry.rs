@@ -24,7 +24,7 @@ impl<H: Host> RequestContext<H> {
             prompt: std::mem::take(&mut self.log.prompt),
             completion: std::mem::take(&mut self.log.completion),
             provider: self.answering_provider().unwrap_or_default(),
-            ..self.record_base(gw)
+            ..self.record_base(gw, None)
         };
         let logged = gw.log.is_some();
         if logged {
@@ -52,8 +52,13 @@ impl<H: Host> RequestContext<H> {
 
     /// What every record says of its request: who, when, how it ended,
     /// how long it took, what the guardrails did.
-    fn record_base(&mut self, gw: &portcullis_core::config::Gateway) -> Record {
-        let client = self.client(gw);
+    fn record_base(
+        &mut self,
+        gw: &portcullis_core::config::Gateway,
+        team: Option<usize>,
+    ) -> Record {
+        let client = self.client(gw).map(|c| crate::mcp::effective(c, team));
+        let client = client.as_deref();
         let mut rec = Record {
             request_id: std::mem::take(&mut self.log.request_id),
             time_ms: self.log.started_ms,
@@ -105,7 +110,7 @@ impl<H: Host> RequestContext<H> {
             } else {
                 0
             },
-            ..self.record_base(gw)
+            ..self.record_base(gw, call.team)
         };
         if let Some(t) = &self.log.trace {
             rec.trace_id = t.trace_id.to_vec();

@@ -21,9 +21,10 @@ const BETA_TOKEN: &str = "beta-server-token";
 fn plugin() -> String {
     let base = test_plugin();
     let clients = format!(
-        "clients:\n  - name: alice\n    key_sha256: {}\n    team: agents\n    mcp: {{tools: [\"*__echo\", \"*__count\", \"*__card\", \"*__headers\", \"alpha__add\"]}}\n  - name: burst\n    key_sha256: {}\n    mcp: {{servers: [alpha], calls_per_minute: 10}}\n",
+        "clients:\n  - name: alice\n    key_sha256: {}\n    team: agents\n    mcp: {{tools: [\"*__echo\", \"*__count\", \"*__card\", \"*__headers\", \"alpha__add\"]}}\n  - name: burst\n    key_sha256: {}\n    mcp: {{servers: [alpha], calls_per_minute: 10}}\n  - name: logins\n    key_sha256: {}\n",
         key_hash(ALICE_KEY),
-        key_hash(BURST_KEY)
+        key_hash(BURST_KEY),
+        key_hash("sk-mcp-logins-never-sent")
     );
     assert!(base.contains("\nclients:\n") && !base.contains("\nteams:"));
     assert!(
@@ -32,11 +33,35 @@ fn plugin() -> String {
     );
     let mut p = base.replacen("\nclients:\n", &format!("\n{clients}"), 1);
     p.push_str(
-        "teams:\n  - name: agents\n    mcp: {servers: [alpha, beta]}\n\
+        "teams:\n  - name: agents\n    mcp: {servers: [alpha, beta]}\n  - name: readers\n    mcp: {tools: [alpha__echo]}\n\
 guardrails:\n  input:\n    - {name: cards, pii: [card], action: redact, clients: [alice]}\n  output:\n    - {name: cards-out, pii: [card], action: redact, clients: [alice]}\n\
-mcp:\n  servers:\n    - {name: alpha, cluster: mcp_alpha}\n    - {name: beta, cluster: mcp_beta, credential: {header: authorization, env: MCP_BETA_TOKEN, prefix: \"Bearer \"}}\n",
+mcp:\n  oauth: {client: logins, resource: \"https://gateway.test/mcp\", authorization_servers: [\"https://idp.test\"]}\n  servers:\n    - {name: alpha, cluster: mcp_alpha}\n    - {name: beta, cluster: mcp_beta, credential: {header: authorization, env: MCP_BETA_TOKEN, prefix: \"Bearer \"}}\n",
     );
     p
+}
+
+/// envoy/snippets/mcp-oauth.yaml's two filters with the test's issuer and
+/// keys, then the gateway's filter.
+fn jwt_filters(jwks: &str) -> String {
+    let snippet =
+        std::fs::read_to_string(repo_root().join("envoy/snippets/mcp-oauth.yaml")).unwrap();
+    let remote = "        remote_jwks:\n          http_uri: {uri: \"https://idp.example.com/.well-known/jwks.json\", cluster: idp, timeout: 2s}\n          cache_duration: 300s\n";
+    assert!(snippet.contains(remote), "the snippet's JWKS");
+    let filters: String = snippet
+        .replace(
+            remote,
+            &format!("        local_jwks: {{inline_string: '{jwks}'}}\n"),
+        )
+        .replace("https://idp.example.com", "https://idp.test")
+        .replace(
+            "https://gateway.example.com/mcp",
+            "https://gateway.test/mcp",
+        )
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("          {l}\n"))
+        .collect();
+    format!("{filters}          - name: portcullis\n")
 }
 
 fn cluster_file(name: &str, port: u16) -> String {
@@ -85,6 +110,11 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
     )
     .unwrap();
     let primary = common::mock("primary", None);
+    let tokens = sdk_script(
+        "jwt_tokens.py",
+        &["https://idp.test", "https://gateway.test/mcp"],
+    );
+    let jwt_filters = jwt_filters(tokens["jwks"].as_str().unwrap());
     let envoy = Envoy::start(EnvoyOpts {
         plugin_yaml: &plugin(),
         primary_port: primary.port,
@@ -94,7 +124,9 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         workers: 2,
         env: vec![("MCP_BETA_TOKEN", BETA_TOKEN)],
         side_tls: None,
-        bootstrap_patch: Vec::new(),
+        // Logins verified by Envoy's jwt_authn (envoy/snippets/mcp-oauth.yaml,
+        // its keys inline); keys pass it as they are.
+        bootstrap_patch: vec![("          - name: portcullis\n", &jwt_filters)],
         control: None,
         clusters: Some(&clusters.0),
     });
@@ -386,6 +418,49 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         assert!(retry.is_some());
     }
 
+    // Logins: the metadata MCP clients read; a verified token acts as the
+    // `logins` client in the team its claims name (`readers`: alpha's echo
+    // only); a token that is expired, not the issuer's or for another
+    // audience, or a payload a client made up, gets MCP's 401.
+    let r = get(&envoy.url("/.well-known/oauth-protected-resource/mcp"), &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        json!({"resource": "https://gateway.test/mcp", "authorization_servers": ["https://idp.test"],
+            "bearer_methods_supported": ["header"], "resource_name": "Portcullis MCP gateway"})
+    );
+    let valid = tokens["valid"].as_str().unwrap();
+    let v = sdk_script("mcp_gateway_check.py", &[&alpha, valid, "alpha"]);
+    assert_eq!(v["tools"], json!(["echo"]), "{v}");
+    assert_eq!(v["echo"], json!(["alpha: hi"]));
+    assert_eq!(v["headers"]["code"], json!(-32602), "{v}");
+    let www = "Bearer resource_metadata=\"https://gateway.test/.well-known/oauth-protected-resource/mcp\"";
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let forged = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(r#"{"sub":"eve","groups":["agents"]}"#)
+    };
+    for (what, token, extra) in [
+        ("expired", tokens["expired"].as_str().unwrap(), None),
+        ("foreign", tokens["foreign"].as_str().unwrap(), None),
+        ("audience", tokens["audience"].as_str().unwrap(), None),
+        ("made up", "not-a-key", Some(forged.as_str())),
+    ] {
+        let auth = format!("Bearer {token}");
+        let mut headers = vec![
+            ("authorization", auth.as_str()),
+            ("accept", "application/json, text/event-stream"),
+        ];
+        if let Some(p) = extra {
+            headers.push(("x-portcullis-jwt-payload", p));
+        }
+        let r = post(&alpha, &headers, ping);
+        assert_eq!(r.status, 401, "{what}: {}", r.body);
+        assert_eq!(r.header("www-authenticate"), Some(www), "{what}");
+        assert_eq!(rpc(&r)["error"]["code"], json!(-32000), "{what}");
+    }
+
     // Records: one per request, the server as provider, the tool as model.
     let records = poll_until(Duration::from_secs(20), "the MCP records", || {
         let rows = collector.recent(500);
@@ -407,4 +482,11 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         "{r}"
     );
     assert_eq!(r["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    let login = poll_until(Duration::from_secs(20), "the login's record", || {
+        collector
+            .recent(500)
+            .into_iter()
+            .find(|r| r["api"] == "mcp" && r["client"] == "logins" && r["model"] == "alpha__echo")
+    });
+    assert_eq!(login["team"], "readers", "{login}");
 }

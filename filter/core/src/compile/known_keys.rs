@@ -6,8 +6,8 @@
 use super::raw::{
     RawArm, RawBreaker, RawBudget, RawBudgetLow, RawCache, RawCheck, RawClient, RawClientLimits,
     RawConcurrency, RawConfig, RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails,
-    RawLog, RawMatch, RawMcp, RawMcpAccess, RawMcpCredential, RawMcpServer, RawModel, RawPrice,
-    RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting,
+    RawLog, RawMatch, RawMcp, RawMcpAccess, RawMcpCredential, RawMcpOauth, RawMcpServer, RawModel,
+    RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -112,6 +112,7 @@ const SECTIONS: &[(&[&str], Keys)] = &[
     (&["testing"], fields::<RawTesting>),
     (&["mcp"], fields::<RawMcp>),
     (&["mcp", "servers[]"], fields::<RawMcpServer>),
+    (&["mcp", "oauth"], fields::<RawMcpOauth>),
     (
         &["mcp", "servers[]", "credential"],
         fields::<RawMcpCredential>,

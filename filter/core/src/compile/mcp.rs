@@ -1,8 +1,9 @@
 //! `mcp`, `clients[].mcp`, `teams[].mcp`: the MCP servers and who may call
 //! what, checked against each other (every problem pushed).
 
-use super::raw::{RawConfig, RawMcpAccess};
+use super::raw::{RawConfig, RawMcpAccess, RawMcpOauth};
 use crate::mcp::access::{Access, Credential, McpConfig, McpGateway, Server};
+use crate::mcp::oauth::Oauth;
 use crate::mcp::SEPARATOR;
 use hashbrown::HashMap;
 
@@ -128,10 +129,54 @@ pub(super) fn mcp(raw: &RawConfig, problems: &mut Vec<String>) -> Option<McpGate
             teams.insert(t.name.clone(), access(&at, a, &config, problems));
         }
     }
+    let oauth = m.oauth.as_ref().and_then(|o| oauth(raw, o, problems));
     Some(McpGateway {
         config,
+        oauth,
         keys,
         teams,
+    })
+}
+
+fn oauth(raw: &RawConfig, o: &RawMcpOauth, problems: &mut Vec<String>) -> Option<Oauth> {
+    let at = "mcp.oauth";
+    let client = raw.clients.iter().find(|c| c.name == o.client);
+    if client.is_none() {
+        problems.push(format!("{at}.client: `{}` is not in `clients`", o.client));
+    }
+    if !(o.resource.starts_with("https://") || o.resource.starts_with("http://")) {
+        problems.push(format!(
+            "{at}.resource: `{}` must be the MCP endpoint's URL (https://host/mcp)",
+            o.resource
+        ));
+    }
+    if o.authorization_servers.is_empty() {
+        problems.push(format!(
+            "{at}.authorization_servers: name at least one issuer"
+        ));
+    }
+    let header = o.payload_header.trim().to_ascii_lowercase();
+    if header.is_empty() || header.starts_with(':') || header == "authorization" {
+        problems.push(format!(
+            "{at}.payload_header: `{}` must be a header of its own (jwt_authn's forward_payload_header)",
+            o.payload_header
+        ));
+    }
+    for (k, v) in [("team_claim", &o.team_claim), ("user_claim", &o.user_claim)] {
+        if v.trim().is_empty() {
+            problems.push(format!("{at}.{k} is empty"));
+        }
+    }
+    let client_key = super::parse_sha256_hex(&client?.key_sha256)?;
+    Some(Oauth {
+        payload_header: header,
+        client: o.client.clone(),
+        client_key,
+        team_claim: o.team_claim.clone(),
+        user_claim: o.user_claim.clone(),
+        resource: o.resource.trim_end_matches('/').to_string(),
+        authorization_servers: o.authorization_servers.clone(),
+        scopes: o.scopes.clone(),
     })
 }
 

@@ -1373,6 +1373,45 @@ pub(super) struct RawMcp {
     /// The MCP servers (streamable HTTP), each an Envoy cluster.
     #[serde(default)]
     pub(super) servers: Vec<RawMcpServer>,
+    /// MCP clients that log in with OAuth 2.1: Envoy's `jwt_authn` verifies their tokens (envoy/snippets/mcp-oauth.yaml), the gateway maps the claims to a client and a team and serves the Protected Resource Metadata.
+    #[serde(default)]
+    pub(super) oauth: Option<RawMcpOauth>,
+}
+
+/// `mcp.oauth`: callers with a verified JWT instead of a key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpOauth {
+    /// The client (`clients[].name`) whose limits, budgets and MCP access logged-in callers get.
+    pub(super) client: String,
+    /// The claim naming the caller's team (`teams[].name`; a list or a space-separated string: the first that is a team), over the client's own team (default `groups`).
+    #[serde(default = "default_team_claim")]
+    pub(super) team_claim: String,
+    /// The claim naming the end user, in records (default `sub`).
+    #[serde(default = "default_user_claim")]
+    pub(super) user_claim: String,
+    /// The header Envoy's `jwt_authn` writes the verified payload to (`forward_payload_header`; default `x-portcullis-jwt-payload`).
+    #[serde(default = "default_payload_header")]
+    pub(super) payload_header: String,
+    /// The MCP endpoint's canonical URI, as clients reach it (e.g. `https://gateway.example.com/mcp`): the metadata's `resource`, and the audience tokens should carry.
+    pub(super) resource: String,
+    /// Where clients log in: the authorization servers' issuer URLs.
+    pub(super) authorization_servers: Vec<String>,
+    /// Scopes advertised in the metadata (`scopes_supported`; default none).
+    #[serde(default)]
+    pub(super) scopes: Vec<String>,
+}
+
+fn default_team_claim() -> String {
+    "groups".into()
+}
+
+fn default_user_claim() -> String {
+    "sub".into()
+}
+
+fn default_payload_header() -> String {
+    "x-portcullis-jwt-payload".into()
 }
 
 fn default_mcp_path() -> String {

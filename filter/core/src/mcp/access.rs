@@ -11,6 +11,8 @@ use hashbrown::HashMap;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpGateway {
     pub config: McpConfig,
+    /// Callers that log in (`mcp.oauth`).
+    pub oauth: Option<super::oauth::Oauth>,
     pub keys: HashMap<String, Access>,
     pub teams: HashMap<String, Access>,
 }

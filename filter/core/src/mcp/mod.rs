@@ -10,6 +10,8 @@
 //!   limits and price) and who may call what.
 //! - [`aggregate`]: the aggregated endpoint: the client's session over its
 //!   servers' sessions, their answers merged, qualified names split.
+//! - [`oauth`]: callers that log in: a verified JWT's claims to a client
+//!   and a team, the Protected Resource Metadata.
 //! - [`answer`]: a server's answer as it passes back: a `tools/list`
 //!   filtered to the caller's tools, a tool's result read for the
 //!   guardrails, whole (JSON) or event by event (SSE).
@@ -18,6 +20,7 @@ pub mod access;
 pub mod aggregate;
 pub mod answer;
 pub mod message;
+pub mod oauth;
 
 #[cfg(test)]
 mod tests;

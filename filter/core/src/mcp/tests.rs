@@ -368,3 +368,75 @@ fn the_servers_answers_merge_into_one_initialize_and_qualified_lists() {
     assert_eq!(v["params"]["name"], "echo");
     assert_eq!(v["params"]["arguments"], json!({}));
 }
+
+#[test]
+fn a_logins_claims_name_its_team_and_user_and_the_metadata_says_where_to_log_in() {
+    use super::oauth::{claims, Oauth};
+    let o = Oauth {
+        payload_header: "x-portcullis-jwt-payload".into(),
+        client: "logins".into(),
+        client_key: [0; 32],
+        team_claim: "groups".into(),
+        user_claim: "sub".into(),
+        resource: "https://gw.example.com/tools/mcp".into(),
+        authorization_servers: vec!["https://idp.example.com".into()],
+        scopes: vec!["mcp".into()],
+    };
+    // base64url without padding, as jwt_authn forwards it.
+    let c = claims("eyJzdWIiOiJhZGEiLCJncm91cHMiOlsic3RhZmYiLCJyZWFkZXJzIl19").unwrap();
+    assert_eq!(o.user(&c).as_deref(), Some("ada"));
+    assert_eq!(o.team(&c, &["agents", "readers"]), Some(1));
+    assert_eq!(o.team(&c, &["agents"]), None);
+    let scoped = serde_json::from_value(json!({"groups": "x readers"})).unwrap();
+    assert_eq!(o.team(&scoped, &["readers"]), Some(0));
+    assert!(claims("not base64!").is_none());
+    assert!(claims("bm90IGpzb24").is_none(), "not JSON");
+    assert_eq!(
+        o.metadata_path(),
+        "/.well-known/oauth-protected-resource/tools/mcp"
+    );
+    assert_eq!(
+        o.www_authenticate(),
+        "Bearer resource_metadata=\"https://gw.example.com/.well-known/oauth-protected-resource/tools/mcp\""
+    );
+    let m: Value = serde_json::from_slice(&o.metadata()).unwrap();
+    assert_eq!(m["resource"], "https://gw.example.com/tools/mcp");
+    assert_eq!(
+        m["authorization_servers"],
+        json!(["https://idp.example.com"])
+    );
+    assert_eq!(m["scopes_supported"], json!(["mcp"]));
+}
+
+#[test]
+fn the_oauth_section_names_a_client_an_endpoint_and_an_issuer() {
+    let good = CONFIG.replace(
+        "mcp:\n  servers:",
+        "mcp:\n  oauth: {client: bob, resource: \"https://gw/mcp\", authorization_servers: [\"https://idp\"]}\n  servers:",
+    );
+    let gw = crate::compile::compile(good.as_bytes()).unwrap();
+    let o = gw.mcp.unwrap().oauth.unwrap();
+    assert_eq!(
+        (
+            o.client.as_str(),
+            o.team_claim.as_str(),
+            o.payload_header.as_str()
+        ),
+        ("bob", "groups", "x-portcullis-jwt-payload")
+    );
+    assert_eq!(o.client_key[31], 2);
+    let bad = CONFIG.replace(
+        "mcp:\n  servers:",
+        "mcp:\n  oauth: {client: carol, resource: gw/mcp, authorization_servers: [], payload_header: authorization, team_claim: \"\"}\n  servers:",
+    );
+    let e = crate::compile::compile(bad.as_bytes()).unwrap_err();
+    for want in [
+        "mcp.oauth.client: `carol` is not in `clients`",
+        "mcp.oauth.resource: `gw/mcp` must be the MCP endpoint's URL",
+        "mcp.oauth.authorization_servers: name at least one issuer",
+        "mcp.oauth.payload_header: `authorization` must be a header of its own",
+        "mcp.oauth.team_claim is empty",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in {e}");
+    }
+}
