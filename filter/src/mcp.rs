@@ -173,6 +173,9 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.mcp_upstream(server, index, path, query, stream)?;
+        if let Some(call) = self.mcp.as_mut() {
+            call.sent_ms = now;
+        }
         if stream {
             self.phase = Phase::McpProxied;
             return Ok(Action::Continue);
@@ -293,6 +296,10 @@ impl<H: Host> RequestContext<H> {
             .and_then(|c| m.config.servers.get(c.server?))
             .ok_or_else(|| GatewayError::internal("no server"))?;
         self.phase = Phase::McpProxied;
+        let now = self.host.now_ms();
+        if let Some(call) = self.mcp.as_mut() {
+            call.sent_ms = now;
+        }
         match &msg.method {
             Method::ToolsList => {
                 if let Some(call) = self.mcp.as_mut() {

@@ -201,6 +201,10 @@ impl<H: Host> RequestContext<H> {
         }
         let query = "";
         self.mcp_upstream(server, Some(index), &m.config.path, query, false)?;
+        let now = self.host.now_ms();
+        if let Some(call) = self.mcp.as_mut() {
+            call.sent_ms = now;
+        }
         let value = (!session.is_empty()).then_some(session.as_str());
         let _ = self.host.set_header(Part::Request, "mcp-session-id", value);
         self.phase = Phase::McpProxied;
@@ -268,8 +272,11 @@ impl<H: Host> RequestContext<H> {
                 "No MCP server of this key could be reached.",
             ));
         }
+        let now = self.host.now_ms();
         if let Some(call) = self.mcp.as_mut() {
+            call.fanout_servers = calls.len();
             call.fanout = calls;
+            call.sent_ms = now;
         }
         self.phase = Phase::McpFanout;
         Ok(Action::Pause)

@@ -42,6 +42,10 @@ pub struct McpCall {
     pub aggregate: bool,
     /// A login's team (`mcp.oauth.team_claim`), over its client's own.
     pub team: Option<usize>,
+    /// When the request went on to its server or servers (0: it did not).
+    pub sent_ms: u64,
+    /// How many servers a fanned-out message went to.
+    pub fanout_servers: usize,
     /// The client's `Mcp-Session-Id` and `MCP-Protocol-Version`, as sent.
     pub session: Option<String>,
     pub protocol_version: Option<String>,

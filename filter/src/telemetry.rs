@@ -119,6 +119,28 @@ impl<H: Host> RequestContext<H> {
             rec.trace_flags = u32::from(t.flags);
             rec.tracestate = std::mem::take(&mut self.log.tracestate);
         }
+        // The call to the server (or, fanned out, to each): the span its
+        // `traceparent` named, so the server's spans hang from it.
+        if call.sent_ms > 0 {
+            rec.attempts.push(portcullis_core::record::Attempt {
+                provider: if call.fanout_servers > 0 {
+                    "*".into()
+                } else {
+                    rec.provider.clone()
+                },
+                status: rec.status,
+                cause: String::new(),
+                span_id: self
+                    .log
+                    .trace
+                    .as_ref()
+                    .filter(|_| gw.log.is_some())
+                    .map(|t| t.attempt_span(1).to_vec())
+                    .unwrap_or_default(),
+                start_ms: call.sent_ms,
+                end_ms: self.host.now_ms(),
+            });
+        }
         self.request_metrics(&rec);
         self.host.emit_record(&rec);
     }

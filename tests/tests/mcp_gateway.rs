@@ -482,6 +482,9 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         "{r}"
     );
     assert_eq!(r["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    // The call to the server, the span its traceparent named.
+    assert_eq!(r["attempts"][0]["provider"], "beta", "{r}");
+    assert_eq!(r["attempts"][0]["status"], 200, "{r}");
     let login = poll_until(Duration::from_secs(20), "the login's record", || {
         collector
             .recent(500)

@@ -86,19 +86,24 @@ pub fn spans_of(r: &RequestRecord, content: bool, out: &mut Vec<Span>) {
     if !traced(r) {
         return;
     }
-    let op = operation(&r.api);
-    let model = request_model(r);
-    let name = if model.is_empty() {
-        op.to_string()
-    } else {
-        format!("{op} {model}")
-    };
     let end_ms = r.time_ms.saturating_add(r.latency_ms);
-    let mut a = vec![
-        text("gen_ai.operation.name", op),
-        text("gen_ai.provider.name", provider_name(&r.provider_format)),
-        text("gen_ai.request.model", model),
-    ];
+    let (op, name, mut a) = if r.api == "mcp" {
+        mcp_span(r)
+    } else {
+        let op = operation(&r.api);
+        let model = request_model(r);
+        let name = if model.is_empty() {
+            op.to_string()
+        } else {
+            format!("{op} {model}")
+        };
+        let a = vec![
+            text("gen_ai.operation.name", op),
+            text("gen_ai.provider.name", provider_name(&r.provider_format)),
+            text("gen_ai.request.model", model),
+        ];
+        (op, name, a)
+    };
     if !r.response_model.is_empty() {
         a.push(text("gen_ai.response.model", &r.response_model));
     }
@@ -238,6 +243,39 @@ pub fn spans_of(r: &RequestRecord, content: bool, out: &mut Vec<Span>) {
     }
 }
 
+/// An MCP request's span (#47), in the GenAI and MCP conventions: a tool
+/// call is `execute_tool {tool}` (`gen_ai.tool.name`, the qualified
+/// `server__tool`), any other message its method; the JSON-RPC method and
+/// error, the server, the sizes.
+fn mcp_span(r: &RequestRecord) -> (&'static str, String, Vec<KeyValue>) {
+    let call = r.mcp_method == "tools/call";
+    let op = if call { "execute_tool" } else { "mcp" };
+    let name = if call && !r.model.is_empty() {
+        format!("execute_tool {}", r.model)
+    } else if r.mcp_method.is_empty() {
+        "mcp".to_string()
+    } else {
+        r.mcp_method.clone()
+    };
+    let mut a = vec![text("mcp.method.name", &r.mcp_method)];
+    if call {
+        a.push(text("gen_ai.operation.name", op));
+        a.push(text("gen_ai.tool.name", &r.model));
+    }
+    if !r.provider.is_empty() {
+        a.push(text("portcullis.mcp.server", &r.provider));
+    }
+    if r.rpc_error != 0 {
+        a.push(kv(
+            "rpc.jsonrpc.error_code",
+            any_value::Value::IntValue(r.rpc_error),
+        ));
+    }
+    a.push(int("portcullis.request_bytes", r.request_bytes));
+    a.push(int("portcullis.response_bytes", r.response_bytes));
+    (op, name, a)
+}
+
 /// One provider attempt: a child of the gateway's span.
 fn attempt_span(r: &RequestRecord, t: &Attempt, name: &str, op: &str, answered: bool) -> Span {
     let mut a = vec![
@@ -296,6 +334,63 @@ mod tests {
             .iter()
             .find(|a| a.key == k)
             .and_then(|a| a.value.as_ref()?.value.as_ref())
+    }
+
+    #[test]
+    fn a_tool_call_is_an_execute_tool_span_with_the_servers_call_as_its_child() {
+        let r = RequestRecord {
+            request_id: "m".into(),
+            time_ms: 1000,
+            latency_ms: 40,
+            api: "mcp".into(),
+            mcp_method: "tools/call".into(),
+            model: "alpha__echo".into(),
+            provider: "alpha".into(),
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            trace_flags: 1,
+            status: 200,
+            request_bytes: 90,
+            response_bytes: 120,
+            attempts: vec![Attempt {
+                provider: "alpha".into(),
+                status: 200,
+                span_id: vec![4; 8],
+                start_ms: 1002,
+                end_ms: 1039,
+                ..Attempt::default()
+            }],
+            ..RequestRecord::default()
+        };
+        let mut out = Vec::new();
+        spans_of(&r, false, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].name, "execute_tool alpha__echo");
+        let s = |v: &str| Some(any_value::Value::StringValue(v.into()));
+        assert_eq!(
+            attr(&out[0], "gen_ai.operation.name").cloned(),
+            s("execute_tool")
+        );
+        assert_eq!(attr(&out[0], "gen_ai.tool.name").cloned(), s("alpha__echo"));
+        assert_eq!(attr(&out[0], "mcp.method.name").cloned(), s("tools/call"));
+        assert_eq!(attr(&out[0], "gen_ai.request.model"), None);
+        assert_eq!(out[1].parent_span_id, vec![2; 8]);
+        assert_eq!(out[1].span_id, vec![4; 8]);
+        // Another method: its name, and its JSON-RPC error.
+        let list = RequestRecord {
+            mcp_method: "tools/list".into(),
+            model: String::new(),
+            rpc_error: -32602,
+            attempts: Vec::new(),
+            ..r
+        };
+        let mut out = Vec::new();
+        spans_of(&list, false, &mut out);
+        assert_eq!(out[0].name, "tools/list");
+        assert_eq!(
+            attr(&out[0], "rpc.jsonrpc.error_code").cloned(),
+            Some(any_value::Value::IntValue(-32602))
+        );
     }
 
     #[test]
