@@ -45,7 +45,7 @@ wait_for http://127.0.0.1:18452/healthz
 
 sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
 # Both providers' clusters reach the mock (a strategy may pick the backup).
-sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
+sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 18011/port_value: $MOCK/; s/port_value: 18012/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
 scripts/bench-plugin.sh >"$dir/shipped.yaml"   # the shipped config without the tour's sections
 sed 's/^  enabled: true/  enabled: false/' "$dir/shipped.yaml" >"$dir/plugin-route.yaml"
 cp "$dir/shipped.yaml" "$dir/plugin-hit.yaml"
@@ -150,20 +150,77 @@ cp "$dir/plugin-anthropic.yaml" "$dir/plugin-responses_anthropic.yaml"
 cp "$dir/plugin-route.yaml" "$dir/plugin-messages_openai.yaml"
 cp "$dir/plugin-anthropic.yaml" "$dir/plugin-messages.yaml"
 
+# MCP (#47): a tools/call of one server's tool (mcp: /mcp/tools), a
+# tools/list over three servers (mcplist: /mcp, fanned out by callouts),
+# the mock's MCP mode behind each; against the same through bare Envoy
+# (baremcp: routed straight to the mock) and through Envoy's own MCP
+# filters alone (envoymcp, envoymcplist: mcp + mcp_router, three servers).
+cat "$dir/plugin-route.yaml" - >"$dir/plugin-mcp.yaml" <<'YAML'
+mcp:
+  servers:
+    - {name: tools, cluster: mcp_tools}
+    - {name: notes, cluster: mcp_notes}
+    - {name: third, cluster: primary}
+YAML
+cp "$dir/plugin-mcp.yaml" "$dir/plugin-mcplist.yaml"
+mcp_cluster() { echo "  - {name: $1, type: STATIC, connect_timeout: 2s, load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $MOCK}}}}]}]}}"; }
+cat >"$dir/envoymcp.yaml" <<YAML
+admin: {address: {socket_address: {address: 127.0.0.1, port_value: $ADMIN}}}
+static_resources:
+  listeners:
+  - name: mcp
+    address: {socket_address: {address: 127.0.0.1, port_value: $PORT}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: mcp
+          route_config: {name: r, virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: /}, route: {cluster: tools, timeout: 0s}}]}]}
+          http_filters:
+          - name: envoy.filters.http.mcp
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.mcp.v3.Mcp}
+          - name: envoy.filters.http.mcp_router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.mcp_router.v3.McpRouter
+              servers:
+              - {name: tools, mcp_cluster: {cluster: tools, path: /mcp}}
+              - {name: notes, mcp_cluster: {cluster: notes, path: /mcp}}
+              - {name: third, mcp_cluster: {cluster: third, path: /mcp}}
+  clusters:
+$(mcp_cluster tools)
+$(mcp_cluster notes)
+$(mcp_cluster third)
+YAML
+# A session at the MCP endpoint under test, for the load's requests.
+mcp_session() { # url key
+  curl -s -D - -o /dev/null "$1" -H "authorization: Bearer $2" -H 'content-type: application/json' \
+    -H 'accept: application/json, text/event-stream' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
+    tr -d '\r' | sed -n 's/^mcp-session-id: //Ip'
+}
+
 measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat tp=
   [[ $v != miss && $v != nmiss ]] || unique=1
   [[ $v != traced && $v != baretraced ]] || tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+  local tool=echo
   case $v in
     responses|responses_anthropic|nresponses_anthropic) path=/v1/responses; api=responses ;;
     messages|messages_openai|nmessages_openai) path=/v1/messages; api=messages ;;
+    mcp|nmcp) path=/mcp/tools; api=mcp ;;
+    mcplist|nmcplist) path=/mcp; api=mcp_list ;;
+    baremcp) path=/mcp; api=mcp ;;
+    envoymcp) path=/mcp; api=mcp; tool=tools__echo ;;
+    envoymcplist) path=/mcp; api=mcp_list ;;
   esac
   case $v in
-    bare|baretraced) cfg=bare.yaml; key=sk-bench ;;
-    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    bare|baretraced|baremcp) cfg=bare.yaml; key=sk-bench ;;
+    envoymcp|envoymcplist) cfg=envoymcp.yaml; key=sk-bench ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
-    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
+    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
     nfloor|nfloorhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
       sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.
@@ -176,6 +233,15 @@ measure() { # variant -> instructions per request
     >"$dir/$v.log" 2>&1 &
   local pid=$!
   wait_for "http://127.0.0.1:$ADMIN/ready"
+  local session=
+  if [[ $api == mcp* ]]; then
+    local d=$((SECONDS + 300))
+    until session=$(mcp_session "http://127.0.0.1:$PORT$path" "$key") && [[ -n $session ]]; do
+      ((SECONDS < d)) || { echo "bench-instructions: $v: no MCP session" >&2; exit 1; }
+      sleep 0.2
+    done
+  fi
+  export PORTCULLIS_LOAD_MCP_SESSION=$session PORTCULLIS_LOAD_MCP_TOOL=$tool
   PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$WARM" 4 "$key" >/dev/null
   callgrind_control -i on $pid >/dev/null
   read -r n bad < <(PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$N" 4 "$key")

@@ -5,12 +5,14 @@ streamable HTTP.
     python mcp_server.py NAME PORT [json]
 
 Tools: `echo`, `add`, `secret` (a tool most keys may not see), `count`
-(streams a progress notification per step before its answer), `card` (a
+(streams a progress notification per step before its answer), `wait`
+(answers after a while), `card` (a
 result with a card number in it, for the output guardrails) and
 `headers` (the request headers the server got: the credential, the trace).
 A resource `info://NAME` and a prompt `greet`. With `json`, answers are
 JSON instead of SSE streams.
 """
+import asyncio
 import json
 import sys
 
@@ -45,6 +47,13 @@ async def count(n: int, ctx: Context) -> str:
     for i in range(1, n + 1):
         await ctx.report_progress(i, n, f"step {i}")
     return f"counted to {n}"
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    """Answer after a while (calls in flight)."""
+    await asyncio.sleep(seconds)
+    return f"waited {seconds}"
 
 
 @server.tool()

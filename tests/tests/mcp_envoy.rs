@@ -62,8 +62,8 @@ fn envoys_mcp_router_aggregates_two_servers_for_the_official_client() {
     assert_eq!(
         v,
         json!({"server": "envoy-mcp-gateway",
-            "tools": ["alpha__add", "alpha__card", "alpha__count", "alpha__echo", "alpha__headers", "alpha__secret",
-                "beta__add", "beta__card", "beta__count", "beta__echo", "beta__headers", "beta__secret"],
+            "tools": ["alpha__add", "alpha__card", "alpha__count", "alpha__echo", "alpha__headers", "alpha__secret", "alpha__wait",
+                "beta__add", "beta__card", "beta__count", "beta__echo", "beta__headers", "beta__secret", "beta__wait"],
             "call": ["5"], "echo": ["beta: hi"],
             // The router forwards none of the client's headers: no
             // credential, no trace reaches a server through it.

@@ -17,14 +17,16 @@ use std::time::Duration;
 const ALICE_KEY: &str = "sk-mcp-alice";
 const BURST_KEY: &str = "sk-mcp-burst";
 const BETA_TOKEN: &str = "beta-server-token";
+const PAYER_KEY: &str = "sk-mcp-payer";
 
 fn plugin() -> String {
     let base = test_plugin();
     let clients = format!(
-        "clients:\n  - name: alice\n    key_sha256: {}\n    team: agents\n    mcp: {{tools: [\"*__echo\", \"*__count\", \"*__card\", \"*__headers\", \"alpha__add\"]}}\n  - name: burst\n    key_sha256: {}\n    mcp: {{servers: [alpha], calls_per_minute: 10}}\n  - name: logins\n    key_sha256: {}\n",
+        "clients:\n  - name: alice\n    key_sha256: {}\n    team: agents\n    mcp: {{tools: [\"*__echo\", \"*__count\", \"*__card\", \"*__headers\", \"alpha__add\"]}}\n  - name: burst\n    key_sha256: {}\n    mcp: {{servers: [alpha], calls_per_minute: 10}}\n  - name: logins\n    key_sha256: {}\n  - name: payer\n    key_sha256: {}\n    limits: {{budget_usd_per_day: 0.005}}\n    mcp: {{servers: [beta], max_concurrent_calls: 1}}\n",
         key_hash(ALICE_KEY),
         key_hash(BURST_KEY),
-        key_hash("sk-mcp-logins-never-sent")
+        key_hash("sk-mcp-logins-never-sent"),
+        key_hash(PAYER_KEY)
     );
     assert!(base.contains("\nclients:\n") && !base.contains("\nteams:"));
     assert!(
@@ -35,7 +37,7 @@ fn plugin() -> String {
     p.push_str(
         "teams:\n  - name: agents\n    mcp: {servers: [alpha, beta]}\n  - name: readers\n    mcp: {tools: [alpha__echo]}\n\
 guardrails:\n  input:\n    - {name: cards, pii: [card], action: redact, clients: [alice]}\n  output:\n    - {name: cards-out, pii: [card], action: redact, clients: [alice]}\n\
-mcp:\n  oauth: {client: logins, resource: \"https://gateway.test/mcp\", authorization_servers: [\"https://idp.test\"]}\n  servers:\n    - {name: alpha, cluster: mcp_alpha}\n    - {name: beta, cluster: mcp_beta, credential: {header: authorization, env: MCP_BETA_TOKEN, prefix: \"Bearer \"}}\n",
+mcp:\n  oauth: {client: logins, resource: \"https://gateway.test/mcp\", authorization_servers: [\"https://idp.test\"]}\n  servers:\n    - {name: alpha, cluster: mcp_alpha}\n    - {name: beta, cluster: mcp_beta, credential: {header: authorization, env: MCP_BETA_TOKEN, prefix: \"Bearer \"}, price_per_call_usd: 0.002}\n",
     );
     p
 }
@@ -139,7 +141,7 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
     let demo = sdk_script("mcp_gateway_check.py", &[&alpha, DEMO_KEY, "alpha"]);
     assert_eq!(
         demo["tools"],
-        json!(["add", "card", "count", "echo", "headers", "secret"])
+        json!(["add", "card", "count", "echo", "headers", "secret", "wait"])
     );
     assert_eq!(demo["secret"], json!(["alpha: the secret"]));
     assert_eq!(
@@ -259,6 +261,32 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
     assert_eq!(v["unknown"]["code"], json!(-32602), "{v}");
     assert_eq!(v["prompt"], json!(["Hello Ada, from beta"]));
     assert_eq!(v["ping"], "ok");
+
+    // An agent (the OpenAI Agents SDK) whose model is called through the
+    // gateway and whose tools are reached through its MCP endpoint: the
+    // model asks for alpha__echo, the agent calls it at /mcp, the model
+    // answers; both under the client's one trace.
+    primary.script(json!([
+        {"content": "Calling.", "tool_call": {"name": "alpha__echo", "input": {"text": "agent"}}},
+        {"content": "The tool said: alpha: agent"}
+    ]));
+    let agent_trace = "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let v = sdk_script(
+        "agents_mcp_check.py",
+        &[&envoy.url(""), ALICE_KEY, "gpt-4o-mini", agent_trace],
+    );
+    assert_eq!(v["final"], "The tool said: alpha: agent", "{v}");
+    assert!(
+        v["tools"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("alpha__echo"))),
+        "{v}"
+    );
+    let second = primary.requests().last().unwrap()["body"]["messages"].to_string();
+    assert!(
+        second.contains("alpha: agent"),
+        "the tool's result went back to the model: {second}"
+    );
 
     // Bad input: each a JSON-RPC error with the spec's status, none a 500.
     let cases: &[(&str, &str, &str, u16, i64)] = &[
@@ -461,6 +489,53 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         assert_eq!(rpc(&r)["error"]["code"], json!(-32000), "{what}");
     }
 
+    // Calls in flight: one at a time for the payer; three at once, the
+    // first holds its slot while the others are refused.
+    let r = mcp_post(&beta, PAYER_KEY, init, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.header("mcp-session-id").expect("session").to_string();
+    let call = |id: u32, tool: &str, args: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+        )
+    };
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                let (beta, session, body) =
+                    (&beta, &session, call(300 + i, "wait", r#"{"seconds":3}"#));
+                s.spawn(move || mcp_post(beta, PAYER_KEY, &body, Some(session)).status)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (ok, limited) = (
+        statuses.iter().filter(|s| **s == 200).count(),
+        statuses.iter().filter(|s| **s == 429).count(),
+    );
+    assert!(ok >= 1 && limited >= 1 && ok + limited == 3, "{statuses:?}");
+    // Its budget: $0.005 a day at $0.002 a call: those that went, then
+    // up to two in all, then a 429 naming the budget.
+    let mut answers = Vec::new();
+    for i in 0..3 {
+        let r = mcp_post(
+            &beta,
+            PAYER_KEY,
+            &call(400 + i, "echo", r#"{"text":"x"}"#),
+            Some(&session),
+        );
+        answers.push((r.status, rpc(&r)));
+    }
+    let spent = ok + answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(spent, 2, "{statuses:?} {answers:?}");
+    let (status, refused) = answers.last().unwrap();
+    assert_eq!(*status, 429);
+    assert_eq!(
+        refused["error"]["data"]["code"],
+        json!("budget_exceeded"),
+        "{refused}"
+    );
+
     // Records: one per request, the server as provider, the tool as model.
     let records = poll_until(Duration::from_secs(20), "the MCP records", || {
         let rows = collector.recent(500);
@@ -492,4 +567,18 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
             .find(|r| r["api"] == "mcp" && r["client"] == "logins" && r["model"] == "alpha__echo")
     });
     assert_eq!(login["team"], "readers", "{login}");
+    // The agent's LLM call and its tool call: one trace.
+    let agent = poll_until(Duration::from_secs(20), "the agent's records", || {
+        let rows: Vec<Value> = collector
+            .recent(500)
+            .into_iter()
+            .filter(|r| r["trace_id"] == "5bf92f3577b34da6a3ce929d0e0e4736")
+            .collect();
+        let llm = rows.iter().any(|r| r["api"] == "chat_completions");
+        let tool = rows
+            .iter()
+            .any(|r| r["api"] == "mcp" && r["model"] == "alpha__echo");
+        (llm && tool).then_some(rows)
+    });
+    assert!(agent.len() >= 3, "{agent:?}");
 }

@@ -11,12 +11,17 @@
 //! conversation (`make bench-sizes`).
 //! `PORTCULLIS_LOAD_TRACEPARENT=<value>` sends that `traceparent` with
 //! every request, as a traced client does (`make bench-instructions`).
+//! `PORTCULLIS_LOAD_API=mcp` sends an MCP `tools/call` of `echo`,
+//! `mcp_list` a `tools/list`, in the session `PORTCULLIS_LOAD_MCP_SESSION`
+//! names (`make bench-instructions`' MCP variants).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
 const RESPONSES_BODY: &str = r#"{"model":"gpt-4o-mini","instructions":"You are terse.","input":"Say hello to the benchmark in five words or fewer, please.","temperature":0.2,"max_output_tokens":16}"#;
+const MCP_CALL_BODY: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"Say hello to the benchmark in five words or fewer, please."}}}"#;
+const MCP_LIST_BODY: &str = r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#;
 const MESSAGES_BODY: &str = r#"{"model":"gpt-4o-mini","system":"You are terse.","messages":[{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
 
 fn main() {
@@ -38,15 +43,28 @@ fn main() {
     let template = match std::env::var("PORTCULLIS_LOAD_API").as_deref() {
         Ok("responses") => RESPONSES_BODY,
         Ok("messages") => MESSAGES_BODY,
+        Ok("mcp") => MCP_CALL_BODY,
+        Ok("mcp_list") => MCP_LIST_BODY,
         _ => BODY,
     };
+    // The tool a `tools/call` names (`PORTCULLIS_LOAD_MCP_TOOL`, default
+    // `echo`; `tools__echo` through an aggregating endpoint).
+    let tool = std::env::var("PORTCULLIS_LOAD_MCP_TOOL").unwrap_or_default();
+    let template = if tool.is_empty() {
+        template.to_string()
+    } else {
+        template.replace(r#""name":"echo""#, &format!(r#""name":"{tool}""#))
+    };
+    let mcp_session = std::env::var("PORTCULLIS_LOAD_MCP_SESSION")
+        .ok()
+        .filter(|v| !v.is_empty());
     let template: Arc<String> = Arc::new(
         match std::env::var("PORTCULLIS_LOAD_BYTES")
             .ok()
             .and_then(|b| b.parse::<usize>().ok())
         {
-            Some(bytes) => pad(template, bytes),
-            None => template.to_string(),
+            Some(bytes) => pad(&template, bytes),
+            None => template.clone(),
         },
     );
     // Requests of one run differ from those of the run before (its warm-up).
@@ -59,13 +77,14 @@ fn main() {
     let bad = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..c)
         .map(|_| {
-            let (url, auth, next, bad, template, traceparent) = (
+            let (url, auth, next, bad, template, traceparent, mcp_session) = (
                 url.clone(),
                 auth.clone(),
                 next.clone(),
                 bad.clone(),
                 template.clone(),
                 traceparent.clone(),
+                mcp_session.clone(),
             );
             std::thread::spawn(move || {
                 let agent = ureq::AgentBuilder::new().build();
@@ -85,6 +104,11 @@ fn main() {
                         .set("authorization", &auth);
                     if let Some(tp) = &traceparent {
                         req = req.set("traceparent", tp);
+                    }
+                    if let Some(session) = &mcp_session {
+                        req = req
+                            .set("mcp-session-id", session)
+                            .set("accept", "application/json, text/event-stream");
                     }
                     let ok = req
                         .send_string(&body)
