@@ -78,7 +78,7 @@ impl State {
                     .ok_or_else(|| format!("clients[{i}]: `name` is required"))?;
                 let key_sha256 = take_string(&mut m, "key_sha256")
                     .ok_or_else(|| format!("clients[{i}] ({name}): `key_sha256` is required"))?;
-                let previous = match m.remove(key("previous_keys")) {
+                let previous = match m.shift_remove(key("previous_keys")) {
                     None => Vec::new(),
                     Some(v) => serde_yaml::from_value(v)
                         .map_err(|e| format!("clients[{i}] ({name}).previous_keys: {e}"))?,
@@ -203,7 +203,7 @@ impl ClientRow {
 }
 
 fn take_string(m: &mut Mapping, k: &str) -> Option<String> {
-    match m.remove(key(k))? {
+    match m.shift_remove(key(k))? {
         Value::String(s) => Some(s),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
@@ -259,7 +259,7 @@ pub fn yaml_to_json(v: &Value) -> serde_json::Value {
 pub fn merge(entry: &mut Mapping, patch: &serde_json::Map<String, serde_json::Value>) {
     for (k, v) in patch {
         if v.is_null() {
-            entry.remove(key(k));
+            entry.shift_remove(key(k));
         } else {
             entry.insert(key(k), json_to_yaml(v));
         }
@@ -280,6 +280,23 @@ mod tests {
         let original: Value = serde_yaml::from_str(&text).unwrap();
         let back: Value = serde_yaml::from_str(&s.render()).unwrap();
         assert_eq!(original, back);
+    }
+
+    #[test]
+    fn a_clients_fields_keep_their_order_through_every_import() {
+        // Taking a key's own fields out of its entry once moved the last
+        // field into their place (a swap), so each import of an export
+        // reordered a key with two fields and made a new version.
+        let text = "clients:\n- name: a\n  key_sha256: aa\n  limits:\n    requests_per_minute: 5\n  mcp:\n    tools:\n    - x__y\n  team: t\nteams:\n- name: t\n";
+        let once = State::from_yaml(text, 0).unwrap().render();
+        let twice = State::from_yaml(&once, 0).unwrap().render();
+        assert_eq!(once, twice);
+        let fields: Vec<&str> = once
+            .lines()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   ") && l.contains(':'))
+            .map(|l| l.trim().split(':').next().unwrap_or_default())
+            .collect();
+        assert_eq!(fields, ["key_sha256", "limits", "mcp", "team"]);
     }
 
     #[test]
