@@ -36,11 +36,15 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT INT TERM
 wait_for() { local d=$((SECONDS + 300)); until curl -fsS -o /dev/null "$@" 2>/dev/null; do ((SECONDS < d)) || { echo "bench-instructions: $* not ready" >&2; exit 1; }; sleep 0.2; done; }
 
-MOCK=18401; COLLECTOR=18451; PORT=10401; ADMIN=9941
+MOCK=18401; MOCK_OPEN=18402; COLLECTOR=18451; PORT=10401; ADMIN=9941
 target/release/portcullis-mock --port $MOCK --name bench --api-key sk-bench \
   --aws-access-key-id AKIDBENCH --aws-secret-access-key bench/secret --aws-region us-east-1 >"$dir/mock.log" 2>&1 & pids+=($!)
 target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR --http 127.0.0.1:18452 --db "$dir/log.db" >"$dir/collector.log" 2>&1 & pids+=($!)
+# Envoy's mcp_router forwards no header to its servers (docs/mcp-gateway.md),
+# so its servers are a mock that takes no credential.
+target/release/portcullis-mock --port $MOCK_OPEN --name open >"$dir/mock-open.log" 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:$MOCK/__mock/hits
+wait_for http://127.0.0.1:$MOCK_OPEN/__mock/hits
 wait_for http://127.0.0.1:18452/healthz
 
 sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
@@ -163,7 +167,7 @@ mcp:
     - {name: third, cluster: primary}
 YAML
 cp "$dir/plugin-mcp.yaml" "$dir/plugin-mcplist.yaml"
-mcp_cluster() { echo "  - {name: $1, type: STATIC, connect_timeout: 2s, load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $MOCK}}}}]}]}}"; }
+mcp_cluster() { echo "  - {name: $1, type: STATIC, connect_timeout: 2s, load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $MOCK_OPEN}}}}]}]}}"; }
 cat >"$dir/envoymcp.yaml" <<YAML
 admin: {address: {socket_address: {address: 127.0.0.1, port_value: $ADMIN}}}
 static_resources:
@@ -237,7 +241,7 @@ measure() { # variant -> instructions per request
   if [[ $api == mcp* ]]; then
     local d=$((SECONDS + 300))
     until session=$(mcp_session "http://127.0.0.1:$PORT$path" "$key") && [[ -n $session ]]; do
-      ((SECONDS < d)) || { echo "bench-instructions: $v: no MCP session" >&2; exit 1; }
+      ((SECONDS < d)) || { echo "bench-instructions: $v: no MCP session" >&2; kill $pid; exit 1; }
       sleep 0.2
     done
   fi

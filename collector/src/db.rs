@@ -176,6 +176,10 @@ impl Db {
                         ttft_ms: r.get(26)?,
                         trace_id: r.get(27)?,
                         api: r.get(28)?,
+                        mcp_method: r.get(29)?,
+                        rpc_error: r.get(30)?,
+                        request_bytes: r.get(31)?,
+                        response_bytes: r.get(32)?,
                     })
                 })?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)

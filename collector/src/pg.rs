@@ -65,8 +65,9 @@ fn i(n: u64) -> i64 {
 const COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache,
     attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens,
     cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails,
-    team, usage_estimated, price_source, budget_routed, ttft_ms, trace_id, api";
-const NCOLS: usize = 32;
+    team, usage_estimated, price_source, budget_routed, ttft_ms, trace_id, api,
+    mcp_method, rpc_error, request_bytes, response_bytes";
+const NCOLS: usize = 36;
 
 /// A record's values, owned, in [`COLUMNS`] order.
 fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
@@ -108,6 +109,10 @@ fn values(id: String, r: &RequestRecord) -> Vec<Box<dyn ToSql + Sync>> {
         Box::new(i(r.ttft_ms)),
         Box::new(r.trace_id.clone()),
         Box::new(r.api.clone()),
+        Box::new(r.mcp_method.clone()),
+        Box::new(r.rpc_error),
+        Box::new(i(r.request_bytes)),
+        Box::new(i(r.response_bytes)),
     ]
 }
 
@@ -469,6 +474,10 @@ pub fn recent(c: &mut Client, sql: &str, limit: i64) -> Result<Vec<Recent>> {
             ttft_ms: r.try_get(26)?,
             trace_id: r.try_get(27)?,
             api: r.try_get(28)?,
+            mcp_method: r.try_get(29)?,
+            rpc_error: r.try_get(30)?,
+            request_bytes: r.try_get(31)?,
+            response_bytes: r.try_get(32)?,
         });
     }
     Ok(out)

@@ -46,6 +46,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE requests ADD COLUMN ttft_ms INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE requests ADD COLUMN trace_id BLOB NOT NULL DEFAULT x'';
      ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
+    // MCP requests (#47): the JSON-RPC method and error, the sizes.
+    "ALTER TABLE requests ADD COLUMN mcp_method TEXT NOT NULL DEFAULT '';
+     ALTER TABLE requests ADD COLUMN rpc_error INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE requests ADD COLUMN request_bytes INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE requests ADD COLUMN response_bytes INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Which migration makes the failed-attempt rollups (and fills them from
@@ -119,9 +124,10 @@ pub fn write(
             "INSERT OR IGNORE INTO requests (request_id, time_ms, client, requested_model, model, provider,
                 experiment, arm, cache, attempts, attempt_count, status, error, latency_ms, ttfb_ms, stream,
                 prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, cost_micros, prompt, completion, limited_by, guardrails,
-                team, usage_estimated, price_source, budget_routed, ttft_ms, trace_id, api)
+                team, usage_estimated, price_source, budget_routed, ttft_ms, trace_id, api,
+                mcp_method, rpc_error, request_bytes, response_bytes)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25,
-                ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+                ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
         )?;
         let mut same = tx.prepare_cached(
             "SELECT time_ms = ?2 AND latency_ms = ?3 AND client = ?4 AND requested_model = ?5
@@ -171,6 +177,10 @@ pub fn write(
                         r.ttft_ms as i64,
                         r.trace_id,
                         r.api,
+                        r.mcp_method,
+                        r.rpc_error,
+                        r.request_bytes as i64,
+                        r.response_bytes as i64,
                     ])
                 };
                 // A request id already stored is a re-sent record (the same

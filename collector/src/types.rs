@@ -62,6 +62,12 @@ pub struct Recent {
     /// 16 bytes, or none.
     pub trace_id: Vec<u8>,
     pub api: String,
+    /// An MCP request's JSON-RPC method and error, its body's and its
+    /// answer's sizes.
+    pub mcp_method: String,
+    pub rpc_error: i64,
+    pub request_bytes: i64,
+    pub response_bytes: i64,
 }
 
 impl Recent {
@@ -95,6 +101,10 @@ impl Recent {
             "ttft_ms": self.ttft_ms,
             "trace_id": portcullis_core::trace::hex(&self.trace_id),
             "api": self.api,
+            "mcp_method": self.mcp_method,
+            "rpc_error": self.rpc_error,
+            "request_bytes": self.request_bytes,
+            "response_bytes": self.response_bytes,
             "guardrails": serde_json::from_str::<serde_json::Value>(&self.guardrails).unwrap_or_default(),
         })
     }
@@ -104,4 +114,4 @@ impl Recent {
 pub const RECENT_COLUMNS: &str = "request_id, time_ms, client, requested_model, model, provider, experiment, arm, cache, attempts,
      status, error, latency_ms, ttfb_ms, stream, prompt_tokens, completion_tokens, cached_tokens,
      reasoning_tokens, cost_micros, limited_by, guardrails, team, usage_estimated, price_source, budget_routed,
-     ttft_ms, trace_id, api";
+     ttft_ms, trace_id, api, mcp_method, rpc_error, request_bytes, response_bytes";

@@ -557,6 +557,19 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         "{r}"
     );
     assert_eq!(r["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(r["mcp_method"], "tools/call", "{r}");
+    assert!(r["request_bytes"].as_u64().is_some_and(|n| n > 50), "{r}");
+    assert!(r["response_bytes"].as_u64().is_some_and(|n| n > 50), "{r}");
+    // A refused call: its JSON-RPC error.
+    let refused = collector
+        .recent(500)
+        .into_iter()
+        .find(|r| r["model"] == "alpha__secret" && r["client"] == "alice")
+        .expect("the refused call's record");
+    assert_eq!(
+        (refused["status"].clone(), refused["rpc_error"].clone()),
+        (json!(403), json!(-32602))
+    );
     // The call to the server, the span its traceparent named.
     assert_eq!(r["attempts"][0]["provider"], "beta", "{r}");
     assert_eq!(r["attempts"][0]["status"], 200, "{r}");
