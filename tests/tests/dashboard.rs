@@ -208,6 +208,34 @@ fn dashboard_renders_the_collectors_figures_in_a_real_browser() {
     );
     // Kept for people to look at: target/dashboard.png.
     let _ = std::fs::copy(&shot, repo_root().join("target/dashboard.png"));
+    // MCP tool calls (#47): per tool, the refused ones counted apart; a
+    // tools/list is no call.
+    let mcp = |i: u64, method: &str, tool: &str, status: u32, rpc_error: i64| RequestRecord {
+        request_id: format!("m-{i}"),
+        time_ms: now - 100 * i,
+        client: "demo".into(),
+        api: "mcp".into(),
+        mcp_method: method.into(),
+        model: tool.into(),
+        provider: "alpha".into(),
+        status,
+        rpc_error,
+        latency_ms: 10,
+        ..Default::default()
+    };
+    ingest(
+        c.grpc_port,
+        vec![
+            mcp(1, "tools/call", "alpha__echo", 200, 0),
+            mcp(2, "tools/call", "alpha__echo", 403, -32602),
+            mcp(3, "tools/list", "", 200, 0),
+        ],
+    );
+    let html = String::from_utf8_lossy(&chrome(&dir.0, &["--dump-dom"], &url).stdout).to_string();
+    assert!(
+        html.contains(r#"<td>alpha__echo</td><td>2</td><td><span class="err">1</span></td><td>10 ms</td><td>demo</td>"#),
+        "the MCP tools: {html}"
+    );
 }
 
 /// The control plane's keys and teams page (`/dashboard` of
