@@ -159,12 +159,13 @@ cp "$dir/plugin-anthropic.yaml" "$dir/plugin-messages.yaml"
 # the mock's MCP mode behind each; against the same through bare Envoy
 # (baremcp: routed straight to the mock) and through Envoy's own MCP
 # filters alone (envoymcp, envoymcplist: mcp + mcp_router, three servers).
+# Each server takes a credential, as in production (the mock's key).
 cat "$dir/plugin-route.yaml" - >"$dir/plugin-mcp.yaml" <<'YAML'
 mcp:
   servers:
-    - {name: tools, cluster: mcp_tools}
-    - {name: notes, cluster: mcp_notes}
-    - {name: third, cluster: primary}
+    - {name: tools, cluster: mcp_tools, credential: {header: authorization, env: OPENAI_API_KEY, prefix: "Bearer "}}
+    - {name: notes, cluster: mcp_notes, credential: {header: authorization, env: OPENAI_API_KEY, prefix: "Bearer "}}
+    - {name: third, cluster: primary, credential: {header: authorization, env: OPENAI_API_KEY, prefix: "Bearer "}}
 YAML
 cp "$dir/plugin-mcp.yaml" "$dir/plugin-mcplist.yaml"
 mcp_cluster() { echo "  - {name: $1, type: STATIC, connect_timeout: 2s, load_assignment: {cluster_name: $1, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $MOCK_OPEN}}}}]}]}}"; }
