@@ -8,6 +8,9 @@
 #          configs (BENCH_NATIVE=0 leaves them out)
 #   route  envoy/envoy.yaml + filter, prompt cache off: the routed request path
 #   hit    envoy/envoy.yaml + filter, prompt cache on: every request a hit
+#   baremcp, mcp, nmcp  an MCP tools/call (#47): bare Envoy to the mock's MCP
+#          mode, our filter at /mcp/tools (Wasm, native); BENCH_MCP=0 leaves
+#          them out
 # Many short rounds alternate bare/route/hit and we report the median of the
 # per-round ratios: the machines are shared and noisy, and drift hits all
 # sides of a round alike. Prints a markdown table (also .run/bench-latest.md).
@@ -44,7 +47,9 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109 [baremcp]=10110 [mcp]=10111 [nmcp]=10112) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920 [baremcp]=9921 [mcp]=9922 [nmcp]=9923) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo [baremcp]=sk-bench [mcp]=sk-portcullis-demo [nmcp]=sk-portcullis-demo)
+# What each variant is sent to (chat completions unless said here).
+declare -A URLPATH=([baremcp]=/mcp [mcp]=/mcp/tools [nmcp]=/mcp/tools)
 BASE_WASM="${BENCH_BASELINE_WASM:-}"
 # miss: the cache on and every request a new prompt (a lookup that misses
 # and a store each: the target's "cache miss").
@@ -63,9 +68,15 @@ if [[ $NATIVE == 1 ]]; then
   [[ -f target/native/libportcullis.so ]] || { echo "bench: no native build (make native)" >&2; exit 1; }
   VARIANTS+=(nroute nhit); FILTERS+=(nroute nhit)
 fi
+MCP="${BENCH_MCP:-1}"
+if [[ $MCP == 1 ]]; then
+  VARIANTS+=(baremcp mcp); FILTERS+=(mcp)
+  if [[ $NATIVE == 1 ]]; then VARIANTS+=(nmcp); FILTERS+=(nmcp); fi
+fi
 sed -e "s/port_value: 10001/port_value: ${PORT[bare]}/; s/port_value: 9902/port_value: ${ADMIN[bare]}/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/bare.yaml"
+sed -e "s/port_value: 10001/port_value: ${PORT[baremcp]}/; s/port_value: 9902/port_value: ${ADMIN[baremcp]}/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/baremcp.yaml"
 for v in "${FILTERS[@]}"; do
-  sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
+  sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 18011/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
 done
 scripts/bench-plugin.sh >"$dir/shipped.yaml"   # the shipped config without the tour's sections
 sed 's/^  enabled: true/  enabled: false/' "$dir/shipped.yaml" >"$dir/plugin-route.yaml"
@@ -83,6 +94,16 @@ if [[ $NATIVE == 1 ]]; then
   PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-nroute/portcullis.yaml"
   PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-nhit/portcullis.yaml"
 fi
+if [[ $MCP == 1 ]]; then
+  # One MCP server, the mock, which takes its key as the server's credential.
+  cat "$dir/plugin-route.yaml" - >"$dir/plugin-mcp.yaml" <<'YAML'
+mcp:
+  servers:
+    - {name: tools, cluster: mcp_tools, credential: {header: authorization, env: OPENAI_API_KEY, prefix: "Bearer "}}
+YAML
+  envoy/render-ecds.sh "$dir/plugin-mcp.yaml" "$dir/ecds-mcp/portcullis.yaml" "$WASM"
+  [[ $NATIVE != 1 ]] || PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-mcp.yaml" "$dir/ecds-nmcp/portcullis.yaml"
+fi
 if [[ -n $BASE_WASM ]]; then
   envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-route0/portcullis.yaml" "$BASE_WASM"
   envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-hit0/portcullis.yaml" "$BASE_WASM"
@@ -96,13 +117,28 @@ for v in "${VARIANTS[@]}"; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; do
 
 # A 212-byte chat body, like the design's measurement.
 body='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}'
+# An MCP tools/call, in a session made here for each MCP variant.
+mcp_body='{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"Say hello to the benchmark in five words or fewer, please."}}}'
+mcp_session() { # variant
+  curl -s -D - -o /dev/null "http://127.0.0.1:${PORT[$1]}${URLPATH[$1]}" -H "authorization: Bearer ${KEY[$1]}" \
+    -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
+    tr -d '\r' | sed -n 's/^mcp-session-id: //Ip'
+}
 for v in "${VARIANTS[@]}"; do
+  vbody=$body
+  [[ -z ${URLPATH[$v]:-} ]] || vbody=$mcp_body
   cat >"$dir/$v.lua" <<LUA
 wrk.method = "POST"
-wrk.body = '$body'
+wrk.body = '$vbody'
 wrk.headers["content-type"] = "application/json"
 wrk.headers["authorization"] = "Bearer ${KEY[$v]}"
 LUA
+  if [[ -n ${URLPATH[$v]:-} ]]; then
+    session=$(mcp_session "$v")
+    [[ -n $session ]] || { echo "bench: $v gave no MCP session" >&2; exit 1; }
+    printf 'wrk.headers["accept"] = "application/json, text/event-stream"\nwrk.headers["mcp-session-id"] = "%s"\n' "$session" >>"$dir/$v.lua"
+  fi
   if [[ $v == miss ]]; then
     # A new prompt each request (same length): a 10-digit number, from a
     # start that differs between runs.
@@ -115,8 +151,10 @@ request = function()
 end
 LUA
   fi
-  url="http://127.0.0.1:${PORT[$v]}/v1/chat/completions"
-  code=$(curl -s -o /dev/null -w '%{http_code}' "$url" -H 'content-type: application/json' -H "authorization: Bearer ${KEY[$v]}" -d "$body")
+  url="http://127.0.0.1:${PORT[$v]}${URLPATH[$v]:-/v1/chat/completions}"
+  extra=()
+  [[ -z ${URLPATH[$v]:-} ]] || extra=(-H 'accept: application/json, text/event-stream' -H "mcp-session-id: $session")
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$url" -H 'content-type: application/json' -H "authorization: Bearer ${KEY[$v]}" "${extra[@]}" -d "$vbody")
   [[ $code == 200 ]] || { echo "bench: $v answered $code" >&2; exit 1; }
 done
 # The hit gateway now holds the answer: check that it says so.
@@ -128,7 +166,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run_wrk() { # variant -> "rps p50 p99 non2xx cpu_us_per_request"
   local v=$1 out c0 c1 rps p50 p99 errs n cpu
   c0=$(cpu_ticks "${PID[$v]}")
-  out=$(taskset -c 1 wrk -t1 -c$CONNS -d"${DURATION}s" --latency -s "$dir/$v.lua" "http://127.0.0.1:${PORT[$v]}/v1/chat/completions")
+  out=$(taskset -c 1 wrk -t1 -c$CONNS -d"${DURATION}s" --latency -s "$dir/$v.lua" "http://127.0.0.1:${PORT[$v]}${URLPATH[$v]:-/v1/chat/completions}")
   c1=$(cpu_ticks "${PID[$v]}")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -151,6 +189,9 @@ to_us() { awk -v x="$1" 'BEGIN {v = x + 0; if (x ~ /us$/) print v; else if (x ~ 
 p99_added() { awk -v a="$(to_us "$1")" -v b="$(to_us "$2")" 'BEGIN {printf "%.0f", a - b}'; }
 rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=(); fr=(); fh=(); fb=(); fhb=()
 nr=(); nh=(); nrc=(); nhc=(); nrw=(); nhw=(); p99nr=(); p99nh=()
+mcpr=(); nmcpr=()
+mtable="| round | baremcp rps | mcp rps | mcp/baremcp | route/bare (same round) | nmcp rps | nmcp/baremcp |
+|---|---|---|---|---|---|---|"
 ntable="| round | nroute rps | nroute p50 / p99 | nhit rps | nhit p50 / p99 | nroute/bare | nhit/bare | nroute/route | nhit/hit |
 |---|---|---|---|---|---|---|---|---|"
 vs="| round | route0 rps | hit0 rps | route/route0 | hit/hit0 |
@@ -198,6 +239,18 @@ for r in $(seq 1 "$ROUNDS"); do
     vs+=$'\n'"| $r | $r0_rps | $h0_rps | ${vr[-1]}x | ${vh[-1]}x |"
   fi
   table+=$'\n'"| $r | $b_rps | $b_p50 / $b_p99 | $r_rps | $r_p50 / $r_p99 | $h_rps | $h_p50 / $h_p99 | $m_rps | $m_p50 / $m_p99 | ${ratio_r}x | ${ratio_h}x | ${mr[-1]}x |"
+  if [[ $MCP == 1 ]]; then
+    read -r bm_rps _ bm_p99 _ < <(run_wrk baremcp)
+    read -r cm_rps _ cm_p99 _ < <(run_wrk mcp)
+    mcpr+=("$(awk -v a="$cm_rps" -v b="$bm_rps" 'BEGIN {printf "%.2f", a/b}')")
+    rowm="| $r | $bm_rps | $cm_rps | ${mcpr[-1]}x | ${ratio_r}x |"
+    if [[ $NATIVE == 1 ]]; then
+      read -r nm_rps _ _ _ < <(run_wrk nmcp)
+      nmcpr+=("$(awk -v a="$nm_rps" -v b="$bm_rps" 'BEGIN {printf "%.2f", a/b}')")
+      rowm+=" $nm_rps | ${nmcpr[-1]}x |"
+    fi
+    mtable+=$'\n'"$rowm"
+  fi
 done
 misses=$(cache_stat misses); hits=$(cache_stat hits)
 median_of() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'; }
@@ -224,6 +277,14 @@ mkdir -p .run
     echo "Median nroute/bare: $(median_of "${nr[@]}")x (CPU per request: $(median_of "${nrc[@]}")x), nhit/bare: $(median_of "${nh[@]}")x (CPU per request: $(median_of "${nhc[@]}")x)"
     echo "Median native over Wasm: nroute/route $(median_of "${nrw[@]}")x, nhit/hit $(median_of "${nhw[@]}")x"
     echo "Median p99 added over bare (us): nroute $(median_of "${p99nr[@]}"), nhit $(median_of "${p99nh[@]}")"
+  fi
+  if [[ $MCP == 1 ]]; then
+    echo
+    echo "MCP tools/call (#47), same rounds: bare Envoy to the mock's MCP mode (baremcp), our filter at /mcp/tools:"
+    echo
+    echo "$mtable"
+    echo
+    echo "Median mcp/baremcp: $(median_of "${mcpr[@]}")x (route/bare $(median_of "${rr[@]}")x)${nmcpr[0]:+, nmcp/baremcp: $(median_of "${nmcpr[@]}")x}"
   fi
   if [[ -n $BASE_WASM ]]; then
     echo

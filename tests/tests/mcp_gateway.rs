@@ -580,6 +580,15 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
             .find(|r| r["api"] == "mcp" && r["client"] == "logins" && r["model"] == "alpha__echo")
     });
     assert_eq!(login["team"], "readers", "{login}");
+    // Prometheus: requests by client, server (provider) and tool (model).
+    let line = r#"portcullis_requests_total{client="alice",provider="beta",model="beta__card",status="2xx",cache="off"}"#;
+    poll_until(Duration::from_secs(20), "the tool's request metric", || {
+        envoy
+            .prometheus()
+            .lines()
+            .any(|l| l.starts_with(line))
+            .then_some(())
+    });
     // The agent's LLM call and its tool call: one trace.
     let agent = poll_until(Duration::from_secs(20), "the agent's records", || {
         let rows: Vec<Value> = collector
