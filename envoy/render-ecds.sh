@@ -25,6 +25,10 @@ done
 wasm="${3:-target/wasm32-wasip1/release/portcullis_filter.wasm}"
 mkdir -p "$(dirname "$out")"
 tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
+# The CDS file envoy/envoy.yaml reads beside this one must exist: none yet
+# means no dynamic cluster (envoy/render-cds.sh writes the real one).
+cds="$(dirname "$out")/cds.yaml"
+[[ -e $cds ]] || printf '# No dynamic clusters (envoy/render-cds.sh writes them).\nresources: []\n' >"$cds"
 if [[ "${PORTCULLIS_BUILD:-wasm}" == native ]]; then
   {
     cat <<HEAD
@@ -73,7 +77,3 @@ HEAD
   sed 's/^/          /' "$in"
 } > "$tmp"
 mv -f "$tmp" "$out"
-# The CDS file envoy/envoy.yaml reads beside this one must exist: none yet
-# means no dynamic cluster (envoy/render-cds.sh writes the real one).
-cds="$(dirname "$out")/cds.yaml"
-[[ -e $cds ]] || printf '# No dynamic clusters (envoy/render-cds.sh writes them).\nresources: []\n' >"$cds"

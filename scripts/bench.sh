@@ -38,7 +38,7 @@ dir=$(mktemp -d /tmp/portcullis-bench.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT INT TERM
-wait_for() { local d=$((SECONDS + 30)); until curl -fsS -o /dev/null "$@" 2>/dev/null; do ((SECONDS < d)) || { echo "bench: $* not ready" >&2; exit 1; }; sleep 0.1; done; }
+wait_for() { local d=$((SECONDS + 120)); until curl -fsS -o /dev/null "$@" 2>/dev/null; do ((SECONDS < d)) || { echo "bench: $* not ready" >&2; exit 1; }; sleep 0.1; done; }
 
 MOCK_PORT=18101; COLLECTOR_PORT=18151
 # The request log goes to a real collector, as in a real deployment.
