@@ -172,7 +172,7 @@ impl<H: Host> RequestContext<H> {
                 ))
             }
         };
-        self.mcp_upstream(server, index, path, query, stream)?;
+        self.mcp_upstream(server, index, query, stream)?;
         if let Some(call) = self.mcp.as_mut() {
             call.sent_ms = now;
         }
@@ -223,7 +223,6 @@ impl<H: Host> RequestContext<H> {
         &mut self,
         server: &Server,
         index: Option<usize>,
-        path: &str,
         query: &str,
         stream: bool,
     ) -> Result<(), GatewayError> {
@@ -240,7 +239,6 @@ impl<H: Host> RequestContext<H> {
             set(k, None)?;
         }
         set(portcullis_core::headers::CLUSTER, Some(&server.cluster))?;
-        let _ = path;
         let upstream_path = format!("{}{query}", server.path);
         set(":path", Some(&upstream_path))?;
         let bound = if stream { 0 } else { server.timeout_ms };

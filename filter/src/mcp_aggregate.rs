@@ -199,8 +199,7 @@ impl<H: Host> RequestContext<H> {
         if tool {
             self.mcp_tool_call(gw, m, client, server, name, &renamed, renamed.len())?;
         }
-        let query = "";
-        self.mcp_upstream(server, Some(index), &m.config.path, query, false)?;
+        self.mcp_upstream(server, Some(index), "", false)?;
         let now = self.host.now_ms();
         if let Some(call) = self.mcp.as_mut() {
             call.sent_ms = now;
