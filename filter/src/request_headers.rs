@@ -95,9 +95,11 @@ impl<H: Host> RequestContext<H> {
         let authorization = f.authorization.as_deref().or(from_api_key.as_deref());
         // MCP clients that log in read where (RFC 9728).
         if let Some(o) = gw.mcp.as_ref().and_then(|m| m.oauth.as_ref()) {
-            let metadata =
-                path == "/.well-known/oauth-protected-resource" || path == o.metadata_path();
-            if f.method == "GET" && metadata {
+            // Only a GET pays for the comparison (`metadata_path` builds a
+            // string): every request with `mcp.oauth` passes here.
+            let metadata = f.method == "GET"
+                && (path == "/.well-known/oauth-protected-resource" || path == o.metadata_path());
+            if metadata {
                 return Ok(self.reply(200, &[("cache-control", "max-age=3600")], &o.metadata()));
             }
         }
