@@ -129,7 +129,7 @@ impl<H: Host> RequestContext<H> {
         // or the record's completion text; past that only the tail (usage).
         let store = f.cache_fill.is_some();
         let cache_max = loaded.gw.cache.as_ref().map_or(0, |c| c.max_entry_bytes);
-        let content_max = if include_content(&loaded.gw) {
+        let content_max = if include_content(&loaded.gw) && api.answer_is_json() {
             1 << 16
         } else {
             0
@@ -254,6 +254,20 @@ impl<H: Host> RequestContext<H> {
             // Denied or redacted for this client: not an answer for others.
             f.cache_fill = None;
         }
+        // Images, characters, searches: the request's units; audio seconds:
+        // the answer's. An answer that is not JSON (speech) is never read
+        // for tokens.
+        let usage = match f.chat.api.has_units() {
+            true => {
+                let u = usage.unwrap_or_default();
+                Some(portcullis_core::usage::Usage {
+                    units: u.units.max(f.chat.units.count),
+                    ..u
+                })
+            }
+            false => usage,
+        };
+        let whole = whole.filter(|_| f.chat.api.answer_is_json());
         self.log.usage = usage;
         // No usage from the provider (vLLM's streams by default): what was
         // counted, never nothing.

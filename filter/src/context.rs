@@ -90,6 +90,9 @@ pub struct ClientRequest {
     pub authority: String,
     pub cache_control: Option<String>,
     pub has_content_type: bool,
+    /// A `multipart/...` content type as the client sent it (its
+    /// boundary); other content types are not kept.
+    pub multipart_type: Option<String>,
     /// The inbound API (decided by the path; its errors' shape).
     pub api: Api,
     /// The request headers conditional routes read.

@@ -15,7 +15,7 @@ use portcullis_core::error::GatewayError;
 use portcullis_core::guard::{
     self, external, stream::StreamGuard, Act, Guardrails, Kind, Stage, Verdict,
 };
-use portcullis_core::request::{ChatRequest, Document};
+use portcullis_core::request::Document;
 
 /// Whether the input step is done or waits for external guards.
 #[derive(Debug, PartialEq, Eq)]
@@ -297,9 +297,8 @@ impl<H: Host> RequestContext<H> {
     /// The prompt as the checks left it is the request from now on (the
     /// cache key, the estimate and every provider see it).
     fn use_rewritten(&mut self, doc: &Document) -> Result<(), GatewayError> {
-        let chat = ChatRequest::from_document(self.request.api, doc)?;
         if let Some(f) = self.flight.as_mut() {
-            f.chat = chat;
+            f.chat = f.chat.with_document(doc)?;
             f.rewritten = true;
         }
         Ok(())

@@ -88,7 +88,13 @@ impl<H: Host> RequestContext<H> {
             .host
             .body(Part::Request, x.body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
-        x.chat = Some(ChatRequest::parse_owned(self.request.api, body)?);
+        let api = self.request.api;
+        x.chat = Some(if api.multipart() {
+            let content_type = self.request.multipart_type.as_deref().unwrap_or("");
+            ChatRequest::parse_form(api, body, content_type)?
+        } else {
+            ChatRequest::parse_owned(api, body)?
+        });
         x.now = self.host.now_ms();
         Ok(Next::Go)
     }
@@ -113,8 +119,9 @@ impl<H: Host> RequestContext<H> {
     }
 
     fn cache(&mut self, c: &Ctx<'_>, x: &mut Exchange) -> Result<Next, GatewayError> {
-        // A free request (a token count) takes no tokens and is not cached.
-        if !self.request.api.free() {
+        // A free request (a token count) takes no tokens and is not cached;
+        // images, audio, rankings and verdicts are not cached.
+        if !self.request.api.free() && self.request.api.cached() {
             x.hit = self.cache_lookup(c.gw, c.client, x.now)?;
         }
         Ok(Next::Go)

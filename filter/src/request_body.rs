@@ -268,7 +268,7 @@ impl<H: Host> RequestContext<H> {
         // Reserved at the first candidate's price (the record's cost is the
         // answering provider's).
         let first = route.candidates.first().map(|(p, _)| *p);
-        let price = pricing::price_of(gw, route.model, first).map(|(p, _)| p);
+        let price = pricing::price_for(gw, route.model, first, &chat.units).map(|(p, _)| p);
         Flight::new(
             chat,
             route.model,
@@ -292,7 +292,7 @@ impl<H: Host> RequestContext<H> {
         };
         // The prompt estimate of the client's body (a clamp's rewrite does
         // not change what the prompt is).
-        let (prompt_est, _) = ratelimit::reservation(flight.chat.body_len(), None, 0);
+        let (prompt_est, _) = ratelimit::reservation(flight.chat.prompt_len(), None, 0);
         let asked = (prompt_est, flight.chat.max_tokens, flight.chat.stream);
         let mut clamped = None;
         if let Some(n) = admission::completion_cap(

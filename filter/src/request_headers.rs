@@ -61,7 +61,12 @@ impl<H: Host> RequestContext<H> {
                 "authorization" => f.authorization = Some(text(v)),
                 "x-api-key" => f.api_key = Some(text(v)),
                 "content-length" => f.content_length = text(v).parse().ok(),
-                "content-type" => self.request.has_content_type = true,
+                "content-type" => {
+                    self.request.has_content_type = true;
+                    if v.get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"multipart/")) {
+                        self.request.multipart_type = Some(text(v).into_owned());
+                    }
+                }
                 "cache-control" => self.request.cache_control = Some(text(v).into_owned()),
                 "x-request-id" => self.log.request_id = text(v).into_owned(),
                 "traceparent" => self.log.parent = portcullis_core::trace::parse_traceparent(v),

@@ -36,9 +36,9 @@ impl<H: Host> RequestContext<H> {
             rec.completion_tokens = u.completion;
             rec.cached_tokens = u.cached;
             rec.reasoning_tokens = u.reasoning;
-            let model = self.flight.as_ref().map(|f| f.model);
+            let model = self.flight.as_ref().map(|f| (f.model, f.chat.units));
             let answering = self.answering_index();
-            match model.and_then(|m| pricing::price_of(gw, m, answering)) {
+            match model.and_then(|(m, units)| pricing::price_for(gw, m, answering, &units)) {
                 Some((price, source)) => {
                     rec.cost_micros = price.usage_cost(&u);
                     rec.price_source = source.as_str().into();

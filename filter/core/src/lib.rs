@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod eventstream;
 pub mod experiment;
+pub mod form;
 pub mod guard;
 pub mod headers;
 pub mod keys;

@@ -208,8 +208,10 @@ pub fn decode_u32(b: Option<&[u8]>) -> u32 {
 /// Money in millionths of a USD (micro-dollars), so sums stay exact.
 pub type Micros = i64;
 
-/// USD per million tokens for one model.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// USD per million tokens for one model (micro-dollars per token), and
+/// micro-dollars per unit of the APIs priced by images, audio seconds,
+/// characters or searches.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Price {
     pub input: f64,
     pub output: f64,
@@ -219,6 +221,14 @@ pub struct Price {
     /// Reasoning tokens (counted in the completion; OpenAI's `reasoning_tokens`,
     /// Gemini's `thoughtsTokenCount`).
     pub reasoning: f64,
+    /// Micro-dollars per unit (an image, a second of audio, a character, a
+    /// search): the API says which ([`crate::api::Units`]).
+    pub unit: f64,
+    /// Per-image prices by quality and size (over `unit`).
+    pub images: crate::pricing::ImagePrices,
+    /// The request's units known before its answer, reserved with its
+    /// tokens (set on a request's own price, [`crate::pricing::price_for`]).
+    pub units: u64,
 }
 
 impl Price {
@@ -232,7 +242,8 @@ impl Price {
             + cached as f64 * self.cached_input
             + written as f64 * self.cache_write
             + u.completion.saturating_sub(reasoning) as f64 * self.output
-            + reasoning as f64 * self.reasoning;
+            + reasoning as f64 * self.reasoning
+            + u.units as f64 * self.unit;
         micros.ceil() as Micros
     }
 
@@ -256,7 +267,8 @@ impl Price {
         let cached = cached.min(prompt);
         let micros = prompt.saturating_sub(cached) as f64 * self.input
             + cached as f64 * self.cached_input
-            + completion as f64 * self.output;
+            + completion as f64 * self.output
+            + self.units as f64 * self.unit;
         micros.ceil() as Micros
     }
 }

@@ -41,6 +41,11 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// The inbound API the body was read for.
     pub api: Api,
+    /// What the request is priced by besides tokens (images asked for,
+    /// characters to speak, searches).
+    pub units: crate::api::Units,
+    /// A multipart body's parts (`None`: JSON).
+    form: Option<crate::form::Form>,
 }
 
 fn invalid_json(detail: impl std::fmt::Display) -> GatewayError {
@@ -154,11 +159,117 @@ impl ChatRequest {
     /// of a body that may be 32 MiB).
     pub fn parse_owned(api: Api, body: Vec<u8>) -> Result<Self, GatewayError> {
         let fields = Self::read_fields(api, &body)?;
+        Ok(Self { body, ..fields })
+    }
+
+    /// A multipart request of an API (`content_type` names its boundary):
+    /// its text fields read, its files never; the body kept as it came.
+    pub fn parse_form(api: Api, body: Vec<u8>, content_type: &str) -> Result<Self, GatewayError> {
+        let boundary = crate::form::boundary(content_type).ok_or_else(|| {
+            GatewayError::bad_request(
+                "invalid_multipart",
+                format!(
+                    "{} takes a multipart/form-data body: send `Content-Type: multipart/form-data; boundary=...`.",
+                    api.path()
+                ),
+            )
+        })?;
+        let form = crate::form::parse(&body, boundary)?;
+        let missing = || {
+            GatewayError::bad_request(
+                "missing_model",
+                "You must provide a model parameter (`model`).",
+            )
+        };
+        let part = form
+            .parts
+            .iter()
+            .find(|p| p.name == "model" && p.filename.is_none())
+            .ok_or_else(missing)?;
+        let model = std::str::from_utf8(form.value(&body, part))
+            .map_err(|_| GatewayError::bad_request("invalid_model", "`model` must be UTF-8 text."))?
+            .to_string();
+        if model.is_empty() {
+            return Err(missing());
+        }
+        let model_span = part.value;
+        let fields = form.fields(&body);
+        let mut units = match api.required() {
+            Required::Own(check) => check(&fields)?,
+            Required::File => crate::api::audio::file_units(&form, &body)?,
+            Required::Messages | Required::Input => crate::api::Units::default(),
+        };
+        if api == Api::ImagesEdits && form.part("image").or(form.part("image[]")).is_none() {
+            return Err(GatewayError::bad_request(
+                "missing_image",
+                "Missing required parameter: `image` (a multipart file part).",
+            ));
+        }
+        let stream = match fields.get("stream").and_then(Value::as_str) {
+            None | Some("false") => false,
+            Some("true") if api.streams() => true,
+            Some(_) if !api.streams() => {
+                return Err(GatewayError::bad_request(
+                    "invalid_stream",
+                    format!("{} answers are not streamed: leave out `stream`.", api.path()),
+                ))
+            }
+            Some(_) => {
+                return Err(GatewayError::bad_request(
+                    "invalid_stream",
+                    "`stream` must be true or false.",
+                ))
+            }
+        };
+        if api == Api::ImagesEdits {
+            units.count = units.count.max(1);
+        }
+        let doc = OnceCell::new();
+        let _ = doc.set(fields);
         Ok(Self {
             body,
-            doc: OnceCell::new(),
-            ..fields
+            doc,
+            model_span,
+            model,
+            stream,
+            include_usage: false,
+            max_tokens: Some(0),
+            temperature: None,
+            api,
+            units,
+            form: Some(form),
         })
+    }
+
+    /// The request with its text fields as guardrails left them (a
+    /// redaction): a JSON body rebuilt, a multipart one with those
+    /// values replaced and every other byte (the files) as it came.
+    pub fn with_document(&self, doc: &Document) -> Result<Self, GatewayError> {
+        match &self.form {
+            None => Self::from_document(self.api, doc),
+            Some(form) => {
+                let body = form.rewrite(&self.body, doc);
+                Self::parse_form(
+                    self.api,
+                    body,
+                    &format!("multipart/form-data; boundary={}", form.boundary),
+                )
+            }
+        }
+    }
+
+    /// The length the prompt estimate counts: the body, or a multipart
+    /// body's text fields (its files are no prompt).
+    pub fn prompt_len(&self) -> usize {
+        match &self.form {
+            None => self.body.len(),
+            Some(f) => f
+                .parts
+                .iter()
+                .filter(|p| p.filename.is_none())
+                .map(|p| p.value.1.saturating_sub(p.value.0))
+                .sum(),
+        }
     }
 
     /// Every field but the body, read from it.
@@ -169,10 +280,29 @@ impl ChatRequest {
         // step could see a partial document.
         let peek = strict::read(text).map_err(invalid_json)?;
         let (model, model_span) = model_of(body, peek.model)?;
-        match api.required() {
-            Required::Messages => check_messages(peek.messages)?,
-            Required::Input => check_input(peek.input)?,
-        }
+        let doc = OnceCell::new();
+        let units = match api.required() {
+            Required::Messages => {
+                check_messages(peek.messages)?;
+                crate::api::Units::default()
+            }
+            Required::Input => {
+                check_input(peek.input)?;
+                crate::api::Units::default()
+            }
+            Required::Own(check) => {
+                let d: Document = serde_json::from_str(text).map_err(invalid_json)?;
+                let units = check(&d)?;
+                let _ = doc.set(d);
+                units
+            }
+            Required::File => {
+                return Err(GatewayError::bad_request(
+                    "invalid_multipart",
+                    format!("{} takes a multipart/form-data body.", api.path()),
+                ))
+            }
+        };
         let stream = match peek.stream.map(|r| r.get()) {
             None | Some("null") | Some("false") => false,
             Some("true") => true,
@@ -190,7 +320,7 @@ impl ChatRequest {
             .unwrap_or(false);
         let count =
             |r: Option<&RawValue>| r.and_then(|r| serde_json::from_str::<u64>(r.get()).ok());
-        let max_tokens = if !api.streams() {
+        let max_tokens = if !api.streams() || api.has_units() {
             Some(0)
         } else if api == Api::Responses {
             count(peek.max_output_tokens)
@@ -208,7 +338,7 @@ impl ChatRequest {
         }
         Ok(Self {
             body: Vec::new(),
-            doc: OnceCell::new(),
+            doc,
             model_span,
             model,
             stream,
@@ -218,6 +348,8 @@ impl ChatRequest {
                 .temperature
                 .and_then(|r| serde_json::from_str::<f64>(r.get()).ok()),
             api,
+            units,
+            form: None,
         })
     }
 
@@ -233,7 +365,12 @@ impl ChatRequest {
     /// model id spliced in.
     pub fn body_for(&self, provider_model_id: &str) -> Vec<u8> {
         let (start, end) = self.model_span;
-        let id = serde_json::to_vec(provider_model_id).unwrap_or_default();
+        let id = if self.form.is_some() {
+            // A multipart value is the text itself.
+            provider_model_id.as_bytes().to_vec()
+        } else {
+            serde_json::to_vec(provider_model_id).unwrap_or_default()
+        };
         let mut out = Vec::with_capacity(self.body.len() + id.len());
         out.extend_from_slice(self.body.get(..start).unwrap_or_default());
         out.extend_from_slice(&id);
@@ -306,6 +443,11 @@ impl ChatRequest {
             o.insert("include_usage".into(), Value::Bool(true));
         }
         serde_json::to_vec(&doc).map_err(|e| GatewayError::internal(format!("rewrite: {e}")))
+    }
+
+    /// Whether the body is multipart (not JSON).
+    pub fn is_form(&self) -> bool {
+        self.form.is_some()
     }
 
     /// The whole document as a tree, built on first use. `parse` read the
@@ -509,5 +651,72 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    #[test]
+    fn the_new_endpoints_bodies_give_their_units_and_refuse_what_they_lack() {
+        let img = ChatRequest::parse_for(
+            Api::ImagesGenerations,
+            br#"{"model":"dall-e-3","prompt":"fox","n":3,"size":"1024x1792","quality":"hd"}"#,
+        )
+        .unwrap();
+        assert_eq!(img.units.count, 3);
+        assert_eq!(
+            img.units.image,
+            Some(crate::pricing::ImageKey::of("hd", "1024x1792"))
+        );
+        assert_eq!(img.max_tokens, Some(0));
+        let speech = ChatRequest::parse_for(
+            Api::AudioSpeech,
+            r#"{"model":"tts-1","voice":"alloy","input":"héllo"}"#.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(speech.units.count, 5, "characters, not bytes");
+        let rr = ChatRequest::parse_for(
+            Api::Rerank,
+            format!(
+                r#"{{"model":"r","query":"q","documents":{}}}"#,
+                serde_json::to_string(&vec!["d"; 101]).unwrap()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(rr.units.count, 2, "a search per 100 documents");
+        let e = ChatRequest::parse_for(Api::AudioTranscriptions, br#"{"model":"w"}"#).unwrap_err();
+        assert_eq!(e.code, "invalid_multipart");
+        let e = ChatRequest::parse_for(Api::Moderations, br#"{"model":"m","input":[]}"#)
+            .unwrap_err();
+        assert_eq!(e.code, "invalid_input");
+        // A WAV's seconds from its header: 8000 bytes a second, 2.5 s.
+        let mut wav = b"RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0\x40\x1f\0\0\x40\x1f\0\0\x01\0\x08\0LIST\x04\0\0\0abcddata".to_vec();
+        wav.extend_from_slice(&20_000u32.to_le_bytes());
+        assert_eq!(crate::api::audio::wav_seconds(&wav), Some(3));
+        assert_eq!(crate::api::audio::wav_seconds(&wav[..30]), None);
+        assert_eq!(crate::api::audio::wav_seconds(b"ID3 not a wav"), None);
+    }
+
+    #[test]
+    fn a_multipart_request_splices_the_model_and_redacts_text_fields_only() {
+        let body = b"--b1\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\x00prompt\r\n--b1\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--b1\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\ncall 555-1234\r\n--b1--\r\n".to_vec();
+        let ct = "multipart/form-data; boundary=b1";
+        let r = ChatRequest::parse_form(Api::AudioTranscriptions, body.clone(), ct).unwrap();
+        assert_eq!(r.model, "whisper");
+        assert!(r.is_form());
+        assert_eq!(r.prompt_len(), "whisper".len() + "call 555-1234".len());
+        assert_eq!(r.document().unwrap()["prompt"], "call 555-1234");
+        let sent = r.body_for("whisper-1");
+        let again = ChatRequest::parse_form(Api::AudioTranscriptions, sent, ct).unwrap();
+        assert_eq!(again.model, "whisper-1");
+        let mut doc = r.document().unwrap().clone();
+        doc.insert("prompt".into(), Value::String("call [PHONE]".into()));
+        let red = r.with_document(&doc).unwrap();
+        assert_eq!(red.document().unwrap()["prompt"], "call [PHONE]");
+        assert!(red.body().windows(10).any(|w| w == b"RIFF\x00promp"));
+        assert_eq!(
+            ChatRequest::parse_form(Api::AudioTranscriptions, body, "text/plain")
+                .unwrap_err()
+                .code,
+            "invalid_multipart"
+        );
     }
 }

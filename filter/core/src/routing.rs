@@ -275,6 +275,24 @@ pub fn model_info(gw: &Gateway, client: &Client, id: &str) -> Result<Vec<u8>, Ga
         .ok_or_else(|| GatewayError::model_not_found(id))
 }
 
+/// The paths a model is served at: each API some provider of it serves
+/// (its format, narrowed by the model's `apis`).
+fn endpoints_of(gw: &Gateway, m: &crate::config::Model) -> Vec<&'static str> {
+    crate::api::ALL
+        .iter()
+        .filter(|api| {
+            m.serving.iter().any(|s| {
+                s.apis.as_ref().is_none_or(|a| a.contains(api))
+                    && gw
+                        .providers
+                        .get(s.provider)
+                        .is_some_and(|p| crate::translate::serves(p, **api))
+            })
+        })
+        .map(|api| api.path())
+        .collect()
+}
+
 fn model_entries(gw: &Gateway, client: &Client) -> Vec<serde_json::Value> {
     let mut data = Vec::new();
     for (idx, m) in gw.models.iter().enumerate() {
@@ -287,10 +305,9 @@ fn model_entries(gw: &Gateway, client: &Client) -> Vec<serde_json::Value> {
             .and_then(|s| gw.providers.get(s.provider))
             .map(|p| p.name.as_str())
             .unwrap_or("");
+        let endpoints = endpoints_of(gw, m);
         for id in std::iter::once(&m.name).chain(m.aliases.iter()) {
-            data.push(
-                serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner}),
-            );
+            data.push(serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner, "endpoints": endpoints}));
         }
     }
     if gw.auto.iter().any(|&(m, _)| client.may_use(m)) {

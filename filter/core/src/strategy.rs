@@ -243,7 +243,8 @@ mod tests {
                     output: 3.0,
                     cached_input: 0.5,
                     cache_write: 1.0,
-                    reasoning: 3.0
+                    reasoning: 3.0,
+                    ..Default::default()
                 },
                 0.25
             ),

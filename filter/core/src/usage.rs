@@ -39,6 +39,10 @@ struct Counts {
     input_tokens_details: Option<Detail>,
     #[serde(default)]
     output_tokens_details: Option<Detail>,
+    /// A transcription's seconds of audio (`{"type": "duration",
+    /// "seconds": 9}`).
+    #[serde(default)]
+    seconds: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +64,10 @@ pub struct Usage {
     pub reasoning: u64,
     /// Prompt tokens written to the provider's cache (part of `prompt`).
     pub cache_write: u64,
+    /// The API's units besides tokens ([`crate::api::Units`]): images,
+    /// characters, searches from the request; seconds of audio from a
+    /// transcription's `usage.seconds`.
+    pub units: u64,
 }
 
 impl Usage {
@@ -99,6 +107,19 @@ impl Usage {
 
 impl From<Counts> for Usage {
     fn from(c: Counts) -> Usage {
+        let units = c
+            .seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(0, |s| s.ceil().min(u64::MAX as f64) as u64);
+        Usage {
+            units,
+            ..Usage::tokens(c)
+        }
+    }
+}
+
+impl Usage {
+    fn tokens(c: Counts) -> Usage {
         if c.prompt_tokens.is_none() && (c.input_tokens.is_some() || c.output_tokens.is_some()) {
             if let Some(d) = c.input_tokens_details {
                 // Responses: the input already counts its cached tokens.
@@ -111,6 +132,7 @@ impl From<Counts> for Usage {
                         .and_then(|d| d.reasoning_tokens)
                         .unwrap_or(0),
                     cache_write: d.cache_creation_tokens.unwrap_or(0),
+                    units: 0,
                 };
             }
             let read = c.cache_read_input_tokens.unwrap_or(0);
@@ -125,6 +147,7 @@ impl From<Counts> for Usage {
                 cached: read,
                 reasoning: 0,
                 cache_write: write,
+                units: 0,
             };
         }
         let details = c.prompt_tokens_details;
@@ -140,6 +163,7 @@ impl From<Counts> for Usage {
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
+            units: 0,
         }
     }
 }
@@ -259,6 +283,7 @@ mod tests {
                 cached: 4,
                 reasoning: 2,
                 cache_write: 0,
+                ..Default::default()
             })
         );
         let v: Value = serde_json::from_slice(b).unwrap();
@@ -280,6 +305,7 @@ mod tests {
                 cached: 0,
                 reasoning: 0,
                 cache_write: 0,
+                ..Default::default()
             })
         );
         assert_eq!(Usage::from_body(b"not json"), None);
@@ -295,6 +321,7 @@ mod tests {
             cached: 100,
             reasoning: 0,
             cache_write: 20,
+            ..Default::default()
         };
         let want = Some(usage);
         assert_eq!(Usage::from_body(b), want);
@@ -313,6 +340,7 @@ mod tests {
             cached_input: 0.3,
             cache_write: 3.75,
             reasoning: 15.0,
+            ..Default::default()
         };
         assert_eq!(p.usage_cost(&usage), 30 + 30 + 75 + 75);
     }
@@ -328,6 +356,7 @@ mod tests {
             cached: 0,
             reasoning: 2,
             cache_write: 0,
+            ..Default::default()
         });
         assert_eq!(Usage::from_tail(ANSWER.as_bytes()), want);
         let at = ANSWER.find("\"usage\":{").unwrap();

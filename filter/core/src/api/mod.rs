@@ -7,10 +7,14 @@
 //! Adding an inbound API: a module here, a variant of [`Api`] and its line
 //! in each `match` below, its line in the reach table.
 
+pub mod audio;
 pub mod chat_completions;
 pub mod count_tokens;
 pub mod embeddings;
+pub mod images;
 pub mod messages;
+pub mod moderations;
+pub mod rerank;
 pub mod responses;
 
 use crate::error::GatewayError;
@@ -29,6 +33,31 @@ pub enum Api {
     CountTokens,
     /// `POST /v1/responses` (OpenAI).
     Responses,
+    /// `POST /v1/images/generations` (OpenAI).
+    ImagesGenerations,
+    /// `POST /v1/images/edits` (OpenAI, multipart).
+    ImagesEdits,
+    /// `POST /v1/audio/speech` (OpenAI; audio bytes back).
+    AudioSpeech,
+    /// `POST /v1/audio/transcriptions` (OpenAI, multipart).
+    AudioTranscriptions,
+    /// `POST /v1/audio/translations` (OpenAI, multipart).
+    AudioTranslations,
+    /// `POST /v1/moderations` (OpenAI).
+    Moderations,
+    /// `POST /v1/rerank` (Jina, vLLM, Cohere v1) and `POST /v2/rerank`
+    /// (Cohere v2).
+    Rerank,
+}
+
+/// What a request of an API is priced by besides tokens, known from its
+/// body (images asked for, characters to speak, searches) or, for audio
+/// seconds, from its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Units {
+    pub count: u64,
+    /// An image request's size and quality (its price per image).
+    pub image: Option<crate::pricing::ImageKey>,
 }
 
 /// Whose error body a client of an API reads.
@@ -45,11 +74,21 @@ pub const ALL: &[Api] = &[
     Api::Embeddings,
     Api::CountTokens,
     Api::Responses,
+    Api::ImagesGenerations,
+    Api::ImagesEdits,
+    Api::AudioSpeech,
+    Api::AudioTranscriptions,
+    Api::AudioTranslations,
+    Api::Moderations,
+    Api::Rerank,
 ];
 
 impl Api {
     /// The API a `POST` to this path (query and trailing `/` removed) is.
     pub fn of_path(path: &str) -> Option<Api> {
+        if path == rerank::V2 {
+            return Some(Api::Rerank);
+        }
         ALL.iter().copied().find(|a| a.path() == path)
     }
 
@@ -61,6 +100,13 @@ impl Api {
             Api::Embeddings => embeddings::PATH,
             Api::CountTokens => count_tokens::PATH,
             Api::Responses => responses::PATH,
+            Api::ImagesGenerations => images::GENERATIONS,
+            Api::ImagesEdits => images::EDITS,
+            Api::AudioSpeech => audio::SPEECH,
+            Api::AudioTranscriptions => audio::TRANSCRIPTIONS,
+            Api::AudioTranslations => audio::TRANSLATIONS,
+            Api::Moderations => moderations::PATH,
+            Api::Rerank => rerank::PATH,
         }
     }
 
@@ -72,13 +118,20 @@ impl Api {
             Api::Embeddings => "embeddings",
             Api::CountTokens => "count_tokens",
             Api::Responses => "responses",
+            Api::ImagesGenerations => "images_generations",
+            Api::ImagesEdits => "images_edits",
+            Api::AudioSpeech => "audio_speech",
+            Api::AudioTranscriptions => "audio_transcriptions",
+            Api::AudioTranslations => "audio_translations",
+            Api::Moderations => "moderations",
+            Api::Rerank => "rerank",
         }
     }
 
     pub fn error_shape(self) -> ErrorShape {
         match self {
             Api::Messages | Api::CountTokens => ErrorShape::Anthropic,
-            Api::ChatCompletions | Api::Embeddings | Api::Responses => ErrorShape::OpenAi,
+            _ => ErrorShape::OpenAi,
         }
     }
 
@@ -95,7 +148,11 @@ impl Api {
     pub fn required(self) -> Required {
         match self {
             Api::ChatCompletions | Api::Messages | Api::CountTokens => Required::Messages,
-            Api::Embeddings | Api::Responses => Required::Input,
+            Api::Embeddings | Api::Responses | Api::Moderations => Required::Input,
+            Api::ImagesGenerations | Api::ImagesEdits => Required::Own(images::units),
+            Api::AudioSpeech => Required::Own(audio::speech_units),
+            Api::Rerank => Required::Own(rerank::units),
+            Api::AudioTranscriptions | Api::AudioTranslations => Required::File,
         }
     }
 
@@ -126,7 +183,50 @@ impl Api {
 
     /// Whether a request of this API can ask for a stream.
     pub fn streams(self) -> bool {
-        !matches!(self, Api::Embeddings | Api::CountTokens)
+        matches!(
+            self,
+            Api::ChatCompletions | Api::Messages | Api::Responses | Api::AudioTranscriptions
+        )
+    }
+
+    /// Whether the body is `multipart/form-data` (files with text fields),
+    /// read by [`crate::form`]; every other API's is JSON.
+    pub fn multipart(self) -> bool {
+        matches!(
+            self,
+            Api::ImagesEdits | Api::AudioTranscriptions | Api::AudioTranslations
+        )
+    }
+
+    /// Whether answers are stored in the prompt cache (not images, which
+    /// differ each time, nor audio, nor rankings and verdicts kept apart).
+    pub fn cached(self) -> bool {
+        matches!(
+            self,
+            Api::ChatCompletions | Api::Messages | Api::Embeddings | Api::Responses
+        )
+    }
+
+    /// Whether the answer is JSON the gateway reads for its usage and
+    /// facts (speech answers audio bytes, passed as they come).
+    pub fn answer_is_json(self) -> bool {
+        !matches!(self, Api::AudioSpeech)
+    }
+
+    /// Whether the API has the per-request units of [`Units`] (its requests
+    /// reserve nothing for a completion: they produce no tokens the
+    /// client asks a cap for).
+    pub fn has_units(self) -> bool {
+        matches!(
+            self,
+            Api::ImagesGenerations
+                | Api::ImagesEdits
+                | Api::AudioSpeech
+                | Api::AudioTranscriptions
+                | Api::AudioTranslations
+                | Api::Moderations
+                | Api::Rerank
+        )
     }
 
     /// Prefix of the cache's route for this API: the same body to the same
@@ -139,6 +239,8 @@ impl Api {
             Api::Embeddings => "embeddings:",
             Api::CountTokens => "count_tokens:",
             Api::Responses => "responses:",
+            // Never stored (`cached`); named for completeness.
+            _ => "other:",
         }
     }
 
@@ -163,7 +265,7 @@ impl Api {
             Api::ChatCompletions => Some(Shape::Chat),
             Api::Messages => Some(Shape::Messages),
             Api::Responses => Some(Shape::Responses),
-            Api::Embeddings | Api::CountTokens => None,
+            _ => None,
         }
     }
 }
@@ -177,7 +279,7 @@ impl Api {
         match self {
             Api::ChatCompletions => Some(Shape::Chat),
             Api::Messages => Some(Shape::Messages),
-            Api::Embeddings | Api::CountTokens | Api::Responses => None,
+            _ => None,
         }
     }
 }
@@ -300,12 +402,16 @@ pub(crate) fn finish_chat<T: FromChat>(t: &mut T) -> Vec<u8> {
 }
 
 /// The field a body must hold besides `model`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Required {
     /// `messages`: a non-empty array.
     Messages,
     /// `input`: a non-empty string or a non-empty array.
     Input,
+    /// The API's own checks of its JSON body, giving its units.
+    Own(fn(&serde_json::Map<String, serde_json::Value>) -> Result<Units, GatewayError>),
+    /// A multipart `file` part (transcriptions and translations).
+    File,
 }
 
 /// The paths the gateway answers, for the 404 of any other.
@@ -315,6 +421,8 @@ pub fn served_paths() -> String {
         out.push_str(", POST ");
         out.push_str(a.path());
     }
+    out.push_str(", POST ");
+    out.push_str(rerank::V2);
     out
 }
 
@@ -333,8 +441,9 @@ mod tests {
         assert_eq!(Api::of_path("/v1/chat/completion"), None);
         assert_eq!(
             served_paths(),
-            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens, POST /v1/responses"
+            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens, POST /v1/responses, POST /v1/images/generations, POST /v1/images/edits, POST /v1/audio/speech, POST /v1/audio/transcriptions, POST /v1/audio/translations, POST /v1/moderations, POST /v1/rerank, POST /v2/rerank"
         );
+        assert_eq!(Api::of_path("/v2/rerank"), Some(Api::Rerank));
     }
 
     #[test]

@@ -203,6 +203,87 @@ pub(super) fn budget_routes(
     problems.extend(found);
 }
 
+/// A price as the config gives it (`at` names it in problems): every
+/// number non-negative, per-image keys that read.
+pub(super) fn price(at: &str, p: &super::raw::RawPrice, problems: &mut Vec<String>) -> Price {
+    use super::raw::RawImagePrice;
+    use crate::pricing::{ImageKey, ImagePrices};
+    let bad = |x: &f64| !(x.is_finite() && *x >= 0.0);
+    let units = [
+        p.per_audio_minute,
+        p.per_million_characters,
+        p.per_thousand_searches,
+    ];
+    if [
+        p.input,
+        p.output,
+        p.cached_input.unwrap_or(0.0),
+        p.cache_write.unwrap_or(0.0),
+        p.reasoning.unwrap_or(0.0),
+    ]
+    .iter()
+    .chain(units.iter().flatten())
+    .any(bad)
+    {
+        problems.push(format!(
+            "{at}: prices must be non-negative numbers (USD per 1M tokens, per image, per audio minute, per 1M characters, per 1,000 searches)"
+        ));
+    }
+    let mut images = ImagePrices::default();
+    match &p.per_image {
+        None => {}
+        Some(RawImagePrice::One(usd)) => {
+            if bad(usd) {
+                problems.push(format!("{at}.per_image: must be a non-negative number"));
+            }
+            images.push(ImageKey::default(), usd * 1e6);
+        }
+        Some(RawImagePrice::By(by)) => {
+            if by.len() > ImagePrices::MAX {
+                problems.push(format!(
+                    "{at}.per_image: at most {} prices",
+                    ImagePrices::MAX
+                ));
+            }
+            for (key, usd) in by {
+                match ImageKey::of_price_key(key) {
+                    Some(k) if !bad(usd) => {
+                        images.push(k, usd * 1e6);
+                    }
+                    Some(_) => problems.push(format!(
+                        "{at}.per_image.{key}: must be a non-negative number"
+                    )),
+                    None => problems.push(format!(
+                        "{at}.per_image: `{key}` is not a size (`1024x1024`), a quality (standard, hd, low, medium, high, auto), both (`hd 1024x1792`) or `*`"
+                    )),
+                }
+            }
+        }
+    }
+    // Micro-dollars per unit: per second, per character, per search.
+    let unit = p
+        .per_audio_minute
+        .map(|m| m * 1e6 / 60.0)
+        .or(p.per_million_characters)
+        .or(p.per_thousand_searches.map(|t| t * 1e3))
+        .unwrap_or(0.0);
+    if units.iter().flatten().count() > 1 {
+        problems.push(format!(
+            "{at}: give one of `per_audio_minute`, `per_million_characters`, `per_thousand_searches` (a model is priced by one unit)"
+        ));
+    }
+    Price {
+        input: p.input,
+        output: p.output,
+        cached_input: p.cached_input.unwrap_or(p.input),
+        cache_write: p.cache_write.unwrap_or(p.input),
+        reasoning: p.reasoning.unwrap_or(p.output),
+        unit,
+        images,
+        units: 0,
+    }
+}
+
 /// Prices per model index; a budget needs a price for every model.
 pub(super) fn prices(
     raw: &RawConfig,
@@ -220,27 +301,9 @@ pub(super) fn prices(
             ));
             continue;
         };
-        if [
-            p.input,
-            p.output,
-            p.cached_input.unwrap_or(0.0),
-            p.cache_write.unwrap_or(0.0),
-        ]
-        .iter()
-        .any(|x| !(x.is_finite() && *x >= 0.0))
-        {
-            problems.push(format!(
-                "prices.{name}: prices must be non-negative numbers (USD per 1M tokens)"
-            ));
-        }
+        let price = price(&format!("prices.{name}"), p, problems);
         if let Some(slot) = prices.get_mut(idx) {
-            *slot = Some(Price {
-                input: p.input,
-                output: p.output,
-                cached_input: p.cached_input.unwrap_or(p.input),
-                cache_write: p.cache_write.unwrap_or(p.input),
-                reasoning: p.reasoning.unwrap_or(p.output),
-            });
+            *slot = Some(price);
         }
     }
     let budgeted = clients

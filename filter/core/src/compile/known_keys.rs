@@ -260,7 +260,11 @@ mod tests {
                 "output",
                 "cached_input",
                 "cache_write",
-                "reasoning"
+                "reasoning",
+                "per_image",
+                "per_audio_minute",
+                "per_million_characters",
+                "per_thousand_searches"
             ]
         );
         assert!(limits_keys().contains(&"max_body_bytes"));

@@ -217,22 +217,11 @@ pub(super) fn providers_and_models(
                     context_window: m.context_window,
                     apis,
                     price: m.price.as_ref().map(|price| {
-                        if [price.input, price.output]
-                            .iter()
-                            .any(|x| !(x.is_finite() && *x >= 0.0))
-                        {
-                            problems.push(format!(
-                                "provider `{}` model `{}`: prices must be non-negative numbers",
-                                p.name, m.name
-                            ));
-                        }
-                        crate::ratelimit::Price {
-                            input: price.input,
-                            output: price.output,
-                            cached_input: price.cached_input.unwrap_or(price.input),
-                            cache_write: price.cache_write.unwrap_or(price.input),
-                            reasoning: price.reasoning.unwrap_or(price.output),
-                        }
+                        super::clients::price(
+                            &format!("provider `{}` model `{}`: price", p.name, m.name),
+                            price,
+                            problems,
+                        )
                     }),
                 });
             }

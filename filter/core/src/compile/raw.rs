@@ -260,9 +260,11 @@ fn default_log_timeout() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPrice {
-    /// USD per million input tokens.
+    /// USD per million input tokens (default 0: a model priced by the unit).
+    #[serde(default)]
     pub(super) input: f64,
-    /// USD per million output tokens.
+    /// USD per million output tokens (default 0).
+    #[serde(default)]
     pub(super) output: f64,
     /// USD per million cached input tokens (default: `input`).
     #[serde(default)]
@@ -274,6 +276,29 @@ pub(super) struct RawPrice {
     /// Reasoning tokens (part of the output; default: the output price).
     #[serde(default)]
     pub(super) reasoning: Option<f64>,
+    /// USD per image (`/v1/images/*`): one number, or by quality and size
+    /// (`{"1024x1024": 0.04, "hd 1024x1792": 0.12, "*": 0.04}`; the
+    /// request's quality and size, else its size, else its quality, else `*`).
+    #[serde(default)]
+    pub(super) per_image: Option<RawImagePrice>,
+    /// USD per minute of audio transcribed or translated, as the answer's
+    /// `usage.seconds` counts it.
+    #[serde(default)]
+    pub(super) per_audio_minute: Option<f64>,
+    /// USD per million characters of speech input (`/v1/audio/speech`).
+    #[serde(default)]
+    pub(super) per_million_characters: Option<f64>,
+    /// USD per thousand searches (`/v1/rerank`: one per 100 documents).
+    #[serde(default)]
+    pub(super) per_thousand_searches: Option<f64>,
+}
+
+/// A per-image price: one for every image, or by quality and size.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawImagePrice {
+    One(f64),
+    By(std::collections::BTreeMap<String, f64>),
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,9 @@
 //! every check (built-in and external) and for the rewrite that redacts:
 //!
 //! - `system` (Anthropic: a string or text blocks) and `instructions`
-//!   (Responses); `input` (embeddings: a string or strings; Responses:
+//!   (Responses); `prompt` (images, transcriptions), `query` and
+//!   `documents` (rerank); `input` (embeddings, moderations, speech: a
+//!   string or strings; Responses:
 //!   message items read like messages, function calls' arguments, call
 //!   outputs);
 //! - each message's `content` (a string, or blocks: adjacent text parts are
@@ -55,7 +57,8 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
         .filter_map(|(k, v)| {
             let rank = match k.as_str() {
                 "system" | "instructions" => 0,
-                "input" | "messages" => 1,
+                "input" | "messages" | "prompt" | "query" => 1,
+                "documents" => 2,
                 _ => return None,
             };
             Some((rank, k.as_str(), v))
@@ -66,7 +69,23 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
         match (key, v) {
             ("system" | "instructions", v) => content_in_run(v, &mut run, &mut out),
             // Embeddings: a string or strings (token arrays are not text).
-            ("input", Value::String(s)) => run.push(s),
+            // Images' and transcriptions' `prompt`, speech's `input`, a
+            // rerank's `query`: one string.
+            ("input" | "prompt" | "query", Value::String(s)) => run.push(s),
+            // A rerank's documents: strings, or objects with `text`.
+            ("documents", Value::Array(docs)) => {
+                for d in docs.iter_mut() {
+                    match d {
+                        Value::String(s) => out.push(Slot::One(s)),
+                        Value::Object(o) => {
+                            if let Some(Value::String(s)) = o.get_mut("text") {
+                                out.push(Slot::One(s));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
             ("input", Value::Array(items)) => {
                 for i in items.iter_mut() {
                     input_item_slots(i, &mut run, &mut out);

@@ -128,6 +128,7 @@ fn budget_reserves_and_settles_in_micro_dollars() {
         cached_input: 0.075,
         cache_write: 0.15,
         reasoning: 0.0,
+        ..Default::default()
     };
     assert_eq!(p.cost(1_000_000, 0, 0), 150_000);
     assert_eq!(p.cost(1000, 1000, 400), 90 + 30 + 600);
@@ -147,6 +148,7 @@ fn completion_room_is_what_a_budget_still_pays_for() {
         cached_input: 0.15,
         cache_write: 0.15,
         reasoning: 0.0,
+        ..Default::default()
     };
     // 1000 micro-USD left, a prompt of 100 tokens (15 micro-USD): 984 / 0.6.
     let room = p.completion_room(1000, 100);
@@ -201,6 +203,7 @@ fn huge_amounts_saturate_and_are_refused_without_touching_the_bucket() {
         cached_input: 1.25,
         cache_write: 2.5,
         reasoning: 0.0,
+        ..Default::default()
     };
     assert_eq!(p.cost(u64::MAX, u64::MAX, 0), Micros::MAX);
     assert!(!spend(None, 5_000_000, Micros::MAX).1);

@@ -48,6 +48,9 @@ pub enum Reach {
 /// The table: which inbound API reaches which provider format.
 pub fn reach(schema: &Schema, api: Api) -> Reach {
     use Reach::*;
+    if api.has_units() {
+        return units_reach(schema, api);
+    }
     match (schema, api) {
         (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::ChatCompletions | Api::Embeddings) => {
             Direct
@@ -69,6 +72,20 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
         (Schema::Bedrock { .. }, Api::Messages | Api::Responses) => ViaPivot,
         (Schema::Bedrock { .. }, Api::CountTokens) => Local,
         (Schema::Bedrock { .. }, Api::Embeddings) => Translated,
+        _ => No,
+    }
+}
+
+/// Images, audio, moderations and rerank: in OpenAI's own shape, by
+/// OpenAI-compatible providers (rerank: Jina, vLLM, Cohere) and Azure
+/// OpenAI (not rerank, which Azure OpenAI does not serve); no other format
+/// has an equivalent the gateway translates to.
+fn units_reach(schema: &Schema, api: Api) -> Reach {
+    match (schema, api) {
+        (Schema::OpenAi, _) => Reach::Direct,
+        (Schema::AzureOpenAi { .. }, Api::Rerank) => Reach::No,
+        (Schema::AzureOpenAi { .. }, _) => Reach::Direct,
+        _ => Reach::No,
     }
 }
 
@@ -88,6 +105,7 @@ fn vertex_reach(publisher: crate::config::Publisher, api: Api) -> Reach {
         (Publisher::Anthropic, Api::Responses) => ViaPivot,
         (Publisher::Anthropic, Api::CountTokens) => Local,
         (Publisher::Anthropic, Api::Embeddings) => No,
+        _ => No,
     }
 }
 
@@ -398,6 +416,10 @@ pub fn request_body(
 /// them it had; `None` when it has none of them (a body that does not name
 /// one is not parsed).
 fn drop_fields(p: &Provider, body: &[u8]) -> Result<Option<Prepared>, GatewayError> {
+    if !body.starts_with(b"{") && !body.trim_ascii_start().starts_with(b"{") {
+        // Not a JSON object (a multipart body): nothing to drop.
+        return Ok(None);
+    }
     let named = |f: &String| {
         let quoted = format!("\"{f}\"");
         body.windows(quoted.len()).any(|w| w == quoted.as_bytes())

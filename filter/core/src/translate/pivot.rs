@@ -17,7 +17,7 @@ pub fn to_pivot(
     match api {
         Api::Messages => messages::to_chat(req.body(), model_id),
         Api::Responses => responses::to_chat(req.body(), model_id),
-        Api::ChatCompletions | Api::Embeddings | Api::CountTokens => Err(GatewayError::internal(
+        _ => Err(GatewayError::internal(
             format!("{} is not translated to chat completions", api.path()),
         )),
     }
@@ -34,7 +34,7 @@ pub fn answer_from_pivot(
     match api {
         Api::Messages => messages::answer_from_chat(body),
         Api::Responses => responses::answer_from_chat(body, now, echo),
-        Api::ChatCompletions | Api::Embeddings | Api::CountTokens => Some(body.to_vec()),
+        _ => Some(body.to_vec()),
     }
 }
 
@@ -42,7 +42,7 @@ pub fn answer_from_pivot(
 pub fn error_from_pivot(api: Api, body: &[u8], status: u16) -> Vec<u8> {
     match api {
         Api::Messages => messages::error_from_chat(body, status),
-        Api::ChatCompletions | Api::Embeddings | Api::CountTokens | Api::Responses => body.to_vec(),
+        _ => body.to_vec(),
     }
 }
 
@@ -54,7 +54,7 @@ pub fn stream_from_pivot(api: Api, created: u64, echo: &responses::Echo) -> Opti
         Api::Responses => Some(Stream::ChatToResponses(responses::FromChatStream::new(
             created, echo,
         ))),
-        Api::ChatCompletions | Api::Embeddings | Api::CountTokens => None,
+        _ => None,
     }
 }
 
@@ -67,6 +67,6 @@ pub fn local_answer(api: Api, doc: &Document) -> Option<(Vec<u8>, (&'static str,
             count_tokens::answer(doc),
             (count_tokens::ESTIMATED_HEADER, "true"),
         )),
-        Api::ChatCompletions | Api::Messages | Api::Embeddings | Api::Responses => None,
+        _ => None,
     }
 }

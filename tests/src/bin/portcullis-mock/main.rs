@@ -45,6 +45,10 @@
 //! does (422 `extra_forbidden`), and with `stream_options` among them puts
 //! a stream's usage in its last chunk unasked, as Mistral does.
 //!
+//! `POST <prefix>/images/generations`, `/images/edits`, `/audio/speech`,
+//! `/audio/transcriptions`, `/audio/translations`, `/moderations`,
+//! `/rerank` and `/v2/rerank` (Cohere's) — see `media.rs`.
+//!
 //! `POST /mcp` (and `DELETE`) — a small MCP server over streamable HTTP
 //! (JSON answers, sessions, the tools `echo` and `add`; `mcp.rs`), for the
 //! demo's MCP servers and the benchmarks.
@@ -60,6 +64,7 @@ mod bedrock;
 mod embeddings;
 mod gemini;
 mod mcp;
+mod media;
 mod openai_checks;
 mod responses;
 
@@ -702,6 +707,20 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
             .is_some_and(|last| last.contains(':'))
     {
         gemini::generate(state, req).await
+    } else if req.method() == hyper::Method::POST
+        && (path.ends_with("/images/generations") || path.ends_with("/images/edits"))
+    {
+        media::images(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/audio/speech") {
+        media::speech(state, req).await
+    } else if req.method() == hyper::Method::POST
+        && (path.ends_with("/audio/transcriptions") || path.ends_with("/audio/translations"))
+    {
+        media::transcribe(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/moderations") {
+        media::moderations(state, req).await
+    } else if req.method() == hyper::Method::POST && path.ends_with("/rerank") {
+        media::rerank(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/chat/completions") {
         chat(state, req).await
     } else if req.method() == hyper::Method::POST && path.ends_with("/responses") {
