@@ -63,7 +63,9 @@ impl<H: Host> RequestContext<H> {
                 "content-length" => f.content_length = text(v).parse().ok(),
                 "content-type" => {
                     self.request.has_content_type = true;
-                    if v.get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"multipart/")) {
+                    if v.get(..10)
+                        .is_some_and(|p| p.eq_ignore_ascii_case(b"multipart/"))
+                    {
                         self.request.multipart_type = Some(text(v).into_owned());
                     }
                 }

@@ -771,3 +771,36 @@ pub fn mcp(data: &[u8]) {
     out_pieces.extend(pieces.finish());
     assert_eq!(out_whole, out_pieces, "an SSE answer depends on chunking");
 }
+
+/// A multipart body (the first byte picks a boundary) reads or is refused
+/// with a 400, never a panic; every part it reads lies inside the body;
+/// the text fields rewritten with the same values give the same bytes, and
+/// a request read from it splices a model id into the `model` part alone.
+pub fn form(data: &[u8]) {
+    use portcullis_core::api::Api;
+    use portcullis_core::form;
+    use portcullis_core::request::ChatRequest;
+    let boundary = match data.first().copied().unwrap_or(0) % 3 {
+        0 => "b",
+        1 => "xYz-123",
+        _ => "----WebKitFormBoundary7MA4YWxkTrZu0gW",
+    };
+    let body = data.get(1..).unwrap_or_default();
+    match form::parse(body, boundary) {
+        Ok(f) => {
+            for p in &f.parts {
+                assert!(p.value.0 <= p.value.1 && p.value.1 <= body.len());
+            }
+            let fields = f.fields(body);
+            assert_eq!(f.rewrite(body, &fields), body, "the same fields, the same bytes");
+        }
+        Err(e) => assert_eq!((e.status, e.code), (400, "invalid_multipart")),
+    }
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    if let Ok(r) = ChatRequest::parse_form(Api::AudioTranscriptions, body.to_vec(), &content_type) {
+        let sent = r.body_for("provider-model-id");
+        let again = ChatRequest::parse_form(Api::AudioTranscriptions, sent, &content_type)
+            .expect("a spliced body reads");
+        assert_eq!(again.model, "provider-model-id");
+    }
+}

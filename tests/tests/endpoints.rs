@@ -33,7 +33,10 @@ fn plugin() -> String {
         "  - name: backup\n",
         "  - name: cohere\n    cluster: primary\n    host: primary.mock\n    base_path: /v2\n    api_key_env: OPENAI_API_KEY\n    models:\n      - {name: rerank-cohere, id: rerank-v3.5, weight: 0, apis: [rerank], price: {per_thousand_searches: 2.0}}\n  - name: backup\n",
     );
-    let p = p.replace("  chain: [primary, backup", "  chain: [primary, cohere, backup");
+    let p = p.replace(
+        "  chain: [primary, backup",
+        "  chain: [primary, cohere, backup",
+    );
     assert!(
         p.contains("rerank-v3.5") && p.contains("[primary, cohere,"),
         "the test config changed"
@@ -80,7 +83,10 @@ fn raw(port: u16, head: &str, body: &[u8]) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
@@ -106,7 +112,10 @@ fn the_openai_sdk_reaches_images_audio_and_moderations_and_each_is_priced_by_its
         &[&s.envoy.url("/v1"), DEMO_KEY, work.0.to_str().unwrap()],
     );
     assert_eq!(v["dalle"]["n"], 1, "{v}");
-    assert_eq!(v["gpt_image"], json!({"n": 2, "b64": [96, 96], "output_tokens": 544}));
+    assert_eq!(
+        v["gpt_image"],
+        json!({"n": 2, "b64": [96, 96], "output_tokens": 544})
+    );
     assert_eq!(v["edit"]["n"], 1);
     assert_eq!(v["transcription"]["text"], "mock transcript of 3.0 seconds");
     assert_eq!(v["translation"]["text"], "mock transcript of 3.0 seconds");
@@ -135,22 +144,39 @@ fn the_openai_sdk_reaches_images_audio_and_moderations_and_each_is_priced_by_its
             .collect::<Vec<_>>()
     };
     let t = &by_path("/v1/audio/transcriptions")[0];
-    assert_eq!(t["headers"]["authorization"], format!("Bearer {PRIMARY_KEY}"));
+    assert_eq!(
+        t["headers"]["authorization"],
+        format!("Bearer {PRIMARY_KEY}")
+    );
     assert_eq!(t["body"]["model"], "whisper-1");
     assert_eq!(t["body"]["file"]["bytes"], v["wav_bytes"]);
     assert_eq!(t["body"]["file"]["filename"], "speech.wav");
     let e = &by_path("/v1/images/edits")[0];
     assert_eq!(e["body"]["prompt"], "make it green");
     assert_eq!(e["body"]["image"]["bytes"], 70);
-    assert_eq!(by_path("/v1/images/generations").len(), 2, "n=11 never left the gateway");
+    assert_eq!(
+        by_path("/v1/images/generations").len(),
+        2,
+        "n=11 never left the gateway"
+    );
     // Rerank over plain HTTP: Jina's shape at /v1, Cohere's at /v2.
     let docs = json!(["a red fox", "the blue sea", "foxes are red"]);
-    let r = rerank(&s, DEMO_KEY, "/v1/rerank", &json!({"model": "rerank-v3.5", "query": "red fox", "documents": docs, "top_n": 2}));
+    let r = rerank(
+        &s,
+        DEMO_KEY,
+        "/v1/rerank",
+        &json!({"model": "rerank-v3.5", "query": "red fox", "documents": docs, "top_n": 2}),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let body: Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(body["results"][0]["index"], 0);
     assert_eq!(body["results"].as_array().map(Vec::len), Some(2));
-    let r = rerank(&s, DEMO_KEY, "/v2/rerank", &json!({"model": "rerank-cohere", "query": "sea", "documents": docs}));
+    let r = rerank(
+        &s,
+        DEMO_KEY,
+        "/v2/rerank",
+        &json!({"model": "rerank-cohere", "query": "sea", "documents": docs}),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let body: Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(body["meta"]["billed_units"]["search_units"], 1, "{body}");
@@ -163,7 +189,11 @@ fn the_openai_sdk_reaches_images_audio_and_moderations_and_each_is_priced_by_its
     assert_eq!(v2[0]["body"]["model"], "rerank-v3.5");
     assert_eq!(sent.iter().filter(|r| r["path"] == "/v1/rerank").count(), 1);
     // `/v1/models` says which endpoints each model serves.
-    let models: Value = get(&s.envoy.url("/v1/models"), &[("authorization", &format!("Bearer {DEMO_KEY}"))]).json();
+    let models: Value = get(
+        &s.envoy.url("/v1/models"),
+        &[("authorization", &format!("Bearer {DEMO_KEY}"))],
+    )
+    .json();
     let whisper = models["data"]
         .as_array()
         .unwrap()
@@ -190,15 +220,22 @@ fn the_openai_sdk_reaches_images_audio_and_moderations_and_each_is_priced_by_its
             .collect()
     };
     assert_eq!(cost("dall-e-3", "images_generations"), vec![120_000]);
+    // 3 seconds: from the answer's `usage.seconds`, and for the plain-text
+    // answer and the translation (whose answers carry no usage) from the
+    // WAV's header.
     assert_eq!(cost("whisper-1", "audio_transcriptions"), vec![300, 300]);
+    assert_eq!(cost("whisper-1", "audio_translations"), vec![300]);
     assert_eq!(cost("tts-1", "audio_speech"), vec![165]);
     assert_eq!(cost("rerank-v3.5", "rerank"), vec![2_000]);
     assert_eq!(cost("rerank-cohere", "rerank"), vec![2_000]);
     // "two blue cats": 3 input tokens at $5, 544 output at $40 per 1M.
     assert_eq!(cost("gpt-image-1", "images_generations"), vec![15 + 21_760]);
     assert_eq!(cost("omni-moderation-latest", "moderations"), vec![0]);
-    let speech = rows.iter().find(|x| x["api"] == "audio_speech").unwrap();
-    assert_eq!(speech["provider"], "primary");
+    let speech = rows
+        .iter()
+        .find(|x| x["api"] == "audio_speech" && x["status"] == 200)
+        .unwrap();
+    assert_eq!(speech["provider"], "primary", "{speech}");
 }
 
 #[test]
@@ -214,7 +251,8 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
                 ("authorization", &format!("Bearer {key}")),
                 ("content-type", "application/json"),
             ],
-            &json!({"model": "dall-e-3", "prompt": "a fox", "size": "1024x1792", "quality": "hd"}).to_string(),
+            &json!({"model": "dall-e-3", "prompt": "a fox", "size": "1024x1792", "quality": "hd"})
+                .to_string(),
         )
     };
     assert_eq!(image(BUDGET_KEY).status, 200);
@@ -224,7 +262,10 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
     assert_eq!(third.status, 429, "{}", third.body);
     let e: Value = serde_json::from_str(&third.body).unwrap();
     assert_eq!(e["error"]["code"], "budget_exceeded", "{e}");
-    assert!(e["error"]["message"].as_str().unwrap().contains("$0.1200"), "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("$0.1200"),
+        "{e}"
+    );
     assert_eq!(s.primary.hits(), before);
     // Two reranks a minute.
     let body = json!({"model": "rerank-v3.5", "query": "q", "documents": ["d"]});
@@ -261,7 +302,11 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
         ),
     ];
     for (what, body, code) in cases {
-        let (status, text) = raw(port, &multipart_head(port, "/v1/audio/transcriptions", body.len(), b), &body);
+        let (status, text) = raw(
+            port,
+            &multipart_head(port, "/v1/audio/transcriptions", body.len(), b),
+            &body,
+        );
         assert_eq!(status, 400, "{what}: {text}");
         let e: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: {text}"));
         assert_eq!(e["error"]["code"], code, "{what}: {e}");
@@ -284,14 +329,46 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
     assert!(text.contains("request_too_large"), "{text}");
     // JSON bodies missing what each endpoint needs.
     for (path, body, code) in [
-        ("/v1/images/generations", json!({"model": "dall-e-3"}), "missing_prompt"),
-        ("/v1/images/generations", json!({"model": "dall-e-3", "prompt": "x", "n": 0}), "invalid_n"),
-        ("/v1/audio/speech", json!({"model": "tts-1", "input": "hi"}), "missing_voice"),
-        ("/v1/audio/speech", json!({"model": "tts-1", "voice": "alloy", "input": ""}), "invalid_input"),
-        ("/v1/rerank", json!({"model": "rerank-v3.5", "query": "q"}), "missing_documents"),
-        ("/v1/rerank", json!({"model": "rerank-v3.5", "query": "q", "documents": []}), "invalid_documents"),
-        ("/v1/moderations", json!({"model": "omni-moderation-latest"}), "missing_input"),
-        ("/v1/images/generations", json!({"prompt": "x"}), "missing_model"),
+        (
+            "/v1/images/generations",
+            json!({"model": "dall-e-3"}),
+            "missing_prompt",
+        ),
+        (
+            "/v1/images/generations",
+            json!({"model": "dall-e-3", "prompt": "x", "n": 0}),
+            "invalid_n",
+        ),
+        (
+            "/v1/audio/speech",
+            json!({"model": "tts-1", "input": "hi"}),
+            "missing_voice",
+        ),
+        (
+            "/v1/audio/speech",
+            json!({"model": "tts-1", "voice": "alloy", "input": ""}),
+            "invalid_input",
+        ),
+        (
+            "/v1/rerank",
+            json!({"model": "rerank-v3.5", "query": "q"}),
+            "missing_documents",
+        ),
+        (
+            "/v1/rerank",
+            json!({"model": "rerank-v3.5", "query": "q", "documents": []}),
+            "invalid_documents",
+        ),
+        (
+            "/v1/moderations",
+            json!({"model": "omni-moderation-latest"}),
+            "missing_input",
+        ),
+        (
+            "/v1/images/generations",
+            json!({"prompt": "x"}),
+            "missing_model",
+        ),
     ] {
         let r = rerank(&s, DEMO_KEY, path, &body);
         assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
@@ -300,12 +377,21 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
     }
     assert_eq!(s.primary.hits(), hits, "no bad body reached the provider");
     // The worker still serves, chat and the new endpoints alike.
-    let ok = rerank(&s, DEMO_KEY, "/v1/moderations", &json!({"model": "omni-moderation-latest", "input": "hello"}));
+    let ok = rerank(
+        &s,
+        DEMO_KEY,
+        "/v1/moderations",
+        &json!({"model": "omni-moderation-latest", "input": "hello"}),
+    );
     assert_eq!(ok.status, 200, "{}", ok.body);
     let chat = post(
         &s.envoy.url("/v1/chat/completions"),
-        &[("authorization", &format!("Bearer {DEMO_KEY}")), ("content-type", "application/json")],
-        &json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+        &[
+            ("authorization", &format!("Bearer {DEMO_KEY}")),
+            ("content-type", "application/json"),
+        ],
+        &json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+            .to_string(),
     );
     assert_eq!(chat.status, 200, "{}", chat.body);
 }

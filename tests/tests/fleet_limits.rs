@@ -217,6 +217,7 @@ fn global_limits_hold_across_two_envoys() {
         cached_input: 0.075,
         cache_write: 0.15,
         reasoning: 0.60,
+        ..Price::default()
     };
     let per_request = budget_units(price.cost(body.len().div_ceil(4) as u64, 1000, 0));
     let cap = budget_units(4900);

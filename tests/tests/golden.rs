@@ -40,6 +40,32 @@ fn json_or_text(bytes: &[u8]) -> Value {
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
+/// A multipart API's request, written in its case as an object: each
+/// member a text field, `file`, `image` and `mask` file parts; the body
+/// and its content type.
+fn form_body(request: &Value) -> (Vec<u8>, String) {
+    const B: &str = "goldenboundary";
+    let mut out = String::new();
+    for (k, v) in request
+        .as_object()
+        .expect("a multipart case's request is an object")
+    {
+        let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        if ["file", "image", "mask"].contains(&k.as_str()) {
+            out.push_str(&format!("--{B}\r\nContent-Disposition: form-data; name=\"{k}\"; filename=\"{k}.bin\"\r\nContent-Type: application/octet-stream\r\n\r\n{text}\r\n"));
+        } else {
+            out.push_str(&format!(
+                "--{B}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{text}\r\n"
+            ));
+        }
+    }
+    out.push_str(&format!("--{B}--\r\n"));
+    (
+        out.into_bytes(),
+        format!("multipart/form-data; boundary={B}"),
+    )
+}
+
 /// What the gateway makes of one case: the provider's path and body, and
 /// the client's answer and stream.
 fn translate(gw: &Gateway, case: &Value) -> Value {
@@ -55,8 +81,15 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
         .get("model_id")
         .and_then(Value::as_str)
         .unwrap_or("provider-m");
-    let body = serde_json::to_vec(&case["request"]).unwrap();
-    let req = ChatRequest::parse_for(api, &body).unwrap();
+    let (body, req) = if api.multipart() {
+        let (body, content_type) = form_body(&case["request"]);
+        let req = ChatRequest::parse_form(api, body.clone(), &content_type).unwrap();
+        (body, req)
+    } else {
+        let body = serde_json::to_vec(&case["request"]).unwrap();
+        let req = ChatRequest::parse_for(api, &body).unwrap();
+        (body, req)
+    };
     let mut out = serde_json::Map::new();
     match translate::reach(&p.schema, api) {
         translate::Reach::No => {

@@ -34,6 +34,168 @@ enum Mode {
     Bedrock,
     BedrockInvoke,
     Mcp,
+    /// The images, audio, moderations and rerank endpoints (OpenAI's
+    /// shape), at this path.
+    Media(&'static str),
+}
+
+/// A multipart body with these text fields and, if given, a file part.
+fn form(
+    fields: &[(&str, &str)],
+    file: Option<(&str, &str)>,
+) -> (Vec<(&'static str, String)>, String) {
+    let b = "mockcheckboundary";
+    let mut body = String::new();
+    for (k, v) in fields {
+        body.push_str(&format!(
+            "--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n"
+        ));
+    }
+    if let Some((name, content)) = file {
+        body.push_str(&format!("--{b}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"f.bin\"\r\nContent-Type: application/octet-stream\r\n\r\n{content}\r\n"));
+    }
+    body.push_str(&format!("--{b}--\r\n"));
+    (
+        vec![("content-type", format!("multipart/form-data; boundary={b}"))],
+        body,
+    )
+}
+
+/// A refusal of a media endpoint.
+fn media(path: &'static str, body: Value, kind: &'static str, says: &'static str) -> Case {
+    Case {
+        mode: Mode::Media(path),
+        ..openai(body, 400, Some(kind), says)
+    }
+}
+
+fn media_form(
+    path: &'static str,
+    (headers, body): (Vec<(&'static str, String)>, String),
+    kind: Option<&'static str>,
+    says: &'static str,
+) -> Case {
+    Case {
+        mode: Mode::Media(path),
+        headers,
+        body,
+        status: 400,
+        kind,
+        says,
+    }
+}
+
+fn media_cases() -> Vec<(&'static str, Case)> {
+    vec![
+        (
+            "images-no-prompt",
+            media(
+                "/v1/images/generations",
+                json!({"model": "dall-e-3"}),
+                "missing_required_parameter",
+                "'prompt'",
+            ),
+        ),
+        (
+            "images-bad-n",
+            media(
+                "/v1/images/generations",
+                json!({"model": "dall-e-2", "prompt": "x", "n": 11}),
+                "integer_below_min_value",
+                "Invalid 'n'",
+            ),
+        ),
+        (
+            "images-bad-size",
+            media(
+                "/v1/images/generations",
+                json!({"model": "dall-e-2", "prompt": "x", "size": "999x999"}),
+                "invalid_value",
+                "Supported values",
+            ),
+        ),
+        (
+            "images-edit-json",
+            media(
+                "/v1/images/edits",
+                json!({"model": "gpt-image-1", "prompt": "x"}),
+                "invalid_request_error",
+                "expected multipart/form-data",
+            ),
+        ),
+        (
+            "images-edit-no-image",
+            media_form(
+                "/v1/images/edits",
+                form(&[("model", "gpt-image-1"), ("prompt", "x")], None),
+                Some("missing_required_parameter"),
+                "'image'",
+            ),
+        ),
+        (
+            "speech-no-voice",
+            media(
+                "/v1/audio/speech",
+                json!({"model": "tts-1", "input": "hi"}),
+                "missing_required_parameter",
+                "'voice'",
+            ),
+        ),
+        (
+            "speech-too-long",
+            media(
+                "/v1/audio/speech",
+                json!({"model": "tts-1", "voice": "alloy", "input": "x".repeat(4097)}),
+                "string_too_long",
+                "at most 4096 characters",
+            ),
+        ),
+        (
+            "transcription-json",
+            media(
+                "/v1/audio/transcriptions",
+                json!({"model": "whisper-1"}),
+                "invalid_request_error",
+                "expected multipart/form-data",
+            ),
+        ),
+        (
+            "transcription-no-file",
+            media_form(
+                "/v1/audio/transcriptions",
+                form(&[("model", "whisper-1")], None),
+                Some("missing_required_parameter"),
+                "'file'",
+            ),
+        ),
+        (
+            "transcription-not-audio",
+            media_form(
+                "/v1/audio/transcriptions",
+                form(&[("model", "whisper-1")], Some(("file", "not audio"))),
+                Some("invalid_value"),
+                "Invalid file format",
+            ),
+        ),
+        (
+            "moderations-no-input",
+            media(
+                "/v1/moderations",
+                json!({"model": "omni-moderation-latest"}),
+                "missing_required_parameter",
+                "'input'",
+            ),
+        ),
+        (
+            "rerank-no-documents",
+            media(
+                "/v1/rerank",
+                json!({"model": "rerank-v3.5", "query": "q"}),
+                "missing_required_parameter",
+                "'documents'",
+            ),
+        ),
+    ]
 }
 
 /// The Bedrock mode's credentials (the mock is started with them).
@@ -1029,6 +1191,7 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
             ],
         ),
         Mode::BedrockInvoke => (INVOKE_PATH, Vec::new()),
+        Mode::Media(path) => (path, vec![("authorization", format!("Bearer {KEY}"))]),
         Mode::Anthropic => (
             "/v1/messages",
             vec![
@@ -1086,7 +1249,8 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
         ],
     );
     let host = format!("127.0.0.1:{}", mock.port);
-    let cases = cases(&host);
+    let mut cases = cases(&host);
+    cases.extend(media_cases());
     let names: BTreeSet<String> = cases.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(
         names,
@@ -1145,6 +1309,32 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
         wrong.join("\n")
     );
     // Good requests of each mode pass the same checks.
+    for (path, good) in [
+        (
+            "/v1/images/generations",
+            json!({"model": "dall-e-3", "prompt": "x", "size": "1024x1792", "quality": "hd"}),
+        ),
+        (
+            "/v1/audio/speech",
+            json!({"model": "tts-1", "voice": "alloy", "input": "hi"}),
+        ),
+        (
+            "/v1/moderations",
+            json!({"model": "omni-moderation-latest", "input": ["a", "b"]}),
+        ),
+        (
+            "/v1/rerank",
+            json!({"model": "r", "query": "q", "documents": ["q", {"text": "x"}]}),
+        ),
+    ] {
+        let r = send(&mock, Mode::Media(path), &[], &good.to_string());
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    let wav = "RIFF\u{24}\0\0\0WAVEfmt \u{10}\0\0\0\u{1}\0\u{1}\0\u{40}\u{1f}\0\0\u{40}\u{1f}\0\0\u{1}\0\u{8}\0data\0\0\0\0";
+    let (h, b) = form(&[("model", "whisper-1")], Some(("file", wav)));
+    let r = send(&mock, Mode::Media("/v1/audio/transcriptions"), &h, &b);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["usage"]["type"], "duration");
     let good_chat = json!({"model": "gpt-4o", "messages": [user("hi"), {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "r"}], "stream": true, "stream_options": {"include_usage": true}}).to_string();
     assert_eq!(send(&mock, Mode::OpenAi, &[], &good_chat).status, 200);
     assert_eq!(send(&mock, Mode::Azure, &[], &good_chat).status, 200);

@@ -124,7 +124,11 @@ pub fn parse(body: &[u8], boundary: &str) -> Result<Form, GatewayError> {
         needle.extend_from_slice(d);
         memmem::find(body, &needle)
             .and_then(|i| i.checked_add(2))
-            .ok_or_else(|| bad(format!("The body has no multipart boundary `--{boundary}`.")))?
+            .ok_or_else(|| {
+                bad(format!(
+                    "The body has no multipart boundary `--{boundary}`."
+                ))
+            })?
     };
     let next = {
         let mut n = b"\r\n".to_vec();
@@ -215,10 +219,13 @@ impl Form {
     /// of strings, the first of each name: what guardrails and rules read.
     pub fn fields(&self, body: &[u8]) -> Map<String, Value> {
         let mut out = Map::new();
+        let mut seen: Vec<&str> = Vec::new();
         for p in self.parts.iter().filter(|p| p.filename.is_none()) {
-            if out.contains_key(&p.name) {
+            // The first part of a name is the field, text or not.
+            if seen.contains(&p.name.as_str()) {
                 continue;
             }
+            seen.push(&p.name);
             if let Ok(text) = std::str::from_utf8(self.value(body, p)) {
                 out.insert(p.name.clone(), Value::String(text.to_string()));
             }
@@ -279,10 +286,7 @@ mod tests {
 
     #[test]
     fn the_boundary_is_read_from_the_content_type() {
-        assert_eq!(
-            boundary("multipart/form-data; boundary=abc"),
-            Some("abc")
-        );
+        assert_eq!(boundary("multipart/form-data; boundary=abc"), Some("abc"));
         assert_eq!(
             boundary("Multipart/Form-Data;charset=utf-8; BOUNDARY=\"a b\""),
             Some("a b")
@@ -315,7 +319,10 @@ mod tests {
         let again = parse(&out, B).unwrap();
         assert_eq!(again.fields(&out)["model"], "provider/whisper");
         assert_eq!(again.value(&out, &again.parts[0]), wav);
-        assert_eq!(out.len(), b.len() + "provider/whisper".len() - "whisper-1".len());
+        assert_eq!(
+            out.len(),
+            b.len() + "provider/whisper".len() - "whisper-1".len()
+        );
     }
 
     #[test]
@@ -325,7 +332,10 @@ mod tests {
             let e = parse(&whole[..cut], B).unwrap_err();
             assert_eq!((e.status, e.code), (400, "invalid_multipart"), "{cut}");
         }
-        let never_ends = format!("--{B}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n{}", "x".repeat(5000));
+        let never_ends = format!(
+            "--{B}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n{}",
+            "x".repeat(5000)
+        );
         let e = parse(never_ends.as_bytes(), B).unwrap_err();
         assert!(e.message.contains("closing boundary"), "{}", e.message);
         for bad_body in [

@@ -52,5 +52,6 @@ pub mod stream_cap;
 pub mod strict;
 pub mod trace;
 pub mod translate;
+pub mod units;
 pub mod usage;
 pub mod wire;

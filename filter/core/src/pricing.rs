@@ -8,6 +8,7 @@
 use crate::config::Gateway;
 use crate::price_table::Entry;
 use crate::ratelimit::Price;
+pub use crate::units::{ImageKey, ImagePrices, Quality};
 
 impl Entry {
     pub fn price(&self) -> Price {
@@ -154,127 +155,6 @@ fn unit_default(model_id: &str) -> Option<Price> {
     })
 }
 
-/// An image's quality (`quality`): what a per-image price is keyed by
-/// besides its size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Quality {
-    /// Not given, or a price for every quality.
-    #[default]
-    Any,
-    Standard,
-    Hd,
-    Low,
-    Medium,
-    High,
-    Auto,
-}
-
-impl Quality {
-    pub fn of(s: &str) -> Option<Quality> {
-        Some(match s {
-            "" | "*" => Quality::Any,
-            "standard" => Quality::Standard,
-            "hd" => Quality::Hd,
-            "low" => Quality::Low,
-            "medium" => Quality::Medium,
-            "high" => Quality::High,
-            "auto" => Quality::Auto,
-            _ => return None,
-        })
-    }
-}
-
-/// An image request's size and quality (`0x0`: not given or `auto`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ImageKey {
-    pub quality: Quality,
-    pub width: u16,
-    pub height: u16,
-}
-
-/// `1024x1536` as (width, height).
-fn size_of(s: &str) -> Option<(u16, u16)> {
-    let (w, h) = s.split_once('x')?;
-    Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
-}
-
-impl ImageKey {
-    /// From a request's `quality` and `size` (unknown values read as not
-    /// given: the provider decides whether they are valid).
-    pub fn of(quality: &str, size: &str) -> ImageKey {
-        let (width, height) = size_of(size).unwrap_or((0, 0));
-        ImageKey {
-            quality: Quality::of(quality).unwrap_or_default(),
-            width,
-            height,
-        }
-    }
-
-    /// From a price key: `1024x1024`, `hd`, `hd 1024x1792`, or `*`.
-    pub fn of_price_key(key: &str) -> Option<ImageKey> {
-        let mut quality = Quality::Any;
-        let mut size = (0, 0);
-        for word in key.split_whitespace() {
-            if let Some(s) = size_of(word) {
-                size = s;
-            } else {
-                quality = Quality::of(word)?;
-            }
-        }
-        Some(ImageKey {
-            quality,
-            width: size.0,
-            height: size.1,
-        })
-    }
-}
-
-/// Prices per image by quality and size (micro-dollars), at most
-/// [`ImagePrices::MAX`] of them: fixed, so a [`Price`] stays a copy.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ImagePrices {
-    entries: [(ImageKey, f64); ImagePrices::MAX],
-    len: usize,
-}
-
-impl ImagePrices {
-    pub const MAX: usize = 16;
-
-    /// Add a price; `false` when full.
-    pub fn push(&mut self, key: ImageKey, micros: f64) -> bool {
-        let Some(slot) = self.entries.get_mut(self.len) else {
-            return false;
-        };
-        *slot = (key, micros);
-        self.len = self.len.saturating_add(1);
-        true
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The price of one image: its quality and size's, else its size's,
-    /// else its quality's, else the price for any.
-    pub fn of(&self, k: ImageKey) -> Option<f64> {
-        let entries = self.entries.get(..self.len).unwrap_or_default();
-        let find = |q: Quality, sized: bool| {
-            entries.iter().find_map(|(e, p)| {
-                let size_ok = if sized {
-                    (e.width, e.height) == (k.width, k.height) && e.width != 0
-                } else {
-                    e.width == 0
-                };
-                (e.quality == q && size_ok).then_some(*p)
-            })
-        };
-        find(k.quality, true)
-            .or_else(|| find(Quality::Any, true))
-            .or_else(|| find(k.quality, false))
-            .or_else(|| find(Quality::Any, false))
-    }
-}
-
 /// The price a request pays: the model's (as [`price_of`]) with its unit
 /// price for this request's units (an image's size and quality) and the
 /// units it asks for reserved.
@@ -390,7 +270,12 @@ mod tests {
     #[test]
     fn an_image_is_priced_by_quality_and_size_then_size_then_quality_then_any() {
         let mut p = ImagePrices::default();
-        for (k, usd) in [("1024x1024", 1.0), ("hd 1024x1792", 2.0), ("hd", 3.0), ("*", 4.0)] {
+        for (k, usd) in [
+            ("1024x1024", 1.0),
+            ("hd 1024x1792", 2.0),
+            ("hd", 3.0),
+            ("*", 4.0),
+        ] {
             assert!(p.push(ImageKey::of_price_key(k).unwrap(), usd));
         }
         assert_eq!(p.of(ImageKey::of("hd", "1024x1792")), Some(2.0));
@@ -399,7 +284,10 @@ mod tests {
         assert_eq!(p.of(ImageKey::of("", "")), Some(4.0));
         assert_eq!(ImageKey::of_price_key("ultra 1x1"), None);
         let dalle = default_price("dall-e-3").unwrap();
-        assert_eq!(dalle.images.of(ImageKey::of("hd", "1792x1024")), Some(120_000.0));
+        assert_eq!(
+            dalle.images.of(ImageKey::of("hd", "1792x1024")),
+            Some(120_000.0)
+        );
         assert_eq!(default_price("whisper-1").unwrap().unit, 100.0);
     }
 }

@@ -225,7 +225,7 @@ pub struct Price {
     /// search): the API says which ([`crate::api::Units`]).
     pub unit: f64,
     /// Per-image prices by quality and size (over `unit`).
-    pub images: crate::pricing::ImagePrices,
+    pub images: crate::units::ImagePrices,
     /// The request's units known before its answer, reserved with its
     /// tokens (set on a request's own price, [`crate::pricing::price_for`]).
     pub units: u64,

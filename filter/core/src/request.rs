@@ -211,7 +211,10 @@ impl ChatRequest {
             Some(_) if !api.streams() => {
                 return Err(GatewayError::bad_request(
                     "invalid_stream",
-                    format!("{} answers are not streamed: leave out `stream`.", api.path()),
+                    format!(
+                        "{} answers are not streamed: leave out `stream`.",
+                        api.path()
+                    ),
                 ))
             }
             Some(_) => {
@@ -684,8 +687,8 @@ mod tests {
         assert_eq!(rr.units.count, 2, "a search per 100 documents");
         let e = ChatRequest::parse_for(Api::AudioTranscriptions, br#"{"model":"w"}"#).unwrap_err();
         assert_eq!(e.code, "invalid_multipart");
-        let e = ChatRequest::parse_for(Api::Moderations, br#"{"model":"m","input":[]}"#)
-            .unwrap_err();
+        let e =
+            ChatRequest::parse_for(Api::Moderations, br#"{"model":"m","input":[]}"#).unwrap_err();
         assert_eq!(e.code, "invalid_input");
         // A WAV's seconds from its header: 8000 bytes a second, 2.5 s.
         let mut wav = b"RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0\x40\x1f\0\0\x40\x1f\0\0\x01\0\x08\0LIST\x04\0\0\0abcddata".to_vec();

@@ -91,7 +91,9 @@ pub fn wav_seconds(b: &[u8]) -> Option<u64> {
             _ => {}
         }
         // Chunks are padded to an even size.
-        let padded = usize::try_from(size).ok()?.checked_add(usize::try_from(size % 2).ok()?)?;
+        let padded = usize::try_from(size)
+            .ok()?
+            .checked_add(usize::try_from(size % 2).ok()?)?;
         at = data.checked_add(padded)?;
     }
     None

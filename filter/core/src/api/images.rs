@@ -52,16 +52,18 @@ pub fn units(doc: &Map<String, Value>) -> Result<Units, GatewayError> {
     }
     let n = match doc.get("n") {
         None | Some(Value::Null) => 1,
-        Some(v) => number(v).filter(|n| (1..=MAX_N).contains(n)).ok_or_else(|| {
-            GatewayError::bad_request(
-                "invalid_n",
-                format!("`n` must be an integer from 1 to {MAX_N}."),
-            )
-        })?,
+        Some(v) => number(v)
+            .filter(|n| (1..=MAX_N).contains(n))
+            .ok_or_else(|| {
+                GatewayError::bad_request(
+                    "invalid_n",
+                    format!("`n` must be an integer from 1 to {MAX_N}."),
+                )
+            })?,
     };
     Ok(Units {
         count: n,
-        image: Some(crate::pricing::ImageKey::of(
+        image: Some(crate::units::ImageKey::of(
             text(doc, "quality"),
             text(doc, "size"),
         )),

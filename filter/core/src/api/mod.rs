@@ -57,7 +57,7 @@ pub enum Api {
 pub struct Units {
     pub count: u64,
     /// An image request's size and quality (its price per image).
-    pub image: Option<crate::pricing::ImageKey>,
+    pub image: Option<crate::units::ImageKey>,
 }
 
 /// Whose error body a client of an API reads.

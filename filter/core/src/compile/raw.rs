@@ -1033,7 +1033,10 @@ pub(super) struct RawModel {
     #[serde(default)]
     pub(super) context_window: Option<u64>,
     /// The inbound APIs this provider serves the model on (`chat_completions`,
-    /// `messages`, `responses`, `embeddings`, `count_tokens`); default: every
+    /// `messages`, `responses`, `embeddings`, `count_tokens`,
+    /// `images_generations`, `images_edits`, `audio_speech`,
+    /// `audio_transcriptions`, `audio_translations`, `moderations`,
+    /// `rerank`); default: every
     /// API its format serves. A listed API the format cannot serve is a
     /// config error.
     #[serde(default)]

@@ -17,9 +17,10 @@ pub fn to_pivot(
     match api {
         Api::Messages => messages::to_chat(req.body(), model_id),
         Api::Responses => responses::to_chat(req.body(), model_id),
-        _ => Err(GatewayError::internal(
-            format!("{} is not translated to chat completions", api.path()),
-        )),
+        _ => Err(GatewayError::internal(format!(
+            "{} is not translated to chat completions",
+            api.path()
+        ))),
     }
 }
 

@@ -19,7 +19,6 @@
 
 use super::{json_response, Body, State, Step};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Value};
@@ -500,12 +499,7 @@ pub async fn converse(
     let query = req.uri().query().unwrap_or("").to_string();
     let headers = req.headers().clone();
     let (logged_path, logged_headers) = super::request_facts(&req);
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(io::Error::other)?
-        .to_bytes();
+    let body = super::body_bytes(req).await?;
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     state
         .hits

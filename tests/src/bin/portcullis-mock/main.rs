@@ -199,6 +199,16 @@ async fn receive_quiet(
     Ok(parsed)
 }
 
+/// A request's whole body.
+async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, io::Error> {
+    Ok(req
+        .into_body()
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes())
+}
+
 /// The next scripted step, else the default one.
 fn next_step(state: &State) -> Step {
     state
@@ -586,12 +596,7 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
 async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(io::Error::other)?
-        .to_bytes();
+    let body = body_bytes(req).await?;
     Ok(match (method.as_str(), path.as_str()) {
         ("POST", "/__mock/script") => match serde_json::from_slice::<Vec<Step>>(&body) {
             Ok(steps) => {

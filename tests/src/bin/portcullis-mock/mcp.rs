@@ -9,7 +9,6 @@
 //! `Authorization: Bearer KEY` get 401 (the credential the gateway sends).
 
 use super::{json_response, Body, State};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Value};
@@ -95,12 +94,7 @@ pub async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response
             "Not Acceptable: the client must accept application/json and text/event-stream",
         ));
     }
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(io::Error::other)?
-        .to_bytes();
+    let body = super::body_bytes(req).await?;
     let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
         return Ok(rpc_error(400, &Value::Null, -32700, "Parse error"));
     };

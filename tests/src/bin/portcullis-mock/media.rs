@@ -24,7 +24,14 @@ use std::sync::Arc;
 const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 const SIZES: &[&str] = &[
-    "256x256", "512x512", "1024x1024", "1792x1024", "1024x1792", "1536x1024", "1024x1536", "auto",
+    "256x256",
+    "512x512",
+    "1024x1024",
+    "1792x1024",
+    "1024x1792",
+    "1536x1024",
+    "1024x1536",
+    "auto",
 ];
 
 fn bad(message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Refusal {
@@ -65,7 +72,13 @@ async fn read_form(content_type: &str, body: Bytes) -> Result<Form, Refusal> {
         let field = match m.next_field().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
-            Err(e) => return Err(bad(format!("Could not parse multipart form: {e}"), None, None)),
+            Err(e) => {
+                return Err(bad(
+                    format!("Could not parse multipart form: {e}"),
+                    None,
+                    None,
+                ))
+            }
         };
         let name = field.name().unwrap_or("").to_string();
         let filename = field.file_name().map(str::to_string);
@@ -110,14 +123,22 @@ async fn receive(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let body = req.into_body().collect().await.map_err(io::Error::other)?.to_bytes();
-    state.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = super::body_bytes(req).await?;
+    state
+        .hits
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let input = if ctype.starts_with("multipart/") {
         read_form(&ctype, body).await.map(Input::Form)
     } else {
         serde_json::from_slice::<Value>(&body)
             .map(Input::Json)
-            .map_err(|_| bad("We could not parse the JSON body of your request.", None, None))
+            .map_err(|_| {
+                bad(
+                    "We could not parse the JSON body of your request.",
+                    None,
+                    None,
+                )
+            })
     };
     let logged = match &input {
         Ok(Input::Json(v)) => v.clone(),
@@ -173,7 +194,9 @@ fn field<'a>(o: &'a Map<String, Value>, k: &str) -> Option<&'a Value> {
 }
 
 fn images_answer(o: &Map<String, Value>) -> Result<Value, Refusal> {
-    let model = field(o, "model").and_then(Value::as_str).unwrap_or("dall-e-2");
+    let model = field(o, "model")
+        .and_then(Value::as_str)
+        .unwrap_or("dall-e-2");
     match field(o, "prompt") {
         Some(Value::String(s)) if !s.is_empty() => {}
         _ => return Err(missing("prompt")),
@@ -194,7 +217,10 @@ fn images_answer(o: &Map<String, Value>) -> Result<Value, Refusal> {
     if let Some(size) = field(o, "size").and_then(Value::as_str) {
         if !SIZES.contains(&size) {
             return Err(bad(
-                format!("Invalid value: '{size}'. Supported values are: {}.", SIZES.join(", ")),
+                format!(
+                    "Invalid value: '{size}'. Supported values are: {}.",
+                    SIZES.join(", ")
+                ),
                 Some("size"),
                 Some("invalid_value"),
             ));
@@ -222,7 +248,10 @@ fn images_answer(o: &Map<String, Value>) -> Result<Value, Refusal> {
     Ok(out)
 }
 
-pub async fn images(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+pub async fn images(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
     let edits = req.uri().path().ends_with("/edits");
     let (_, auth, input, step) = receive(&state, req).await?;
     if let Some(refusal) = super::wrong_key(&state, auth.as_deref()) {
@@ -239,9 +268,17 @@ pub async fn images(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
             None,
         )),
         Ok(Input::Json(Value::Object(o))) => images_answer(&o),
-        Ok(Input::Json(_)) => Err(bad("We could not parse the JSON body of your request.", None, None)),
+        Ok(Input::Json(_)) => Err(bad(
+            "We could not parse the JSON body of your request.",
+            None,
+            None,
+        )),
         Ok(Input::Form(f)) if edits => {
-            if !f.files.iter().any(|(n, _, _)| n == "image" || n == "image[]") {
+            if !f
+                .files
+                .iter()
+                .any(|(n, _, _)| n == "image" || n == "image[]")
+            {
                 Err(missing("image"))
             } else {
                 images_answer(&f.fields)
@@ -255,7 +292,10 @@ pub async fn images(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     }))
 }
 
-pub async fn speech(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+pub async fn speech(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
     let (_, auth, input, step) = receive(&state, req).await?;
     if let Some(refusal) = super::wrong_key(&state, auth.as_deref()) {
         return Ok(refusal);
@@ -265,7 +305,13 @@ pub async fn speech(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     }
     let o = match input {
         Ok(Input::Json(Value::Object(o))) => o,
-        Ok(_) => return Ok(reply(Err(bad("We could not parse the JSON body of your request.", None, None)))),
+        Ok(_) => {
+            return Ok(reply(Err(bad(
+                "We could not parse the JSON body of your request.",
+                None,
+                None,
+            ))))
+        }
         Err(e) => return Ok(reply(Err(e))),
     };
     for k in ["model", "input", "voice"] {
@@ -286,7 +332,10 @@ pub async fn speech(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     let mut audio = b"ID3\x04\x00\x00".to_vec();
     audio.extend((0..total).map(|i| (i % 251) as u8));
     let pieces: Vec<Bytes> = audio.chunks(4096).map(Bytes::copy_from_slice).collect();
-    let format = o.get("response_format").and_then(Value::as_str).unwrap_or("mp3");
+    let format = o
+        .get("response_format")
+        .and_then(Value::as_str)
+        .unwrap_or("mp3");
     let ctype = match format {
         "wav" => "audio/wav",
         "opus" => "audio/opus",
@@ -308,7 +357,10 @@ fn wav_seconds(b: &[u8]) -> Option<f64> {
     (byte_rate > 0).then(|| f64::from(data) / f64::from(byte_rate))
 }
 
-pub async fn transcribe(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+pub async fn transcribe(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
     let translation = req.uri().path().ends_with("/translations");
     let (_, auth, input, step) = receive(&state, req).await?;
     if let Some(refusal) = super::wrong_key(&state, auth.as_deref()) {
@@ -328,7 +380,12 @@ pub async fn transcribe(state: Arc<State>, req: Request<Incoming>) -> Result<Res
         }
         Err(e) => return Ok(reply(Err(e))),
     };
-    let Some(model) = f.fields.get("model").and_then(Value::as_str).map(str::to_string) else {
+    let Some(model) = f
+        .fields
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return Ok(reply(Err(missing("model"))));
     };
     let Some((_, _, audio)) = f.files.iter().find(|(n, _, _)| n == "file") else {
@@ -342,13 +399,20 @@ pub async fn transcribe(state: Arc<State>, req: Request<Incoming>) -> Result<Res
         ))));
     };
     let text = format!("mock transcript of {seconds:.1} seconds");
-    let format = f.fields.get("response_format").and_then(Value::as_str).unwrap_or("json");
+    let format = f
+        .fields
+        .get("response_format")
+        .and_then(Value::as_str)
+        .unwrap_or("json");
     if format == "text" {
         let mut r = json_response(200, &Value::Null);
         *r.body_mut() = http_body_util::Full::new(Bytes::from(text))
             .map_err(|never| match never {})
             .boxed();
-        r.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut().insert(
+            "content-type",
+            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
         return Ok(r);
     }
     let usage = if model.starts_with("whisper") {
@@ -363,7 +427,11 @@ pub async fn transcribe(state: Arc<State>, req: Request<Incoming>) -> Result<Res
         json!({"text": text, "usage": usage})
     };
     if format == "verbose_json" {
-        out["task"] = json!(if translation { "translate" } else { "transcribe" });
+        out["task"] = json!(if translation {
+            "translate"
+        } else {
+            "transcribe"
+        });
         out["language"] = json!("english");
         out["duration"] = json!(seconds);
         out["segments"] = json!([]);
@@ -371,7 +439,10 @@ pub async fn transcribe(state: Arc<State>, req: Request<Incoming>) -> Result<Res
     Ok(json_response(200, &out))
 }
 
-pub async fn moderations(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+pub async fn moderations(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
     let (_, auth, input, step) = receive(&state, req).await?;
     if let Some(refusal) = super::wrong_key(&state, auth.as_deref()) {
         return Ok(refusal);
@@ -381,7 +452,13 @@ pub async fn moderations(state: Arc<State>, req: Request<Incoming>) -> Result<Re
     }
     let o = match input {
         Ok(Input::Json(Value::Object(o))) => o,
-        Ok(_) => return Ok(reply(Err(bad("We could not parse the JSON body of your request.", None, None)))),
+        Ok(_) => {
+            return Ok(reply(Err(bad(
+                "We could not parse the JSON body of your request.",
+                None,
+                None,
+            ))))
+        }
         Err(e) => return Ok(reply(Err(e))),
     };
     let texts: Vec<String> = match o.get("input") {
@@ -390,7 +467,11 @@ pub async fn moderations(state: Arc<State>, req: Request<Incoming>) -> Result<Re
             .iter()
             .map(|v| match v {
                 Value::String(s) => s.clone(),
-                other => other.get("text").and_then(Value::as_str).unwrap_or("").to_string(),
+                other => other
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
             })
             .collect(),
         _ => return Ok(reply(Err(missing("input")))),
@@ -411,7 +492,10 @@ pub async fn moderations(state: Arc<State>, req: Request<Incoming>) -> Result<Re
     ))
 }
 
-pub async fn rerank(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
+pub async fn rerank(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, io::Error> {
     let cohere = req.uri().path().ends_with("/v2/rerank");
     let (_, auth, input, step) = receive(&state, req).await?;
     if let Some(refusal) = super::wrong_key(&state, auth.as_deref()) {
@@ -422,7 +506,13 @@ pub async fn rerank(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     }
     let o = match input {
         Ok(Input::Json(Value::Object(o))) => o,
-        Ok(_) => return Ok(reply(Err(bad("We could not parse the JSON body of your request.", None, None)))),
+        Ok(_) => {
+            return Ok(reply(Err(bad(
+                "We could not parse the JSON body of your request.",
+                None,
+                None,
+            ))))
+        }
         Err(e) => return Ok(reply(Err(e))),
     };
     for k in ["model", "query", "documents"] {
@@ -430,13 +520,22 @@ pub async fn rerank(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
             return Ok(reply(Err(missing(k))));
         }
     }
-    let query = o.get("query").and_then(Value::as_str).unwrap_or("").to_lowercase();
+    let query = o
+        .get("query")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_lowercase();
     let docs: Vec<String> = o
         .get("documents")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
-                .map(|d| d.as_str().or_else(|| d.get("text").and_then(Value::as_str)).unwrap_or("").to_string())
+                .map(|d| {
+                    d.as_str()
+                        .or_else(|| d.get("text").and_then(Value::as_str))
+                        .unwrap_or("")
+                        .to_string()
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -459,7 +558,11 @@ pub async fn rerank(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         .iter()
         .map(|(i, s)| json!({"index": i, "relevance_score": s}))
         .collect();
-    let tokens: u64 = docs.iter().chain(std::iter::once(&query)).map(|d| d.split_whitespace().count() as u64).sum();
+    let tokens: u64 = docs
+        .iter()
+        .chain(std::iter::once(&query))
+        .map(|d| d.split_whitespace().count() as u64)
+        .sum();
     Ok(json_response(
         200,
         &if cohere {
