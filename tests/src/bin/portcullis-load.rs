@@ -14,6 +14,9 @@
 //! `PORTCULLIS_LOAD_API=mcp` sends an MCP `tools/call` of `echo`,
 //! `mcp_list` a `tools/list`, in the session `PORTCULLIS_LOAD_MCP_SESSION`
 //! names (`make bench-instructions`' MCP variants).
+//! `PORTCULLIS_LOAD_API=images`, `speech`, `rerank` send an images
+//! generation, a speech request, a rerank; `transcription` a multipart
+//! transcription of a WAV of `PORTCULLIS_LOAD_BYTES` bytes (default 16 KB).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +25,27 @@ const BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"system","conte
 const RESPONSES_BODY: &str = r#"{"model":"gpt-4o-mini","instructions":"You are terse.","input":"Say hello to the benchmark in five words or fewer, please.","temperature":0.2,"max_output_tokens":16}"#;
 const MCP_CALL_BODY: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"Say hello to the benchmark in five words or fewer, please."}}}"#;
 const MCP_LIST_BODY: &str = r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#;
+const IMAGES_BODY: &str = r#"{"model":"gpt-4o-mini","prompt":"Say hello to the benchmark in five words or fewer, please.","size":"1024x1024","response_format":"url"}"#;
+const SPEECH_BODY: &str = r#"{"model":"gpt-4o-mini","voice":"alloy","input":"Say hello to the benchmark in five words or fewer, please."}"#;
+const RERANK_BODY: &str = r#"{"model":"gpt-4o-mini","query":"hello benchmark","documents":["Say hello to the benchmark","in five words","or fewer, please."],"top_n":2}"#;
+const BOUNDARY: &str = "portcullisloadboundary";
+
+/// A multipart transcription of a silent 8 kHz 8-bit WAV of about `bytes`.
+fn transcription(bytes: usize) -> String {
+    let data = bytes.saturating_sub(44).max(8000);
+    let mut wav = String::from("RIFF");
+    let le = |n: u32| -> String { n.to_le_bytes().iter().map(|b| char::from(*b)).collect() };
+    wav.push_str(&le(36 + data as u32));
+    wav.push_str("WAVEfmt ");
+    wav.push_str(&le(16));
+    wav.push_str("\u{1}\0\u{1}\0");
+    wav.push_str(&le(8000));
+    wav.push_str(&le(8000));
+    wav.push_str("\u{1}\0\u{8}\0data");
+    wav.push_str(&le(data as u32));
+    wav.push_str(&"\u{7f}".repeat(data));
+    format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o-mini\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n{wav}\r\n--{BOUNDARY}--\r\n")
+}
 const MESSAGES_BODY: &str = r#"{"model":"gpt-4o-mini","system":"You are terse.","messages":[{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
 
 fn main() {
@@ -45,8 +69,12 @@ fn main() {
         Ok("messages") => MESSAGES_BODY,
         Ok("mcp") => MCP_CALL_BODY,
         Ok("mcp_list") => MCP_LIST_BODY,
+        Ok("images") => IMAGES_BODY,
+        Ok("speech") => SPEECH_BODY,
+        Ok("rerank") => RERANK_BODY,
         _ => BODY,
     };
+    let multipart = std::env::var("PORTCULLIS_LOAD_API").as_deref() == Ok("transcription");
     // The tool a `tools/call` names (`PORTCULLIS_LOAD_MCP_TOOL`, default
     // `echo`; `tools__echo` through an aggregating endpoint).
     let tool = std::env::var("PORTCULLIS_LOAD_MCP_TOOL").unwrap_or_default();
@@ -58,15 +86,19 @@ fn main() {
     let mcp_session = std::env::var("PORTCULLIS_LOAD_MCP_SESSION")
         .ok()
         .filter(|v| !v.is_empty());
-    let template: Arc<String> = Arc::new(
-        match std::env::var("PORTCULLIS_LOAD_BYTES")
-            .ok()
-            .and_then(|b| b.parse::<usize>().ok())
-        {
-            Some(bytes) => pad(&template, bytes),
-            None => template.clone(),
-        },
-    );
+    let bytes = std::env::var("PORTCULLIS_LOAD_BYTES")
+        .ok()
+        .and_then(|b| b.parse::<usize>().ok());
+    let template: Arc<String> = Arc::new(match bytes {
+        _ if multipart => transcription(bytes.unwrap_or(16_000)),
+        Some(bytes) => pad(&template, bytes),
+        None => template.clone(),
+    });
+    let content_type: Arc<String> = Arc::new(if multipart {
+        format!("multipart/form-data; boundary={BOUNDARY}")
+    } else {
+        "application/json".to_string()
+    });
     // Requests of one run differ from those of the run before (its warm-up).
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -77,6 +109,7 @@ fn main() {
     let bad = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..c)
         .map(|_| {
+            let content_type = content_type.clone();
             let (url, auth, next, bad, template, traceparent, mcp_session) = (
                 url.clone(),
                 auth.clone(),
@@ -100,7 +133,7 @@ fn main() {
                     };
                     let mut req = agent
                         .post(&url)
-                        .set("content-type", "application/json")
+                        .set("content-type", &content_type)
                         .set("authorization", &auth);
                     if let Some(tp) = &traceparent {
                         req = req.set("traceparent", tp);
