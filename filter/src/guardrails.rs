@@ -56,7 +56,13 @@ impl<H: Host> RequestContext<H> {
         if active.is_empty() {
             return Ok(Guarded::Go);
         }
-        let outcome = guard::check_input(g, &active, model, flight.chat.body());
+        let outcome = if flight.chat.is_form() {
+            // A multipart body's text fields (its files are no text).
+            let doc = flight.chat.document()?.clone();
+            guard::check_input_doc(g, &active, model, Some(doc))
+        } else {
+            guard::check_input(g, &active, model, flight.chat.body())
+        };
         self.note_verdicts(&outcome.verdicts);
         if let Some(err) = outcome.denied {
             return Err(err);

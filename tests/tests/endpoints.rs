@@ -48,6 +48,12 @@ const BUDGET_KEY: &str = "sk-endpoints-budget";
 const RATE_KEY: &str = "sk-endpoints-rate";
 
 fn with_clients(p: &str) -> String {
+    // The backup serves whisper-1 too (a fallback), and prompts are checked.
+    let p = p.replace(
+        "      - name: llama-3.1-8b\n",
+        "      - name: llama-3.1-8b\n      - {name: whisper-1, id: whisper-large, apis: [audio_transcriptions]}\n",
+    ) + "guardrails:\n  input:\n    - {name: email, pii: [email], action: redact}\n    - {name: secrets, regex: '(?i)password\\s*[:=]', action: deny}\n";
+    assert!(p.contains("whisper-large"), "the test config changed");
     p.replace(
         "clients:\n",
         &format!(
@@ -58,7 +64,7 @@ fn with_clients(p: &str) -> String {
     )
 }
 
-fn rerank(s: &Stack, key: &str, path: &str, body: &Value) -> Resp {
+fn post_json(s: &Stack, key: &str, path: &str, body: &Value) -> Resp {
     post(
         &s.envoy.url(path),
         &[
@@ -161,7 +167,7 @@ fn the_openai_sdk_reaches_images_audio_and_moderations_and_each_is_priced_by_its
     );
     // Rerank over plain HTTP: Jina's shape at /v1, Cohere's at /v2.
     let docs = json!(["a red fox", "the blue sea", "foxes are red"]);
-    let r = rerank(
+    let r = post_json(
         &s,
         DEMO_KEY,
         "/v1/rerank",
@@ -171,7 +177,7 @@ fn the_openai_sdk_reaches_images_audio_and_moderations_and_each_is_priced_by_its
     let body: Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(body["results"][0]["index"], 0);
     assert_eq!(body["results"].as_array().map(Vec::len), Some(2));
-    let r = rerank(
+    let r = post_json(
         &s,
         DEMO_KEY,
         "/v2/rerank",
@@ -269,9 +275,9 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
     assert_eq!(s.primary.hits(), before);
     // Two reranks a minute.
     let body = json!({"model": "rerank-v3.5", "query": "q", "documents": ["d"]});
-    assert_eq!(rerank(&s, RATE_KEY, "/v1/rerank", &body).status, 200);
-    assert_eq!(rerank(&s, RATE_KEY, "/v2/rerank", &body).status, 200);
-    let r = rerank(&s, RATE_KEY, "/v1/rerank", &body);
+    assert_eq!(post_json(&s, RATE_KEY, "/v1/rerank", &body).status, 200);
+    assert_eq!(post_json(&s, RATE_KEY, "/v2/rerank", &body).status, 200);
+    let r = post_json(&s, RATE_KEY, "/v1/rerank", &body);
     assert_eq!(r.status, 429, "{}", r.body);
     assert!(r.header("retry-after").is_some());
 
@@ -370,14 +376,14 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
             "missing_model",
         ),
     ] {
-        let r = rerank(&s, DEMO_KEY, path, &body);
+        let r = post_json(&s, DEMO_KEY, path, &body);
         assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
         let e: Value = serde_json::from_str(&r.body).unwrap();
         assert_eq!(e["error"]["code"], code, "{path} {body}: {e}");
     }
     assert_eq!(s.primary.hits(), hits, "no bad body reached the provider");
     // The worker still serves, chat and the new endpoints alike.
-    let ok = rerank(
+    let ok = post_json(
         &s,
         DEMO_KEY,
         "/v1/moderations",
@@ -394,4 +400,64 @@ fn limits_budgets_and_bad_bodies_on_the_new_endpoints() {
             .to_string(),
     );
     assert_eq!(chat.status, 200, "{}", chat.body);
+
+    // A transcription falls back to the backup when the primary fails: the
+    // same multipart body, the backup's model id and key; the prompt's
+    // e-mail address redacted inside the multipart body, the file intact.
+    s.primary.script(json!([{"status": 500}]));
+    let wav = {
+        let data = vec![0u8; 16_000];
+        let mut w = b"RIFF".to_vec();
+        w.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+        w.extend_from_slice(b"WAVEfmt ");
+        w.extend_from_slice(&16u32.to_le_bytes());
+        w.extend_from_slice(&[1, 0, 1, 0]);
+        w.extend_from_slice(&8000u32.to_le_bytes());
+        w.extend_from_slice(&16000u32.to_le_bytes());
+        w.extend_from_slice(&[2, 0, 16, 0]);
+        w.extend_from_slice(b"data");
+        w.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        w.extend_from_slice(&data);
+        w
+    };
+    let mut body = format!("--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n").into_bytes();
+    body.extend_from_slice(&wav);
+    body.extend_from_slice(format!("\r\n--{b}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--{b}\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nnames: ann@example.com\r\n--{b}--\r\n").as_bytes());
+    let (status, text) = raw(
+        port,
+        &multipart_head(port, "/v1/audio/transcriptions", body.len(), b),
+        &body,
+    );
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["text"],
+        "mock transcript of 1.0 seconds"
+    );
+    let sent = s.backup.requests();
+    let t = sent
+        .iter()
+        .rev()
+        .find(|r| r["path"] == "/v1/audio/transcriptions")
+        .expect("the backup's call");
+    assert_eq!(
+        t["headers"]["authorization"],
+        format!("Bearer {BACKUP_KEY}")
+    );
+    assert_eq!(t["body"]["model"], "whisper-large");
+    assert_eq!(t["body"]["file"]["bytes"], wav.len());
+    let prompt = t["body"]["prompt"].as_str().unwrap();
+    assert!(
+        !prompt.contains("ann@example.com") && prompt.starts_with("names: "),
+        "{prompt}"
+    );
+    // A denied prompt never leaves.
+    let before = s.primary.hits() + s.backup.hits();
+    let r = post_json(
+        &s,
+        DEMO_KEY,
+        "/v1/images/generations",
+        &json!({"model": "dall-e-3", "prompt": "the password: hunter2"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(s.primary.hits() + s.backup.hits(), before);
 }

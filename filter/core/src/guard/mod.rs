@@ -432,6 +432,22 @@ fn run<'g>(
 /// the rewritten document in `rewritten`. External checks are left to the
 /// caller (see [`external`]).
 pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) -> Outcome {
+    check_input_doc(
+        g,
+        active,
+        model,
+        serde_json::from_slice::<Map<String, Value>>(body).ok(),
+    )
+}
+
+/// The same over a request already read as a document (a multipart body's
+/// text fields); `None`: no texts.
+pub fn check_input_doc(
+    g: &Guardrails,
+    active: &[usize],
+    model: usize,
+    doc: Option<Map<String, Value>>,
+) -> Outcome {
     let facts = Facts {
         model,
         json_wanted: false,
@@ -439,7 +455,7 @@ pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) 
     };
     // The one reader of a request's texts (`texts`): what the checks read
     // is what the rewrite redacts.
-    let Ok(mut doc) = serde_json::from_slice::<Map<String, Value>>(body) else {
+    let Some(mut doc) = doc else {
         return run(g, Stage::Input, active, &facts, &[], &[]).0;
     };
     let mut slots = texts::request_slots(&mut doc);

@@ -646,3 +646,36 @@ fn bounds_and_schema_read_the_answers_own_text_not_tool_arguments() {
     let (out, _) = check_answer_of(Shape::Chat, g, &active, false, &bytes(&long));
     assert!(out.denied.is_some());
 }
+
+/// The new endpoints' texts: an image's or a transcription's `prompt`, a
+/// rerank's `query` and `documents` (strings or `text`), speech's `input`.
+#[test]
+fn prompts_queries_and_documents_are_read_and_redacted() {
+    let g = gateway("  input:\n    - {name: email, pii: [email], action: redact}\n");
+    let g = g.guardrails.expect("guardrails");
+    let active = g.active(Stage::Input, "alice", 0);
+    for (body, at) in [
+        (json!({"model": "m", "prompt": "draw a@b.co"}), "/prompt"),
+        (
+            json!({"model": "m", "query": "find a@b.co", "documents": ["x"]}),
+            "/query",
+        ),
+        (
+            json!({"model": "m", "query": "q", "documents": ["x", {"text": "mail a@b.co"}]}),
+            "/documents/1/text",
+        ),
+        (
+            json!({"model": "m", "query": "q", "documents": ["mail a@b.co"]}),
+            "/documents/0",
+        ),
+        (
+            json!({"model": "m", "voice": "alloy", "input": "say a@b.co"}),
+            "/input",
+        ),
+    ] {
+        let out = check_input_doc(&g, &active, 0, Some(doc(body.clone())));
+        let rewritten = Value::Object(out.rewritten.expect("redacted"));
+        let text = rewritten.pointer(at).and_then(Value::as_str).unwrap();
+        assert!(!text.contains("a@b.co"), "{body}: {text}");
+    }
+}
