@@ -80,20 +80,22 @@ impl BudgetLeft {
     }
 }
 
-/// Take one request from the requests-per-minute bucket of each level (the
-/// key's, then its team's); a refusal at one level gives back what the
-/// levels before it took. A refusal comes with the refusing bucket's state,
-/// for the rate-limit headers; an admission with the tightest one.
-pub fn take_request(
+/// Take `n` requests (one, or a batch's) from the requests-per-minute
+/// bucket of each level (the key's, then its team's), all or none; a
+/// refusal at one level gives back what the levels before it took. A
+/// refusal comes with the refusing bucket's state, for the rate-limit
+/// headers; an admission with the tightest one.
+pub fn take_requests(
     host: &impl Host,
     gw: &Gateway,
     client: &Client,
     now_ms: u64,
+    n: u64,
 ) -> Result<Option<Shown>, (GatewayError, Shown)> {
     let mut taken: Vec<(String, u64)> = Vec::new();
     let mut shown = None;
     for level in gw.levels(client) {
-        match take_one_request(host, level, now_ms) {
+        match take_one_request(host, level, now_ms, n) {
             Ok(Some((key, s))) => {
                 shown = tighter(shown, s);
                 taken.push((key, s.limit));
@@ -101,7 +103,7 @@ pub fn take_request(
             Ok(None) => {}
             Err(refused) => {
                 for (key, rpm) in &taken {
-                    give_back_tokens(host, key, *rpm, 1, now_ms);
+                    give_back_tokens(host, key, *rpm, n, now_ms);
                 }
                 return Err(refused);
             }
@@ -117,6 +119,7 @@ fn take_one_request(
     host: &impl Host,
     level: Level<'_>,
     now_ms: u64,
+    n: u64,
 ) -> Result<Option<(String, Shown)>, (GatewayError, Shown)> {
     let (l, s) = (level.limits, level.limits.scope);
     let Some(rpm) = l
@@ -127,7 +130,7 @@ fn take_one_request(
     };
     let key = keys::limit(level.owner, Limit::RequestsPerMinute);
     let r = update(host, &key, |cur| {
-        let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, 1, now_ms);
+        let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, n, now_ms);
         (Some(next.encode()), t)
     });
     match r {
@@ -286,7 +289,7 @@ fn take_user_request(
     taken: &mut Vec<(String, u64)>,
     shown: &mut Admitted,
 ) -> Result<(), GatewayError> {
-    match take_one_request(host, level, now_ms) {
+    match take_one_request(host, level, now_ms, 1) {
         Ok(Some((key, s))) => {
             shown.requests = tighter(shown.requests, s);
             taken.push((key, s.limit));

@@ -29,7 +29,7 @@ fn is_encoded(headers: &Headers) -> bool {
         .any(|(k, v)| k == "content-encoding" && !v.eq_ignore_ascii_case(b"identity"))
 }
 
-fn status_of(headers: &Headers) -> Option<u16> {
+pub(crate) fn status_of(headers: &Headers) -> Option<u16> {
     headers
         .iter()
         .find(|(k, _)| k == ":status")

@@ -47,6 +47,12 @@ pub enum Phase {
     McpResponding,
     /// The aggregated MCP endpoint: waiting for its servers' answers.
     McpFanout,
+    /// A files or batches call (`stored`): waiting for its whole body.
+    StoredBody,
+    /// A files or batches call on its way to its provider.
+    StoredProxied,
+    /// Its provider's answer on its way to the client.
+    StoredResponding,
     /// Answered by the filter, or not ours: nothing more to do.
     Done,
 }
@@ -134,6 +140,8 @@ pub struct RequestContext<H: Host> {
     pub paused: Option<(crate::exchange::Step, crate::exchange::Exchange)>,
     /// An MCP request (`mcp`): its errors are JSON-RPC's.
     pub mcp: Option<Box<crate::mcp_state::McpCall>>,
+    /// A files or batches call (`stored`).
+    pub stored: Option<Box<crate::stored_state::StoredCall>>,
     pub log: LogFacts,
 }
 
@@ -154,6 +162,7 @@ impl<H: Host> RequestContext<H> {
             guarding: None,
             paused: None,
             mcp: None,
+            stored: None,
             log: LogFacts::default(),
         }
     }
@@ -279,6 +288,7 @@ impl<H: Host> RequestContext<H> {
         let step = match self.phase {
             Phase::ChatBody => self.request_body(body_size, end_of_stream),
             Phase::McpBody => self.mcp_body(body_size, end_of_stream),
+            Phase::StoredBody => self.stored_body(body_size, end_of_stream),
             _ => return Action::Continue,
         };
         self.or_fail(step)
@@ -295,6 +305,7 @@ impl<H: Host> RequestContext<H> {
             // Held until the fallback's answer replaces it.
             Phase::FallbackPending => Action::Pause,
             Phase::McpProxied => self.mcp_answer_headers(),
+            Phase::StoredProxied => self.stored_answer_headers(),
             _ => Action::Continue,
         }
     }
@@ -306,6 +317,7 @@ impl<H: Host> RequestContext<H> {
             Phase::FallbackPending => Action::Pause,
             Phase::Responding => self.router_answer_body(body_size, end_of_stream),
             Phase::McpResponding => self.mcp_answer_body(body_size, end_of_stream),
+            Phase::StoredResponding => self.stored_answer_body(body_size, end_of_stream),
             _ => Action::Continue,
         }
     }
@@ -323,6 +335,10 @@ impl<H: Host> RequestContext<H> {
     pub fn on_log(&mut self) {
         if self.mcp.is_some() {
             self.mcp_end();
+            return;
+        }
+        if self.stored.is_some() {
+            self.stored_end();
             return;
         }
         let how = match self.phase {

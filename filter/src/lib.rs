@@ -78,6 +78,8 @@ mod request_body;
 mod request_headers;
 mod root;
 mod shipper;
+mod stored;
+mod stored_state;
 mod telemetry;
 mod tokens;
 mod upstream;

@@ -12,7 +12,7 @@ use portcullis_core::routing::{authenticate_with, model_info, models_list, KeyHa
 use portcullis_core::trace::{self, Trace};
 
 /// Authenticate with the worker's remembered key hashes.
-fn authenticate<'g>(
+pub(crate) fn authenticate<'g>(
     host: &impl Host,
     gw: &'g portcullis_core::config::Gateway,
     authorization: Option<&str>,
@@ -115,6 +115,19 @@ impl<H: Host> RequestContext<H> {
             let key = authenticate(&self.host, gw, authorization);
             return self.mcp_headers(gw, server, &f.method, path, query, key, end_of_stream);
         }
+        if let Some(call) = portcullis_core::api::files::Call::of(&f.method, path) {
+            let query = f.path.find('?').and_then(|i| f.path.get(i..)).unwrap_or("");
+            let query = query.to_string();
+            self.bound_for_provider(&all, path, f.authority.into_owned());
+            return self.stored_headers(
+                gw,
+                call,
+                &query,
+                authorization,
+                f.content_length,
+                end_of_stream,
+            );
+        }
         match (f.method.as_ref(), path) {
             ("GET", "/v1/models") => {
                 let (_, client) = authenticate(&self.host, gw, authorization)?;
@@ -168,6 +181,43 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
+    /// The key, then one request of its rate (a refused request's body is
+    /// never read).
+    pub(crate) fn key_and_rate<'g>(
+        &mut self,
+        gw: &'g portcullis_core::config::Gateway,
+        authorization: Option<&str>,
+        now: u64,
+    ) -> Result<&'g portcullis_core::config::Client, GatewayError> {
+        let (key, client) = authenticate(&self.host, gw, authorization)?;
+        self.request.key = Some(key);
+        self.take_rate(gw, client, now, 1)?;
+        Ok(client)
+    }
+
+    /// `n` requests of the key's rate at every level, or its 429.
+    pub(crate) fn take_rate(
+        &mut self,
+        gw: &portcullis_core::config::Gateway,
+        client: &portcullis_core::config::Client,
+        now: u64,
+        n: u64,
+    ) -> Result<(), GatewayError> {
+        match admission::take_requests(&self.host, gw, client, now, n) {
+            Ok(t) => {
+                if n == 1 {
+                    self.req_take = t;
+                }
+                Ok(())
+            }
+            Err((e, t)) => {
+                self.log.limited_by = "local";
+                self.rate_headers = admission::headers(Some(t), None);
+                Err(e)
+            }
+        }
+    }
+
     /// A chat request's checks at its headers: the key, the request rate
     /// (a refused request's body is never read), the declared size.
     fn chat_headers(
@@ -187,16 +237,7 @@ impl<H: Host> RequestContext<H> {
             }
             None => None,
         };
-        let (key, client) = authenticate(&self.host, gw, authorization)?;
-        self.request.key = Some(key);
-        match admission::take_request(&self.host, gw, client, now) {
-            Ok(t) => self.req_take = t,
-            Err((e, t)) => {
-                self.log.limited_by = "local";
-                self.rate_headers = admission::headers(Some(t), None);
-                return Err(e);
-            }
-        }
+        let client = self.key_and_rate(gw, authorization, now)?;
         let limit = client.limits.max_body_bytes;
         let own = limit != gw.max_body_bytes;
         self.request.max_body = Some((limit, own));

@@ -52,7 +52,7 @@ impl<H: Host> RequestContext<H> {
 
     /// What every record says of its request: who, when, how it ended,
     /// how long it took, what the guardrails did.
-    fn record_base(
+    pub(crate) fn record_base(
         &mut self,
         gw: &portcullis_core::config::Gateway,
         team: Option<usize>,
@@ -239,7 +239,7 @@ impl<H: Host> RequestContext<H> {
 
     /// Requests by client, provider, model, status class and cache status;
     /// tokens; the gateway's latency.
-    fn request_metrics(&self, r: &Record) {
+    pub(crate) fn request_metrics(&self, r: &Record) {
         metrics::with_requests(
             &self.host.worker().metric_name,
             &r.client,

@@ -195,6 +195,54 @@ fn media_cases() -> Vec<(&'static str, Case)> {
                 "'documents'",
             ),
         ),
+        (
+            "files-no-purpose",
+            media_form(
+                "/v1/files",
+                form(&[], Some(("file", "x"))),
+                Some("missing_required_parameter"),
+                "'purpose'",
+            ),
+        ),
+        (
+            "files-bad-purpose",
+            media_form(
+                "/v1/files",
+                form(&[("purpose", "storage")], Some(("file", "x"))),
+                Some("invalid_value"),
+                "'purpose'",
+            ),
+        ),
+        (
+            "files-batch-not-jsonl",
+            media_form(
+                "/v1/files",
+                form(&[("purpose", "batch")], Some(("file", "x"))),
+                Some("invalid_file_format"),
+                "Must be .jsonl",
+            ),
+        ),
+        (
+            "batches-unknown-file",
+            Case {
+                status: 404,
+                ..media(
+                    "/v1/batches",
+                    json!({"input_file_id": "file-none", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+                    "invalid_request_error",
+                    "No such File object",
+                )
+            },
+        ),
+        (
+            "batches-no-window",
+            media(
+                "/v1/batches",
+                json!({"input_file_id": "file-none", "endpoint": "/v1/chat/completions"}),
+                "missing_required_parameter",
+                "'completion_window'",
+            ),
+        ),
     ]
 }
 

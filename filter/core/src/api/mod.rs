@@ -11,6 +11,7 @@ pub mod audio;
 pub mod chat_completions;
 pub mod count_tokens;
 pub mod embeddings;
+pub mod files;
 pub mod images;
 pub mod messages;
 pub mod moderations;

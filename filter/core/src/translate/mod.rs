@@ -344,6 +344,21 @@ pub fn path(p: &Provider, api: Api, model_id: &str, stream: bool) -> String {
     providers::format(&p.schema).path(p, upstream_api(p, api), model_id, stream)
 }
 
+/// Where a provider keeps files and batches (`rest`: `/files`,
+/// `/batches/{id}/cancel`, ...): under its base path (OpenAI-compatible),
+/// under `/openai` with its `api-version` (Azure OpenAI); `None` for a
+/// format that keeps none.
+pub fn stored_path(p: &Provider, rest: &str) -> Option<String> {
+    let base = p.base_path.trim_end_matches('/');
+    match &p.schema {
+        Schema::OpenAi => Some(format!("{base}{rest}")),
+        Schema::AzureOpenAi { api_version } => {
+            Some(format!("{base}/openai{rest}?api-version={api_version}"))
+        }
+        _ => None,
+    }
+}
+
 /// The body for a provider. `usage_chunk`: ask a streaming OpenAI-shaped
 /// provider for its final usage chunk (the gateway reads it; the client gets
 /// it only if it asked).

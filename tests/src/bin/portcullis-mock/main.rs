@@ -49,6 +49,9 @@
 //! `/audio/transcriptions`, `/audio/translations`, `/moderations`,
 //! `/rerank` and `/v2/rerank` (Cohere's) — see `media.rs`.
 //!
+//! `<prefix>/files` and `<prefix>/batches` — files and batches (see
+//! `files.rs`).
+//!
 //! `POST /mcp` (and `DELETE`) — a small MCP server over streamable HTTP
 //! (JSON answers, sessions, the tools `echo` and `add`; `mcp.rs`), for the
 //! demo's MCP servers and the benchmarks.
@@ -62,6 +65,7 @@
 mod anthropic;
 mod bedrock;
 mod embeddings;
+mod files;
 mod gemini;
 mod mcp;
 mod media;
@@ -199,6 +203,15 @@ async fn receive_quiet(
     Ok(parsed)
 }
 
+/// A request's `content-type` ("" without one).
+fn content_type(req: &Request<Incoming>) -> String {
+    req.headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
 /// A request's whole body.
 async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, io::Error> {
     Ok(req
@@ -264,6 +277,8 @@ struct State {
     token_ttl_s: u64,
     /// MCP mode's sessions (`/mcp`).
     mcp_sessions: Mutex<std::collections::HashSet<String>>,
+    /// Files and batches (`files.rs`).
+    kept: Mutex<files::Kept>,
 }
 
 /// An empty body.
@@ -712,6 +727,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
             .is_some_and(|last| last.contains(':'))
     {
         gemini::generate(state, req).await
+    } else if path.contains("/files") || path.contains("/batches") {
+        files::serve(state, req).await
     } else if req.method() == hyper::Method::POST
         && (path.ends_with("/images/generations") || path.ends_with("/images/edits"))
     {
@@ -844,6 +861,7 @@ fn main() -> io::Result<()> {
                 .and_then(|t| t.parse().ok())
                 .unwrap_or(3600),
             mcp_sessions: Mutex::new(std::collections::HashSet::new()),
+            kept: Mutex::new(files::Kept::default()),
         });
         loop {
             let (sock, _) = listener.accept().await?;

@@ -117,12 +117,7 @@ async fn receive(
 ) -> Result<(String, Option<String>, Result<Input, Refusal>, super::Step), io::Error> {
     let (path, headers) = super::request_facts(&req);
     let auth = super::openai_auth(&req, &path);
-    let ctype = req
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let ctype = super::content_type(&req);
     let body = super::body_bytes(req).await?;
     state
         .hits

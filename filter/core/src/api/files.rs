@@ -1,0 +1,417 @@
+//! OpenAI's files and batches: `POST /v1/files` (multipart: `file`,
+//! `purpose`), `GET`/`DELETE /v1/files/{id}`, `GET /v1/files/{id}/content`;
+//! `POST /v1/batches` (JSON: `input_file_id`, `endpoint`,
+//! `completion_window`, `metadata`), `GET /v1/batches/{id}`,
+//! `POST /v1/batches/{id}/cancel`, `GET /v1/batches`.
+//!
+//! A file or batch lives at the provider that made it. The id the client
+//! sees carries that provider and who owns it, so any replica routes a
+//! later call with the id alone and no other client can use it:
+//! `{provider's id}~{tag}{mac}{n}` where `tag` names the provider (8 hex
+//! digits of its name's SHA-256), `mac` seals the rest (12 hex digits of
+//! the SHA-256 of the provider's credential, the client's name, the
+//! provider and the id) and `n` (decimal) is the requests a batch file
+//! holds. A batch the gateway creates carries its owner in its metadata
+//! (`portcullis_owner`), so a list shows each client its own.
+
+use crate::error::GatewayError;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+pub const FILES: &str = "/v1/files";
+/// Which providers keep files and batches, for messages
+/// ([`crate::translate::stored_path`] says where).
+pub const KEEPERS: &str = "OpenAI-compatible and Azure OpenAI providers";
+pub const BATCHES: &str = "/v1/batches";
+
+/// The metadata key that names a batch's owner.
+pub const OWNER_KEY: &str = "portcullis_owner";
+/// The metadata key that holds the requests of a batch's file (so its ids
+/// are sealed alike wherever the batch object appears).
+pub const REQUESTS_KEY: &str = "portcullis_requests";
+
+/// A call on files or batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call<'a> {
+    /// `POST /v1/files`.
+    Upload,
+    /// `GET /v1/files`.
+    ListFiles,
+    /// `GET`/`DELETE /v1/files/{id}`, `GET .../content` (`tail`).
+    File { id: &'a str, tail: &'a str },
+    /// `POST /v1/batches`.
+    CreateBatch,
+    /// `GET /v1/batches`.
+    ListBatches,
+    /// `GET /v1/batches/{id}`, `POST .../cancel` (`tail`).
+    Batch { id: &'a str, tail: &'a str },
+}
+
+impl<'a> Call<'a> {
+    /// The call a method and path (query and trailing `/` removed) are.
+    pub fn of(method: &str, path: &'a str) -> Option<Call<'a>> {
+        let under = |root: &str| -> Option<(&'a str, &'a str)> {
+            let rest = path.strip_prefix(root)?.strip_prefix('/')?;
+            let (id, tail) = match rest.find('/') {
+                Some(i) => (rest.get(..i)?, rest.get(i..)?),
+                None => (rest, ""),
+            };
+            (!id.is_empty()).then_some((id, tail))
+        };
+        match (method, path) {
+            ("POST", FILES) => Some(Call::Upload),
+            ("GET", FILES) => Some(Call::ListFiles),
+            ("POST", BATCHES) => Some(Call::CreateBatch),
+            ("GET", BATCHES) => Some(Call::ListBatches),
+            _ => {
+                if let Some((id, tail)) = under(FILES) {
+                    return matches!((method, tail), ("GET" | "DELETE", "") | ("GET", "/content"))
+                        .then_some(Call::File { id, tail });
+                }
+                let (id, tail) = under(BATCHES)?;
+                matches!((method, tail), ("GET", "") | ("POST", "/cancel"))
+                    .then_some(Call::Batch { id, tail })
+            }
+        }
+    }
+
+    /// The record's `api`.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Call::Upload | Call::ListFiles | Call::File { .. } => "files",
+            Call::CreateBatch | Call::ListBatches | Call::Batch { .. } => "batches",
+        }
+    }
+
+    /// Whether the client's body is read first (an upload, a batch).
+    pub fn has_body(self) -> bool {
+        matches!(self, Call::Upload | Call::CreateBatch)
+    }
+
+    /// Whether the answer is JSON whose ids are sealed (a file's content
+    /// passes as it is).
+    pub fn answer_sealed(self) -> bool {
+        !matches!(
+            self,
+            Call::File {
+                tail: "/content",
+                ..
+            }
+        )
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A provider's tag in ids.
+pub fn tag(provider: &str) -> String {
+    hex(Sha256::digest(provider.as_bytes())
+        .get(..4)
+        .unwrap_or_default())
+}
+
+fn mac(secret: &str, owner: &str, provider: &str, id: &str, n: u64) -> String {
+    let mut h = Sha256::new();
+    for part in [secret, owner, provider, id, &n.to_string()] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex(h.finalize().get(..6).unwrap_or_default())
+}
+
+/// The id a client sees for a provider's id.
+pub fn seal(id: &str, provider: &str, owner: &str, secret: &str, n: u64) -> String {
+    format!(
+        "{id}~{}{}{n}",
+        tag(provider),
+        mac(secret, owner, provider, id, n)
+    )
+}
+
+/// A sealed id opened: the provider's id, the provider's index among
+/// `providers` (name, credential), the requests it holds; `None` for an id
+/// the gateway did not give this owner.
+pub fn open<'i>(
+    id: &'i str,
+    providers: &[(&str, &str)],
+    owner: &str,
+) -> Option<(&'i str, usize, u64)> {
+    let (inner, seal) = id.rsplit_once('~')?;
+    let tag_of = seal.get(..8)?;
+    let mac_of = seal.get(8..20)?;
+    let n: u64 = seal.get(20..)?.parse().ok()?;
+    providers
+        .iter()
+        .enumerate()
+        .find(|(_, (name, secret))| {
+            tag(name) == tag_of && mac(secret, owner, name, inner, n) == mac_of
+        })
+        .map(|(i, _)| (inner, i, n))
+}
+
+/// The owner's mark in a batch's metadata (not its name: a hash of it
+/// and the provider's credential).
+pub fn owner_mark(owner: &str, secret: &str) -> String {
+    mac(secret, owner, "", "", 0)
+}
+
+/// A batch file's requests: its non-empty lines, and the model the first
+/// names (`body.model`), if it names one.
+pub fn batch_file(bytes: &[u8]) -> (u64, Option<String>) {
+    let mut n = 0u64;
+    let mut model = None;
+    for line in bytes.split(|b| *b == b'\n') {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if n == 0 {
+            model = serde_json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("body")?.get("model")?.as_str().map(str::to_string));
+        }
+        n = n.saturating_add(1);
+    }
+    (n, model)
+}
+
+/// A sealed id opened: the provider's id, the provider, the requests.
+pub type Opened = (String, usize, u64);
+
+fn bad(code: &'static str, message: impl Into<String>) -> GatewayError {
+    GatewayError::bad_request(code, message)
+}
+
+/// A batch's body for its provider: `input_file_id` opened by `open` (the
+/// provider's id and the requests it holds), the owner's mark added to
+/// `metadata`. The provider's index and the requests.
+pub fn batch_body(
+    body: &[u8],
+    open: &dyn Fn(&str) -> Option<Opened>,
+    mark: &dyn Fn(usize) -> String,
+) -> Result<(Vec<u8>, usize, u64), GatewayError> {
+    let mut doc: Map<String, Value> = serde_json::from_slice(body).map_err(|e| {
+        bad(
+            "invalid_json",
+            format!("Request body is not a JSON object ({e})."),
+        )
+    })?;
+    let file = doc
+        .get("input_file_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            bad(
+                "missing_input_file_id",
+                "Missing required parameter: `input_file_id`.",
+            )
+        })?;
+    let (inner, provider, n) = open(file).ok_or_else(|| {
+        GatewayError::new(
+            404,
+            "invalid_request_error",
+            "file_not_found",
+            format!("No such File object: {file} (upload the batch's file through this gateway with this key)."),
+        )
+    })?;
+    doc.insert("input_file_id".into(), Value::String(inner));
+    let metadata = doc
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if metadata.is_null() {
+        *metadata = Value::Object(Map::new());
+    }
+    let Some(m) = metadata.as_object_mut() else {
+        return Err(bad("invalid_metadata", "`metadata` must be an object."));
+    };
+    m.insert(OWNER_KEY.into(), Value::String(mark(provider)));
+    m.insert(REQUESTS_KEY.into(), Value::String(n.to_string()));
+    let out = serde_json::to_vec(&doc)
+        .map_err(|e| GatewayError::internal(format!("batch rewrite: {e}")))?;
+    Ok((out, provider, n))
+}
+
+/// The fields of a file or batch object that hold ids of files or batches.
+const ID_FIELDS: &[&str] = &["id", "input_file_id", "output_file_id", "error_file_id"];
+
+/// A provider's JSON answer with every id of a file or batch in it sealed
+/// (an object, or a list's `data`, `first_id` and `last_id`) by `seal(id,
+/// n)`: a file's with `file_n` (the requests its upload counted), a batch's
+/// own id and input file's with the requests its metadata holds, its output
+/// files' with 0. A list of batches keeps only those marked `keep` (`None`:
+/// all). `None` when the answer is not JSON.
+pub fn seal_answer(
+    body: &[u8],
+    seal: &dyn Fn(&str, u64) -> String,
+    file_n: u64,
+    keep: Option<&str>,
+) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    let obj = v.as_object_mut()?;
+    if obj.get("object").and_then(Value::as_str) == Some("list") {
+        if let Some(Value::Array(items)) = obj.get_mut("data") {
+            if let Some(mark) = keep {
+                items.retain(|i| {
+                    i.get("metadata")
+                        .and_then(|m| m.get(OWNER_KEY))
+                        .and_then(Value::as_str)
+                        == Some(mark)
+                });
+            }
+            for i in items.iter_mut() {
+                if let Some(o) = i.as_object_mut() {
+                    seal_object(o, seal, file_n);
+                }
+            }
+            let first = items.first().and_then(|i| i.get("id")).cloned();
+            let last = items.last().and_then(|i| i.get("id")).cloned();
+            obj.insert("first_id".into(), first.unwrap_or(Value::Null));
+            obj.insert("last_id".into(), last.unwrap_or(Value::Null));
+        }
+    } else {
+        seal_object(obj, seal, file_n);
+    }
+    serde_json::to_vec(&v).ok()
+}
+
+fn seal_object(o: &mut Map<String, Value>, seal: &dyn Fn(&str, u64) -> String, file_n: u64) {
+    // Only a file's or a batch's own ids (an error object has no `id`).
+    let kind = match o.get("object").and_then(Value::as_str) {
+        Some("file") => "file",
+        Some("batch") => "batch",
+        _ => return,
+    };
+    let batch_n = o
+        .get("metadata")
+        .and_then(|m| m.get(REQUESTS_KEY))
+        .and_then(Value::as_str)
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    for f in ID_FIELDS {
+        let n = match (kind, *f) {
+            ("file", "id") => file_n,
+            ("batch", "id" | "input_file_id") => batch_n,
+            ("batch", _) => 0,
+            _ => continue,
+        };
+        if let Some(Value::String(id)) = o.get_mut(*f) {
+            *id = seal(id, n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn calls_are_read_from_method_and_path() {
+        assert_eq!(Call::of("POST", "/v1/files"), Some(Call::Upload));
+        assert_eq!(
+            Call::of("GET", "/v1/files/file-1/content"),
+            Some(Call::File {
+                id: "file-1",
+                tail: "/content"
+            })
+        );
+        assert_eq!(
+            Call::of("POST", "/v1/batches/b~x/cancel"),
+            Some(Call::Batch {
+                id: "b~x",
+                tail: "/cancel"
+            })
+        );
+        assert_eq!(Call::of("DELETE", "/v1/batches/b"), None);
+        assert_eq!(Call::of("GET", "/v1/files/a/b"), None);
+        assert_eq!(Call::of("GET", "/v1/files/"), None);
+        assert!(!Call::of("GET", "/v1/files/f/content")
+            .unwrap()
+            .answer_sealed());
+    }
+
+    #[test]
+    fn a_sealed_id_opens_only_for_its_owner_and_provider() {
+        let providers = [("primary", "sk-1"), ("backup", "sk-2")];
+        let id = seal("file-abc", "backup", "team-a", "sk-2", 12);
+        assert_eq!(open(&id, &providers, "team-a"), Some(("file-abc", 1, 12)));
+        assert_eq!(open(&id, &providers, "team-b"), None, "another owner");
+        assert_eq!(open("file-abc", &providers, "team-a"), None);
+        // Any change of the id, the count or the seal is refused.
+        for forged in [
+            id.replacen("abc", "abd", 1),
+            id.replace("~", "~0").chars().take(id.len()).collect(),
+            format!("{}3", id.trim_end_matches("12")),
+        ] {
+            assert_eq!(open(&forged, &providers, "team-a"), None, "{forged}");
+        }
+        // The provider's credential is part of the seal.
+        assert_eq!(
+            open(&id, &[("primary", "x"), ("backup", "sk-other")], "team-a"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_batch_file_counts_its_requests_and_names_its_model() {
+        let f = b"{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"gpt-4o-mini\"}}\n\n{\"custom_id\":\"b\"}\n";
+        assert_eq!(batch_file(f), (2, Some("gpt-4o-mini".into())));
+        assert_eq!(batch_file(b"not json\n"), (1, None));
+    }
+
+    #[test]
+    fn answers_seal_ids_and_lists_keep_the_owners_batches() {
+        let s = |id: &str, n: u64| format!("{id}~S{n}");
+        let b = br#"{"object":"batch","id":"batch_1","input_file_id":"file-1","output_file_id":null,"error_file_id":"file-e","metadata":{"portcullis_requests":"7"}}"#;
+        let v: Value = serde_json::from_slice(&seal_answer(b, &s, 3, None).unwrap()).unwrap();
+        assert_eq!(
+            (
+                v["id"].as_str(),
+                v["input_file_id"].as_str(),
+                v["error_file_id"].as_str()
+            ),
+            (Some("batch_1~S7"), Some("file-1~S7"), Some("file-e~S0"))
+        );
+        let f = br#"{"object":"file","id":"file-1","bytes":3}"#;
+        let v: Value = serde_json::from_slice(&seal_answer(f, &s, 3, None).unwrap()).unwrap();
+        assert_eq!(v["id"], "file-1~S3");
+        assert!(v["output_file_id"].is_null());
+        let list = br#"{"object":"list","data":[{"object":"batch","id":"b1","metadata":{"portcullis_owner":"me"}},{"object":"batch","id":"b2","metadata":null}],"first_id":"b1","last_id":"b2","has_more":false}"#;
+        let v: Value =
+            serde_json::from_slice(&seal_answer(list, &s, 0, Some("me")).unwrap()).unwrap();
+        assert_eq!(v["data"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            (v["first_id"].as_str(), v["last_id"].as_str()),
+            (Some("b1~S0"), Some("b1~S0"))
+        );
+        let err = br#"{"error":{"message":"No such File object: file-x","type":"invalid_request_error"}}"#;
+        assert_eq!(
+            serde_json::from_slice::<Value>(&seal_answer(err, &s, 0, None).unwrap()).unwrap(),
+            serde_json::from_slice::<Value>(err).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_batch_body_opens_its_file_and_carries_its_owner() {
+        let open = |id: &str| (id == "file-1~S").then(|| ("file-1".to_string(), 1, 5));
+        let mark = |p: usize| format!("mark{p}");
+        let (body, p, n) = batch_body(
+            br#"{"input_file_id":"file-1~S","endpoint":"/v1/chat/completions","completion_window":"24h","metadata":{"a":"b"}}"#,
+            &open,
+            &mark,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((p, n), (1, 5));
+        assert_eq!(v["input_file_id"], "file-1");
+        assert_eq!(
+            v["metadata"],
+            serde_json::json!({"a": "b", "portcullis_owner": "mark1", "portcullis_requests": "5"})
+        );
+        let e = batch_body(br#"{"input_file_id":"file-2"}"#, &open, &mark).unwrap_err();
+        assert_eq!((e.status, e.code), (404, "file_not_found"));
+        let e = batch_body(br#"{"endpoint":"x"}"#, &open, &mark).unwrap_err();
+        assert_eq!(e.code, "missing_input_file_id");
+    }
+}

@@ -1,0 +1,420 @@
+//! OpenAI's files and batches through the gateway (#48): each call to the
+//! provider that keeps the file or batch, with that provider's credential;
+//! the ids the client sees sealed with the provider and the client
+//! (`portcullis_core::api::files`), so any replica routes a later call
+//! with the id alone and no other client can use it. An upload goes to a
+//! provider that serves the model its batch file names; a batch's requests
+//! count against the key's request rate; each call is recorded.
+
+use crate::context::{Phase, RequestContext};
+use crate::host::{Action, Host, Part};
+use crate::stored_state::StoredCall;
+use crate::upstream::UpstreamRequest;
+use portcullis_core::api::files::{self, Call};
+use portcullis_core::config::{Client, Gateway};
+use portcullis_core::error::GatewayError;
+use portcullis_core::record::Record;
+use portcullis_core::routing::resolve;
+use portcullis_core::{form, providers, translate};
+
+fn not_found(what: &str, id: &str) -> GatewayError {
+    GatewayError::new(
+        404,
+        "invalid_request_error",
+        "not_found",
+        format!("No such {what} object: {id}"),
+    )
+}
+
+impl<H: Host> RequestContext<H> {
+    /// The providers as (name, credential), for sealing and opening ids.
+    fn seal_keys(&self, gw: &Gateway) -> Vec<(String, String)> {
+        let secrets = self.loaded.as_ref().map(|l| &l.secrets);
+        gw.providers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let secret = secrets
+                    .and_then(|s| s.get(i))
+                    .and_then(Option::as_deref)
+                    .unwrap_or("");
+                (p.name.clone(), secret.to_string())
+            })
+            .collect()
+    }
+
+    /// A sealed id opened for this client: the provider's id, the
+    /// provider, the requests it holds.
+    fn open_id(&self, gw: &Gateway, client: &Client, id: &str) -> Option<files::Opened> {
+        let keys = self.seal_keys(gw);
+        let pairs: Vec<(&str, &str)> = keys.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+        files::open(id, &pairs, &client.name).map(|(inner, p, n)| (inner.to_string(), p, n))
+    }
+
+    /// The provider a new file (or a list) goes to: the pinned one, else
+    /// the first that keeps files among the model's (an upload's batch
+    /// model), else the first in the chain that keeps files.
+    fn stored_provider(
+        &self,
+        gw: &Gateway,
+        client: &Client,
+        model: Option<&str>,
+    ) -> Result<usize, GatewayError> {
+        let keeps = |i: usize| {
+            gw.providers
+                .get(i)
+                .is_some_and(|p| translate::stored_path(p, "").is_some())
+        };
+        if let Some(pin) = self.request.pin_provider.as_deref() {
+            return gw
+                .providers
+                .iter()
+                .position(|p| p.name == pin)
+                .filter(|i| keeps(*i))
+                .ok_or_else(|| {
+                    GatewayError::bad_request(
+                        "invalid_provider",
+                        format!(
+                            "Provider `{pin}` does not keep files here (only {} do).",
+                            files::KEEPERS
+                        ),
+                    )
+                });
+        }
+        if let Some(model) = model {
+            let route = resolve(gw, client, model, self.roll)?;
+            return route
+                .candidates
+                .iter()
+                .map(|(p, _)| *p)
+                .find(|p| keeps(*p))
+                .ok_or_else(|| {
+                    GatewayError::new(
+                        404,
+                        "invalid_request_error",
+                        "model_not_found",
+                        format!(
+                            "The model `{model}` the batch file names has no provider that keeps files (only {} do).",
+                            files::KEEPERS
+                        ),
+                    )
+                });
+        }
+        (0..gw.providers.len()).find(|i| keeps(*i)).ok_or_else(|| {
+            GatewayError::new(
+                404,
+                "invalid_request_error",
+                "not_found",
+                format!(
+                    "No provider of this gateway keeps files (only {} do).",
+                    files::KEEPERS
+                ),
+            )
+        })
+    }
+
+    /// A files or batches call at its headers: the key, the request rate;
+    /// a call on an id goes at once to the provider that keeps it.
+    pub(crate) fn stored_headers(
+        &mut self,
+        gw: &Gateway,
+        call: Call<'_>,
+        query: &str,
+        authorization: Option<&str>,
+        content_length: Option<usize>,
+        end_of_stream: bool,
+    ) -> Result<Action, GatewayError> {
+        let now = self.host.now_ms();
+        self.log.started_ms = now;
+        self.stored = Some(Box::new(StoredCall {
+            api: call.api_name(),
+            sealed: call.answer_sealed(),
+            ..StoredCall::default()
+        }));
+        let client = self.key_and_rate(gw, authorization, now)?;
+        if call.has_body() {
+            let limit = client.limits.max_body_bytes;
+            let own = limit != gw.max_body_bytes;
+            if content_length.is_some_and(|n| n > limit) {
+                return Err(GatewayError::body_too_large(limit, own));
+            }
+            if end_of_stream {
+                return Err(GatewayError::bad_request(
+                    "invalid_request",
+                    "Request body is empty.",
+                ));
+            }
+            if let Some(s) = self.stored.as_mut() {
+                s.upload = call == Call::Upload;
+                s.batch = call == Call::CreateBatch;
+            }
+            self.phase = Phase::StoredBody;
+            return Ok(Action::Pause);
+        }
+        let (provider, rest) = match call {
+            Call::File { id, tail } => {
+                let (inner, p, n) = self
+                    .open_id(gw, client, id)
+                    .ok_or_else(|| not_found("File", id))?;
+                // Its object is sealed again with the requests it holds.
+                if let Some(s) = self.stored.as_mut() {
+                    s.requests = n;
+                }
+                (p, format!("/files/{inner}{tail}"))
+            }
+            Call::Batch { id, tail } => {
+                let (inner, p, _) = self
+                    .open_id(gw, client, id)
+                    .ok_or_else(|| not_found("Batch", id))?;
+                (p, format!("/batches/{inner}{tail}"))
+            }
+            Call::ListBatches => {
+                let p = self.stored_provider(gw, client, None)?;
+                let keys = self.seal_keys(gw);
+                let secret = keys.get(p).map_or("", |(_, s)| s.as_str());
+                if let Some(s) = self.stored.as_mut() {
+                    s.keep = Some(files::owner_mark(&client.name, secret));
+                }
+                (p, "/batches".to_string())
+            }
+            Call::ListFiles => {
+                return Err(GatewayError::new(
+                    403,
+                    "invalid_request_error",
+                    "files_list_unavailable",
+                    "Listing files is not available through the gateway: a provider's files are shared by every key of the gateway. Keep the ids your uploads return (GET /v1/files/{id} reads one).",
+                ))
+            }
+            Call::Upload | Call::CreateBatch => {
+                return Err(GatewayError::internal("a call with a body at its headers"))
+            }
+        };
+        self.send_stored(gw, provider, &rest, query, None)
+    }
+
+    /// An upload's or a batch's whole body: where it goes, then sent.
+    pub(crate) fn stored_body(
+        &mut self,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Result<Action, GatewayError> {
+        let loaded = self.loaded()?;
+        let gw = &loaded.gw;
+        let client = self
+            .client(gw)
+            .ok_or_else(|| GatewayError::internal("no client"))?;
+        let limit = client.limits.max_body_bytes;
+        if body_size > limit {
+            return Err(GatewayError::body_too_large(
+                limit,
+                limit != gw.max_body_bytes,
+            ));
+        }
+        if !end_of_stream {
+            return Ok(Action::Pause);
+        }
+        let body = self
+            .host
+            .body(Part::Request, body_size)
+            .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
+        let (upload, batch) = self
+            .stored
+            .as_ref()
+            .map_or((false, false), |s| (s.upload, s.batch));
+        if let Some(s) = self.stored.as_mut() {
+            s.request_bytes = body.len() as u64;
+        }
+        if upload {
+            let content_type = self.request.multipart_type.as_deref().unwrap_or("");
+            let boundary = form::boundary(content_type).ok_or_else(|| {
+                GatewayError::bad_request(
+                    "invalid_multipart",
+                    "/v1/files takes a multipart/form-data body: send `Content-Type: multipart/form-data; boundary=...`.",
+                )
+            })?;
+            let f = form::parse(&body, boundary)?;
+            let file = f.part("file").ok_or_else(|| {
+                GatewayError::bad_request(
+                    "missing_file",
+                    "Missing required parameter: `file` (a multipart file part).",
+                )
+            })?;
+            let purpose = f
+                .part("purpose")
+                .map(|p| f.value(&body, p))
+                .ok_or_else(|| {
+                    GatewayError::bad_request(
+                        "missing_purpose",
+                        "Missing required parameter: `purpose`.",
+                    )
+                })?;
+            let (requests, model) = if purpose == b"batch" {
+                files::batch_file(f.value(&body, file))
+            } else {
+                (0, None)
+            };
+            let provider = self.stored_provider(gw, client, model.as_deref())?;
+            if let Some(s) = self.stored.as_mut() {
+                s.requests = requests;
+                s.model = model.unwrap_or_default();
+            }
+            return self.send_stored(gw, provider, "/files", "", None);
+        }
+        if batch {
+            let keys = self.seal_keys(gw);
+            let open = |id: &str| self.open_id(gw, client, id);
+            let mark = |p: usize| {
+                files::owner_mark(&client.name, keys.get(p).map_or("", |(_, s)| s.as_str()))
+            };
+            let (out, provider, requests) = files::batch_body(&body, &open, &mark)?;
+            // A batch of n requests is n requests of the key's rate (the
+            // call itself took one).
+            if requests > 1 {
+                let now = self.host.now_ms();
+                self.take_rate(gw, client, now, requests.saturating_sub(1))?;
+            }
+            if let Some(s) = self.stored.as_mut() {
+                s.requests = requests;
+            }
+            return self.send_stored(gw, provider, "/batches", "", Some((out, body_size)));
+        }
+        Err(GatewayError::internal(
+            "a stored call's body without a call",
+        ))
+    }
+
+    /// The call through Envoy's router to the provider that keeps it.
+    fn send_stored(
+        &mut self,
+        gw: &Gateway,
+        provider: usize,
+        rest: &str,
+        query: &str,
+        body: Option<(Vec<u8>, usize)>,
+    ) -> Result<Action, GatewayError> {
+        let loaded = self.loaded()?;
+        let p = gw
+            .providers
+            .get(provider)
+            .ok_or_else(|| GatewayError::internal("no such provider"))?;
+        let mut path = translate::stored_path(p, rest).ok_or_else(|| {
+            GatewayError::internal(format!("provider `{}` keeps no files", p.name))
+        })?;
+        if let Some(q) = query.strip_prefix('?').filter(|q| !q.is_empty()) {
+            path.push(if path.contains('?') { '&' } else { '?' });
+            path.push_str(q);
+        }
+        let (body, body_size) = match body {
+            Some((b, size)) => (Some(b), size),
+            None => (None, 0),
+        };
+        let up = UpstreamRequest {
+            cluster: &p.cluster,
+            path,
+            authority: &p.host,
+            timeout_ms: p.timeout_ms,
+            stream: false,
+            stream_timeout_ms: p.stream_timeout_ms,
+            credential: loaded
+                .credentials
+                .get(provider)
+                .and_then(Option::as_ref)
+                .map(|(name, value)| (*name, std::borrow::Cow::Borrowed(value.as_str()))),
+            body,
+            extra: providers::extra_headers(p),
+            retries: None,
+            awaiting_token: None,
+        };
+        self.send_through_router(&up, body_size)?;
+        if let Some(s) = self.stored.as_mut() {
+            s.provider = Some(provider);
+        }
+        self.phase = Phase::StoredProxied;
+        Ok(Action::Continue)
+    }
+
+    /// The provider's answer: a JSON one held whole to seal its ids.
+    pub(crate) fn stored_answer_headers(&mut self) -> Action {
+        let resp = self.host.headers(Part::Response).unwrap_or_default();
+        let status = crate::answer::status_of(&resp).unwrap_or(0);
+        self.log.status = status;
+        self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+        let sealed = self.stored.as_ref().is_some_and(|s| s.sealed) && status == 200;
+        if let Some(s) = self.stored.as_mut() {
+            s.ok = status == 200;
+            s.sealed = sealed;
+        }
+        if sealed {
+            let _ = self.host.set_header(Part::Response, "content-length", None);
+        }
+        self.phase = Phase::StoredResponding;
+        Action::Continue
+    }
+
+    /// The answer's bytes: counted; a sealed answer held until whole.
+    pub(crate) fn stored_answer_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let sealed = self.stored.as_ref().is_some_and(|s| s.sealed);
+        if !sealed {
+            if let Some(s) = self.stored.as_mut() {
+                s.response_bytes = s.response_bytes.saturating_add(body_size as u64);
+            }
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let Ok(loaded) = self.loaded() else {
+            return Action::Continue;
+        };
+        let gw = &loaded.gw;
+        let (Some(client), Some(call)) = (self.client(gw), self.stored.as_ref()) else {
+            return Action::Continue;
+        };
+        let Some(provider) = call.provider else {
+            return Action::Continue;
+        };
+        let keys = self.seal_keys(gw);
+        let (name, secret) = keys
+            .get(provider)
+            .map_or(("", ""), |(n, s)| (n.as_str(), s.as_str()));
+        let seal = |id: &str, n: u64| files::seal(id, name, &client.name, secret, n);
+        let chunk = self
+            .host
+            .body(Part::Response, body_size)
+            .unwrap_or_default();
+        let out = files::seal_answer(&chunk, &seal, call.requests, call.keep.as_deref());
+        if let Some(s) = self.stored.as_mut() {
+            s.response_bytes = chunk.len() as u64;
+        }
+        if let Some(out) = out {
+            let _ = self.host.set_body(Part::Response, body_size, &out);
+        }
+        Action::Continue
+    }
+
+    /// The call's end: its record.
+    pub(crate) fn stored_end(&mut self) {
+        let Some(call) = self.stored.take() else {
+            return;
+        };
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let gw = &loaded.gw;
+        let rec = Record {
+            provider: call
+                .provider
+                .and_then(|p| gw.providers.get(p))
+                .map(|p| p.name.clone())
+                .unwrap_or_default(),
+            requested_model: call.model.clone(),
+            model: call.model.clone(),
+            api: call.api,
+            request_bytes: call.request_bytes,
+            response_bytes: call.response_bytes,
+            ..self.record_base(gw, None)
+        };
+        self.request_metrics(&rec);
+        self.host.emit_record(&rec);
+    }
+}

@@ -1,0 +1,25 @@
+//! A call on files or batches (`stored.rs`), as it goes.
+
+/// What a files or batches call is and what it learned on its way.
+#[derive(Debug, Default)]
+pub struct StoredCall {
+    /// The record's `api` ("files" or "batches").
+    pub api: &'static str,
+    /// The call needs its body first (an upload, a batch).
+    pub upload: bool,
+    pub batch: bool,
+    /// A list of batches, kept to the owner's (their mark).
+    pub keep: Option<String>,
+    /// The answer's ids are sealed (JSON answers; not a file's content).
+    pub sealed: bool,
+    /// The provider (by index) the call went to.
+    pub provider: Option<usize>,
+    /// An upload's batch model, the record's model.
+    pub model: String,
+    /// Requests a batch file holds (sealed into its id).
+    pub requests: u64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    /// The provider answered 200 (its ids are sealed).
+    pub ok: bool,
+}

@@ -1,0 +1,202 @@
+//! Files and batches in real Envoy (#48): the official OpenAI SDK uploads
+//! a batch file of about 10 MB, creates a batch, reads it completed,
+//! downloads its output and cancels another, through the gateway to the
+//! mock's files and batches; the ids it sees carry the provider and the
+//! client (another key, a forged id: 404); a batch's requests count
+//! against the key's request rate; every call is recorded.
+mod common;
+use common::*;
+use portcullis_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const OTHER_KEY: &str = "sk-batches-other";
+const SMALL_KEY: &str = "sk-batches-small";
+
+fn plugin() -> String {
+    test_plugin()
+        .replace("flush_interval_ms: 250", "flush_interval_ms: 100")
+        .replace(
+            "clients:\n",
+            &format!(
+                "clients:\n  - name: other\n    key_sha256: {}\n  - name: small\n    key_sha256: {}\n    limits: {{requests_per_minute: 20}}\n",
+                key_hash(OTHER_KEY),
+                key_hash(SMALL_KEY)
+            ),
+        )
+}
+
+/// A multipart upload of a batch file of `lines` requests, by plain HTTP.
+fn upload(s: &Stack, key: &str, lines: usize) -> Resp {
+    let b = "batchboundary";
+    let file: String = (0..lines)
+        .map(|i| {
+            json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}})
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    let body = format!("--{b}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n{file}\r\n--{b}--\r\n");
+    post(
+        &s.envoy.url("/v1/files"),
+        &[
+            ("authorization", &format!("Bearer {key}")),
+            (
+                "content-type",
+                &format!("multipart/form-data; boundary={b}"),
+            ),
+        ],
+        &body,
+    )
+}
+
+#[test]
+fn the_openai_sdk_runs_a_batch_through_the_gateway_and_its_ids_are_its_own() {
+    let dir = TempDir::new("batches-records");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(&plugin(), 2, false, c.grpc_port);
+    // 2,000 requests of about 5 KB: a 10 MB file.
+    let v = sdk_script(
+        "batches_check.py",
+        &[&s.envoy.url("/v1"), DEMO_KEY, OTHER_KEY, "2000", "5000"],
+    );
+    let upload_bytes = v["upload_bytes"].as_u64().unwrap();
+    assert!(upload_bytes > 10_000_000, "{upload_bytes}");
+    let id = v["file"]["id"].as_str().unwrap();
+    let (inner, seal) = id.rsplit_once('~').expect("a sealed id");
+    assert!(inner.starts_with("file-mock"), "{id}");
+    assert!(
+        seal.ends_with("2000"),
+        "the file's requests are in its id: {id}"
+    );
+    assert_eq!(v["file"]["bytes"], upload_bytes);
+    assert_eq!(v["file"]["purpose"], "batch");
+    assert_eq!(v["retrieved"], true);
+    let created = &v["created"];
+    assert!(created["id"].as_str().unwrap().starts_with("batch_mock"));
+    assert!(created["id"].as_str().unwrap().contains('~'));
+    assert_eq!(created["status"], "validating");
+    // The batch's file id as the client knows it, and the client's
+    // metadata with the owner's mark.
+    assert!(created["input_file_id"]
+        .as_str()
+        .unwrap()
+        .starts_with(inner));
+    assert_eq!(created["metadata"]["run"], "test");
+    assert!(created["metadata"]["portcullis_owner"].is_string());
+    assert_eq!(v["retrieved_batch"]["status"], "completed");
+    assert_eq!(v["retrieved_batch"]["total"], 2000);
+    assert!(v["retrieved_batch"]["output_file_id"]
+        .as_str()
+        .unwrap()
+        .contains('~'));
+    assert_eq!(v["results"]["n"], 2000);
+    assert_eq!(
+        v["results"]["custom_ids"],
+        json!(["req-0", "req-1", "req-10"])
+    );
+    assert_eq!(
+        v["cancelled"],
+        json!({"status": "cancelling", "id_kept": true})
+    );
+    assert_eq!(v["cancel_completed"]["status"], 400);
+    assert_eq!(v["listed"], true, "{v}");
+    for k in ["other_file", "other_batch", "other_create", "forged"] {
+        assert_eq!(v[k]["status"], 404, "{k}: {v}");
+    }
+    assert_eq!(v["list_files"]["status"], 403);
+    assert_eq!(v["other_list"], json!([]), "another key lists none of them");
+    assert_eq!(v["deleted"], json!({"deleted": true, "id_kept": true}));
+    // What the provider got: its own ids and key, never a sealed id or the
+    // client's key; the whole file.
+    let sent = s.primary.requests();
+    let create = sent
+        .iter()
+        .find(|r| r["path"] == "/v1/batches" && r["body"]["input_file_id"].is_string())
+        .expect("the batch's creation");
+    assert_eq!(create["body"]["input_file_id"], inner);
+    assert_eq!(
+        create["headers"]["authorization"],
+        format!("Bearer {PRIMARY_KEY}")
+    );
+    assert!(sent
+        .iter()
+        .all(|r| !r["path"].as_str().unwrap_or("").contains('~')));
+    let up = sent
+        .iter()
+        .find(|r| r["path"] == "/v1/files")
+        .expect("the upload");
+    assert!(up["body"]["bytes"].as_u64().unwrap() > upload_bytes);
+    // Records: each call, its API and provider; the upload names the
+    // batch's model.
+    let rows = poll_until(Duration::from_secs(15), "the batch records", || {
+        let r = c.recent(50);
+        (r.iter().filter(|x| x["api"] == "batches").count() >= 5).then_some(r)
+    });
+    let upload_rec = rows
+        .iter()
+        .find(|x| x["api"] == "files" && x["model"] == "gpt-4o-mini")
+        .expect("the upload's record");
+    assert_eq!(upload_rec["provider"], "primary");
+    assert_eq!(upload_rec["status"], 200);
+    assert!(rows
+        .iter()
+        .any(|x| x["api"] == "files" && x["status"] == 404 && x["client"] == "other"));
+}
+
+#[test]
+fn a_batchs_requests_count_against_the_request_rate() {
+    let s = Stack::start(&plugin(), 1);
+    // 20 a minute: the upload takes one, a batch of 15 takes 15 (with its
+    // own call), a second batch of 15 is refused and never sent.
+    let r = upload(&s, SMALL_KEY, 15);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let file = r.json()["id"].as_str().unwrap().to_string();
+    let batch = |key: &str| {
+        post(
+            &s.envoy.url("/v1/batches"),
+            &[
+                ("authorization", &format!("Bearer {key}")),
+                ("content-type", "application/json"),
+            ],
+            &json!({"input_file_id": file, "endpoint": "/v1/chat/completions", "completion_window": "24h"}).to_string(),
+        )
+    };
+    let first = batch(SMALL_KEY);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let hits = s.primary.hits();
+    let second = batch(SMALL_KEY);
+    assert_eq!(second.status, 429, "{}", second.body);
+    let e: Value = serde_json::from_str(&second.body).unwrap();
+    assert_eq!(e["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(s.primary.hits(), hits, "the refused batch never left");
+    // Bad bodies: a batch without its file, an upload without a file.
+    let r = post(
+        &s.envoy.url("/v1/batches"),
+        &[
+            ("authorization", &format!("Bearer {DEMO_KEY}")),
+            ("content-type", "application/json"),
+        ],
+        &json!({"endpoint": "/v1/chat/completions", "completion_window": "24h"}).to_string(),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], "missing_input_file_id");
+    let b = "bb";
+    let r = post(
+        &s.envoy.url("/v1/files"),
+        &[
+            ("authorization", &format!("Bearer {DEMO_KEY}")),
+            (
+                "content-type",
+                &format!("multipart/form-data; boundary={b}"),
+            ),
+        ],
+        &format!(
+            "--{b}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{b}--\r\n"
+        ),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], "missing_file");
+    assert_eq!(s.primary.hits(), hits);
+}
