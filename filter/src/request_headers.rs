@@ -118,11 +118,18 @@ impl<H: Host> RequestContext<H> {
         if let Some(call) = portcullis_core::api::files::Call::of(&f.method, path) {
             let query = f.path.find('?').and_then(|i| f.path.get(i..)).unwrap_or("");
             let query = query.to_string();
+            // Where the client reached the gateway (a result's URL).
+            let scheme = all
+                .iter()
+                .find(|(k, _)| k == "x-forwarded-proto")
+                .or_else(|| all.iter().find(|(k, _)| k == ":scheme"))
+                .map_or(Cow::Borrowed("http"), |(_, v)| text(v));
+            let origin = format!("{scheme}://{}", f.authority);
             self.bound_for_provider(&all, path, f.authority.into_owned());
             return self.stored_headers(
                 gw,
                 call,
-                &query,
+                (&query, origin),
                 authorization,
                 f.content_length,
                 end_of_stream,

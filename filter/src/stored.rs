@@ -17,6 +17,16 @@ use portcullis_core::record::Record;
 use portcullis_core::routing::resolve;
 use portcullis_core::{form, providers, translate};
 
+/// Anthropic's 404 for a batch it does not have.
+fn message_batch_not_found(id: &str) -> GatewayError {
+    GatewayError::new(
+        404,
+        "not_found_error",
+        "not_found",
+        format!("Message batch {id} not found"),
+    )
+}
+
 fn not_found(what: &str, id: &str) -> GatewayError {
     GatewayError::new(
         404,
@@ -59,11 +69,12 @@ impl<H: Host> RequestContext<H> {
         gw: &Gateway,
         client: &Client,
         model: Option<&str>,
+        root: &str,
     ) -> Result<usize, GatewayError> {
         let keeps = |i: usize| {
             gw.providers
                 .get(i)
-                .is_some_and(|p| translate::stored_path(p, "").is_some())
+                .is_some_and(|p| translate::stored_path(p, root).is_some())
         };
         if let Some(pin) = self.request.pin_provider.as_deref() {
             return gw
@@ -119,16 +130,18 @@ impl<H: Host> RequestContext<H> {
         &mut self,
         gw: &Gateway,
         call: Call<'_>,
-        query: &str,
+        (query, origin): (&str, String),
         authorization: Option<&str>,
         content_length: Option<usize>,
         end_of_stream: bool,
     ) -> Result<Action, GatewayError> {
         let now = self.host.now_ms();
         self.log.started_ms = now;
+        self.request.api = call.error_api();
         self.stored = Some(Box::new(StoredCall {
             api: call.api_name(),
             sealed: call.answer_sealed(),
+            origin,
             ..StoredCall::default()
         }));
         let client = self.key_and_rate(gw, authorization, now)?;
@@ -147,6 +160,7 @@ impl<H: Host> RequestContext<H> {
             if let Some(s) = self.stored.as_mut() {
                 s.upload = call == Call::Upload;
                 s.batch = call == Call::CreateBatch;
+                s.message_batch = call == Call::CreateMessageBatch;
             }
             self.phase = Phase::StoredBody;
             return Ok(Action::Pause);
@@ -168,8 +182,22 @@ impl<H: Host> RequestContext<H> {
                     .ok_or_else(|| not_found("Batch", id))?;
                 (p, format!("/batches/{inner}{tail}"))
             }
+            Call::MessageBatch { id, tail } => {
+                let (inner, p, _) = self
+                    .open_id(gw, client, id)
+                    .ok_or_else(|| message_batch_not_found(id))?;
+                (p, format!("/messages/batches/{inner}{tail}"))
+            }
+            Call::ListMessageBatches => {
+                return Err(GatewayError::new(
+                    403,
+                    "permission_error",
+                    "batches_list_unavailable",
+                    "Listing Message Batches is not available through the gateway: a provider's batches are shared by every key of the gateway. Keep the ids your batches return.",
+                ))
+            }
             Call::ListBatches => {
-                let p = self.stored_provider(gw, client, None)?;
+                let p = self.stored_provider(gw, client, None, call.root())?;
                 let keys = self.seal_keys(gw);
                 let secret = keys.get(p).map_or("", |(_, s)| s.as_str());
                 if let Some(s) = self.stored.as_mut() {
@@ -185,7 +213,7 @@ impl<H: Host> RequestContext<H> {
                     "Listing files is not available through the gateway: a provider's files are shared by every key of the gateway. Keep the ids your uploads return (GET /v1/files/{id} reads one).",
                 ))
             }
-            Call::Upload | Call::CreateBatch => {
+            Call::Upload | Call::CreateBatch | Call::CreateMessageBatch => {
                 return Err(GatewayError::internal("a call with a body at its headers"))
             }
         };
@@ -217,10 +245,10 @@ impl<H: Host> RequestContext<H> {
             .host
             .body(Part::Request, body_size)
             .map_err(|s| GatewayError::internal(format!("cannot read request body: {s:?}")))?;
-        let (upload, batch) = self
-            .stored
-            .as_ref()
-            .map_or((false, false), |s| (s.upload, s.batch));
+        let (upload, batch, message_batch) =
+            self.stored.as_ref().map_or((false, false, false), |s| {
+                (s.upload, s.batch, s.message_batch)
+            });
         if let Some(s) = self.stored.as_mut() {
             s.request_bytes = body.len() as u64;
         }
@@ -253,7 +281,7 @@ impl<H: Host> RequestContext<H> {
             } else {
                 (0, None)
             };
-            let provider = self.stored_provider(gw, client, model.as_deref())?;
+            let provider = self.stored_provider(gw, client, model.as_deref(), "/files")?;
             if let Some(s) = self.stored.as_mut() {
                 s.requests = requests;
                 s.model = model.unwrap_or_default();
@@ -277,6 +305,36 @@ impl<H: Host> RequestContext<H> {
                 s.requests = requests;
             }
             return self.send_stored(gw, provider, "/batches", "", Some((out, body_size)));
+        }
+        if message_batch {
+            let (requests, model) = files::message_batch_requests(&body)?;
+            let provider = self.stored_provider(gw, client, Some(&model), "/messages/batches")?;
+            let roll = self.roll;
+            // Each request's model as that provider names it.
+            let map = |name: &str| {
+                resolve(gw, client, name, roll)
+                    .ok()?
+                    .candidates
+                    .into_iter()
+                    .find(|(p, _)| *p == provider)
+                    .map(|(_, id)| id)
+            };
+            let out = files::message_batch_body(&body, &map)?;
+            if requests > 1 {
+                let now = self.host.now_ms();
+                self.take_rate(gw, client, now, requests.saturating_sub(1))?;
+            }
+            if let Some(s) = self.stored.as_mut() {
+                s.requests = requests;
+                s.model = model;
+            }
+            return self.send_stored(
+                gw,
+                provider,
+                "/messages/batches",
+                "",
+                Some((out, body_size)),
+            );
         }
         Err(GatewayError::internal(
             "a stored call's body without a call",
@@ -382,7 +440,13 @@ impl<H: Host> RequestContext<H> {
             .host
             .body(Part::Response, body_size)
             .unwrap_or_default();
-        let out = files::seal_answer(&chunk, &seal, call.requests, call.keep.as_deref());
+        let out = files::seal_answer(
+            &chunk,
+            &seal,
+            call.requests,
+            call.keep.as_deref(),
+            &call.origin,
+        );
         if let Some(s) = self.stored.as_mut() {
             s.response_bytes = chunk.len() as u64;
         }

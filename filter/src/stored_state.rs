@@ -8,6 +8,11 @@ pub struct StoredCall {
     /// The call needs its body first (an upload, a batch).
     pub upload: bool,
     pub batch: bool,
+    /// An Anthropic Message Batch's creation.
+    pub message_batch: bool,
+    /// `{scheme}://{authority}` as the client called the gateway (a
+    /// Message Batch's `results_url` points there).
+    pub origin: String,
     /// A list of batches, kept to the owner's (their mark).
     pub keep: Option<String>,
     /// The answer's ids are sealed (JSON answers; not a file's content).

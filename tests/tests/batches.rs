@@ -200,3 +200,77 @@ fn a_batchs_requests_count_against_the_request_rate() {
     assert_eq!(r.json()["error"]["code"], "missing_file");
     assert_eq!(s.primary.hits(), hits);
 }
+
+#[test]
+fn the_anthropic_sdk_runs_a_message_batch_through_the_gateway() {
+    // The shipped demo's Anthropic provider (`claude`, on the primary mock).
+    let plugin = shipped_plugin()
+        .replace("cache:\n  enabled: true", "cache:\n  enabled: false")
+        .replace(
+            "clients:\n",
+            &format!(
+                "clients:\n  - name: other\n    key_sha256: {}\n",
+                key_hash(OTHER_KEY)
+            ),
+        );
+    assert!(
+        plugin.contains("name: claude-sonnet"),
+        "the demo's Anthropic model changed"
+    );
+    let s = Stack::start(&plugin, 1);
+    let v = sdk_script(
+        "anthropic_batches_check.py",
+        &[&s.envoy.url(""), DEMO_KEY, OTHER_KEY, "claude-sonnet"],
+    );
+    let id = v["created"]["id"].as_str().unwrap();
+    assert!(id.starts_with("msgbatch_mock") && id.contains('~'), "{v}");
+    assert_eq!(v["created"]["status"], "in_progress");
+    assert_eq!(v["created"]["processing"], 3);
+    assert_eq!(v["retrieved"]["status"], "ended");
+    assert_eq!(v["retrieved"]["succeeded"], 3);
+    // The results are fetched from the gateway, by the sealed id.
+    assert_eq!(
+        v["retrieved"]["results_url"],
+        format!("{}/v1/messages/batches/{id}/results", s.envoy.url("")).as_str()
+    );
+    assert_eq!(
+        v["results"],
+        json!([
+            {"custom_id": "q0", "type": "succeeded", "text": "batch answer"},
+            {"custom_id": "q1", "type": "succeeded", "text": "batch answer"},
+            {"custom_id": "q2", "type": "succeeded", "text": "batch answer"}
+        ])
+    );
+    assert_eq!(
+        v["cancelled"],
+        json!({"status": "canceling", "id_kept": true})
+    );
+    assert_eq!(v["other_retrieve"]["status"], 404, "{v}");
+    assert_eq!(
+        v["other_retrieve"]["type"], "not_found_error",
+        "Anthropic's error shape"
+    );
+    assert_eq!(v["other_results"]["status"], 404);
+    assert_eq!(v["list"]["status"], 403);
+    assert_eq!(
+        v["deleted"],
+        json!({"type": "message_batch_deleted", "id_kept": true})
+    );
+    // The provider got its own model id and key, Anthropic's headers, and
+    // never a sealed id.
+    let sent = s.primary.requests();
+    let create = sent
+        .iter()
+        .find(|r| r["path"] == "/v1/messages/batches" && r["body"]["requests"].is_array())
+        .expect("the batch's creation");
+    assert_eq!(
+        create["body"]["requests"][0]["params"]["model"],
+        "claude-sonnet-4-5"
+    );
+    assert_eq!(create["headers"]["x-api-key"], PRIMARY_KEY);
+    assert!(create["headers"]["anthropic-version"].is_string());
+    assert!(create["headers"].get("authorization").is_none());
+    assert!(sent
+        .iter()
+        .all(|r| !r["path"].as_str().unwrap_or("").contains('~')));
+}

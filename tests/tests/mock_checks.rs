@@ -37,6 +37,8 @@ enum Mode {
     /// The images, audio, moderations and rerank endpoints (OpenAI's
     /// shape), at this path.
     Media(&'static str),
+    /// Anthropic's Message Batches (its key and version headers).
+    MessageBatches,
 }
 
 /// A multipart body with these text fields and, if given, a file part.
@@ -85,8 +87,39 @@ fn media_form(
     }
 }
 
+/// A refusal of Anthropic's Message Batches.
+fn message_batches(body: Value, says: &'static str) -> Case {
+    Case {
+        mode: Mode::MessageBatches,
+        headers: Vec::new(),
+        body: body.to_string(),
+        status: 400,
+        kind: Some("invalid_request_error"),
+        says,
+    }
+}
+
 fn media_cases() -> Vec<(&'static str, Case)> {
+    let params = json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
     vec![
+        (
+            "message-batches-no-requests",
+            message_batches(json!({}), "requests: Field required"),
+        ),
+        (
+            "message-batches-duplicate-id",
+            message_batches(
+                json!({"requests": [{"custom_id": "a", "params": params}, {"custom_id": "a", "params": params}]}),
+                "Duplicate custom_id",
+            ),
+        ),
+        (
+            "message-batches-bad-params",
+            message_batches(
+                json!({"requests": [{"custom_id": "a", "params": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}]}),
+                "max_tokens",
+            ),
+        ),
         (
             "images-no-prompt",
             media(
@@ -1240,6 +1273,13 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
         ),
         Mode::BedrockInvoke => (INVOKE_PATH, Vec::new()),
         Mode::Media(path) => (path, vec![("authorization", format!("Bearer {KEY}"))]),
+        Mode::MessageBatches => (
+            "/v1/messages/batches",
+            vec![
+                ("x-api-key", KEY.into()),
+                ("anthropic-version", "2023-06-01".into()),
+            ],
+        ),
         Mode::Anthropic => (
             "/v1/messages",
             vec![
@@ -1310,7 +1350,7 @@ fn the_mock_refuses_each_bad_request_of_its_table_as_the_real_api_does() {
         let r = send(&mock, c.mode, &c.headers, &c.body);
         let v = r.json();
         let (kind, message) = match c.mode {
-            Mode::Anthropic | Mode::CountTokens => {
+            Mode::Anthropic | Mode::CountTokens | Mode::MessageBatches => {
                 assert_eq!(
                     v["type"], "error",
                     "{name}: Anthropic's error shape: {}",

@@ -23,6 +23,8 @@ pub const FILES: &str = "/v1/files";
 /// ([`crate::translate::stored_path`] says where).
 pub const KEEPERS: &str = "OpenAI-compatible and Azure OpenAI providers";
 pub const BATCHES: &str = "/v1/batches";
+/// Anthropic's Message Batches.
+pub const MESSAGE_BATCHES: &str = "/v1/messages/batches";
 
 /// The metadata key that names a batch's owner.
 pub const OWNER_KEY: &str = "portcullis_owner";
@@ -45,6 +47,13 @@ pub enum Call<'a> {
     ListBatches,
     /// `GET /v1/batches/{id}`, `POST .../cancel` (`tail`).
     Batch { id: &'a str, tail: &'a str },
+    /// `POST /v1/messages/batches` (Anthropic).
+    CreateMessageBatch,
+    /// `GET /v1/messages/batches`.
+    ListMessageBatches,
+    /// `GET`/`DELETE /v1/messages/batches/{id}`, `GET .../results`,
+    /// `POST .../cancel` (`tail`).
+    MessageBatch { id: &'a str, tail: &'a str },
 }
 
 impl<'a> Call<'a> {
@@ -63,7 +72,16 @@ impl<'a> Call<'a> {
             ("GET", FILES) => Some(Call::ListFiles),
             ("POST", BATCHES) => Some(Call::CreateBatch),
             ("GET", BATCHES) => Some(Call::ListBatches),
+            ("POST", MESSAGE_BATCHES) => Some(Call::CreateMessageBatch),
+            ("GET", MESSAGE_BATCHES) => Some(Call::ListMessageBatches),
             _ => {
+                if let Some((id, tail)) = under(MESSAGE_BATCHES) {
+                    return matches!(
+                        (method, tail),
+                        ("GET" | "DELETE", "") | ("GET", "/results") | ("POST", "/cancel")
+                    )
+                    .then_some(Call::MessageBatch { id, tail });
+                }
                 if let Some((id, tail)) = under(FILES) {
                     return matches!((method, tail), ("GET" | "DELETE", "") | ("GET", "/content"))
                         .then_some(Call::File { id, tail });
@@ -80,12 +98,41 @@ impl<'a> Call<'a> {
         match self {
             Call::Upload | Call::ListFiles | Call::File { .. } => "files",
             Call::CreateBatch | Call::ListBatches | Call::Batch { .. } => "batches",
+            Call::CreateMessageBatch | Call::ListMessageBatches | Call::MessageBatch { .. } => {
+                "message_batches"
+            }
+        }
+    }
+
+    /// Whose API the call is, for its errors' shape (Anthropic's for
+    /// Message Batches, OpenAI's for the rest).
+    pub fn error_api(self) -> super::Api {
+        match self {
+            Call::CreateMessageBatch | Call::ListMessageBatches | Call::MessageBatch { .. } => {
+                super::Api::Messages
+            }
+            _ => super::Api::ChatCompletions,
+        }
+    }
+
+    /// Where a provider keeps what the call is on: its path's root
+    /// ([`crate::translate::stored_path`] says which formats keep it).
+    pub fn root(self) -> &'static str {
+        match self {
+            Call::Upload | Call::ListFiles | Call::File { .. } => "/files",
+            Call::CreateBatch | Call::ListBatches | Call::Batch { .. } => "/batches",
+            Call::CreateMessageBatch | Call::ListMessageBatches | Call::MessageBatch { .. } => {
+                "/messages/batches"
+            }
         }
     }
 
     /// Whether the client's body is read first (an upload, a batch).
     pub fn has_body(self) -> bool {
-        matches!(self, Call::Upload | Call::CreateBatch)
+        matches!(
+            self,
+            Call::Upload | Call::CreateBatch | Call::CreateMessageBatch
+        )
     }
 
     /// Whether the answer is JSON whose ids are sealed (a file's content
@@ -95,6 +142,9 @@ impl<'a> Call<'a> {
             self,
             Call::File {
                 tail: "/content",
+                ..
+            } | Call::MessageBatch {
+                tail: "/results",
                 ..
             }
         )
@@ -231,6 +281,68 @@ pub fn batch_body(
     Ok((out, provider, n))
 }
 
+/// A Message Batch's requests: how many, and the model the first names
+/// (`requests[].params.model`).
+pub fn message_batch_requests(body: &[u8]) -> Result<(u64, String), GatewayError> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| {
+        bad(
+            "invalid_json",
+            format!("Request body is not a JSON object ({e})."),
+        )
+    })?;
+    let requests = doc
+        .get("requests")
+        .and_then(Value::as_array)
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| {
+            bad(
+                "invalid_requests",
+                "`requests` must be a non-empty array of {custom_id, params}.",
+            )
+        })?;
+    let model = requests
+        .first()
+        .and_then(|r| r.get("params")?.get("model")?.as_str())
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| bad("missing_model", "requests.0.params.model: Field required"))?;
+    Ok((requests.len() as u64, model.to_string()))
+}
+
+/// A Message Batch's body for its provider: each request's `params.model`
+/// as `map` names it there (a model it does not serve: a 400).
+pub fn message_batch_body(
+    body: &[u8],
+    map: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<u8>, GatewayError> {
+    let mut doc: Value = serde_json::from_slice(body).map_err(|e| {
+        bad(
+            "invalid_json",
+            format!("Request body is not a JSON object ({e})."),
+        )
+    })?;
+    let requests = doc
+        .get_mut("requests")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| bad("invalid_requests", "`requests` must be an array."))?;
+    for (i, r) in requests.iter_mut().enumerate() {
+        let Some(m) = r.get_mut("params").and_then(|p| p.get_mut("model")) else {
+            return Err(bad(
+                "missing_model",
+                format!("requests.{i}.params.model: Field required"),
+            ));
+        };
+        let name = m.as_str().unwrap_or("").to_string();
+        let id = map(&name).ok_or_else(|| {
+            bad(
+                "model_not_in_batch_provider",
+                format!("requests.{i}.params.model: `{name}` is not served by the provider this batch goes to (the first request's model's): send one batch per provider."),
+            )
+        })?;
+        *m = Value::String(id);
+    }
+    serde_json::to_vec(&doc).map_err(|e| GatewayError::internal(format!("batch rewrite: {e}")))
+}
+
 /// The fields of a file or batch object that hold ids of files or batches.
 const ID_FIELDS: &[&str] = &["id", "input_file_id", "output_file_id", "error_file_id"];
 
@@ -245,6 +357,7 @@ pub fn seal_answer(
     seal: &dyn Fn(&str, u64) -> String,
     file_n: u64,
     keep: Option<&str>,
+    origin: &str,
 ) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(body).ok()?;
     let obj = v.as_object_mut()?;
@@ -260,7 +373,7 @@ pub fn seal_answer(
             }
             for i in items.iter_mut() {
                 if let Some(o) = i.as_object_mut() {
-                    seal_object(o, seal, file_n);
+                    seal_object(o, seal, file_n, origin);
                 }
             }
             let first = items.first().and_then(|i| i.get("id")).cloned();
@@ -269,12 +382,33 @@ pub fn seal_answer(
             obj.insert("last_id".into(), last.unwrap_or(Value::Null));
         }
     } else {
-        seal_object(obj, seal, file_n);
+        seal_object(obj, seal, file_n, origin);
     }
     serde_json::to_vec(&v).ok()
 }
 
-fn seal_object(o: &mut Map<String, Value>, seal: &dyn Fn(&str, u64) -> String, file_n: u64) {
+fn seal_object(
+    o: &mut Map<String, Value>,
+    seal: &dyn Fn(&str, u64) -> String,
+    file_n: u64,
+    origin: &str,
+) {
+    // An Anthropic Message Batch (`type`): its id, and its results at the
+    // gateway (the SDK fetches `results_url` as it is).
+    if matches!(
+        o.get("type").and_then(Value::as_str),
+        Some("message_batch" | "message_batch_deleted")
+    ) {
+        let Some(Value::String(id)) = o.get_mut("id") else {
+            return;
+        };
+        *id = seal(id, 0);
+        let sealed = id.clone();
+        if let Some(url) = o.get_mut("results_url").filter(|u| u.is_string()) {
+            *url = Value::String(format!("{origin}{MESSAGE_BATCHES}/{sealed}/results"));
+        }
+        return;
+    }
     // Only a file's or a batch's own ids (an error object has no `id`).
     let kind = match o.get("object").and_then(Value::as_str) {
         Some("file") => "file",
@@ -364,7 +498,7 @@ mod tests {
     fn answers_seal_ids_and_lists_keep_the_owners_batches() {
         let s = |id: &str, n: u64| format!("{id}~S{n}");
         let b = br#"{"object":"batch","id":"batch_1","input_file_id":"file-1","output_file_id":null,"error_file_id":"file-e","metadata":{"portcullis_requests":"7"}}"#;
-        let v: Value = serde_json::from_slice(&seal_answer(b, &s, 3, None).unwrap()).unwrap();
+        let v: Value = serde_json::from_slice(&seal_answer(b, &s, 3, None, "").unwrap()).unwrap();
         assert_eq!(
             (
                 v["id"].as_str(),
@@ -374,12 +508,12 @@ mod tests {
             (Some("batch_1~S7"), Some("file-1~S7"), Some("file-e~S0"))
         );
         let f = br#"{"object":"file","id":"file-1","bytes":3}"#;
-        let v: Value = serde_json::from_slice(&seal_answer(f, &s, 3, None).unwrap()).unwrap();
+        let v: Value = serde_json::from_slice(&seal_answer(f, &s, 3, None, "").unwrap()).unwrap();
         assert_eq!(v["id"], "file-1~S3");
         assert!(v["output_file_id"].is_null());
         let list = br#"{"object":"list","data":[{"object":"batch","id":"b1","metadata":{"portcullis_owner":"me"}},{"object":"batch","id":"b2","metadata":null}],"first_id":"b1","last_id":"b2","has_more":false}"#;
         let v: Value =
-            serde_json::from_slice(&seal_answer(list, &s, 0, Some("me")).unwrap()).unwrap();
+            serde_json::from_slice(&seal_answer(list, &s, 0, Some("me"), "").unwrap()).unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 1);
         assert_eq!(
             (v["first_id"].as_str(), v["last_id"].as_str()),
@@ -387,7 +521,7 @@ mod tests {
         );
         let err = br#"{"error":{"message":"No such File object: file-x","type":"invalid_request_error"}}"#;
         assert_eq!(
-            serde_json::from_slice::<Value>(&seal_answer(err, &s, 0, None).unwrap()).unwrap(),
+            serde_json::from_slice::<Value>(&seal_answer(err, &s, 0, None, "").unwrap()).unwrap(),
             serde_json::from_slice::<Value>(err).unwrap()
         );
     }
@@ -413,5 +547,47 @@ mod tests {
         assert_eq!((e.status, e.code), (404, "file_not_found"));
         let e = batch_body(br#"{"endpoint":"x"}"#, &open, &mark).unwrap_err();
         assert_eq!(e.code, "missing_input_file_id");
+    }
+
+    #[test]
+    fn message_batches_are_read_and_their_results_are_at_the_gateway() {
+        assert_eq!(
+            Call::of("GET", "/v1/messages/batches/m~x/results"),
+            Some(Call::MessageBatch {
+                id: "m~x",
+                tail: "/results"
+            })
+        );
+        assert_eq!(
+            Call::of("POST", "/v1/messages/batches"),
+            Some(Call::CreateMessageBatch)
+        );
+        assert_eq!(Call::of("PUT", "/v1/messages/batches/m"), None);
+        let body = br#"{"requests":[{"custom_id":"a","params":{"model":"sonnet","max_tokens":5,"messages":[]}},{"custom_id":"b","params":{"model":"haiku"}}]}"#;
+        assert_eq!(
+            message_batch_requests(body).unwrap(),
+            (2, "sonnet".to_string())
+        );
+        let map = |m: &str| (m != "other").then(|| format!("{m}-id"));
+        let out: Value = serde_json::from_slice(&message_batch_body(body, &map).unwrap()).unwrap();
+        assert_eq!(out["requests"][1]["params"]["model"], "haiku-id");
+        let e = message_batch_body(br#"{"requests":[{"params":{"model":"other"}}]}"#, &map)
+            .unwrap_err();
+        assert_eq!(e.code, "model_not_in_batch_provider");
+        assert_eq!(
+            message_batch_requests(br#"{"requests":[]}"#)
+                .unwrap_err()
+                .code,
+            "invalid_requests"
+        );
+        let s = |id: &str, n: u64| format!("{id}~S{n}");
+        let b = br#"{"type":"message_batch","id":"msgbatch_1","results_url":"https://api.anthropic.com/v1/messages/batches/msgbatch_1/results"}"#;
+        let v: Value =
+            serde_json::from_slice(&seal_answer(b, &s, 0, None, "http://gw:1").unwrap()).unwrap();
+        assert_eq!(v["id"], "msgbatch_1~S0");
+        assert_eq!(
+            v["results_url"],
+            "http://gw:1/v1/messages/batches/msgbatch_1~S0/results"
+        );
     }
 }

@@ -346,15 +346,19 @@ pub fn path(p: &Provider, api: Api, model_id: &str, stream: bool) -> String {
 
 /// Where a provider keeps files and batches (`rest`: `/files`,
 /// `/batches/{id}/cancel`, ...): under its base path (OpenAI-compatible),
-/// under `/openai` with its `api-version` (Azure OpenAI); `None` for a
-/// format that keeps none.
+/// under `/openai` with its `api-version` (Azure OpenAI); Message Batches
+/// (`/messages/batches...`) under an Anthropic provider's base path;
+/// `None` for a format that keeps none of these.
 pub fn stored_path(p: &Provider, rest: &str) -> Option<String> {
     let base = p.base_path.trim_end_matches('/');
-    match &p.schema {
-        Schema::OpenAi => Some(format!("{base}{rest}")),
-        Schema::AzureOpenAi { api_version } => {
+    // Anthropic's Message Batches live with Anthropic providers only.
+    let messages = rest.starts_with("/messages/batches");
+    match (&p.schema, messages) {
+        (Schema::OpenAi, false) => Some(format!("{base}{rest}")),
+        (Schema::AzureOpenAi { api_version }, false) => {
             Some(format!("{base}/openai{rest}?api-version={api_version}"))
         }
+        (Schema::Anthropic { .. }, true) => Some(format!("{base}{rest}")),
         _ => None,
     }
 }

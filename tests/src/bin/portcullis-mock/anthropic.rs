@@ -47,6 +47,25 @@ const FIELDS: &[&str] = &[
     "context_management",
 ];
 
+/// The refusal of a request without the key or without a version (as the
+/// Messages API answers them).
+pub(crate) fn refused(state: &State, key: Option<&str>, version: bool) -> Option<Response<Body>> {
+    if state
+        .api_key
+        .as_ref()
+        .is_some_and(|k| key != Some(k.as_str()))
+    {
+        return Some(error(401, "authentication_error", "invalid x-api-key"));
+    }
+    (!version).then(|| {
+        error(
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        )
+    })
+}
+
 /// The `anthropic-version` values the API knows.
 const VERSIONS: &[&str] = &["2023-06-01", "2023-01-01"];
 
@@ -57,7 +76,7 @@ fn check(req: &Value) -> Result<(), String> {
 }
 
 /// `counting`: a token count's body (no `max_tokens`, fewer fields).
-fn check_as(req: &Value, completion: bool) -> Result<(), String> {
+pub(crate) fn check_as(req: &Value, completion: bool) -> Result<(), String> {
     let Some(fields) = req.as_object() else {
         return Err(
             "There was an error parsing the body of your request: not a JSON object".into(),
@@ -208,19 +227,8 @@ pub async fn count_tokens(
     let (path, headers) = super::request_facts(&req);
     // No scripted step is used: a count is not an answer the tests script.
     let parsed = super::receive_quiet(&state, &path, headers, req.into_body()).await?;
-    if state
-        .api_key
-        .as_ref()
-        .is_some_and(|k| key.as_deref() != Some(k.as_str()))
-    {
-        return Ok(error(401, "authentication_error", "invalid x-api-key"));
-    }
-    if !version {
-        return Ok(error(
-            400,
-            "invalid_request_error",
-            "anthropic-version: header is required",
-        ));
+    if let Some(refusal) = refused(&state, key.as_deref(), version) {
+        return Ok(refusal);
     }
     if let Err(why) = check_as(&parsed, false) {
         return Ok(error(400, "invalid_request_error", &why));

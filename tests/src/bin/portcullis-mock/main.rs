@@ -50,7 +50,8 @@
 //! `/rerank` and `/v2/rerank` (Cohere's) — see `media.rs`.
 //!
 //! `<prefix>/files` and `<prefix>/batches` — files and batches (see
-//! `files.rs`).
+//! `files.rs`); `<prefix>/messages/batches` — Anthropic's Message Batches
+//! (`message_batches.rs`).
 //!
 //! `POST /mcp` (and `DELETE`) — a small MCP server over streamable HTTP
 //! (JSON answers, sessions, the tools `echo` and `add`; `mcp.rs`), for the
@@ -69,6 +70,7 @@ mod files;
 mod gemini;
 mod mcp;
 mod media;
+mod message_batches;
 mod openai_checks;
 mod responses;
 
@@ -279,6 +281,8 @@ struct State {
     mcp_sessions: Mutex<std::collections::HashSet<String>>,
     /// Files and batches (`files.rs`).
     kept: Mutex<files::Kept>,
+    /// Anthropic's Message Batches (`message_batches.rs`).
+    msg_batches: Mutex<message_batches::Kept>,
 }
 
 /// An empty body.
@@ -727,6 +731,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
             .is_some_and(|last| last.contains(':'))
     {
         gemini::generate(state, req).await
+    } else if path.contains("/messages/batches") {
+        message_batches::serve(state, req).await
     } else if path.contains("/files") || path.contains("/batches") {
         files::serve(state, req).await
     } else if req.method() == hyper::Method::POST
@@ -862,6 +868,7 @@ fn main() -> io::Result<()> {
                 .unwrap_or(3600),
             mcp_sessions: Mutex::new(std::collections::HashSet::new()),
             kept: Mutex::new(files::Kept::default()),
+            msg_batches: Mutex::new(message_batches::Kept::default()),
         });
         loop {
             let (sock, _) = listener.accept().await?;
