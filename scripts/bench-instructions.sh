@@ -11,7 +11,9 @@
 # `nprod`, a production-like config: key and team limits and budgets, the
 # guard variant's checks, the log; and by name the endpoints of #48 on the
 # routed config: images, speech, rerank, transcription (a 16 KB WAV) and
-# transcription1m (1 MB), with their native twins), Envoy (one worker) starts under
+# transcription1m (1 MB), upload1m and upload10m (a batch file to
+# POST /v1/files; run them with a small BENCH_INSTR_N), with their native
+# twins), Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
@@ -225,13 +227,15 @@ measure() { # variant -> instructions per request
     rerank|nrerank) path=/v1/rerank; api=rerank ;;
     transcription|ntranscription) path=/v1/audio/transcriptions; api=transcription; export PORTCULLIS_LOAD_BYTES=16000 ;;
     transcription1m|ntranscription1m) path=/v1/audio/transcriptions; api=transcription; export PORTCULLIS_LOAD_BYTES=1000000 ;;
+    upload1m|nupload1m) path=/v1/files; api=upload; export PORTCULLIS_LOAD_BYTES=1000000 ;;
+    upload10m|nupload10m) path=/v1/files; api=upload; export PORTCULLIS_LOAD_BYTES=10000000 ;;
     *) unset PORTCULLIS_LOAD_BYTES ;;
   esac
   case $v in
     bare|baretraced|baremcp) cfg=bare.yaml; key=sk-bench ;;
     envoymcp|envoymcplist) cfg=envoymcp.yaml; key=sk-bench ;;
-    images|speech|rerank|transcription|transcription1m) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
-    nimages|nspeech|nrerank|ntranscription|ntranscription1m) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
+    images|speech|rerank|transcription|transcription1m|upload1m|upload10m) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.

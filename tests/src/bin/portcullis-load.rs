@@ -16,7 +16,9 @@
 //! names (`make bench-instructions`' MCP variants).
 //! `PORTCULLIS_LOAD_API=images`, `speech`, `rerank` send an images
 //! generation, a speech request, a rerank; `transcription` a multipart
-//! transcription of a WAV of `PORTCULLIS_LOAD_BYTES` bytes (default 16 KB).
+//! transcription of a WAV of `PORTCULLIS_LOAD_BYTES` bytes (default 16 KB);
+//! `upload` a multipart `POST /v1/files` of a batch file (JSONL chat
+//! requests) of about `PORTCULLIS_LOAD_BYTES` bytes (default 1 MB).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +48,12 @@ fn transcription(bytes: usize) -> String {
     wav.push_str(&"\u{7f}".repeat(data));
     format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-4o-mini\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n{wav}\r\n--{BOUNDARY}--\r\n")
 }
+/// A multipart upload of a batch file of about `bytes`.
+fn upload(bytes: usize) -> String {
+    let line = format!("{{\"custom_id\":\"r\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{BODY}}}\n");
+    let file = line.repeat((bytes / line.len()).max(1));
+    format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"requests.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n{file}\r\n--{BOUNDARY}--\r\n")
+}
 const MESSAGES_BODY: &str = r#"{"model":"gpt-4o-mini","system":"You are terse.","messages":[{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}"#;
 
 fn main() {
@@ -74,7 +82,8 @@ fn main() {
         Ok("rerank") => RERANK_BODY,
         _ => BODY,
     };
-    let multipart = std::env::var("PORTCULLIS_LOAD_API").as_deref() == Ok("transcription");
+    let api = std::env::var("PORTCULLIS_LOAD_API").unwrap_or_default();
+    let multipart = api == "transcription" || api == "upload";
     // The tool a `tools/call` names (`PORTCULLIS_LOAD_MCP_TOOL`, default
     // `echo`; `tools__echo` through an aggregating endpoint).
     let tool = std::env::var("PORTCULLIS_LOAD_MCP_TOOL").unwrap_or_default();
@@ -90,6 +99,7 @@ fn main() {
         .ok()
         .and_then(|b| b.parse::<usize>().ok());
     let template: Arc<String> = Arc::new(match bytes {
+        _ if api == "upload" => upload(bytes.unwrap_or(1_000_000)),
         _ if multipart => transcription(bytes.unwrap_or(16_000)),
         Some(bytes) => pad(&template, bytes),
         None => template.clone(),
