@@ -366,6 +366,14 @@ impl<H: Host> RequestContext<H> {
             Some((b, size)) => (Some(b), size),
             None => (None, 0),
         };
+        if !self
+            .stored
+            .as_ref()
+            .is_some_and(|s| s.upload || s.batch || s.message_batch)
+        {
+            // A call without a body (a read, a cancel) gets no content type.
+            self.request.has_content_type = true;
+        }
         let up = UpstreamRequest {
             cluster: &p.cluster,
             path,
@@ -399,7 +407,6 @@ impl<H: Host> RequestContext<H> {
         self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
         let sealed = self.stored.as_ref().is_some_and(|s| s.sealed) && status == 200;
         if let Some(s) = self.stored.as_mut() {
-            s.ok = status == 200;
             s.sealed = sealed;
         }
         if sealed {

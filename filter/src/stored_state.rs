@@ -25,6 +25,4 @@ pub struct StoredCall {
     pub requests: u64,
     pub request_bytes: u64,
     pub response_bytes: u64,
-    /// The provider answered 200 (its ids are sealed).
-    pub ok: bool,
 }
