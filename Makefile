@@ -149,6 +149,9 @@ AGENTS_SDK_VERSION := 0.24.0
 # jsonschema, to validate Responses objects against the Open Responses
 # schema (tests/sdk/open_responses.py).
 JSONSCHEMA_VERSION := 4.26.0
+# The Realtime tests' WebSocket client (the OpenAI SDK's realtime client
+# runs on it too).
+WEBSOCKETS_VERSION := 16.1.1
 sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
@@ -159,6 +162,8 @@ sdk:
 	  $(VENV)/bin/pip install --quiet openai-agents==$(AGENTS_SDK_VERSION)
 	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('jsonschema') != '$(JSONSCHEMA_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet jsonschema==$(JSONSCHEMA_VERSION)
+	@$(VENV)/bin/python -c "import websockets, sys; sys.exit(websockets.__version__ != '$(WEBSOCKETS_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet websockets==$(WEBSOCKETS_VERSION)
 
 # The fleet's images (docker-compose.yml). `make images`: stand-in bases made
 # here without a registry (debootstrap); `make images BASES=public`: from

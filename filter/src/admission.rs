@@ -554,6 +554,79 @@ impl Held {
     }
 }
 
+/// Usage counted while a request goes on (a Realtime session's
+/// responses): taken now from every level's token bucket and budget, over
+/// what admission reserved. The first level left with nothing (no token,
+/// or its budget spent) comes back as its 429: the session ends.
+pub fn charge(
+    host: &impl Host,
+    gw: &Gateway,
+    (client, user): (&Client, Option<&str>),
+    u: &Usage,
+    price: Option<Price>,
+    now_ms: u64,
+) -> Option<GatewayError> {
+    let mut out = None;
+    let used = ratelimit::signed(u.total()).saturating_neg();
+    let cost = price.map_or(0, |p| p.usage_cost(u));
+    for level in gw.levels_of(client, user) {
+        let (l, s) = (level.limits, level.limits.scope);
+        if let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) {
+            let key = keys::limit(level.owner, Limit::TokensPerMinute);
+            let r = update(host, &key, |cur| {
+                let next = ratelimit::adjust(&Bucket::decode(cur), tpm, used, now_ms);
+                let t = ratelimit::level(&next, tpm, now_ms);
+                (Some(next.encode()), t)
+            });
+            if let (Ok(t), None) = (r, out.as_ref()) {
+                if t.remaining == 0 {
+                    host.count(metrics::RATE_LIMITED, 1);
+                    out = Some(
+                        GatewayError::new(
+                            429,
+                            "tokens",
+                            "rate_limit_exceeded",
+                            format!(
+                                "Rate limit reached for tokens per minute on {}: limit {tpm}. The session ends; retry in {}.",
+                                level.owner.describe(),
+                                ratelimit::reset_text(t.wait_ms)
+                            ),
+                        )
+                        .with_retry_after(t.wait_ms.div_ceil(1000).max(1)),
+                    );
+                }
+            }
+        }
+        if cost == 0 || !s.budgets.local() {
+            continue;
+        }
+        for b in &l.budgets {
+            let index = b.period.index(now_ms, gw.budget_offset_ms);
+            let key = keys::budget(level.owner, b.period, index);
+            let r = update(host, &key, |cur| {
+                let next = ratelimit::settle_spend(cur, cost);
+                let spent = ratelimit::decode_i64(Some(&next));
+                (Some(next), spent)
+            });
+            if let (Ok(spent), None) = (r, out.as_ref()) {
+                if spent >= b.micros {
+                    host.count(metrics::RATE_LIMITED, 1);
+                    let reset_ms = b.period.ms_to_end(now_ms, gw.budget_offset_ms);
+                    let mut e = over_budget(&level.owner.describe(), b, cost, reset_ms, false);
+                    e.message = format!(
+                        "{} budget of ${:.2} for {} is spent. The session ends.",
+                        b.period.adjective(),
+                        b.micros as f64 / 1e6,
+                        level.owner.describe()
+                    );
+                    out = Some(e);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// OpenAI's rate-limit headers for the tightest level of each limit.
 pub fn headers(requests: Option<Shown>, tokens: Option<Shown>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();

@@ -53,6 +53,10 @@ pub enum Phase {
     StoredProxied,
     /// Its provider's answer on its way to the client.
     StoredResponding,
+    /// A Realtime session's upgrade on its way to its provider.
+    RealtimeUpgrade,
+    /// A Realtime session open: frames both ways.
+    Realtime,
     /// Answered by the filter, or not ours: nothing more to do.
     Done,
 }
@@ -142,6 +146,8 @@ pub struct RequestContext<H: Host> {
     pub mcp: Option<Box<crate::mcp_state::McpCall>>,
     /// A files or batches call (`stored`).
     pub stored: Option<Box<crate::stored_state::StoredCall>>,
+    /// A Realtime session (`realtime`).
+    pub realtime: Option<Box<crate::realtime_state::Session>>,
     pub log: LogFacts,
 }
 
@@ -163,6 +169,7 @@ impl<H: Host> RequestContext<H> {
             paused: None,
             mcp: None,
             stored: None,
+            realtime: None,
             log: LogFacts::default(),
         }
     }
@@ -289,6 +296,9 @@ impl<H: Host> RequestContext<H> {
             Phase::ChatBody => self.request_body(body_size, end_of_stream),
             Phase::McpBody => self.mcp_body(body_size, end_of_stream),
             Phase::StoredBody => self.stored_body(body_size, end_of_stream),
+            Phase::RealtimeUpgrade | Phase::Realtime => {
+                return self.realtime_client_bytes(body_size, end_of_stream)
+            }
             _ => return Action::Continue,
         };
         self.or_fail(step)
@@ -306,6 +316,7 @@ impl<H: Host> RequestContext<H> {
             Phase::FallbackPending => Action::Pause,
             Phase::McpProxied => self.mcp_answer_headers(),
             Phase::StoredProxied => self.stored_answer_headers(),
+            Phase::RealtimeUpgrade => self.realtime_answer_headers(),
             _ => Action::Continue,
         }
     }
@@ -318,6 +329,7 @@ impl<H: Host> RequestContext<H> {
             Phase::Responding => self.router_answer_body(body_size, end_of_stream),
             Phase::McpResponding => self.mcp_answer_body(body_size, end_of_stream),
             Phase::StoredResponding => self.stored_answer_body(body_size, end_of_stream),
+            Phase::Realtime => self.realtime_server_bytes(body_size, end_of_stream),
             _ => Action::Continue,
         }
     }
@@ -339,6 +351,10 @@ impl<H: Host> RequestContext<H> {
         }
         if self.stored.is_some() {
             self.stored_end();
+            return;
+        }
+        if self.realtime.is_some() {
+            self.realtime_end();
             return;
         }
         let how = match self.phase {

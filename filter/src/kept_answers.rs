@@ -14,7 +14,7 @@ use portcullis_core::api::{self, kept};
 use portcullis_core::config::Gateway;
 use portcullis_core::error::GatewayError;
 use portcullis_core::keys;
-use portcullis_core::{providers, translate};
+use portcullis_core::translate;
 
 impl<H: Host> RequestContext<H> {
     /// The first bytes of a kept response: remember its provider.
@@ -95,24 +95,9 @@ impl<H: Host> RequestContext<H> {
             });
             upstream_path.push_str(q);
         }
-        let up = UpstreamRequest {
-            cluster: &p.cluster,
-            path: upstream_path,
-            authority: &p.host,
-            timeout_ms: p.timeout_ms,
-            // `?stream=true` replays a stored response as its events.
-            stream: query.is_some_and(|q| q.split('&').any(|kv| kv == "stream=true")),
-            stream_timeout_ms: p.stream_timeout_ms,
-            credential: loaded
-                .credentials
-                .get(index)
-                .and_then(Option::as_ref)
-                .map(|(name, value)| (*name, std::borrow::Cow::Borrowed(value.as_str()))),
-            body: None,
-            extra: providers::extra_headers(p),
-            retries: None,
-            awaiting_token: None,
-        };
+        // `?stream=true` replays a stored response as its events.
+        let stream = query.is_some_and(|q| q.split('&').any(|kv| kv == "stream=true"));
+        let up = UpstreamRequest::to_provider(&loaded, index, upstream_path, stream, None)?;
         self.request.has_content_type = true;
         self.send_through_router(&up, 0)?;
         // Passed on as it is: nothing of it is read.

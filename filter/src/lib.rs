@@ -73,6 +73,8 @@ mod policy;
 mod policy_state;
 mod prompt_cache;
 mod reading;
+mod realtime;
+mod realtime_state;
 mod registry;
 mod request_body;
 mod request_headers;

@@ -41,6 +41,9 @@ struct Facts<'a> {
     authorization: Option<Cow<'a, str>>,
     /// The Anthropic SDK's header for the key.
     api_key: Option<Cow<'a, str>>,
+    /// `Upgrade: websocket` (a Realtime session).
+    websocket: bool,
+    protocols: Option<Cow<'a, str>>,
     content_length: Option<usize>,
 }
 
@@ -60,6 +63,8 @@ impl<H: Host> RequestContext<H> {
                 ":authority" => f.authority = text(v),
                 "authorization" => f.authorization = Some(text(v)),
                 "x-api-key" => f.api_key = Some(text(v)),
+                "upgrade" => f.websocket = v.eq_ignore_ascii_case(b"websocket"),
+                "sec-websocket-protocol" => f.protocols = Some(text(v)),
                 "content-length" => f.content_length = text(v).parse().ok(),
                 "content-type" => {
                     self.request.has_content_type = true;
@@ -134,6 +139,17 @@ impl<H: Host> RequestContext<H> {
                 f.content_length,
                 end_of_stream,
             );
+        }
+        if path == portcullis_core::api::realtime::PATH {
+            let query = f.path.find('?').and_then(|i| f.path.get(i..)).unwrap_or("");
+            let query = query.to_string();
+            let up = crate::realtime::Upgrade {
+                query: &query,
+                websocket: f.websocket && f.method == "GET",
+                protocols: f.protocols.as_deref().map(str::to_string),
+            };
+            self.bound_for_provider(&all, path, f.authority.into_owned());
+            return self.realtime_headers(gw, up, authorization);
         }
         match (f.method.as_ref(), path) {
             ("GET", "/v1/models") => {

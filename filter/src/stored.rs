@@ -15,7 +15,7 @@ use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::record::Record;
 use portcullis_core::routing::resolve;
-use portcullis_core::{form, providers, translate};
+use portcullis_core::{form, translate};
 
 /// Anthropic's 404 for a batch it does not have.
 fn message_batch_not_found(id: &str) -> GatewayError {
@@ -374,23 +374,7 @@ impl<H: Host> RequestContext<H> {
             // A call without a body (a read, a cancel) gets no content type.
             self.request.has_content_type = true;
         }
-        let up = UpstreamRequest {
-            cluster: &p.cluster,
-            path,
-            authority: &p.host,
-            timeout_ms: p.timeout_ms,
-            stream: false,
-            stream_timeout_ms: p.stream_timeout_ms,
-            credential: loaded
-                .credentials
-                .get(provider)
-                .and_then(Option::as_ref)
-                .map(|(name, value)| (*name, std::borrow::Cow::Borrowed(value.as_str()))),
-            body,
-            extra: providers::extra_headers(p),
-            retries: None,
-            awaiting_token: None,
-        };
+        let up = UpstreamRequest::to_provider(&loaded, provider, path, false, body)?;
         self.send_through_router(&up, body_size)?;
         if let Some(s) = self.stored.as_mut() {
             s.provider = Some(provider);
@@ -401,10 +385,7 @@ impl<H: Host> RequestContext<H> {
 
     /// The provider's answer: a JSON one held whole to seal its ids.
     pub(crate) fn stored_answer_headers(&mut self) -> Action {
-        let resp = self.host.headers(Part::Response).unwrap_or_default();
-        let status = crate::answer::status_of(&resp).unwrap_or(0);
-        self.log.status = status;
-        self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+        let status = self.answer_status();
         let sealed = self.stored.as_ref().is_some_and(|s| s.sealed) && status == 200;
         if let Some(s) = self.stored.as_mut() {
             s.sealed = sealed;

@@ -42,6 +42,42 @@ pub struct UpstreamRequest<'a> {
     pub awaiting_token: Option<&'a portcullis_core::config::TokenSource>,
 }
 
+impl<'a> UpstreamRequest<'a> {
+    /// A call to a provider as its config makes it (its cluster, host,
+    /// timeouts, key and headers), without retries: a call on a kept
+    /// answer, a file or batch, a Realtime session's upgrade.
+    pub(crate) fn to_provider(
+        loaded: &'a Loaded,
+        provider: usize,
+        path: String,
+        stream: bool,
+        body: Option<Vec<u8>>,
+    ) -> Result<UpstreamRequest<'a>, GatewayError> {
+        let p = loaded
+            .gw
+            .providers
+            .get(provider)
+            .ok_or_else(|| GatewayError::internal("no such provider"))?;
+        Ok(UpstreamRequest {
+            cluster: &p.cluster,
+            path,
+            authority: &p.host,
+            timeout_ms: p.timeout_ms,
+            stream,
+            stream_timeout_ms: p.stream_timeout_ms,
+            credential: loaded
+                .credentials
+                .get(provider)
+                .and_then(Option::as_ref)
+                .map(|(name, value)| (*name, Cow::Borrowed(value.as_str()))),
+            body,
+            extra: providers::extra_headers(p),
+            retries: None,
+            awaiting_token: None,
+        })
+    }
+}
+
 impl<H: Host> RequestContext<H> {
     /// The request for one provider (by index) and its model id.
     pub(crate) fn upstream_for<'l>(
@@ -201,6 +237,16 @@ impl<H: Host> RequestContext<H> {
             Some((name, value)) => set("authorization", None).and_then(|()| set(name, Some(value))),
             None => set("authorization", None),
         }
+    }
+
+    /// A provider's answer at its headers: its status, noted for the
+    /// record with the time to it.
+    pub(crate) fn answer_status(&mut self) -> u16 {
+        let resp = self.host.headers(Part::Response).unwrap_or_default();
+        let status = crate::answer::status_of(&resp).unwrap_or(0);
+        self.log.status = status;
+        self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+        status
     }
 
     /// The current attempt's `traceparent`: the trace's, with the attempt's

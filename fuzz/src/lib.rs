@@ -804,3 +804,45 @@ pub fn form(data: &[u8]) {
         assert_eq!(again.model, "provider-model-id");
     }
 }
+
+/// WebSocket frames in either direction (a Realtime session's): read or
+/// refused as a protocol error, never a panic; the same bytes split
+/// anywhere pass the same bytes and messages; every message passed is read
+/// as an event without a panic.
+pub fn websocket(data: &[u8]) {
+    use portcullis_core::api::realtime;
+    use portcullis_core::websocket::{Frames, Message, Side, Verdict};
+    let side = if data.first().copied().unwrap_or(0) & 1 == 0 {
+        Side::Client
+    } else {
+        Side::Server
+    };
+    let body = data.get(2..).unwrap_or_default();
+    let cut = usize::from(data.get(1).copied().unwrap_or(0)).min(body.len());
+    let run = |chunks: &[&[u8]]| {
+        let mut r = Frames::new(side, 256, [1, 2, 3, 4]);
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        for c in chunks {
+            let o = r.feed(c, &mut |m| {
+                match m {
+                    Message::Text(t) => {
+                        let _ = realtime::server_event(t);
+                        seen.push(t.to_vec());
+                    }
+                    Message::Close(code) => seen.push(code.to_be_bytes().to_vec()),
+                }
+                Verdict::Pass
+            });
+            match o {
+                Some(o) => out.extend(o),
+                None => out.extend_from_slice(c),
+            }
+        }
+        (out, seen, r.error)
+    };
+    let whole = run(&[body]);
+    let split = run(&[&body[..cut], &body[cut..]]);
+    assert_eq!(whole, split, "split at {cut}");
+    assert!(whole.0.len() <= body.len(), "passing adds nothing");
+}

@@ -81,6 +81,9 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
         .get("model_id")
         .and_then(Value::as_str)
         .unwrap_or("provider-m");
+    if api == Api::Realtime {
+        return realtime_cell(p, case, model_id);
+    }
     let (body, req) = if api.multipart() {
         let (body, content_type) = form_body(&case["request"]);
         let req = ChatRequest::parse_form(api, body.clone(), &content_type).unwrap();
@@ -157,6 +160,40 @@ fn translate(gw: &Gateway, case: &Value) -> Value {
             .collect();
         out.insert("stream".into(), Value::Array(events));
     }
+    Value::Object(out)
+}
+
+/// A Realtime cell: where the upgrade goes, and what the gateway reads of
+/// the provider's events as they pass (`provider_events`): each
+/// `response.done`'s usage.
+fn realtime_cell(p: &portcullis_core::config::Provider, case: &Value, model_id: &str) -> Value {
+    use portcullis_core::api::realtime::{server_event, ServerEvent};
+    let mut out = serde_json::Map::new();
+    if translate::reach(&p.schema, Api::Realtime) == translate::Reach::No {
+        out.insert("served".into(), json!(false));
+        return Value::Object(out);
+    }
+    out.insert(
+        "path".into(),
+        json!(translate::path(p, Api::Realtime, model_id, true)),
+    );
+    let usage: Vec<Value> = case
+        .get("provider_events")
+        .and_then(Value::as_array)
+        .map(|events| {
+            events
+                .iter()
+                .filter_map(|e| match server_event(e.to_string().as_bytes()) {
+                    ServerEvent::Done { usage: Some(u), .. } => Some(json!({
+                        "prompt": u.prompt, "completion": u.completion, "cached": u.cached,
+                        "audio_prompt": u.audio_prompt, "audio_completion": u.audio_completion,
+                    })),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.insert("usage".into(), Value::Array(usage));
     Value::Object(out)
 }
 

@@ -39,6 +39,8 @@ enum Mode {
     Media(&'static str),
     /// Anthropic's Message Batches (its key and version headers).
     MessageBatches,
+    /// The Realtime API's upgrade (a `GET`), at this path and query.
+    Realtime(&'static str),
 }
 
 /// A multipart body with these text fields and, if given, a file part.
@@ -99,9 +101,63 @@ fn message_batches(body: Value, says: &'static str) -> Case {
     }
 }
 
+/// A refusal of a Realtime upgrade (`extra` headers over the upgrade's).
+fn realtime(
+    path: &'static str,
+    extra: &[(&'static str, &str)],
+    status: u16,
+    kind: Option<&'static str>,
+    says: &'static str,
+) -> Case {
+    Case {
+        mode: Mode::Realtime(path),
+        headers: extra.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+        body: String::new(),
+        status,
+        kind,
+        says,
+    }
+}
+
 fn media_cases() -> Vec<(&'static str, Case)> {
+    let realtime_cases = vec![
+        (
+            "realtime-wrong-key",
+            realtime(
+                "/v1/realtime?model=gpt-realtime",
+                &[("authorization", "Bearer sk-other")],
+                401,
+                Some("invalid_api_key"),
+                "wrong provider key",
+            ),
+        ),
+        (
+            "realtime-no-model",
+            realtime("/v1/realtime", &[], 400, Some("missing_model"), "'model'"),
+        ),
+        (
+            "realtime-not-an-upgrade",
+            realtime(
+                "/v1/realtime?model=gpt-realtime",
+                &[("upgrade", "")],
+                400,
+                Some("invalid_request_error"),
+                "WebSocket upgrade",
+            ),
+        ),
+        (
+            "realtime-azure-no-version",
+            realtime(
+                "/openai/realtime?deployment=d",
+                &[("api-key", KEY)],
+                404,
+                None,
+                "api-version is required",
+            ),
+        ),
+    ];
     let params = json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
-    vec![
+    let mut cases = vec![
         (
             "message-batches-no-requests",
             message_batches(json!({}), "requests: Field required"),
@@ -276,7 +332,9 @@ fn media_cases() -> Vec<(&'static str, Case)> {
                 "'completion_window'",
             ),
         ),
-    ]
+    ];
+    cases.extend(realtime_cases);
+    cases
 }
 
 /// The Bedrock mode's credentials (the mock is started with them).
@@ -1273,6 +1331,23 @@ fn send(mock: &Mock, mode: Mode, extra: &[(&'static str, String)], body: &str) -
         ),
         Mode::BedrockInvoke => (INVOKE_PATH, Vec::new()),
         Mode::Media(path) => (path, vec![("authorization", format!("Bearer {KEY}"))]),
+        Mode::Realtime(path) => {
+            let mut h: Vec<(&str, String)> = vec![
+                ("authorization", format!("Bearer {KEY}")),
+                ("upgrade", "websocket".into()),
+                ("connection", "Upgrade".into()),
+                ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==".into()),
+                ("sec-websocket-version", "13".into()),
+            ];
+            for (k, v) in extra {
+                h.retain(|(x, _)| x != k);
+                if !v.is_empty() {
+                    h.push((k, v.clone()));
+                }
+            }
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            return get(&mock.url(path), &h);
+        }
         Mode::MessageBatches => (
             "/v1/messages/batches",
             vec![

@@ -54,4 +54,5 @@ pub mod trace;
 pub mod translate;
 pub mod units;
 pub mod usage;
+pub mod websocket;
 pub mod wire;

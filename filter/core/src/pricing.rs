@@ -18,6 +18,8 @@ impl Entry {
             cached_input: self.cached_input,
             cache_write: self.cache_write,
             reasoning: self.reasoning,
+            input_audio: self.input,
+            output_audio: self.output,
             ..Price::default()
         }
     }
@@ -123,6 +125,16 @@ fn unit_default(model_id: &str) -> Option<Price> {
             ..Price::default()
         }
     };
+    let realtime = |input, cached_input, output, input_audio, output_audio| Price {
+        input,
+        cached_input,
+        output,
+        reasoning: output,
+        cache_write: input,
+        input_audio,
+        output_audio,
+        ..Price::default()
+    };
     let unit = |micros: f64| Price {
         unit: micros,
         ..Price::default()
@@ -151,6 +163,14 @@ fn unit_default(model_id: &str) -> Option<Price> {
         "omni-moderation-latest" | "text-moderation-latest" | "omni-moderation-2024-09-26" => {
             Price::default()
         }
+        // The Realtime API's models: text and audio tokens apart (USD per
+        // 1M: input, cached input, output, audio input, audio output).
+        "gpt-realtime" | "gpt-realtime-2025-08-28" => realtime(4.0, 0.4, 16.0, 32.0, 64.0),
+        "gpt-realtime-mini" | "gpt-realtime-mini-2025-10-06" => {
+            realtime(0.6, 0.06, 2.4, 10.0, 20.0)
+        }
+        "gpt-4o-realtime-preview" => realtime(5.0, 2.5, 20.0, 40.0, 80.0),
+        "gpt-4o-mini-realtime-preview" => realtime(0.6, 0.3, 2.4, 10.0, 20.0),
         _ => return None,
     })
 }

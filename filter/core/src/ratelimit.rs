@@ -221,6 +221,9 @@ pub struct Price {
     /// Reasoning tokens (counted in the completion; OpenAI's `reasoning_tokens`,
     /// Gemini's `thoughtsTokenCount`).
     pub reasoning: f64,
+    /// Audio tokens of the prompt and of the completion (the Realtime API).
+    pub input_audio: f64,
+    pub output_audio: f64,
     /// Micro-dollars per unit (an image, a second of audio, a character, a
     /// search): the API says which ([`crate::api::Units`]).
     pub unit: f64,
@@ -238,10 +241,19 @@ impl Price {
         let written = u.cache_write.min(u.prompt.saturating_sub(cached));
         let plain = u.prompt.saturating_sub(cached).saturating_sub(written);
         let reasoning = u.reasoning.min(u.completion);
-        let micros = plain as f64 * self.input
+        let audio_in = u.audio_prompt.min(plain);
+        let audio_out = u
+            .audio_completion
+            .min(u.completion.saturating_sub(reasoning));
+        let micros = plain.saturating_sub(audio_in) as f64 * self.input
+            + audio_in as f64 * self.input_audio
             + cached as f64 * self.cached_input
             + written as f64 * self.cache_write
-            + u.completion.saturating_sub(reasoning) as f64 * self.output
+            + u.completion
+                .saturating_sub(reasoning)
+                .saturating_sub(audio_out) as f64
+                * self.output
+            + audio_out as f64 * self.output_audio
             + reasoning as f64 * self.reasoning
             + u.units as f64 * self.unit;
         micros.ceil() as Micros

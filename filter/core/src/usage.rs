@@ -68,6 +68,10 @@ pub struct Usage {
     /// characters, searches from the request; seconds of audio from a
     /// transcription's `usage.seconds`.
     pub units: u64,
+    /// Audio tokens among the prompt's and the completion's (the Realtime
+    /// API's; priced apart when the price names an audio price).
+    pub audio_prompt: u64,
+    pub audio_completion: u64,
 }
 
 impl Usage {
@@ -134,7 +138,7 @@ impl Usage {
                         .and_then(|d| d.reasoning_tokens)
                         .unwrap_or(0),
                     cache_write: d.cache_creation_tokens.unwrap_or(0),
-                    units: 0,
+                    ..Usage::default()
                 };
             }
             let read = c.cache_read_input_tokens.unwrap_or(0);
@@ -149,7 +153,7 @@ impl Usage {
                 cached: read,
                 reasoning: 0,
                 cache_write: write,
-                units: 0,
+                ..Usage::default()
             };
         }
         let details = c.prompt_tokens_details;
@@ -165,7 +169,7 @@ impl Usage {
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
-            units: 0,
+            ..Usage::default()
         }
     }
 }

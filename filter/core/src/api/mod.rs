@@ -15,6 +15,7 @@ pub mod files;
 pub mod images;
 pub mod messages;
 pub mod moderations;
+pub mod realtime;
 pub mod rerank;
 pub mod responses;
 
@@ -49,6 +50,8 @@ pub enum Api {
     /// `POST /v1/rerank` (Jina, vLLM, Cohere v1) and `POST /v2/rerank`
     /// (Cohere v2).
     Rerank,
+    /// `GET /v1/realtime?model=...` upgraded to a WebSocket (OpenAI).
+    Realtime,
 }
 
 /// What a request of an API is priced by besides tokens, known from its
@@ -82,6 +85,7 @@ pub const ALL: &[Api] = &[
     Api::AudioTranslations,
     Api::Moderations,
     Api::Rerank,
+    Api::Realtime,
 ];
 
 impl Api {
@@ -90,7 +94,10 @@ impl Api {
         if path == rerank::V2 {
             return Some(Api::Rerank);
         }
-        ALL.iter().copied().find(|a| a.path() == path)
+        // A session is an upgrade (a `GET`), no body to read.
+        ALL.iter()
+            .copied()
+            .find(|a| a.path() == path && *a != Api::Realtime)
     }
 
     /// Its path.
@@ -108,6 +115,7 @@ impl Api {
             Api::AudioTranslations => audio::TRANSLATIONS,
             Api::Moderations => moderations::PATH,
             Api::Rerank => rerank::PATH,
+            Api::Realtime => realtime::PATH,
         }
     }
 
@@ -126,6 +134,7 @@ impl Api {
             Api::AudioTranslations => "audio_translations",
             Api::Moderations => "moderations",
             Api::Rerank => "rerank",
+            Api::Realtime => "realtime",
         }
     }
 
@@ -154,6 +163,7 @@ impl Api {
             Api::AudioSpeech => Required::Own(audio::speech_units),
             Api::Rerank => Required::Own(rerank::units),
             Api::AudioTranscriptions | Api::AudioTranslations => Required::File,
+            Api::Realtime => Required::Own(|_| Err(realtime::not_an_upgrade())),
         }
     }
 
@@ -418,12 +428,15 @@ pub enum Required {
 /// The paths the gateway answers, for the 404 of any other.
 pub fn served_paths() -> String {
     let mut out = String::from("GET /v1/models");
-    for a in ALL {
+    for a in ALL.iter().filter(|a| **a != Api::Realtime) {
         out.push_str(", POST ");
         out.push_str(a.path());
     }
     out.push_str(", POST ");
     out.push_str(rerank::V2);
+    out.push_str(", GET ");
+    out.push_str(realtime::PATH);
+    out.push_str(" (WebSocket)");
     out
 }
 
@@ -435,14 +448,16 @@ mod tests {
 
     #[test]
     fn each_api_is_found_by_its_path_and_nothing_else_is() {
-        for a in ALL {
+        for a in ALL.iter().filter(|a| **a != Api::Realtime) {
             assert_eq!(Api::of_path(a.path()), Some(*a));
         }
+        // A session is a `GET` upgrade: no body is read for it.
+        assert_eq!(Api::of_path("/v1/realtime"), None);
         assert_eq!(Api::of_path("/v1/responses/x"), None);
         assert_eq!(Api::of_path("/v1/chat/completion"), None);
         assert_eq!(
             served_paths(),
-            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens, POST /v1/responses, POST /v1/images/generations, POST /v1/images/edits, POST /v1/audio/speech, POST /v1/audio/transcriptions, POST /v1/audio/translations, POST /v1/moderations, POST /v1/rerank, POST /v2/rerank"
+            "GET /v1/models, POST /v1/chat/completions, POST /v1/messages, POST /v1/embeddings, POST /v1/messages/count_tokens, POST /v1/responses, POST /v1/images/generations, POST /v1/images/edits, POST /v1/audio/speech, POST /v1/audio/transcriptions, POST /v1/audio/translations, POST /v1/moderations, POST /v1/rerank, POST /v2/rerank, GET /v1/realtime (WebSocket)"
         );
         assert_eq!(Api::of_path("/v2/rerank"), Some(Api::Rerank));
     }

@@ -220,6 +220,8 @@ pub(super) fn price(at: &str, p: &super::raw::RawPrice, problems: &mut Vec<Strin
         p.cached_input.unwrap_or(0.0),
         p.cache_write.unwrap_or(0.0),
         p.reasoning.unwrap_or(0.0),
+        p.input_audio.unwrap_or(0.0),
+        p.output_audio.unwrap_or(0.0),
     ]
     .iter()
     .chain(units.iter().flatten())
@@ -278,6 +280,8 @@ pub(super) fn price(at: &str, p: &super::raw::RawPrice, problems: &mut Vec<Strin
         cached_input: p.cached_input.unwrap_or(p.input),
         cache_write: p.cache_write.unwrap_or(p.input),
         reasoning: p.reasoning.unwrap_or(p.output),
+        input_audio: p.input_audio.unwrap_or(p.input),
+        output_audio: p.output_audio.unwrap_or(p.output),
         unit,
         images,
         units: 0,

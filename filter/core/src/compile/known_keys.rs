@@ -261,6 +261,8 @@ mod tests {
                 "cached_input",
                 "cache_write",
                 "reasoning",
+                "input_audio",
+                "output_audio",
                 "per_image",
                 "per_audio_minute",
                 "per_million_characters",

@@ -276,6 +276,13 @@ pub(super) struct RawPrice {
     /// Reasoning tokens (part of the output; default: the output price).
     #[serde(default)]
     pub(super) reasoning: Option<f64>,
+    /// USD per million audio input tokens (the Realtime API's; default:
+    /// `input`).
+    #[serde(default)]
+    pub(super) input_audio: Option<f64>,
+    /// USD per million audio output tokens (default: `output`).
+    #[serde(default)]
+    pub(super) output_audio: Option<f64>,
     /// USD per image (`/v1/images/*`): one number, or by quality and size
     /// (`{"1024x1024": 0.04, "hd 1024x1792": 0.12, "*": 0.04}`; the
     /// request's quality and size, else its size, else its quality, else `*`).

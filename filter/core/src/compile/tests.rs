@@ -483,7 +483,7 @@ fn a_models_apis_are_known_apis_its_providers_format_serves() {
             "{name: gpt-4o-mini, id: openai/gpt-4o-mini, aliases: [mini], apis: [embeddings]}",
         );
     let err = compile(bad.as_bytes()).unwrap_err();
-    assert!(err.contains("provider `backup` model `llama-3`: `apis` lists `chat`, which is not an API (one of: chat_completions, messages, embeddings, count_tokens, responses, images_generations, images_edits, audio_speech, audio_transcriptions, audio_translations, moderations, rerank)"), "{err}");
+    assert!(err.contains("provider `backup` model `llama-3`: `apis` lists `chat`, which is not an API (one of: chat_completions, messages, embeddings, count_tokens, responses, images_generations, images_edits, audio_speech, audio_transcriptions, audio_translations, moderations, rerank, realtime)"), "{err}");
     assert!(
         err.contains("provider `primary` model `gpt-4o`: `apis` is empty"),
         "{err}"

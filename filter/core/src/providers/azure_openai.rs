@@ -14,6 +14,14 @@ impl Format for AzureOpenAi {
             Schema::AzureOpenAi { api_version } => api_version.as_str(),
             _ => "",
         };
+        if api == Api::Realtime {
+            return format!(
+                "{}/openai/realtime?api-version={}&deployment={}",
+                base(p),
+                path_segment(version),
+                path_segment(model_id)
+            );
+        }
         if api == Api::Responses {
             // Responses name the model in the body, not by deployment path.
             return format!(

@@ -48,7 +48,7 @@ pub enum Reach {
 /// The table: which inbound API reaches which provider format.
 pub fn reach(schema: &Schema, api: Api) -> Reach {
     use Reach::*;
-    if api.has_units() {
+    if api.has_units() || api == Api::Realtime {
         return units_reach(schema, api);
     }
     match (schema, api) {
@@ -82,6 +82,8 @@ pub fn reach(schema: &Schema, api: Api) -> Reach {
 /// has an equivalent the gateway translates to.
 fn units_reach(schema: &Schema, api: Api) -> Reach {
     match (schema, api) {
+        (Schema::OpenAi | Schema::AzureOpenAi { .. }, Api::Realtime) => Reach::Direct,
+        (_, Api::Realtime) => Reach::No,
         (Schema::OpenAi, _) => Reach::Direct,
         (Schema::AzureOpenAi { .. }, Api::Rerank) => Reach::No,
         (Schema::AzureOpenAi { .. }, _) => Reach::Direct,

@@ -72,6 +72,7 @@ mod mcp;
 mod media;
 mod message_batches;
 mod openai_checks;
+mod realtime;
 mod responses;
 
 use bytes::Bytes;
@@ -731,6 +732,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
             .is_some_and(|last| last.contains(':'))
     {
         gemini::generate(state, req).await
+    } else if req.method() == hyper::Method::GET && path.ends_with("/realtime") {
+        realtime::serve(state, req).await
     } else if path.contains("/messages/batches") {
         message_batches::serve(state, req).await
     } else if path.contains("/files") || path.contains("/batches") {
@@ -882,7 +885,7 @@ fn main() -> io::Result<()> {
                 let _ = hyper_util::server::conn::auto::Builder::new(
                     hyper_util::rt::TokioExecutor::new(),
                 )
-                .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(sock), svc)
                 .await;
             });
         }

@@ -1,0 +1,463 @@
+//! The Realtime API through the gateway (#48): `GET /v1/realtime?model=...`
+//! upgraded to a WebSocket. At the upgrade: the key (its `Authorization`,
+//! or a browser's `openai-insecure-api-key.` subprotocol), the request
+//! rate, the model's route, a hold on the key's limits; then Envoy's
+//! router takes the upgrade to the provider with the provider's
+//! credential. Once the provider answers `101`, both directions pass as
+//! body callbacks ([`portcullis_core::websocket`] reads the frames):
+//! each `response.done`'s usage is taken from the key's token limits and
+//! budgets as it passes, text is checked by the guardrails, and when a
+//! limit runs out, a check denies or a frame breaks the protocol the
+//! gateway ends the session (an `error` event and a close frame to the
+//! client, a close frame to the provider). One record per session.
+
+use crate::admission::{self, Finish};
+use crate::context::{Phase, RequestContext};
+use crate::host::{Action, Host, Part};
+use crate::realtime_state::Session;
+use crate::upstream::UpstreamRequest;
+use portcullis_core::api::realtime::{self, Checked, ServerEvent};
+use portcullis_core::api::Api;
+use portcullis_core::config::Gateway;
+use portcullis_core::error::GatewayError;
+use portcullis_core::guard::{self, Kind, Stage};
+use portcullis_core::record::Record;
+use portcullis_core::routing::resolve;
+use portcullis_core::websocket::{Message, Verdict};
+use portcullis_core::{pricing, translate};
+
+/// Close codes (RFC 6455): a policy ends the session, a frame broke the
+/// protocol, the server side failed.
+const POLICY: u16 = 1008;
+const PROTOCOL: u16 = 1002;
+const SERVER_ERROR: u16 = 1011;
+
+/// The headers of an upgrade the gateway reads.
+pub(crate) struct Upgrade<'a> {
+    pub query: &'a str,
+    pub websocket: bool,
+    pub protocols: Option<String>,
+}
+
+/// The checks a session's texts go through: text-scanning and bounds
+/// checks (a model's allow and deny lists are read at the upgrade; schema
+/// and external checks are about whole answers).
+fn text_checks(g: &guard::Guardrails, stage: Stage, client: &str, model: usize) -> Vec<usize> {
+    g.active(stage, client, model)
+        .into_iter()
+        .filter(|&i| {
+            matches!(
+                g.checks(stage).get(i).map(|c| &c.kind),
+                Some(Kind::Regex(_) | Kind::Pii(_) | Kind::Bounds(_))
+            )
+        })
+        .collect()
+}
+
+impl<H: Host> RequestContext<H> {
+    /// The upgrade: checked, admitted and sent to the model's provider.
+    pub(crate) fn realtime_headers(
+        &mut self,
+        gw: &Gateway,
+        up: Upgrade<'_>,
+        authorization: Option<&str>,
+    ) -> Result<Action, GatewayError> {
+        let now = self.host.now_ms();
+        self.log.started_ms = now;
+        self.request.api = Api::Realtime;
+        let (protocol_key, protocols) = up
+            .protocols
+            .as_deref()
+            .map_or((None, None), realtime::key_in_protocols);
+        let bearer = protocol_key.map(|k| format!("Bearer {k}"));
+        let authorization = authorization.or(bearer.as_deref());
+        let client = self.key_and_rate(gw, authorization, now)?;
+        if !up.websocket {
+            return Err(realtime::not_an_upgrade());
+        }
+        let requested = realtime::model_of(up.query).ok_or_else(realtime::missing_model)?;
+        let route = resolve(gw, client, &requested, self.roll)?;
+        let serving = gw
+            .models
+            .get(route.model)
+            .map(|m| m.serving.as_slice())
+            .unwrap_or_default();
+        let (provider, model_id) = route
+            .candidates
+            .iter()
+            .find(|(p, _)| {
+                let listed = serving
+                    .iter()
+                    .find(|s| s.provider == *p)
+                    .and_then(|s| s.apis.as_ref())
+                    .is_none_or(|a| a.contains(&Api::Realtime));
+                listed
+                    && gw
+                        .providers
+                        .get(*p)
+                        .is_some_and(|p| translate::serves(p, Api::Realtime))
+            })
+            .cloned()
+            .ok_or_else(|| realtime::no_provider(&requested))?;
+        if let Some(g) = gw.guardrails.as_ref() {
+            // A model the client may not use is refused here, before any frame.
+            let models: Vec<usize> = g
+                .active(Stage::Input, &client.name, route.model)
+                .into_iter()
+                .filter(|&i| {
+                    matches!(
+                        g.checks(Stage::Input).get(i).map(|c| &c.kind),
+                        Some(Kind::Models { .. })
+                    )
+                })
+                .collect();
+            let out = guard::check_input_doc(g, &models, route.model, None);
+            self.note_verdicts(&out.verdicts);
+            if let Some(e) = out.denied {
+                return Err(e);
+            }
+        }
+        let priced = pricing::price_of(gw, route.model, Some(provider));
+        // An end user (`limits.user_header`) has limits of its own.
+        if client.limits.per_user.is_some() {
+            if let Some(named) = self.request.end_user.clone().filter(|u| !u.is_empty()) {
+                self.request.user =
+                    Some(admission::track_user(&self.host, gw, client, &named, now));
+            }
+        }
+        // The session holds a slot of `max_concurrent` and one token: a
+        // key with nothing left is refused before the upgrade.
+        let (held, shown) = admission::admit(
+            &self.host,
+            gw,
+            (client, self.request.user.as_deref()),
+            (1, 0),
+            priced.map(|(p, _)| p),
+            now,
+        )?;
+        self.held = Some(held);
+        self.rate_headers = admission::headers(self.req_take, shown.tokens);
+        let key = self.roll.to_le_bytes();
+        let mut session = Session::new(
+            requested,
+            route.model,
+            provider,
+            model_id.clone(),
+            [key[0], key[1], key[2], key[3]],
+        );
+        session.price = priced.map(|(p, _)| p);
+        session.price_source = priced.map_or("", |(_, s)| s.as_str());
+        self.realtime = Some(Box::new(session));
+        // Frames are read as they come: no extension (compression) may
+        // be negotiated, and a key sent as a subprotocol goes no further.
+        let _ = self
+            .host
+            .set_header(Part::Request, "sec-websocket-extensions", None);
+        if up.protocols.is_some() {
+            let _ = self.host.set_header(
+                Part::Request,
+                "sec-websocket-protocol",
+                protocols.as_deref(),
+            );
+        }
+        let loaded = self.loaded()?;
+        let path = gw
+            .providers
+            .get(provider)
+            .map(|p| translate::path(p, Api::Realtime, &model_id, true))
+            .unwrap_or_default();
+        // An upgrade has no body: no content type is added.
+        self.request.has_content_type = true;
+        let up = UpstreamRequest::to_provider(&loaded, provider, path, true, None)?;
+        self.send_through_router(&up, 0)?;
+        self.phase = Phase::RealtimeUpgrade;
+        Ok(Action::Continue)
+    }
+
+    /// The provider's answer to the upgrade: `101` opens the session; any
+    /// other answer goes to the client as it is.
+    pub(crate) fn realtime_answer_headers(&mut self) -> Action {
+        let status = self.answer_status();
+        for (k, v) in std::mem::take(&mut self.rate_headers) {
+            let _ = self.host.set_header(Part::Response, k, Some(&v));
+        }
+        if status == 101 {
+            if let Some(s) = self.realtime.as_mut() {
+                s.open = true;
+            }
+            self.phase = Phase::Realtime;
+        } else {
+            self.phase = Phase::Done;
+        }
+        Action::Continue
+    }
+
+    /// The client's frames on their way to the provider.
+    pub(crate) fn realtime_client_bytes(
+        &mut self,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Action {
+        let _ = end_of_stream;
+        let Ok(loaded) = self.loaded() else {
+            return Action::Continue;
+        };
+        let gw = &loaded.gw;
+        let Some(s) = self.realtime.as_deref_mut() else {
+            return Action::Continue;
+        };
+        if s.told_provider {
+            // Ended: nothing more goes to the provider.
+            if body_size > 0 {
+                let _ = self.host.set_body(Part::Request, body_size, &[]);
+            }
+            return Action::Continue;
+        }
+        if body_size == 0 {
+            return Action::Continue;
+        }
+        let Ok(chunk) = self.host.body(Part::Request, body_size) else {
+            return Action::Continue;
+        };
+        let client_name = gw
+            .clients
+            .get(self.request.key.as_ref().unwrap_or(&[0; 32]))
+            .map_or("", |c| c.name.as_str());
+        let checks = gw
+            .guardrails
+            .as_ref()
+            .map(|g| (g, text_checks(g, Stage::Input, client_name, s.model)))
+            .filter(|(_, a)| !a.is_empty());
+        let mut verdicts = Vec::new();
+        let mut closed = false;
+        let Session { client, ending, .. } = s;
+        let mut out = client.feed(&chunk, &mut |m| match m {
+            Message::Close(_) => {
+                closed = true;
+                Verdict::Pass
+            }
+            Message::Text(_) if ending.is_some() => Verdict::Drop,
+            Message::Text(t) => {
+                let Some((g, active)) = checks.as_ref() else {
+                    return Verdict::Pass;
+                };
+                let Some((out, rewritten)) = realtime::check_client_event(g, active, t) else {
+                    return Verdict::Pass;
+                };
+                verdicts.extend(out.verdicts);
+                if let Some(e) = out.denied {
+                    if ending.is_none() {
+                        *ending = Some((e, POLICY));
+                    }
+                    return Verdict::Drop;
+                }
+                if let Some(r) = rewritten {
+                    return Verdict::Replace(r);
+                }
+                Verdict::Pass
+            }
+        });
+        if let Some(e) = client.error.clone() {
+            s.end(
+                GatewayError::bad_request(
+                    "invalid_frame",
+                    format!(
+                        "The session's WebSocket frames break the protocol: {}.",
+                        e.0
+                    ),
+                ),
+                PROTOCOL,
+            );
+        }
+        if s.ending.is_some() && !s.told_provider {
+            s.told_provider = true;
+            if !closed {
+                // Masked, as a client's frames are.
+                let code = s.ending.as_ref().map_or(1000, |(_, c)| *c);
+                let reason = s.ending.as_ref().map_or("", |(e, _)| e.code);
+                let frame = s.client.close_frame(code, reason);
+                out.get_or_insert_with(|| chunk.clone()).extend(frame);
+            }
+        }
+        if let Some(o) = out {
+            let _ = self.host.set_body(Part::Request, body_size, &o);
+        }
+        self.note_verdicts(&verdicts);
+        Action::Continue
+    }
+
+    /// The provider's frames on their way to the client.
+    pub(crate) fn realtime_server_bytes(
+        &mut self,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Action {
+        let Ok(loaded) = self.loaded() else {
+            return Action::Continue;
+        };
+        let gw = &loaded.gw;
+        let Some(client) = self.client(gw) else {
+            return Action::Continue;
+        };
+        let user = self.request.user.clone();
+        let Some(s) = self.realtime.as_deref_mut() else {
+            return Action::Continue;
+        };
+        if s.told_client {
+            if body_size > 0 {
+                let _ = self.host.set_body(Part::Response, body_size, &[]);
+            }
+            return Action::Continue;
+        }
+        let chunk = if body_size > 0 {
+            self.host
+                .body(Part::Response, body_size)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let checks = gw
+            .guardrails
+            .as_ref()
+            .map(|g| (g, text_checks(g, Stage::Output, &client.name, s.model)))
+            .filter(|(_, a)| !a.is_empty());
+        let host = &self.host;
+        let now = host.now_ms();
+        let mut verdicts = Vec::new();
+        let Session {
+            server,
+            ending,
+            usage,
+            cost_micros,
+            statuses,
+            last_response,
+            price,
+            output,
+            ..
+        } = s;
+        let mut out = server.feed(&chunk, &mut |m| {
+            let t = match m {
+                // The provider's close after the gateway ended the session
+                // is the gateway's own, with its error event first.
+                Message::Close(_) if ending.is_some() => return Verdict::Drop,
+                Message::Close(_) => return Verdict::Pass,
+                Message::Text(_) if ending.is_some() => return Verdict::Drop,
+                Message::Text(t) => t,
+            };
+            if let ServerEvent::Done {
+                usage: u,
+                id,
+                status,
+            } = realtime::server_event(t)
+            {
+                statuses.push(status);
+                *last_response = id;
+                if let Some(u) = u {
+                    add(usage, &u);
+                    *cost_micros =
+                        cost_micros.saturating_add(price.map_or(0, |p| p.usage_cost(&u)));
+                    if let Some(e) =
+                        admission::charge(host, gw, (client, user.as_deref()), &u, *price, now)
+                    {
+                        *ending = Some((e, POLICY));
+                    }
+                }
+            }
+            let Some((g, active)) = checks.as_ref() else {
+                return Verdict::Pass;
+            };
+            match output.event(g, active, t, &mut verdicts) {
+                Checked::Pass => Verdict::Pass,
+                Checked::Events(events) => Verdict::Messages(events),
+                Checked::Denied(e) => {
+                    if ending.is_none() {
+                        *ending = Some((e, POLICY));
+                    }
+                    Verdict::Drop
+                }
+            }
+        });
+        if let Some(e) = server.error.clone() {
+            s.end(
+                GatewayError::new(
+                    502,
+                    "api_error",
+                    "upstream_protocol_error",
+                    format!(
+                        "The provider's WebSocket frames break the protocol: {}.",
+                        e.0
+                    ),
+                ),
+                SERVER_ERROR,
+            );
+        }
+        if s.ending.is_some() && !s.told_client {
+            s.told_client = true;
+            s.made = s.made.saturating_add(1);
+            if let Some((e, code)) = s.ending.as_ref() {
+                let o = out.get_or_insert_with(|| chunk.clone());
+                o.extend(s.server.text_frame(&realtime::error_event(e, s.made)));
+                o.extend(s.server.close_frame(*code, e.code));
+            }
+        }
+        let _ = end_of_stream;
+        if let Some(o) = out {
+            let _ = self.host.set_body(Part::Response, body_size, &o);
+        }
+        self.note_verdicts(&verdicts);
+        Action::Continue
+    }
+
+    /// The session's end: its hold on the limits given back (its usage
+    /// was taken as it came), its record.
+    pub(crate) fn realtime_end(&mut self) {
+        self.finish_limits(Finish::Release);
+        let Some(s) = self.realtime.take() else {
+            return;
+        };
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let gw = &loaded.gw;
+        if let Some((e, _)) = s.ending.as_ref() {
+            self.log.error = e.code;
+        }
+        let u = s.usage;
+        let rec = Record {
+            provider: gw
+                .providers
+                .get(s.provider)
+                .map(|p| p.name.clone())
+                .unwrap_or_default(),
+            requested_model: s.requested.clone(),
+            model: gw
+                .models
+                .get(s.model)
+                .map(|m| m.name.clone())
+                .unwrap_or_default(),
+            response_model: s.model_id.clone(),
+            api: Api::Realtime.name(),
+            stream: true,
+            prompt_tokens: u.prompt,
+            completion_tokens: u.completion,
+            cached_tokens: u.cached,
+            cost_micros: s.cost_micros,
+            price_source: s.price_source.to_string(),
+            response_id: s.last_response.clone(),
+            finish_reasons: s.statuses.clone(),
+            request_bytes: s.client.bytes,
+            response_bytes: s.server.bytes,
+            ..self.record_base(gw, None)
+        };
+        self.request_metrics(&rec);
+        self.host.emit_record(&rec);
+    }
+}
+
+fn add(sum: &mut portcullis_core::usage::Usage, u: &portcullis_core::usage::Usage) {
+    sum.prompt = sum.prompt.saturating_add(u.prompt);
+    sum.completion = sum.completion.saturating_add(u.completion);
+    sum.cached = sum.cached.saturating_add(u.cached);
+    sum.audio_prompt = sum.audio_prompt.saturating_add(u.audio_prompt);
+    sum.audio_completion = sum.audio_completion.saturating_add(u.audio_completion);
+}

@@ -1,0 +1,80 @@
+//! A Realtime session (`realtime.rs`), as it goes.
+
+use portcullis_core::error::GatewayError;
+use portcullis_core::ratelimit::Price;
+use portcullis_core::usage::Usage;
+use portcullis_core::websocket::{Frames, Side, DEFAULT_CAP};
+
+/// A session through the gateway: where it went, both directions' frames,
+/// what its responses used, and how it ends.
+#[derive(Debug)]
+pub struct Session {
+    /// The model (an index of `gw.models`), as asked and as the provider
+    /// names it.
+    pub model: usize,
+    pub requested: String,
+    pub model_id: String,
+    pub provider: usize,
+    pub price: Option<Price>,
+    pub price_source: &'static str,
+    /// The provider's `101` came: frames flow.
+    pub open: bool,
+    pub client: Frames,
+    pub server: Frames,
+    /// Usage of every `response.done`, summed, and its cost.
+    pub usage: Usage,
+    pub cost_micros: i64,
+    /// Each response's status (`completed`, `cancelled`, ...) and the last
+    /// one's id.
+    pub statuses: Vec<String>,
+    pub last_response: String,
+    /// The gateway ends the session: the error the client is told, the
+    /// close code.
+    pub ending: Option<(GatewayError, u16)>,
+    /// The error event and the close frame went to the client; the close
+    /// frame to the provider.
+    pub told_client: bool,
+    pub told_provider: bool,
+    /// Output checks on the server's text as it passes.
+    pub output: portcullis_core::api::realtime::OutputChecks,
+    /// Events the gateway made (their ids).
+    pub made: u64,
+}
+
+impl Session {
+    pub fn new(
+        requested: String,
+        model: usize,
+        provider: usize,
+        model_id: String,
+        key: [u8; 4],
+    ) -> Session {
+        Session {
+            model,
+            requested,
+            model_id,
+            provider,
+            price: None,
+            price_source: "",
+            open: false,
+            client: Frames::new(Side::Client, DEFAULT_CAP, key),
+            server: Frames::new(Side::Server, DEFAULT_CAP, key),
+            usage: Usage::default(),
+            cost_micros: 0,
+            statuses: Vec::new(),
+            last_response: String::new(),
+            ending: None,
+            told_client: false,
+            told_provider: false,
+            output: Default::default(),
+            made: 0,
+        }
+    }
+
+    /// End the session with this error (the first reason stands).
+    pub fn end(&mut self, err: GatewayError, code: u16) {
+        if self.ending.is_none() {
+            self.ending = Some((err, code));
+        }
+    }
+}
