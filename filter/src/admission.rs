@@ -554,16 +554,26 @@ impl Held {
     }
 }
 
+/// What a charge takes: tokens and budgets (a Realtime session's
+/// responses), or budgets only (a batch finished long after its requests
+/// were counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charge {
+    TokensAndBudgets,
+    Budgets,
+}
+
 /// Usage counted while a request goes on (a Realtime session's
-/// responses): taken now from every level's token bucket and budget, over
-/// what admission reserved. The first level left with nothing (no token,
-/// or its budget spent) comes back as its 429: the session ends.
+/// responses) or after it (a batch's): taken now from every level's token
+/// bucket and budget, over what admission reserved. The first level left
+/// with nothing (no token, or its budget spent) comes back as its 429: a
+/// session ends.
 pub fn charge(
     host: &impl Host,
     gw: &Gateway,
     (client, user): (&Client, Option<&str>),
-    u: &Usage,
-    price: Option<Price>,
+    (u, price): (&Usage, Option<Price>),
+    what: Charge,
     now_ms: u64,
 ) -> Option<GatewayError> {
     let mut out = None;
@@ -571,7 +581,10 @@ pub fn charge(
     let cost = price.map_or(0, |p| p.usage_cost(u));
     for level in gw.levels_of(client, user) {
         let (l, s) = (level.limits, level.limits.scope);
-        if let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) {
+        let tpm = l
+            .tokens_per_minute
+            .filter(|_| s.tokens_per_minute.local() && what == Charge::TokensAndBudgets);
+        if let Some(tpm) = tpm {
             let key = keys::limit(level.owner, Limit::TokensPerMinute);
             let r = update(host, &key, |cur| {
                 let next = ratelimit::adjust(&Bucket::decode(cur), tpm, used, now_ms);

@@ -356,8 +356,10 @@ impl<H: Host> RequestContext<H> {
                     add(usage, &u);
                     *cost_micros =
                         cost_micros.saturating_add(price.map_or(0, |p| p.usage_cost(&u)));
+                    let used = (&u, *price);
+                    let what = admission::Charge::TokensAndBudgets;
                     if let Some(e) =
-                        admission::charge(host, gw, (client, user.as_deref()), &u, *price, now)
+                        admission::charge(host, gw, (client, user.as_deref()), used, what, now)
                     {
                         *ending = Some((e, POLICY));
                     }

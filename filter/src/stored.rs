@@ -6,6 +6,7 @@
 //! provider that serves the model its batch file names; a batch's requests
 //! count against the key's request rate; each call is recorded.
 
+use crate::admission;
 use crate::context::{Phase, RequestContext};
 use crate::host::{Action, Host, Part};
 use crate::stored_state::StoredCall;
@@ -15,7 +16,7 @@ use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::record::Record;
 use portcullis_core::routing::resolve;
-use portcullis_core::{form, translate};
+use portcullis_core::{form, pricing, translate};
 
 /// Anthropic's 404 for a batch it does not have.
 fn message_batch_not_found(id: &str) -> GatewayError {
@@ -141,6 +142,7 @@ impl<H: Host> RequestContext<H> {
         self.stored = Some(Box::new(StoredCall {
             api: call.api_name(),
             sealed: call.answer_sealed(),
+            reports_usage: call.reports_usage(),
             origin,
             ..StoredCall::default()
         }));
@@ -186,6 +188,10 @@ impl<H: Host> RequestContext<H> {
                 let (inner, p, _) = self
                     .open_id(gw, client, id)
                     .ok_or_else(|| message_batch_not_found(id))?;
+                if let (true, Some(s)) = (call.results(), self.stored.as_mut()) {
+                    s.results = Some(Box::default());
+                    s.batch_id = inner.clone();
+                }
                 (p, format!("/messages/batches/{inner}{tail}"))
             }
             Call::ListMessageBatches => {
@@ -393,6 +399,11 @@ impl<H: Host> RequestContext<H> {
         if sealed {
             let _ = self.host.set_header(Part::Response, "content-length", None);
         }
+        if status != 200 {
+            if let Some(s) = self.stored.as_mut() {
+                s.results = None;
+            }
+        }
         self.phase = Phase::StoredResponding;
         Action::Continue
     }
@@ -403,6 +414,9 @@ impl<H: Host> RequestContext<H> {
         if !sealed {
             if let Some(s) = self.stored.as_mut() {
                 s.response_bytes = s.response_bytes.saturating_add(body_size as u64);
+            }
+            if self.stored.as_ref().is_some_and(|s| s.results.is_some()) {
+                self.read_results(body_size, end_of_stream);
             }
             return Action::Continue;
         }
@@ -428,6 +442,11 @@ impl<H: Host> RequestContext<H> {
             .host
             .body(Part::Response, body_size)
             .unwrap_or_default();
+        let finished = if call.reports_usage {
+            files::finished_batches(&chunk, call.keep.as_deref())
+        } else {
+            Vec::new()
+        };
         let out = files::seal_answer(
             &chunk,
             &seal,
@@ -438,10 +457,95 @@ impl<H: Host> RequestContext<H> {
         if let Some(s) = self.stored.as_mut() {
             s.response_bytes = chunk.len() as u64;
         }
+        for (id, model_id, usage) in finished {
+            self.charge_batch(gw, provider, &id, &model_id, usage);
+        }
         if let Some(out) = out {
             let _ = self.host.set_body(Part::Response, body_size, &out);
         }
         Action::Continue
+    }
+
+    /// A Message Batch's results as they pass: their usage summed; at
+    /// their end, the batch's cost charged.
+    fn read_results(&mut self, body_size: usize, end_of_stream: bool) {
+        if body_size > 0 {
+            let chunk = self
+                .host
+                .body(Part::Response, body_size)
+                .unwrap_or_default();
+            if let Some(r) = self.stored.as_mut().and_then(|s| s.results.as_mut()) {
+                r.push(&chunk);
+            }
+        }
+        if !end_of_stream {
+            return;
+        }
+        let Some(mut r) = self.stored.as_mut().and_then(|s| s.results.take()) else {
+            return;
+        };
+        r.finish();
+        let Ok(loaded) = self.loaded() else {
+            return;
+        };
+        let (provider, id) = match self.stored.as_ref() {
+            Some(s) => (s.provider, s.batch_id.clone()),
+            None => return,
+        };
+        if let (Some(p), true) = (provider, r.lines > 0) {
+            self.charge_batch(&loaded.gw, p, &id, &r.model, r.usage);
+        }
+    }
+
+    /// A finished batch's cost, charged to the client's budgets once (the
+    /// first answer that shows its usage, a read or a list, on this Envoy):
+    /// half the model's price, as providers bill batches.
+    fn charge_batch(
+        &mut self,
+        gw: &Gateway,
+        provider: usize,
+        id: &str,
+        model_id: &str,
+        usage: portcullis_core::usage::Usage,
+    ) {
+        let Some(p) = gw.providers.get(provider) else {
+            return;
+        };
+        let key = portcullis_core::keys::batch_charged(&p.name, id);
+        let first = portcullis_core::store::update(&self.host, &key, |cur| match cur {
+            Some(_) => (None, false),
+            None => (Some(vec![1]), true),
+        });
+        if first != Ok(true) {
+            return;
+        }
+        let priced = pricing::price_of_id(gw, provider, model_id)
+            .map(|(price, source)| (price.scaled(pricing::BATCH_FACTOR), source));
+        let price = priced.map(|(price, _)| price);
+        if let Some(client) = self.client(gw) {
+            let now = self.host.now_ms();
+            let used = (&usage, price);
+            let _ = admission::charge(
+                &self.host,
+                gw,
+                (client, None),
+                used,
+                admission::Charge::Budgets,
+                now,
+            );
+        }
+        if let Some(s) = self.stored.as_mut() {
+            let mut sum = s.usage.unwrap_or_default();
+            sum.prompt = sum.prompt.saturating_add(usage.prompt);
+            sum.completion = sum.completion.saturating_add(usage.completion);
+            sum.cached = sum.cached.saturating_add(usage.cached);
+            s.usage = Some(sum);
+            s.cost_micros = s
+                .cost_micros
+                .saturating_add(price.map_or(0, |p| p.usage_cost(&usage)));
+            s.price_source = priced.map_or("", |(_, source)| source.as_str());
+            s.model = model_id.to_string();
+        }
     }
 
     /// The call's end: its record.
@@ -464,6 +568,11 @@ impl<H: Host> RequestContext<H> {
             api: call.api,
             request_bytes: call.request_bytes,
             response_bytes: call.response_bytes,
+            prompt_tokens: call.usage.map_or(0, |u| u.prompt),
+            completion_tokens: call.usage.map_or(0, |u| u.completion),
+            cached_tokens: call.usage.map_or(0, |u| u.cached),
+            cost_micros: call.cost_micros,
+            price_source: call.price_source.to_string(),
             ..self.record_base(gw, None)
         };
         self.request_metrics(&rec);

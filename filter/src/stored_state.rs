@@ -25,4 +25,14 @@ pub struct StoredCall {
     pub requests: u64,
     pub request_bytes: u64,
     pub response_bytes: u64,
+    /// The answer may report a finished batch's usage.
+    pub reports_usage: bool,
+    /// A Message Batch's results, read for their usage as they pass, and
+    /// the batch's id at its provider.
+    pub results: Option<Box<portcullis_core::api::files::ResultsUsage>>,
+    pub batch_id: String,
+    /// A finished batch's usage and cost, charged with this call.
+    pub usage: Option<portcullis_core::usage::Usage>,
+    pub cost_micros: i64,
+    pub price_source: &'static str,
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 const OTHER_KEY: &str = "sk-batches-other";
 const SMALL_KEY: &str = "sk-batches-small";
+const BUDGET_KEY: &str = "sk-batches-budget";
 
 fn plugin() -> String {
     test_plugin()
@@ -19,20 +20,26 @@ fn plugin() -> String {
         .replace(
             "clients:\n",
             &format!(
-                "clients:\n  - name: other\n    key_sha256: {}\n  - name: small\n    key_sha256: {}\n    limits: {{requests_per_minute: 20}}\n",
+                "clients:\n  - name: other\n    key_sha256: {}\n  - name: small\n    key_sha256: {}\n    limits: {{requests_per_minute: 20}}\n  - name: budgeted\n    key_sha256: {}\n    limits: {{budget_usd_per_day: 0.01}}\n",
                 key_hash(OTHER_KEY),
-                key_hash(SMALL_KEY)
+                key_hash(SMALL_KEY),
+                key_hash(BUDGET_KEY)
             ),
         )
 }
 
 /// A multipart upload of a batch file of `lines` requests, by plain HTTP.
 fn upload(s: &Stack, key: &str, lines: usize) -> Resp {
+    upload_of(s, key, lines, "hi")
+}
+
+/// The same, each request's prompt `content`.
+fn upload_of(s: &Stack, key: &str, lines: usize, content: &str) -> Resp {
     let b = "batchboundary";
     let file: String = (0..lines)
         .map(|i| {
             json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/chat/completions",
-                "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}})
+                "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}]}})
             .to_string()
                 + "\n"
         })
@@ -202,6 +209,81 @@ fn a_batchs_requests_count_against_the_request_rate() {
 }
 
 #[test]
+fn a_finished_batchs_cost_is_charged_to_the_budget_once() {
+    let dir = TempDir::new("batches-budget");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(&plugin(), 1, false, c.grpc_port);
+    let chat = || {
+        post(
+            &s.envoy.url("/v1/chat/completions"),
+            &[
+                ("authorization", &format!("Bearer {BUDGET_KEY}")),
+                ("content-type", "application/json"),
+            ],
+            &json!({"model": "gpt-4o-mini", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+        )
+    };
+    // 200 requests of 700 words: the mock counts 140,000 input and 400
+    // output tokens, $0.0106 at half gpt-4o-mini's price ($0.15 and $0.60
+    // per 1M), over the key's $0.01 a day.
+    let words = vec!["word"; 700].join(" ");
+    let r = upload_of(&s, BUDGET_KEY, 200, &words);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let file = r.json()["id"].as_str().unwrap().to_string();
+    let r = post(
+        &s.envoy.url("/v1/batches"),
+        &[
+            ("authorization", &format!("Bearer {BUDGET_KEY}")),
+            ("content-type", "application/json"),
+        ],
+        &json!({"input_file_id": file, "endpoint": "/v1/chat/completions", "completion_window": "24h"}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let r = chat();
+    assert_eq!(
+        r.status, 200,
+        "the budget is whole until the batch is done: {}",
+        r.body
+    );
+    // Read done: its usage is charged; read again and listed: not again.
+    let auth = format!("Bearer {BUDGET_KEY}");
+    for path in [
+        format!("/v1/batches/{id}"),
+        format!("/v1/batches/{id}"),
+        "/v1/batches".into(),
+    ] {
+        let r = get(&s.envoy.url(&path), &[("authorization", &auth)]);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    let r = chat();
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], "budget_exceeded", "{}", r.body);
+    let rows = poll_until(Duration::from_secs(15), "the batch reads' records", || {
+        let r = c.recent(50);
+        (r.iter()
+            .filter(|x| x["api"] == "batches" && x["client"] == "budgeted")
+            .count()
+            >= 4)
+            .then_some(r)
+    });
+    let costs: Vec<(i64, u64, u64)> = rows
+        .iter()
+        .filter(|x| x["api"] == "batches" && x["client"] == "budgeted")
+        .map(|x| {
+            (
+                (x["cost_usd"].as_f64().unwrap_or(0.0) * 1e6).round() as i64,
+                x["prompt_tokens"].as_u64().unwrap_or(0),
+                x["completion_tokens"].as_u64().unwrap_or(0),
+            )
+        })
+        .filter(|c| c.0 > 0)
+        .collect();
+    let expected = (140_000.0 * 0.075 + 400.0 * 0.3_f64).ceil() as i64;
+    assert_eq!(costs, vec![(expected, 140_000, 400)], "{rows:?}");
+}
+
+#[test]
 fn the_anthropic_sdk_runs_a_message_batch_through_the_gateway() {
     // The shipped demo's Anthropic provider (`claude`, on the primary mock).
     let plugin = shipped_plugin()
@@ -217,7 +299,14 @@ fn the_anthropic_sdk_runs_a_message_batch_through_the_gateway() {
         plugin.contains("name: claude-sonnet"),
         "the demo's Anthropic model changed"
     );
-    let s = Stack::start(&plugin, 1);
+    let dir = TempDir::new("message-batches-records");
+    let c = Collector::start(&dir.0.join("log.db"), 0);
+    let s = Stack::start_full(
+        &plugin.replace("flush_interval_ms: 250", "flush_interval_ms: 100"),
+        1,
+        false,
+        c.grpc_port,
+    );
     let v = sdk_script(
         "anthropic_batches_check.py",
         &[&s.envoy.url(""), DEMO_KEY, OTHER_KEY, "claude-sonnet"],
@@ -273,4 +362,16 @@ fn the_anthropic_sdk_runs_a_message_batch_through_the_gateway() {
     assert!(sent
         .iter()
         .all(|r| !r["path"].as_str().unwrap_or("").contains('~')));
+    // The results, read as they passed: their usage (each answer's 2
+    // output tokens) charged once at half the model's price, on the
+    // record of the call that fetched them.
+    let rows = poll_until(Duration::from_secs(15), "the results' record", || {
+        let r = c.recent(50);
+        r.iter()
+            .find(|x| x["api"] == "message_batches" && x["completion_tokens"].as_u64() > Some(0))
+            .cloned()
+    });
+    assert_eq!(rows["completion_tokens"], 6, "{rows}");
+    assert!(rows["prompt_tokens"].as_u64() > Some(0), "{rows}");
+    assert!(rows["cost_usd"].as_f64() > Some(0.0), "{rows}");
 }

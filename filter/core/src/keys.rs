@@ -139,6 +139,11 @@ pub fn response_slot(slot: u32) -> String {
     format!("portcullis:resp:{slot}")
 }
 
+/// A batch whose cost was charged (once, when its usage was first seen).
+pub fn batch_charged(provider: &str, id: &str) -> String {
+    format!("portcullis:batch:{provider}:{id}")
+}
+
 /// The config generation shared by the workers.
 pub const CONFIG_GENERATION: &str = "portcullis:config_generation";
 

@@ -175,6 +175,29 @@ fn unit_default(model_id: &str) -> Option<Price> {
     })
 }
 
+/// Batches cost half the model's price (OpenAI's and Anthropic's batch
+/// discount).
+pub const BATCH_FACTOR: f64 = 0.5;
+
+/// The price of a model as a provider names it (a batch's `model`): the
+/// gateway's model that provider serves under that id (or a dated
+/// snapshot of it), else the default table's.
+pub fn price_of_id(gw: &Gateway, provider: usize, model_id: &str) -> Option<(Price, Source)> {
+    let served = gw.models.iter().position(|m| {
+        m.serving.iter().any(|s| {
+            s.provider == provider
+                && (s.provider_model_id == model_id
+                    || model_id
+                        .strip_prefix(s.provider_model_id.as_str())
+                        .is_some_and(|rest| rest.starts_with('-')))
+        })
+    });
+    match served {
+        Some(m) => price_of(gw, m, Some(provider)),
+        None => default_price(model_id).map(|p| (p, Source::Default)),
+    }
+}
+
 /// The price a request pays: the model's (as [`price_of`]) with its unit
 /// price for this request's units (an image's size and quality) and the
 /// units it asks for reserved.

@@ -235,6 +235,21 @@ pub struct Price {
 }
 
 impl Price {
+    /// Every price times `f` (a batch's discount).
+    pub fn scaled(self, f: f64) -> Price {
+        Price {
+            input: self.input * f,
+            output: self.output * f,
+            cached_input: self.cached_input * f,
+            cache_write: self.cache_write * f,
+            reasoning: self.reasoning * f,
+            input_audio: self.input_audio * f,
+            output_audio: self.output_audio * f,
+            unit: self.unit * f,
+            ..self
+        }
+    }
+
     /// The cost of an answer's usage, each kind of token at its price.
     pub fn usage_cost(&self, u: &crate::usage::Usage) -> Micros {
         let cached = u.cached.min(u.prompt);

@@ -127,6 +127,23 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Whether the answer is a Message Batch's results (read for usage).
+    pub fn results(self) -> bool {
+        matches!(
+            self,
+            Call::MessageBatch {
+                tail: "/results",
+                ..
+            }
+        )
+    }
+
+    /// Whether the answer may report a finished batch's usage (OpenAI's
+    /// batch object carries `usage` once its requests are done).
+    pub fn reports_usage(self) -> bool {
+        matches!(self, Call::Batch { .. } | Call::ListBatches)
+    }
+
     /// Whether the client's body is read first (an upload, a batch).
     pub fn has_body(self) -> bool {
         matches!(
@@ -353,6 +370,138 @@ pub fn message_batch_body(
 }
 
 /// The fields of a file or batch object that hold ids of files or batches.
+/// Finished batches' usage as their objects report it (`completed`,
+/// `cancelled` or `expired`, with `usage`), in a batch or a list of them
+/// (only those of the owner `keep` marks): each one's id at the provider,
+/// the model id it names, its usage.
+pub fn finished_batches(
+    body: &[u8],
+    keep: Option<&str>,
+) -> Vec<(String, String, crate::usage::Usage)> {
+    #[derive(serde::Deserialize)]
+    struct Batch {
+        #[serde(default)]
+        id: String,
+        #[serde(default)]
+        object: String,
+        #[serde(default)]
+        status: String,
+        #[serde(default)]
+        model: Option<String>,
+        #[serde(default)]
+        usage: Option<Value>,
+        #[serde(default)]
+        metadata: Option<Value>,
+        #[serde(default)]
+        data: Vec<Batch>,
+    }
+    let Ok(b) = serde_json::from_slice::<Batch>(body) else {
+        return Vec::new();
+    };
+    let items = if b.object == "list" { b.data } else { vec![b] };
+    items
+        .into_iter()
+        .filter(|b| {
+            b.object == "batch"
+                && matches!(b.status.as_str(), "completed" | "cancelled" | "expired")
+        })
+        .filter(|b| {
+            keep.is_none_or(|mark| {
+                b.metadata
+                    .as_ref()
+                    .and_then(|m| m.get(OWNER_KEY))
+                    .and_then(Value::as_str)
+                    == Some(mark)
+            })
+        })
+        .filter_map(|b| {
+            let usage = crate::usage::Usage::from_usage(b.usage.as_ref()?)?;
+            Some((b.id, b.model.unwrap_or_default(), usage))
+        })
+        .collect()
+}
+
+/// A Message Batch's results (JSONL) read for their usage as they pass:
+/// each succeeded request's `message.usage` summed, and the model.
+#[derive(Debug, Default)]
+pub struct ResultsUsage {
+    /// The end of a line not whole yet.
+    partial: Vec<u8>,
+    pub usage: crate::usage::Usage,
+    pub model: String,
+    pub lines: u64,
+}
+
+impl ResultsUsage {
+    /// A line can be long (a whole answer); a longer one is not read.
+    const MAX_LINE: usize = 4 << 20;
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        let mut rest = chunk;
+        while let Some(end) = memchr::memchr(b'\n', rest) {
+            let (line, after) = rest.split_at(end);
+            if self.partial.is_empty() {
+                self.line(line);
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.line(&whole);
+            }
+            rest = after.get(1..).unwrap_or_default();
+        }
+        if self.partial.len().saturating_add(rest.len()) <= Self::MAX_LINE {
+            self.partial.extend_from_slice(rest);
+        } else {
+            self.partial.clear();
+        }
+    }
+
+    /// The end of the results (a last line without its newline).
+    pub fn finish(&mut self) {
+        let last = std::mem::take(&mut self.partial);
+        if !last.is_empty() {
+            self.line(&last);
+        }
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Line {
+            result: Result,
+        }
+        #[derive(serde::Deserialize)]
+        struct Result {
+            #[serde(default)]
+            message: Option<Message>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Message {
+            #[serde(default)]
+            model: String,
+            #[serde(default)]
+            usage: Option<Value>,
+        }
+        let Ok(l) = serde_json::from_slice::<Line>(line) else {
+            return;
+        };
+        let Some(m) = l.result.message else {
+            return;
+        };
+        let Some(u) = m.usage.as_ref().and_then(crate::usage::Usage::from_usage) else {
+            return;
+        };
+        self.lines = self.lines.saturating_add(1);
+        let sum = &mut self.usage;
+        sum.prompt = sum.prompt.saturating_add(u.prompt);
+        sum.completion = sum.completion.saturating_add(u.completion);
+        sum.cached = sum.cached.saturating_add(u.cached);
+        sum.cache_write = sum.cache_write.saturating_add(u.cache_write);
+        if self.model.is_empty() {
+            self.model = m.model;
+        }
+    }
+}
+
 const ID_FIELDS: &[&str] = &["id", "input_file_id", "output_file_id", "error_file_id"];
 
 /// A provider's JSON answer with every id of a file or batch in it sealed
@@ -446,6 +595,7 @@ fn seal_object(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -598,5 +748,55 @@ mod tests {
             v["results_url"],
             "http://gw:1/v1/messages/batches/msgbatch_1~S0/results"
         );
+    }
+
+    #[test]
+    fn message_batch_results_are_read_for_their_usage_split_anywhere() {
+        let line = |i: u64| {
+            json!({"custom_id": format!("q{i}"), "result": {"type": "succeeded", "message": {"model": "claude-x",
+                "usage": {"input_tokens": i, "output_tokens": 2, "cache_read_input_tokens": 1}}}})
+            .to_string()
+        };
+        let errored =
+            json!({"custom_id": "e", "result": {"type": "errored", "error": {"type": "error"}}})
+                .to_string();
+        let body = format!("{}\n{errored}\n{}\n{}", line(3), line(4), line(5));
+        for cut in 0..body.len() {
+            let mut r = ResultsUsage::default();
+            r.push(&body.as_bytes()[..cut]);
+            r.push(&body.as_bytes()[cut..]);
+            r.finish();
+            // Anthropic's input excludes cache reads: the prompt counts them.
+            assert_eq!(
+                (r.lines, r.usage.prompt, r.usage.completion, r.usage.cached),
+                (3, 15, 6, 3),
+                "{cut}"
+            );
+            assert_eq!(r.model, "claude-x");
+        }
+    }
+
+    #[test]
+    fn finished_batches_report_their_usage_and_a_list_only_the_owners() {
+        let done = |id: &str, owner: &str| {
+            json!({"id": id, "object": "batch", "status": "completed", "model": "gpt-4o-mini-2024-07-18",
+                "metadata": {OWNER_KEY: owner}, "usage": {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}})
+        };
+        let one = serde_json::to_vec(&done("batch_1", "a")).unwrap();
+        let found = finished_batches(&one, None);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].0.as_str(), found[0].1.as_str()),
+            ("batch_1", "gpt-4o-mini-2024-07-18")
+        );
+        assert_eq!((found[0].2.prompt, found[0].2.completion), (10, 4));
+        let running = json!({"id": "batch_2", "object": "batch", "status": "in_progress", "usage": {"input_tokens": 1}});
+        let list = json!({"object": "list", "data": [done("batch_1", "a"), done("batch_3", "b"), running]});
+        let found = finished_batches(&serde_json::to_vec(&list).unwrap(), Some("a"));
+        assert_eq!(
+            found.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(),
+            vec!["batch_1"]
+        );
+        assert!(finished_batches(b"not json", None).is_empty());
     }
 }

@@ -373,6 +373,12 @@ fn run_batch(kept: &mut Kept, id: &str) -> Option<Value> {
     let n = lines.len() as u64;
     let done = kept.batches.get_mut(id)?;
     done["status"] = json!("completed");
+    // The model the batch ran on, as OpenAI names it (a dated snapshot).
+    let model = lines
+        .first()
+        .and_then(|l| l["body"]["model"].as_str())
+        .unwrap_or("");
+    done["model"] = json!(format!("{model}-2024-07-18"));
     done["output_file_id"] = json!(out_id);
     done["in_progress_at"] = json!(t);
     done["finalizing_at"] = json!(t);
