@@ -13,7 +13,9 @@
 # routed config: images, speech, rerank, transcription (a 16 KB WAV) and
 # transcription1m (1 MB), upload1m and upload10m (a batch file to
 # POST /v1/files; run them with a small BENCH_INSTR_N), with their native
-# twins), Envoy (one worker) starts under
+# twins; realtime, nrealtime and barerealtime: a Realtime session per
+# connection, each request one event of 1 KB sent and the mock's two
+# events of about 1 KB back), Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
@@ -229,13 +231,14 @@ measure() { # variant -> instructions per request
     transcription1m|ntranscription1m) path=/v1/audio/transcriptions; api=transcription; export PORTCULLIS_LOAD_BYTES=1000000 ;;
     upload1m|nupload1m) path=/v1/files; api=upload; export PORTCULLIS_LOAD_BYTES=1000000 ;;
     upload10m|nupload10m) path=/v1/files; api=upload; export PORTCULLIS_LOAD_BYTES=10000000 ;;
+    realtime|nrealtime|barerealtime) path='/v1/realtime?model=gpt-4o-mini'; api=realtime; export PORTCULLIS_LOAD_BYTES=1000 ;;
     *) unset PORTCULLIS_LOAD_BYTES ;;
   esac
   case $v in
-    bare|baretraced|baremcp) cfg=bare.yaml; key=sk-bench ;;
+    bare|baretraced|baremcp|barerealtime) cfg=bare.yaml; key=sk-bench ;;
     envoymcp|envoymcplist) cfg=envoymcp.yaml; key=sk-bench ;;
-    images|speech|rerank|transcription|transcription1m|upload1m|upload10m) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
-    nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
+    images|speech|rerank|transcription|transcription1m|upload1m|upload10m|realtime) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m|nrealtime) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
@@ -312,6 +315,9 @@ mkdir -p .run
   [[ -z ${IPR[messages_openai]:-} || -z ${IPR[messages]:-} ]] || echo "A Messages request through the pivot (OpenAI-backed) against one sent direct (Anthropic-backed): messages/messages_openai $(ratio "${IPR[messages]}" "${IPR[messages_openai]}")x ($((IPR[messages_openai] - IPR[messages])) instructions per request more)"
   for st in cheapest fastest least_busy; do
     [[ -z ${IPR[$st]:-} || -z ${IPR[route]:-} ]] || echo "Strategy $st against weighted: route/$st $(ratio "${IPR[route]}" "${IPR[$st]}")x ($((IPR[$st] - IPR[route])) instructions per request more)"
+  done
+  for rt in realtime nrealtime; do
+    [[ -z ${IPR[$rt]:-} || -z ${IPR[barerealtime]:-} ]] || echo "A Realtime turn ($rt: 1 KB sent, two events of about 1 KB back) against bare Envoy's: $((IPR[$rt] - IPR[barerealtime])) instructions more ($(ratio "${IPR[$rt]}" "${IPR[barerealtime]}")x), $(((IPR[$rt] - IPR[barerealtime]) / 3)) per 1 KB event passed"
   done
   [[ -z ${IPR[floor]:-} || -z ${IPR[route]:-} || -z ${IPR[hit]:-} || -z ${IPR[floorhit]:-} ]] || echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
   [[ -z ${IPR[floor]:-} || -z ${IPR[miss]:-} ]] || echo "A cache miss against the routed floor: miss/floor $(ratio "${IPR[floor]}" "${IPR[miss]}")x"

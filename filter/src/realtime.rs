@@ -65,6 +65,9 @@ impl<H: Host> RequestContext<H> {
         let now = self.host.now_ms();
         self.log.started_ms = now;
         self.request.api = Api::Realtime;
+        // A session refused here is recorded as a request (the session's
+        // own record takes over once it is admitted).
+        self.log.chat = true;
         let (protocol_key, protocols) = up
             .protocols
             .as_deref()

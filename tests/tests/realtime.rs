@@ -123,6 +123,23 @@ fn sessions_pass_through_counted_priced_and_recorded() {
     assert_eq!(sdk["status"], 101);
     assert_eq!(sdk["provider"], "primary");
     assert_eq!(sdk["model"], "gpt-realtime");
+    // A session refused at the upgrade is recorded too.
+    let r = get(
+        &s.envoy.url("/v1/realtime?model=gpt-realtime"),
+        &[
+            ("authorization", "Bearer sk-nobody"),
+            ("upgrade", "websocket"),
+            ("connection", "Upgrade"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("sec-websocket-version", "13"),
+        ],
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
+    poll_until(Duration::from_secs(15), "the refusal's record", || {
+        c.recent(20)
+            .into_iter()
+            .find(|x| x["api"] == "realtime" && x["status"] == 401)
+    });
 }
 
 #[test]

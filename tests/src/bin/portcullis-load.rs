@@ -19,6 +19,9 @@
 //! transcription of a WAV of `PORTCULLIS_LOAD_BYTES` bytes (default 16 KB);
 //! `upload` a multipart `POST /v1/files` of a batch file (JSONL chat
 //! requests) of about `PORTCULLIS_LOAD_BYTES` bytes (default 1 MB).
+//! `PORTCULLIS_LOAD_API=realtime`: a Realtime session per connection (URL
+//! is the upgrade's), each request one event sent and its answers read
+//! (see `realtime`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,6 +71,10 @@ fn main() {
         "Bearer {}",
         args.get(4).map_or("sk-portcullis-demo", |s| s.as_str())
     );
+    if std::env::var("PORTCULLIS_LOAD_API").as_deref() == Ok("realtime") {
+        realtime(url, n, c, &auth);
+        return;
+    }
     let unique = std::env::var("PORTCULLIS_LOAD_UNIQUE").is_ok_and(|v| v == "1");
     let traceparent = std::env::var("PORTCULLIS_LOAD_TRACEPARENT")
         .ok()
@@ -187,4 +194,128 @@ pub fn pad(template: &str, bytes: usize) -> String {
         &format!(r#""messages":[{{"role":"user","content":"{filler}"}},"#),
         1,
     )
+}
+
+/// `PORTCULLIS_LOAD_API=realtime`: each connection opens one Realtime
+/// session (the WebSocket upgrade of URL, `session.created` read); a
+/// request is then one `conversation.item.create` of about
+/// `PORTCULLIS_LOAD_BYTES` (default 1,000) sent, and the mock's two events
+/// of the item (`conversation.item.added`, `.done`) read back.
+fn realtime(url: &str, n: u64, c: u64, auth: &str) {
+    let bytes = std::env::var("PORTCULLIS_LOAD_BYTES")
+        .ok()
+        .and_then(|b| b.parse::<usize>().ok())
+        .unwrap_or(1000);
+    let next = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicU64::new(0));
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let threads: Vec<_> = (0..c)
+        .map(|_| {
+            let (addr, path, auth, next, bad) = (
+                addr.to_string(),
+                path.to_string(),
+                auth.to_string(),
+                next.clone(),
+                bad.clone(),
+            );
+            std::thread::spawn(move || {
+                let Some(mut ws) = ws_open(&addr, &path, &auth) else {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                    return;
+                };
+                let head = r#"{"type":"conversation.item.create","item":{"type":"message","role":"user","content":[{"type":"input_text","text":""#;
+                let tail = r#""}]}}"#;
+                let text = "Say hello to the benchmark. ".repeat(bytes / 28 + 1);
+                let text = text.get(..bytes.saturating_sub(head.len() + tail.len())).unwrap_or("");
+                let event = format!("{head}{text}{tail}");
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    if !ws_turn(&mut ws, event.as_bytes()) {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    println!("{n} {}", bad.load(Ordering::Relaxed));
+}
+
+/// A WebSocket session opened by hand: the upgrade, then the first event.
+fn ws_open(addr: &str, path: &str, auth: &str) -> Option<std::net::TcpStream> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    let _ = s.set_nodelay(true);
+    write!(s, "GET {path} HTTP/1.1\r\nhost: {addr}\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\nauthorization: {auth}\r\n\r\n").ok()?;
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).ok()?;
+        head.push(b[0]);
+    }
+    if !head.starts_with(b"HTTP/1.1 101") {
+        return None;
+    }
+    ws_read(&mut s)?;
+    Some(s)
+}
+
+/// One event sent (masked, as a client's), its two answers read.
+fn ws_turn(s: &mut std::net::TcpStream, event: &[u8]) -> bool {
+    use std::io::Write;
+    let key = [0x5a, 0x17, 0xc3, 0x08];
+    let mut f = vec![0x81u8];
+    match event.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n < 65_536 => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&key);
+    f.extend(event.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    if s.write_all(&f).is_err() {
+        return false;
+    }
+    loop {
+        match ws_read(s) {
+            Some(p) if p.windows(22).any(|w| w == b"conversation.item.done") => return true,
+            Some(p) if p.windows(14).any(|w| w == b"\"type\":\"error\"") => return false,
+            Some(_) => {}
+            None => return false,
+        }
+    }
+}
+
+/// One server frame's payload (unmasked, not fragmented); `None` at a close.
+fn ws_read(s: &mut std::net::TcpStream) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).ok()?;
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).ok()?;
+            usize::from(u16::from_be_bytes(b))
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b).ok()?;
+            usize::try_from(u64::from_be_bytes(b)).ok()?
+        }
+        n => usize::from(n),
+    };
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).ok()?;
+    (h[0] & 0x0f != 8).then_some(p)
 }
