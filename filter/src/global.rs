@@ -26,30 +26,9 @@ impl<H: Host> RequestContext<H> {
         service: &GlobalLimits,
         asks: Vec<Ask>,
     ) -> Result<Sent, GatewayError> {
-        // Every limit in one call, each descriptor with its own hits.
-        let message = rls::encode_weighted(
-            asks.iter()
-                .flat_map(|a| a.descriptors.iter().map(move |d| (d, a.hits))),
-        );
-        self.host.count(metrics::GLOBAL_CHECKS, 1);
-        let credential = self
-            .loaded
-            .as_ref()
-            .and_then(|l| l.limiter_credential.clone());
-        let metadata: Vec<(&str, &[u8])> = credential
-            .as_deref()
-            .map(|c| vec![("authorization", c)])
-            .unwrap_or_default();
         let mut calls = Vec::with_capacity(1);
         let mut failed = None;
-        match self.host.dispatch_grpc(
-            &service.cluster,
-            rls::SERVICE,
-            rls::METHOD,
-            &metadata,
-            &message,
-            service.timeout_ms,
-        ) {
+        match self.dispatch_asks(service, &asks) {
             Ok(token) => calls.push((token, asks)),
             Err(s) => {
                 for ask in &asks {
@@ -79,6 +58,30 @@ impl<H: Host> RequestContext<H> {
         self.global = Some(pending);
         self.phase = Phase::Limiting;
         Ok(Sent::Waiting)
+    }
+
+    /// One call to the rate limit service: every limit in it, each
+    /// descriptor with its own hits.
+    pub(crate) fn dispatch_asks(
+        &mut self,
+        service: &GlobalLimits,
+        asks: &[Ask],
+    ) -> Result<u32, crate::host::Status> {
+        let message = rls::encode_weighted(
+            asks.iter()
+                .flat_map(|a| a.descriptors.iter().map(move |d| (d, a.hits))),
+        );
+        self.host.count(metrics::GLOBAL_CHECKS, 1);
+        let owned = crate::loaded::limiter_metadata(self.loaded.as_deref());
+        let metadata: Vec<(&str, &[u8])> = owned.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        self.host.dispatch_grpc(
+            &service.cluster,
+            rls::SERVICE,
+            rls::METHOD,
+            &metadata,
+            &message,
+            service.timeout_ms,
+        )
     }
 
     /// `local_share`: count the limits the service did not answer for
@@ -157,6 +160,10 @@ impl<H: Host> RequestContext<H> {
 
     /// One answer of the service (`on_grpc_call_response`).
     pub fn on_global_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
+        if self.realtime.is_some() {
+            self.realtime_global_answer(token, grpc_status, size);
+            return;
+        }
         if self.phase != Phase::Limiting {
             return;
         }

@@ -147,3 +147,12 @@ fn mcp_credentials(gw: &Gateway, host: &impl Host) -> Vec<Option<(String, String
         })
         .collect()
 }
+
+/// The rate limit service's call metadata: the limiter's credential, when
+/// the gateway has one.
+pub fn limiter_metadata(loaded: Option<&Loaded>) -> Vec<(&'static str, Vec<u8>)> {
+    loaded
+        .and_then(|l| l.limiter_credential.clone())
+        .map(|c| vec![("authorization", c)])
+        .unwrap_or_default()
+}

@@ -13,6 +13,7 @@
 
 use crate::admission::{self, Finish};
 use crate::context::{Phase, RequestContext};
+use crate::global_limits::{self, Ask};
 use crate::host::{Action, Host, Part};
 use crate::realtime_state::Session;
 use crate::upstream::UpstreamRequest;
@@ -22,7 +23,9 @@ use portcullis_core::config::Gateway;
 use portcullis_core::error::GatewayError;
 use portcullis_core::guard::{self, Kind, Stage};
 use portcullis_core::record::Record;
+use portcullis_core::rls;
 use portcullis_core::routing::resolve;
+use portcullis_core::usage::Usage;
 use portcullis_core::websocket::{Message, Verdict};
 use portcullis_core::{pricing, translate};
 
@@ -150,6 +153,20 @@ impl<H: Host> RequestContext<H> {
         );
         session.price = priced.map(|(p, _)| p);
         session.price_source = priced.map_or("", |(_, s)| s.as_str());
+        if gw.global_limits.is_some() {
+            // The limits counted across the fleet: the session's request
+            // and a token (and its cost) asked now, its responses' usage
+            // as they pass; a refusal ends the session.
+            let mut scratch = admission::Held::default();
+            session.global = global_limits::asks(
+                gw,
+                (client, self.request.user.as_deref()),
+                Some(((1, 0), session.price)),
+                now,
+                &mut scratch,
+            )?;
+        }
+        let first = session.global.clone();
         self.realtime = Some(Box::new(session));
         // Frames are read as they come: no extension (compression) may
         // be negotiated, and a key sent as a subprotocol goes no further.
@@ -163,6 +180,22 @@ impl<H: Host> RequestContext<H> {
                 protocols.as_deref(),
             );
         }
+        // The service's word on the session comes while it opens: an
+        // upgrade paused at its headers and resumed from a callout keeps the
+        // route Envoy chose at its headers (probed: the no-route 404), so
+        // the upgrade does not wait for it.
+        self.count_global(gw, first);
+        self.realtime_send(gw)?;
+        Ok(Action::Continue)
+    }
+
+    /// The upgrade on its way to the session's provider.
+    fn realtime_send(&mut self, gw: &Gateway) -> Result<(), GatewayError> {
+        let (provider, model_id) = self
+            .realtime
+            .as_ref()
+            .map(|s| (s.provider, s.model_id.clone()))
+            .ok_or_else(|| GatewayError::internal("no session"))?;
         let loaded = self.loaded()?;
         let path = gw
             .providers
@@ -174,7 +207,7 @@ impl<H: Host> RequestContext<H> {
         let up = UpstreamRequest::to_provider(&loaded, provider, path, true, None)?;
         self.send_through_router(&up, 0)?;
         self.phase = Phase::RealtimeUpgrade;
-        Ok(Action::Continue)
+        Ok(())
     }
 
     /// The provider's answer to the upgrade: `101` opens the session; any
@@ -327,6 +360,7 @@ impl<H: Host> RequestContext<H> {
         let host = &self.host;
         let now = host.now_ms();
         let mut verdicts = Vec::new();
+        let mut counted: Vec<(Usage, i64)> = Vec::new();
         let Session {
             server,
             ending,
@@ -357,8 +391,9 @@ impl<H: Host> RequestContext<H> {
                 *last_response = id;
                 if let Some(u) = u {
                     add(usage, &u);
-                    *cost_micros =
-                        cost_micros.saturating_add(price.map_or(0, |p| p.usage_cost(&u)));
+                    let cost = price.map_or(0, |p| p.usage_cost(&u));
+                    *cost_micros = cost_micros.saturating_add(cost);
+                    counted.push((u, cost));
                     let used = (&u, *price);
                     let what = admission::Charge::TokensAndBudgets;
                     if let Some(e) =
@@ -410,7 +445,113 @@ impl<H: Host> RequestContext<H> {
             let _ = self.host.set_body(Part::Response, body_size, &o);
         }
         self.note_verdicts(&verdicts);
+        for (u, cost) in counted {
+            self.count_usage_globally(gw, &u, cost);
+        }
         Action::Continue
+    }
+
+    /// A response's usage counted by the rate limit service: its tokens
+    /// and its cost in every level's descriptors.
+    fn count_usage_globally(&mut self, gw: &Gateway, u: &Usage, cost: i64) {
+        let Some(s) = self.realtime.as_ref() else {
+            return;
+        };
+        let asks: Vec<Ask> = s
+            .global
+            .iter()
+            .filter_map(|a| {
+                let hits = match a.kind {
+                    global_limits::Kind::Requests => return None,
+                    global_limits::Kind::Tokens => u.total(),
+                    global_limits::Kind::Budgets => rls::budget_units(cost),
+                };
+                (hits > 0).then(|| Ask {
+                    hits: u32::try_from(hits).unwrap_or(u32::MAX),
+                    ..a.clone()
+                })
+            })
+            .collect();
+        self.count_global(gw, asks);
+    }
+
+    /// Asks sent to the rate limit service; their answers come to
+    /// [`Self::realtime_global_answer`].
+    /// Whether a call is in flight.
+    fn count_global(&mut self, gw: &Gateway, asks: Vec<Ask>) -> bool {
+        let Some(service) = gw.global_limits.as_ref().filter(|_| !asks.is_empty()) else {
+            return false;
+        };
+        match self.dispatch_asks(service, &asks) {
+            Ok(token) => {
+                if let Some(s) = self.realtime.as_mut() {
+                    s.global_calls.push((token, asks));
+                }
+                true
+            }
+            Err(e) => {
+                self.host.log(
+                    crate::host::LogLevel::Warn,
+                    &format!("realtime: cannot call the rate limit service: {e:?}"),
+                );
+                false
+            }
+        }
+    }
+
+    /// The rate limit service's answer for a session: over a limit (or,
+    /// with `failure_mode: deny`, no answer to the upgrade's call), the
+    /// session ends at its next event either way (its first, when the
+    /// answer comes before it); a failed call counts nothing more.
+    pub(crate) fn realtime_global_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
+        let Some(s) = self.realtime.as_mut() else {
+            return;
+        };
+        let Some(i) = s.global_calls.iter().position(|(t, _)| *t == token) else {
+            return;
+        };
+        let (_, asks) = s.global_calls.swap_remove(i);
+        let groups: Vec<usize> = asks.iter().map(|a| a.descriptors.len()).collect();
+        let verdicts = match (grpc_status, self.host.grpc_answer(size)) {
+            (0, Ok(bytes)) => rls::verdicts(&bytes, &groups),
+            _ => vec![rls::Verdict::Unusable("the call failed"); groups.len()],
+        };
+        let mut refused = None;
+        let mut failed = false;
+        for (ask, v) in asks.iter().zip(verdicts) {
+            match v {
+                rls::Verdict::OverLimit(status) => {
+                    let (i, st) = status.map_or((0, None), |(i, st)| (i, Some(st)));
+                    refused.get_or_insert_with(|| global_limits::refusal(ask, i, st));
+                }
+                rls::Verdict::Unusable(_) => failed = true,
+                rls::Verdict::Ok(_) => {}
+            }
+        }
+        if refused.is_some() {
+            self.host.count(crate::metrics::GLOBAL_OVER_LIMIT, 1);
+            self.log.limited_by = "global";
+        }
+        // The upgrade's own call asks the request rate.
+        let upgrade = asks.iter().any(|a| a.kind == global_limits::Kind::Requests);
+        let deny = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.gw.global_limits.as_ref())
+            .is_some_and(|g| g.failure == portcullis_core::config::GlobalFailure::Deny);
+        let err = refused.or_else(|| {
+            (failed && deny && upgrade).then(|| {
+                GatewayError::new(
+                    503,
+                    "api_error",
+                    "rate_limit_service_unavailable",
+                    "The rate limit service did not answer: the session cannot be counted.",
+                )
+            })
+        });
+        if let (Some(err), Some(s)) = (err, self.realtime.as_mut()) {
+            s.end(err, POLICY);
+        }
     }
 
     /// The session's end: its hold on the limits given back (its usage
@@ -459,7 +600,7 @@ impl<H: Host> RequestContext<H> {
     }
 }
 
-fn add(sum: &mut portcullis_core::usage::Usage, u: &portcullis_core::usage::Usage) {
+fn add(sum: &mut Usage, u: &Usage) {
     sum.prompt = sum.prompt.saturating_add(u.prompt);
     sum.completion = sum.completion.saturating_add(u.completion);
     sum.cached = sum.cached.saturating_add(u.cached);

@@ -39,6 +39,10 @@ pub struct Session {
     pub output: portcullis_core::api::realtime::OutputChecks,
     /// Events the gateway made (their ids).
     pub made: u64,
+    /// The key's limits counted by the rate limit service (`scope:
+    /// global`): each limit's descriptors, and the calls in flight.
+    pub global: Vec<crate::global_limits::Ask>,
+    pub global_calls: Vec<(u32, Vec<crate::global_limits::Ask>)>,
 }
 
 impl Session {
@@ -68,6 +72,8 @@ impl Session {
             told_provider: false,
             output: Default::default(),
             made: 0,
+            global: Vec::new(),
+            global_calls: Vec::new(),
         }
     }
 

@@ -121,14 +121,8 @@ impl<H: Host + Clone> Root<H> {
             );
             return;
         };
-        let credential = self
-            .loaded
-            .as_ref()
-            .and_then(|l| l.limiter_credential.clone());
-        let metadata: Vec<(&str, &[u8])> = credential
-            .as_deref()
-            .map(|c| vec![("authorization", c)])
-            .unwrap_or_default();
+        let owned = crate::loaded::limiter_metadata(self.loaded.as_deref());
+        let metadata: Vec<(&str, &[u8])> = owned.iter().map(|(k, v)| (*k, v.as_slice())).collect();
         for message in queued {
             match self.host.dispatch_grpc(
                 &service.cluster,

@@ -8,10 +8,11 @@ tests/tests/realtime.rs:
 MODE is one of:
 - `session`: the SDK, two text turns; then `websockets` with the key as a
   browser sends it (a subprotocol), one turn.
-- `limit`: the SDK, turns until the gateway ends the session; the error
-  event and the close frame it saw.
+- `limit [MODEL]`: the SDK, turns until the gateway ends the session; the
+  error event and the close frame it saw.
 - `refused`: the SDK's connect with this key (or model ARGS[0]) and the
-  HTTP answer that refused it.
+  HTTP answer that refused it; or, opened, the events of a response asked
+  for (and the close) when the gateway ends the session.
 - `concurrent N`: N sessions open at once (`websockets`, asyncio), one turn
   each once all are open.
 - `guarded`: a turn whose answer holds a secret (redacted in flight), then
@@ -28,6 +29,17 @@ import websockets
 from websockets.sync.client import connect as sync_connect
 
 mode, base, key = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def refusal_hook(kind, value, tb):
+    """A refused upgrade says why (its status and body) before failing."""
+    r = getattr(value, "response", None)
+    if r is not None:
+        print(f"upgrade refused: {r.status_code} {r.body!r}", file=sys.stderr)
+    sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = refusal_hook
 args = sys.argv[4:]
 ws_base = base.replace("http://", "ws://", 1)
 MODEL = "gpt-realtime"
@@ -103,7 +115,7 @@ if mode == "session":
 
 elif mode == "limit":
     turns, after = [], []
-    with client().realtime.connect(model=MODEL) as conn:
+    with client().realtime.connect(model=args[0] if args else MODEL) as conn:
         conn.recv()
         try:
             for i in range(10):
@@ -123,8 +135,23 @@ elif mode == "refused":
     model = args[0] if args else MODEL
     try:
         with client().realtime.connect(model=model) as conn:
-            conn.recv()
-        out["refused"] = None
+            out["refused"] = None
+            # Opened: a response asked for, its events read until it is
+            # done or the gateway ends the session (a limit counted across
+            # the fleet answers while the session opens; the end comes at
+            # the session's next event).
+            events = [conn.recv().type]
+            if events[0] != "error":
+                conn.response.create()
+            try:
+                while events[-1] != "response.done":
+                    e = conn.recv()
+                    events.append(e.type)
+                    if e.type == "error":
+                        out["error"] = e.error.code
+            except websockets.exceptions.ConnectionClosed as e:
+                out["closed"] = closed_of(e)
+            out["events"] = events
     except websockets.exceptions.InvalidStatus as e:
         r = e.response
         out["refused"] = {"status": r.status_code, "body": json.loads(r.body or b"null")}

@@ -9,6 +9,7 @@ use common::*;
 use portcullis_core::ratelimit::Price;
 use portcullis_core::rls::budget_units;
 use portcullis_tests::*;
+use serde_json::Value;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -249,6 +250,58 @@ fn global_limits_hold_across_two_envoys() {
 /// requests at once, split across two Envoys and the two keys, against a
 /// team budget of five reservations admit five, and no key-level counter
 /// stops them (the keys have no budgets).
+/// A Realtime session's usage counts against a fleet's limit: each
+/// `response.done` is counted by the service as it passes, the session
+/// ends when the service refuses, and the other Envoy refuses the key.
+#[test]
+fn a_realtime_sessions_usage_counts_across_the_fleet() {
+    let redis = Redis::start();
+    let limiter = Limiter::start(redis.port, 0);
+    let primary = mock("primary", Some(PRIMARY_KEY));
+    let backup = mock("backup", Some(BACKUP_KEY));
+    let plugin = fleet_plugin("deny", 3000, 20, 1_000, 1.0);
+    let a = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    // Each answer reports 400 output tokens: the fleet's 1,000 a minute
+    // are spent by the third, and the session ends at its next event.
+    let v = sdk_script(
+        "realtime_check.py",
+        &["limit", &a.url("/v1"), TOKENS_KEY, "gpt-4o-mini"],
+    );
+    let turns = v["turns"].as_array().unwrap();
+    let done = turns.iter().filter(|t| t["status"] == "completed").count();
+    assert!((3..=4).contains(&done), "{v}");
+    let errors: Vec<&Value> = turns
+        .iter()
+        .filter_map(|t| t.get("error"))
+        .chain(v["after"].as_array().unwrap().iter().map(|e| &e["error"]))
+        .filter(|e| !e.is_null())
+        .collect();
+    assert_eq!(errors.len(), 1, "{v}");
+    assert_eq!(errors[0]["code"], "rate_limit_exceeded", "{v}");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("across the fleet"),
+        "{v}"
+    );
+    assert_eq!(v["closed"]["code"], 1008, "{v}");
+    // The other Envoy knows: a chat request is refused, and a session
+    // there ends after its first response (the fleet's count is over).
+    let r = chat(&b, TOKENS_KEY, &chat_body("gpt-4o-mini", "hello"));
+    assert_openai_error(&r, 429, "rate_limit_exceeded");
+    let v = sdk_script(
+        "realtime_check.py",
+        &["limit", &b.url("/v1"), TOKENS_KEY, "gpt-4o-mini"],
+    );
+    let turns = v["turns"].as_array().unwrap();
+    let done = turns.iter().filter(|t| t["status"] == "completed").count();
+    assert_eq!(done, 1, "{v}");
+    assert_eq!(v["closed"]["code"], 1008, "{v}");
+    b.wait_stat_at_least("wasmcustom.portcullis.global.over_limit", 1);
+}
+
 #[test]
 fn a_team_budget_counted_across_the_fleet_admits_what_it_holds() {
     let redis = Redis::start();
