@@ -15,7 +15,8 @@
 # POST /v1/files; run them with a small BENCH_INSTR_N), with their native
 # twins; realtime, nrealtime and barerealtime: a Realtime session per
 # connection, each request one event of 1 KB sent and the mock's two
-# events of about 1 KB back), Envoy (one worker) starts under
+# events of about 1 KB back; floorstream and nfloorstream their floors),
+# Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
@@ -63,6 +64,9 @@ cp "$dir/shipped.yaml" "$dir/plugin-hit.yaml"
 # (key, lookup) and a store each.
 cp "$dir/shipped.yaml" "$dir/plugin-miss.yaml"
 echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
+# The floor of a session whose every byte a filter sees (floorstream,
+# nfloorstream): route at the headers, read each body chunk both ways.
+echo stream >"$dir/plugin-floorstream.yaml"
 # The routed path with five input checks and one output check (#18).
 cat "$dir/plugin-route.yaml" - >"$dir/plugin-guard.yaml" <<'YAML'
 guardrails:
@@ -231,7 +235,7 @@ measure() { # variant -> instructions per request
     transcription1m|ntranscription1m) path=/v1/audio/transcriptions; api=transcription; export PORTCULLIS_LOAD_BYTES=1000000 ;;
     upload1m|nupload1m) path=/v1/files; api=upload; export PORTCULLIS_LOAD_BYTES=1000000 ;;
     upload10m|nupload10m) path=/v1/files; api=upload; export PORTCULLIS_LOAD_BYTES=10000000 ;;
-    realtime|nrealtime|barerealtime) path='/v1/realtime?model=gpt-4o-mini'; api=realtime; export PORTCULLIS_LOAD_BYTES=1000 ;;
+    realtime|nrealtime|barerealtime|floorstream|nfloorstream) path='/v1/realtime?model=gpt-4o-mini'; api=realtime; export PORTCULLIS_LOAD_BYTES=1000 ;;
     *) unset PORTCULLIS_LOAD_BYTES ;;
   esac
   case $v in
@@ -240,10 +244,10 @@ measure() { # variant -> instructions per request
     images|speech|rerank|transcription|transcription1m|upload1m|upload10m|realtime) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m|nrealtime) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
-    floor|floorhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
+    floor|floorhit|floorstream) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
     nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
-    nfloor|nfloorhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
+    nfloor|nfloorhit|nfloorstream) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
       sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.
     *) echo "bench-instructions: unknown variant $v" >&2; exit 1 ;;
@@ -319,6 +323,8 @@ mkdir -p .run
   for rt in realtime nrealtime; do
     [[ -z ${IPR[$rt]:-} || -z ${IPR[barerealtime]:-} ]] || echo "A Realtime turn ($rt: 1 KB sent, two events of about 1 KB back) against bare Envoy's: $((IPR[$rt] - IPR[barerealtime])) instructions more ($(ratio "${IPR[$rt]}" "${IPR[barerealtime]}")x), $(((IPR[$rt] - IPR[barerealtime]) / 3)) per 1 KB event passed"
   done
+  [[ -z ${IPR[realtime]:-} || -z ${IPR[floorstream]:-} ]] || echo "A Realtime turn against the stream floor (every chunk read, nothing done): realtime $((IPR[realtime] - IPR[floorstream])) above floorstream (floorstream $((IPR[floorstream] - ${IPR[barerealtime]:-0})) above bare)"
+  [[ -z ${IPR[nrealtime]:-} || -z ${IPR[nfloorstream]:-} ]] || echo "Native: nrealtime $((IPR[nrealtime] - IPR[nfloorstream])) above nfloorstream (nfloorstream $((IPR[nfloorstream] - ${IPR[barerealtime]:-0})) above bare)"
   [[ -z ${IPR[floor]:-} || -z ${IPR[route]:-} || -z ${IPR[hit]:-} || -z ${IPR[floorhit]:-} ]] || echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
   [[ -z ${IPR[floor]:-} || -z ${IPR[miss]:-} ]] || echo "A cache miss against the routed floor: miss/floor $(ratio "${IPR[floor]}" "${IPR[miss]}")x"
   [[ -z ${IPR[bare]:-} || -z ${IPR[nroute]:-} || -z ${IPR[nhit]:-} ]] || echo "The native build (dynamic module), instructions as a multiple of bare Envoy's: routed $(ratio "${IPR[nroute]}" "${IPR[bare]}")x, cache hit $(ratio "${IPR[nhit]}" "${IPR[bare]}")x (bare / variant: routed $(ratio "${IPR[bare]}" "${IPR[nroute]}")x, hit $(ratio "${IPR[bare]}" "${IPR[nhit]}")x)"

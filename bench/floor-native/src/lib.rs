@@ -71,6 +71,41 @@ const ANSWER: &[u8] = br#"{"id":"chatcmpl-floor","object":"chat.completion","cre
 
 static ROUTE: u8 = 1;
 static ANSWER_MODE: u8 = 2;
+/// Route at the headers, then read every body chunk both ways (a
+/// Realtime session's floor).
+static STREAM_MODE: u8 = 3;
+
+/// The chunk a body hook received (`kind`: the received request or
+/// response body).
+unsafe fn chunk(f: *mut c_void, kind: i32) -> Vec<u8> {
+    let n = envoy_dynamic_module_callback_http_get_body_chunks_size(f, kind);
+    let mut chunks = vec![
+        Buf {
+            ptr: std::ptr::null(),
+            len: 0
+        };
+        n
+    ];
+    let mut out = Vec::new();
+    if n > 0 && envoy_dynamic_module_callback_http_get_body_chunks(f, kind, chunks.as_mut_ptr()) {
+        for c in chunks {
+            out.extend_from_slice(std::slice::from_raw_parts(c.ptr, c.len));
+        }
+    }
+    out
+}
+
+unsafe fn route(f: *mut c_void) {
+    for (k, v) in [
+        (&b"x-portcullis-cluster"[..], &b"primary"[..]),
+        (b":authority", b"primary.mock"),
+        (b"x-envoy-upstream-rq-timeout-ms", b"30000"),
+        (b"authorization", b"Bearer sk-bench"),
+    ] {
+        envoy_dynamic_module_callback_http_set_header(f, 0, buf(k), buf(v));
+    }
+    envoy_dynamic_module_callback_http_clear_route_cache(f);
+}
 
 unsafe fn body(f: *mut c_void) -> Vec<u8> {
     let mut out = Vec::new();
@@ -107,6 +142,8 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     let cfg = std::slice::from_raw_parts(cfg.ptr, cfg.len);
     if cfg.starts_with(b"answer") {
         &ANSWER_MODE as *const u8 as _
+    } else if cfg.starts_with(b"stream") {
+        &STREAM_MODE as *const u8 as _
     } else {
         &ROUTE as *const u8 as _
     }
@@ -121,11 +158,15 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
     c
 }
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
-    _f: *mut c_void,
-    _m: *const c_void,
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    f: *mut c_void,
+    m: *const c_void,
     _e: bool,
 ) -> i32 {
+    if *(m as *const u8) == STREAM_MODE {
+        route(f);
+        return 0;
+    }
     1
 }
 #[no_mangle]
@@ -134,6 +175,10 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     m: *const c_void,
     eos: bool,
 ) -> i32 {
+    if *(m as *const u8) == STREAM_MODE {
+        let _ = chunk(f, 0);
+        return 0;
+    }
     if !eos {
         return 1;
     }
@@ -164,15 +209,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
         );
         return 1;
     }
-    for (k, v) in [
-        (&b"x-portcullis-cluster"[..], &b"primary"[..]),
-        (b":authority", b"primary.mock"),
-        (b"x-envoy-upstream-rq-timeout-ms", b"30000"),
-        (b"authorization", b"Bearer sk-bench"),
-    ] {
-        envoy_dynamic_module_callback_http_set_header(f, 0, buf(k), buf(v));
-    }
-    envoy_dynamic_module_callback_http_clear_route_cache(f);
+    route(f);
     0
 }
 #[no_mangle]
@@ -207,11 +244,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     0
 }
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
-    _f: *mut c_void,
-    _m: *const c_void,
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    f: *mut c_void,
+    m: *const c_void,
     _e: bool,
 ) -> i32 {
+    if *(m as *const u8) == STREAM_MODE {
+        let _ = chunk(f, 2);
+    }
     0
 }
 #[no_mangle]

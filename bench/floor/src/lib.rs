@@ -6,6 +6,10 @@
 //!   routed request of a body-routing gateway costs, and nothing more.
 //! - `answer`: pause, read the whole body once, answer locally with a
 //!   fixed completion. What any cache hit costs, and nothing more.
+//! - `stream`: set the routing headers at the request headers and go on
+//!   (a WebSocket upgrade has no body), then read every body chunk of
+//!   both directions and pass it. What a gateway that sees every byte of
+//!   a Realtime session costs, and nothing more.
 //!
 //! A benchmark fixture, not gateway code: it trusts its host.
 
@@ -16,11 +20,12 @@ const ANSWER: &[u8] = br#"{"id":"chatcmpl-floor","object":"chat.completion","cre
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Warn);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { answer: false }) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { answer: false, stream: false }) });
 }}
 
 struct Root {
     answer: bool,
+    stream: bool,
 }
 
 impl Context for Root {}
@@ -29,11 +34,15 @@ impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let config = self.get_plugin_configuration().unwrap_or_default();
         self.answer = config.starts_with(b"answer");
+        self.stream = config.starts_with(b"stream");
         true
     }
 
     fn create_http_context(&self, _id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Floor { answer: self.answer }))
+        Some(Box::new(Floor {
+            answer: self.answer,
+            stream: self.stream,
+        }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -43,16 +52,34 @@ impl RootContext for Root {
 
 struct Floor {
     answer: bool,
+    stream: bool,
+}
+
+impl Floor {
+    fn route(&self) {
+        self.set_http_request_header("x-portcullis-cluster", Some("primary"));
+        self.set_http_request_header(":authority", Some("primary.mock"));
+        self.set_http_request_header("x-envoy-upstream-rq-timeout-ms", Some("30000"));
+        self.set_http_request_header("authorization", Some("Bearer sk-bench"));
+    }
 }
 
 impl Context for Floor {}
 
 impl HttpContext for Floor {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        if self.stream {
+            self.route();
+            return Action::Continue;
+        }
         Action::Pause
     }
 
     fn on_http_request_body(&mut self, size: usize, eos: bool) -> Action {
+        if self.stream {
+            let _ = self.get_http_request_body(0, size);
+            return Action::Continue;
+        }
         if !eos {
             return Action::Pause;
         }
@@ -66,10 +93,7 @@ impl HttpContext for Floor {
             );
             return Action::Pause;
         }
-        self.set_http_request_header("x-portcullis-cluster", Some("primary"));
-        self.set_http_request_header(":authority", Some("primary.mock"));
-        self.set_http_request_header("x-envoy-upstream-rq-timeout-ms", Some("30000"));
-        self.set_http_request_header("authorization", Some("Bearer sk-bench"));
+        self.route();
         Action::Continue
     }
 
@@ -78,6 +102,13 @@ impl HttpContext for Floor {
             self.add_http_response_header("x-floor-status", &status);
         }
         self.add_http_response_header("x-floor", "route");
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, size: usize, _eos: bool) -> Action {
+        if self.stream {
+            let _ = self.get_http_response_body(0, size);
+        }
         Action::Continue
     }
 }
