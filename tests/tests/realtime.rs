@@ -15,6 +15,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 const LIMITED_KEY: &str = "sk-realtime-limited";
+const BUDGET_KEY: &str = "sk-realtime-budget";
 
 /// The test config's primary serves `gpt-realtime` (its default price:
 /// $4 and $16 per 1M text tokens); a key with 1,000 tokens a minute;
@@ -31,8 +32,9 @@ fn plugin() -> String {
     let p = p.replace(
         "clients:\n",
         &format!(
-            "clients:\n  - name: realtime-limited\n    key_sha256: {}\n    limits: {{tokens_per_minute: 1000}}\n",
-            key_hash(LIMITED_KEY)
+            "clients:\n  - name: realtime-limited\n    key_sha256: {}\n    limits: {{tokens_per_minute: 1000}}\n  - name: realtime-budget\n    key_sha256: {}\n    limits: {{budget_usd_per_day: 0.003}}\n",
+            key_hash(LIMITED_KEY),
+            key_hash(BUDGET_KEY)
         ),
     );
     p + &[
@@ -168,6 +170,29 @@ fn limits_guardrails_and_bad_frames_end_a_session_cleanly() {
         v["closed"],
         json!({"code": 1008, "reason": "rate_limit_exceeded"}),
         "{v}"
+    );
+    // A budget of $0.003 a day: the first answer's 400 output tokens at
+    // $16 per 1M spend it, and the session ends after it.
+    let v = check("limit", &s, BUDGET_KEY, &[]);
+    let done = v["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["status"] == "completed")
+        .count();
+    assert_eq!(done, 1, "{v}");
+    let err = v["after"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "error")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(err["error"]["code"], "budget_exceeded", "{v}");
+    assert_eq!(v["closed"]["code"], 1008, "{v}");
+    let r = check("refused", &s, BUDGET_KEY, &[]);
+    assert_eq!(
+        r["refused"]["status"], 429,
+        "a spent budget refuses the next session: {r}"
     );
     // The key's tokens are spent: its next request waits.
     let r = post(
