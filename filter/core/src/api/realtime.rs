@@ -77,35 +77,64 @@ pub fn key_in_protocols(header: &str) -> (Option<String>, Option<String>) {
     (key, rest)
 }
 
-/// An event's `type`, read from its first member when it is one of the
-/// top object's before any nested value (as OpenAI and its SDKs write
-/// events), else by parsing the event.
+/// An event's `type`, read without parsing the event when it is a member
+/// of the top object before any nested value (as OpenAI and its SDKs
+/// write events) or its last member (as writers that sort keys do), else
+/// by parsing the event.
 pub fn event_type(payload: &[u8]) -> Option<String> {
-    const NEEDLE: &[u8] = b"\"type\"";
-    if let Some(at) = memchr::memmem::find(payload, NEEDLE) {
-        let before = payload.get(..at).unwrap_or_default();
-        let top = memchr::memchr2(b'{', b'[', before.get(1..).unwrap_or_default()).is_none()
-            && before.first() == Some(&b'{');
-        if top {
-            let rest = payload.get(at.saturating_add(NEEDLE.len())..)?;
-            let rest = trim_start(rest).strip_prefix(b":")?;
-            let rest = trim_start(rest).strip_prefix(b"\"")?;
-            let end = memchr::memchr2(b'"', b'\\', rest)?;
-            if rest.get(end) == Some(&b'"') {
-                return std::str::from_utf8(rest.get(..end)?)
-                    .ok()
-                    .map(str::to_string);
-            }
-        }
+    if let Some(t) = type_at_head(payload).or_else(|| type_at_end(payload)) {
+        return Some(t.to_string());
     }
     #[derive(Deserialize)]
     struct Typed {
         #[serde(rename = "type")]
         kind: String,
     }
-    serde_json::from_slice::<Typed>(payload)
-        .ok()
-        .map(|t| t.kind)
+    serde_json::from_slice::<Typed>(payload).ok().map(|t| t.kind)
+}
+
+/// `"type"` among the top object's first members (no `{` or `[` before it).
+fn type_at_head(payload: &[u8]) -> Option<&str> {
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"type\""));
+    let at = FINDER.find(payload)?;
+    let before = payload.get(..at)?;
+    if before.first() != Some(&b'{')
+        || memchr::memchr2(b'{', b'[', before.get(1..).unwrap_or_default()).is_some()
+    {
+        return None;
+    }
+    let rest = payload.get(at.saturating_add(6)..)?;
+    let rest = trim_start(rest).strip_prefix(b":")?;
+    let rest = trim_start(rest).strip_prefix(b"\"")?;
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
+    if rest.get(end) != Some(&b'"') {
+        return None;
+    }
+    std::str::from_utf8(rest.get(..end)?).ok()
+}
+
+/// `"type"` as the top object's last member: `..., "type": "v"}` at the
+/// payload's end (the last `}` closes the top object).
+fn type_at_end(payload: &[u8]) -> Option<&str> {
+    let t = trim_end(payload).strip_suffix(b"}")?;
+    let t = trim_end(t).strip_suffix(b"\"")?;
+    let open = memchr::memrchr(b'"', t)?;
+    let value = t.get(open.saturating_add(1)..)?;
+    if memchr::memchr(b'\\', value).is_some() {
+        return None;
+    }
+    let key = trim_end(t.get(..open)?).strip_suffix(b":")?;
+    let key = trim_end(key).strip_suffix(b"\"type\"")?;
+    if !matches!(trim_end(key).last(), Some(b',' | b'{')) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()
+}
+
+fn trim_end(b: &[u8]) -> &[u8] {
+    let n = b.iter().rev().take_while(|c| c.is_ascii_whitespace()).count();
+    b.get(..b.len().saturating_sub(n)).unwrap_or_default()
 }
 
 fn trim_start(b: &[u8]) -> &[u8] {
@@ -597,6 +626,15 @@ mod tests {
         );
         assert_eq!(event_type(br#"{"type":"a\"b"}"#).as_deref(), Some("a\"b"));
         assert_eq!(event_type(b"not json"), None);
+        // Sorted keys: `type` last, read at the end.
+        let sorted = br#"{"event_id":"e","item":{"type":"message","text":"x"},"type":"conversation.item.added"}"#;
+        assert_eq!(type_at_end(sorted), Some("conversation.item.added"));
+        assert_eq!(event_type(sorted).as_deref(), Some("conversation.item.added"));
+        // Not a top member: inside a string, or an escaped quote.
+        assert_eq!(type_at_end(br#"{"a":"x\",\"type\":\"y"}"#), None);
+        assert_eq!(type_at_end(br#"{"a":{"type":"inner"}}"#), None);
+        assert_eq!(type_at_end(br#"{"type":"a\"b"}"#), None);
+        assert_eq!(event_type(br#"{"a":"x\",\"type\":\"y"}"#), None);
     }
 
     #[test]
