@@ -90,7 +90,9 @@ pub fn event_type(payload: &[u8]) -> Option<String> {
         #[serde(rename = "type")]
         kind: String,
     }
-    serde_json::from_slice::<Typed>(payload).ok().map(|t| t.kind)
+    serde_json::from_slice::<Typed>(payload)
+        .ok()
+        .map(|t| t.kind)
 }
 
 /// `"type"` among the top object's first members (no `{` or `[` before it).
@@ -133,7 +135,11 @@ fn type_at_end(payload: &[u8]) -> Option<&str> {
 }
 
 fn trim_end(b: &[u8]) -> &[u8] {
-    let n = b.iter().rev().take_while(|c| c.is_ascii_whitespace()).count();
+    let n = b
+        .iter()
+        .rev()
+        .take_while(|c| c.is_ascii_whitespace())
+        .count();
     b.get(..b.len().saturating_sub(n)).unwrap_or_default()
 }
 
@@ -629,7 +635,10 @@ mod tests {
         // Sorted keys: `type` last, read at the end.
         let sorted = br#"{"event_id":"e","item":{"type":"message","text":"x"},"type":"conversation.item.added"}"#;
         assert_eq!(type_at_end(sorted), Some("conversation.item.added"));
-        assert_eq!(event_type(sorted).as_deref(), Some("conversation.item.added"));
+        assert_eq!(
+            event_type(sorted).as_deref(),
+            Some("conversation.item.added")
+        );
         // Not a top member: inside a string, or an escaped quote.
         assert_eq!(type_at_end(br#"{"a":"x\",\"type\":\"y"}"#), None);
         assert_eq!(type_at_end(br#"{"a":{"type":"inner"}}"#), None);
