@@ -72,14 +72,13 @@ fn kinds(part: Part) -> Option<(i32, i32)> {
     }
 }
 
-/// A body's chunks of one kind appended to `out`, up to `limit` bytes.
-fn append_chunks(f: FilterEnvoy, kind: i32, out: &mut Vec<u8>, limit: usize) {
+fn chunks(f: FilterEnvoy, kind: i32) -> Vec<u8> {
     // SAFETY: `f` is the live filter of the hook running; the vector has
     // room for the number of chunks Envoy said it has.
     unsafe {
         let n = ffi::envoy_dynamic_module_callback_http_get_body_chunks_size(f, kind);
         if n == 0 {
-            return;
+            return Vec::new();
         }
         let mut bufs = vec![
             EnvoyBuffer {
@@ -89,9 +88,9 @@ fn append_chunks(f: FilterEnvoy, kind: i32, out: &mut Vec<u8>, limit: usize) {
             n
         ];
         if !ffi::envoy_dynamic_module_callback_http_get_body_chunks(f, kind, bufs.as_mut_ptr()) {
-            return;
+            return Vec::new();
         }
-        ffi::append_chunks(bufs.as_ptr(), n, out, limit);
+        ffi::copy_chunks(bufs.as_ptr(), n)
     }
 }
 
@@ -297,8 +296,9 @@ impl Host for NativeHost {
         let f = self.filter()?;
         let mut out = Vec::new();
         for kind in self.body_kinds(f, buffered, received, part) {
-            append_chunks(f, kind, &mut out, size);
+            out.extend_from_slice(&chunks(f, kind));
         }
+        out.truncate(size);
         Ok(out)
     }
 
