@@ -218,9 +218,6 @@ impl<H: Host> RequestContext<H> {
             let _ = self.host.set_header(Part::Response, k, Some(&v));
         }
         if status == 101 {
-            if let Some(s) = self.realtime.as_mut() {
-                s.open = true;
-            }
             self.phase = Phase::Realtime;
         } else {
             self.phase = Phase::Done;
@@ -381,11 +378,11 @@ impl<H: Host> RequestContext<H> {
                 Message::Text(_) if ending.is_some() => return Verdict::Drop,
                 Message::Text(t) => t,
             };
-            if let ServerEvent::Done {
+            if let Some(ServerEvent::Done {
                 usage: u,
                 id,
                 status,
-            } = realtime::server_event(t)
+            }) = realtime::response_done(t)
             {
                 statuses.push(status);
                 *last_response = id;

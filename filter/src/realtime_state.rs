@@ -17,8 +17,6 @@ pub struct Session {
     pub provider: usize,
     pub price: Option<Price>,
     pub price_source: &'static str,
-    /// The provider's `101` came: frames flow.
-    pub open: bool,
     pub client: Frames,
     pub server: Frames,
     /// Usage of every `response.done`, summed, and its cost.
@@ -60,7 +58,6 @@ impl Session {
             provider,
             price: None,
             price_source: "",
-            open: false,
             client: Frames::new(Side::Client, DEFAULT_CAP, key),
             server: Frames::new(Side::Server, DEFAULT_CAP, key),
             usage: Usage::default(),

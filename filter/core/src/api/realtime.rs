@@ -213,35 +213,45 @@ impl From<RtUsage> for Usage {
     }
 }
 
+/// A `response.done` read for its usage, id and status; `None` for any
+/// other event, read no further (the host's hot path: a text delta or an
+/// audio chunk is not parsed for nothing).
+pub fn response_done(payload: &[u8]) -> Option<ServerEvent> {
+    if event_type(payload)? != "response.done" {
+        return None;
+    }
+    done_of(payload)
+}
+
+fn done_of(payload: &[u8]) -> Option<ServerEvent> {
+    #[derive(Deserialize)]
+    struct Done {
+        response: Resp,
+    }
+    #[derive(Deserialize)]
+    struct Resp {
+        #[serde(default)]
+        id: String,
+        #[serde(default)]
+        status: String,
+        #[serde(default)]
+        usage: Option<RtUsage>,
+    }
+    let d = serde_json::from_slice::<Done>(payload).ok()?;
+    Some(ServerEvent::Done {
+        usage: d.response.usage.map(Usage::from),
+        id: d.response.id,
+        status: d.response.status,
+    })
+}
+
 /// A server event read for what the gateway counts and checks.
 pub fn server_event(payload: &[u8]) -> ServerEvent {
     let Some(kind) = event_type(payload) else {
         return ServerEvent::Other;
     };
     match kind.as_str() {
-        "response.done" => {
-            #[derive(Deserialize)]
-            struct Done {
-                response: Resp,
-            }
-            #[derive(Deserialize)]
-            struct Resp {
-                #[serde(default)]
-                id: String,
-                #[serde(default)]
-                status: String,
-                #[serde(default)]
-                usage: Option<RtUsage>,
-            }
-            match serde_json::from_slice::<Done>(payload) {
-                Ok(d) => ServerEvent::Done {
-                    usage: d.response.usage.map(Usage::from),
-                    id: d.response.id,
-                    status: d.response.status,
-                },
-                Err(_) => ServerEvent::Other,
-            }
-        }
+        "response.done" => done_of(payload).unwrap_or(ServerEvent::Other),
         "error" => {
             #[derive(Deserialize)]
             struct Err {
@@ -667,6 +677,12 @@ mod tests {
                 u.audio_completion
             ),
             (132, 121, 64, 13, 91)
+        );
+        // The host's read: a `response.done` only, nothing else parsed.
+        assert!(matches!(response_done(e), Some(ServerEvent::Done { .. })));
+        assert_eq!(
+            response_done(br#"{"type":"response.output_text.delta","delta":"x"}"#),
+            None
         );
         let d =
             server_event(br#"{"type":"response.output_text.delta","item_id":"i","delta":"Hel"}"#);
