@@ -141,7 +141,7 @@ impl Counts {
             500..=599 => self.server_errors = self.server_errors.saturating_add(1),
             _ => {}
         }
-        if r.cache == "hit" {
+        if r.cache.starts_with("hit") {
             self.cache_hits = self.cache_hits.saturating_add(1);
         }
         if r.attempts.len() > 1 {

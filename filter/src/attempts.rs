@@ -7,7 +7,6 @@ use crate::host::Host;
 use crate::host::{Action, LogLevel};
 use crate::metrics;
 use portcullis_core::attempt::{class_of_refusal, exhausted, Cause, Class, Outcome};
-use portcullis_core::cache::CacheStatus;
 
 impl<H: Host> RequestContext<H> {
     /// Record the current attempt's outcome; on a retryable failure, start
@@ -235,7 +234,7 @@ impl<H: Host> RequestContext<H> {
     /// candidate's).
     pub(crate) fn answering_index(&self) -> Option<usize> {
         let f = self.flight.as_ref()?;
-        if f.cache_status == CacheStatus::Hit {
+        if f.cache_status.is_hit() {
             Some(f.candidates.first()?.0)
         } else {
             Some(f.current.as_ref()?.provider)

@@ -30,6 +30,9 @@ pub enum Phase {
     Guarding,
     /// Waiting for the rate limit service (global limits).
     Limiting,
+    /// Waiting for the fleet's cache tier (`cache.shared`) after a miss
+    /// here.
+    SharedCache,
     /// The first attempt is ready for Envoy's router but for its access
     /// token, which this request fetches (the callout's token).
     AwaitingToken(u32),
@@ -140,6 +143,8 @@ pub struct RequestContext<H: Host> {
     pub global: Option<crate::global_limits::Pending>,
     /// Calls to external guards in flight.
     pub guarding: Option<crate::guard_state::GuardCalls>,
+    /// The fleet cache tier's lookup in flight (its call's token).
+    pub shared_lookup: Option<u32>,
     /// A paused run of the request's steps: where it resumes, with what.
     pub paused: Option<(crate::exchange::Step, crate::exchange::Exchange)>,
     /// An MCP request (`mcp`): its errors are JSON-RPC's.
@@ -166,6 +171,7 @@ impl<H: Host> RequestContext<H> {
             held: None,
             global: None,
             guarding: None,
+            shared_lookup: None,
             paused: None,
             mcp: None,
             stored: None,
@@ -248,6 +254,20 @@ impl<H: Host> RequestContext<H> {
         hdrs.extend(extra.iter().map(|(k, v)| (*k, v.as_bytes())));
         hdrs.extend(rate.iter().map(|(k, v)| (*k, v.as_bytes())));
         self.send(status, &hdrs, body)
+    }
+
+    /// A callout's wait ended with `step` (the request's next action, or
+    /// why it fails): a request that goes on is resumed.
+    pub(crate) fn resume_with(&mut self, step: Result<Action, GatewayError>) {
+        let action = step.unwrap_or_else(|e| self.fail(&e));
+        if action == Action::Continue {
+            if let Err(s) = self.host.resume_request() {
+                self.host.log(
+                    LogLevel::Error,
+                    &format!("cannot resume the request: {s:?}"),
+                );
+            }
+        }
     }
 
     pub fn fail(&mut self, err: &GatewayError) -> Action {
@@ -334,6 +354,16 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
+    /// A gRPC call's answer: the fleet cache tier's, or the rate limit
+    /// service's.
+    pub fn on_grpc_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
+        if self.phase == Phase::SharedCache {
+            self.on_shared_answer(token, grpc_status, size);
+        } else {
+            self.on_global_answer(token, grpc_status, size);
+        }
+    }
+
     pub fn on_call_response(&mut self, token: u32, body_size: usize) {
         match self.phase {
             Phase::FallbackPending => self.fallback_answer(token, body_size),
@@ -364,7 +394,8 @@ impl<H: Host> RequestContext<H> {
             | Phase::ChatBody
             | Phase::Guarding
             | Phase::AwaitingToken(_)
-            | Phase::Limiting => Finish::Release,
+            | Phase::Limiting
+            | Phase::SharedCache => Finish::Release,
             // An answer cut short: what a capped stream counted, else the
             // reservation stands.
             _ => Finish::Settle(self.counted_usage()),

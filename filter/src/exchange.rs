@@ -35,6 +35,8 @@ pub enum Wait {
     Guards,
     /// The rate limit service's answers (`on_global_answer`).
     RateLimitService,
+    /// The fleet cache tier's answer (`on_shared_answer`).
+    SharedCache,
 }
 
 /// What a step decides.

@@ -7,7 +7,7 @@
 use crate::context::{Phase, RequestContext};
 use crate::global_limits::{rate_headers, refusal, Ask, Kind, Pending, Sent};
 use crate::host::Host;
-use crate::host::{Action, LogLevel};
+use crate::host::LogLevel;
 use crate::metrics;
 use portcullis_core::config::{GlobalFailure, GlobalLimits};
 use portcullis_core::error::GatewayError;
@@ -230,18 +230,7 @@ impl<H: Host> RequestContext<H> {
             return;
         }
         let step = self.decide_global(pending).and_then(|()| self.resume());
-        let action = match step {
-            Ok(a) => a,
-            Err(e) => self.fail(&e),
-        };
-        if action == Action::Continue {
-            if let Err(s) = self.host.resume_request() {
-                self.host.log(
-                    LogLevel::Error,
-                    &format!("cannot resume the request: {s:?}"),
-                );
-            }
-        }
+        self.resume_with(step);
     }
 
     /// Every answer is in: refuse, fail by the failure mode, or go on.

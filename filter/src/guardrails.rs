@@ -197,15 +197,7 @@ impl<H: Host> RequestContext<H> {
             Ok(()) => self.after_guards(pending),
             Err(e) => Err(e),
         };
-        let action = step.unwrap_or_else(|e| self.fail(&e));
-        if action == Action::Continue {
-            if let Err(s) = self.host.resume_request() {
-                self.host.log(
-                    LogLevel::Error,
-                    &format!("cannot resume the request: {s:?}"),
-                );
-            }
-        }
+        self.resume_with(step);
     }
 
     fn read_guard_answer(

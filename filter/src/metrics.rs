@@ -56,6 +56,15 @@ pub const CACHE_MISSES: &str = "portcullis.cache.misses";
 /// Hits answered from the worker's own copy (also counted in `hits`).
 pub const CACHE_WORKER_HITS: &str = "portcullis.cache.worker_hits";
 pub const CACHE_STORES: &str = "portcullis.cache.stores";
+/// The fleet's tier (`cache.shared`): lookups it answered, lookups it
+/// did not have, lookups that failed or timed out (each a miss), entries
+/// sent to it, and entries not shared (the queue full, or the store call
+/// failed).
+pub const CACHE_SHARED_HITS: &str = "portcullis.cache.shared_hits";
+pub const CACHE_SHARED_MISSES: &str = "portcullis.cache.shared_misses";
+pub const CACHE_SHARED_ERRORS: &str = "portcullis.cache.shared_errors";
+pub const CACHE_SHARED_STORES: &str = "portcullis.cache.shared_stores";
+pub const CACHE_SHARED_DROPPED: &str = "portcullis.cache.shared_dropped";
 pub const CACHE_EVICTIONS: &str = "portcullis.cache.evictions";
 pub const CACHE_TOO_LARGE: &str = "portcullis.cache.too_large";
 /// Gauge: bytes held by the cache table.
@@ -328,6 +337,11 @@ pub fn families() -> Vec<(Kind, String)> {
         CACHE_MISSES,
         CACHE_WORKER_HITS,
         CACHE_STORES,
+        CACHE_SHARED_HITS,
+        CACHE_SHARED_MISSES,
+        CACHE_SHARED_ERRORS,
+        CACHE_SHARED_STORES,
+        CACHE_SHARED_DROPPED,
         CACHE_EVICTIONS,
         CACHE_TOO_LARGE,
         FALLBACKS,

@@ -7,7 +7,7 @@
 //! | `Parse` | reads the body once, in its API's strict parser | 400 / 413 |
 //! | `Route` | conditional routes, the model, its candidates in order, the providers that serve the API, a pinned response's provider | 404, or a local answer (a token count estimated) |
 //! | `InputChecks` | the guardrails over every text of the prompt | a deny; waits for external guards, then resumes at `Cache` |
-//! | `Cache` | the prompt cache (the worker's copy, then shared data) | a hit is answered at `Dispatch` |
+//! | `Cache` | the prompt cache (the worker's copy, shared data, then the fleet's tier) | a hit is answered at `Dispatch`; waits for the fleet's tier, then resumes at `Admit` |
 //! | `Admit` | the client's local limits: concurrency, tokens, budget | 429 |
 //! | `GlobalLimits` | the limits counted by the rate limit service | waits for its answers, then resumes at `Dispatch` (or 429 / 503) |
 //! | `Dispatch` | the cached answer, or the first candidate through Envoy's router | — |
@@ -123,6 +123,9 @@ impl<H: Host> RequestContext<H> {
         // images, audio, rankings and verdicts are not cached.
         if !self.request.api.free() && self.request.api.cached() {
             x.hit = self.cache_lookup(c.gw, c.client, x.now)?;
+            if x.hit.is_none() && self.ask_shared(c.gw) {
+                return Ok(Next::Pause(Wait::SharedCache, Step::Admit));
+            }
         }
         Ok(Next::Go)
     }

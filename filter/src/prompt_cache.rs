@@ -1,11 +1,12 @@
 //! The prompt cache on the host: a lookup before any provider is reached
 //! (a hit is answered here), and the store of a complete answer.
 
-use crate::context::RequestContext;
+use crate::context::{Phase, RequestContext};
 use crate::host::Host;
 use crate::host::{Action, LogLevel};
 use crate::metrics;
 use crate::worker::Worker;
+use portcullis_core::cache::fleet;
 use portcullis_core::cache::local::Local;
 use portcullis_core::cache::{
     self, CacheConfig, CacheStatus, Directive, Found, Hash, StoreOutcome,
@@ -160,9 +161,30 @@ impl<H: Host> RequestContext<H> {
                 }
             }
         };
+        let tier = if cfg.shared.is_some() {
+            CacheStatus::HitLocal
+        } else {
+            CacheStatus::Hit
+        };
+        self.serve_stored(gw, client, stored, tier, now)
+    }
+
+    /// A stored answer, from either tier, as this request's answer: this
+    /// client's output checks run on it (the entry may come from a client
+    /// with others), a stream gets its replay. `None`: it cannot serve
+    /// (a stream it cannot replay): a miss.
+    fn serve_stored(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        stored: Vec<u8>,
+        tier: CacheStatus,
+        now: u64,
+    ) -> Result<Option<(&'static str, Vec<u8>)>, GatewayError> {
+        let Some(flight) = self.flight.as_ref() else {
+            return Ok(None);
+        };
         let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
-        // The entry may come from a client with other output checks: this
-        // client's run on it before it is replayed.
         let (answer, denied) = match self.check_whole_answer(&stored) {
             Ok(Some(redacted)) => (hit_body(redacted, stream, include_usage), None),
             Ok(None) => (hit_body(stored, stream, include_usage), None),
@@ -173,7 +195,7 @@ impl<H: Host> RequestContext<H> {
             return Ok(None);
         }
         if let Some(f) = self.flight.as_mut() {
-            f.cache_status = CacheStatus::Hit;
+            f.cache_status = tier;
             f.cache_fill = None;
         }
         self.host.count(metrics::CACHE_HITS, 1);
@@ -183,6 +205,131 @@ impl<H: Host> RequestContext<H> {
             Some(e) => Err(e),
             None => Ok(answer),
         }
+    }
+
+    /// After a miss in this Envoy's cache: ask the fleet's tier, when the
+    /// config has one and the request may be served from a cache. `true`:
+    /// the request waits for the answer (`on_shared_answer`).
+    pub(crate) fn ask_shared(&mut self, gw: &Gateway) -> bool {
+        let Some(tier) = gw.cache.as_ref().and_then(|c| c.shared.as_ref()) else {
+            return false;
+        };
+        let Some(key) = self
+            .flight
+            .as_ref()
+            .filter(|f| f.cache_status == CacheStatus::Miss)
+            .and_then(|f| f.cache_fill)
+        else {
+            return false;
+        };
+        let owned = crate::loaded::limiter_metadata(self.loaded.as_deref());
+        let metadata: Vec<(&str, &[u8])> = owned.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        match self.host.dispatch_grpc(
+            &tier.cluster,
+            fleet::SERVICE,
+            fleet::GET,
+            &metadata,
+            &fleet::encode_get(&key),
+            tier.timeout_ms,
+        ) {
+            Ok(token) => {
+                self.shared_lookup = Some(token);
+                self.phase = Phase::SharedCache;
+                true
+            }
+            Err(s) => {
+                self.host.count(metrics::CACHE_SHARED_ERRORS, 1);
+                self.host.log(
+                    LogLevel::Warn,
+                    &format!(
+                        "cannot call cluster `{}` (cache.shared): {s:?}",
+                        tier.cluster
+                    ),
+                );
+                false
+            }
+        }
+    }
+
+    /// The fleet tier's answer (`on_grpc_call_response` while waiting for
+    /// it): a hit is kept here too and answers; anything else (not found,
+    /// unreadable, late, failed) is a miss and the request goes on.
+    pub(crate) fn on_shared_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
+        if self.shared_lookup != Some(token) {
+            return;
+        }
+        self.shared_lookup = None;
+        self.phase = Phase::ChatBody;
+        let step = self.read_shared_answer(grpc_status, size).and_then(|hit| {
+            if let Some((_, x)) = self.paused.as_mut() {
+                x.hit = hit;
+            }
+            self.resume()
+        });
+        self.resume_with(step);
+    }
+
+    fn read_shared_answer(
+        &mut self,
+        grpc_status: u32,
+        size: usize,
+    ) -> Result<Option<(&'static str, Vec<u8>)>, GatewayError> {
+        let loaded = self.loaded()?;
+        let gw = &loaded.gw;
+        let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
+        let (Some(cfg), Some(key)) = (
+            gw.cache.as_ref(),
+            self.flight.as_ref().and_then(|f| f.cache_fill),
+        ) else {
+            return Ok(None);
+        };
+        let now = self.host.now_ms();
+        let found = if grpc_status == 0 {
+            self.host
+                .grpc_answer(size)
+                .ok()
+                .and_then(|b| fleet::decode_get(&b, &key, now, cfg.max_entry_bytes))
+        } else {
+            // Late or failed: a miss, counted apart.
+            self.host.count(metrics::CACHE_SHARED_ERRORS, 1);
+            None
+        };
+        let Some(Found { answer, expires_ms }) = found else {
+            if grpc_status == 0 {
+                self.host.count(metrics::CACHE_SHARED_MISSES, 1);
+            }
+            return Ok(None);
+        };
+        self.host.count(metrics::CACHE_SHARED_HITS, 1);
+        // Kept here too: this Envoy answers the next one itself.
+        let seen = self.flight.as_mut().and_then(|f| f.cache_seen.take());
+        if let Err(e) = cache::insert_until(&self.host, cfg, &key, &answer, now, seen, expires_ms) {
+            self.host
+                .log(LogLevel::Warn, &format!("cache store failed: {e:?}"));
+        }
+        if let Some(f) = self.flight.as_mut() {
+            if let Some(head) = f.cache_head.take() {
+                local_put(
+                    self.host.worker(),
+                    &head,
+                    f.chat.body(),
+                    key,
+                    &answer,
+                    expires_ms,
+                    now,
+                );
+            }
+        }
+        let hit = self.serve_stored(gw, client, answer, CacheStatus::HitShared, now)?;
+        if hit.is_none() {
+            // A stored answer this request cannot use: it goes to a
+            // provider and its answer is stored again.
+            if let Some(f) = self.flight.as_mut() {
+                f.cache_fill = Some(key);
+                f.cache_status = CacheStatus::Miss;
+            }
+        }
+        Ok(hit)
     }
 
     /// Answer a hit: the stored answer with the gateway's headers. It spends
@@ -210,6 +357,14 @@ impl<H: Host> RequestContext<H> {
         };
         let seen = f.cache_seen.take();
         let now = self.host.now_ms();
+        if let Some(tier) = cfg.shared.as_ref() {
+            if !body.is_empty() && body.len() <= cfg.max_entry_bytes {
+                let entry = fleet::encode_entry(&key, body, now.saturating_add(cfg.ttl_ms));
+                if !self.host.worker().queue_shared_put(entry, tier.queue_bytes) {
+                    self.host.count(metrics::CACHE_SHARED_DROPPED, 1);
+                }
+            }
+        }
         match cache::insert_seen(&self.host, cfg, &key, body, now, seen) {
             Ok(StoreOutcome::Stored(st)) => {
                 if let Some(head) = f.cache_head.take() {

@@ -1,5 +1,6 @@
 //! A worker's root: applies a plugin config (parse, compile, then swap),
-//! runs the tick (request log, settlements, busy counts, token waiters),
+//! runs the tick (request log, settlements, the fleet cache's entries,
+//! busy counts, token waiters),
 //! and makes one request context per HTTP stream. The same for both hosts:
 //! `wasm` drives it from proxy-wasm's root context, `native` from the
 //! dynamic module's hooks.
@@ -11,13 +12,14 @@ use crate::host::{Host, LogLevel};
 use crate::loaded::Loaded;
 use crate::metrics;
 use crate::shipper::{self, Shipper};
+use portcullis_core::cache::fleet;
 use portcullis_core::keys;
 use portcullis_core::period;
 use portcullis_core::rls;
 use portcullis_core::store::update;
 use portcullis_core::{compile::compile, config::Gateway};
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 #[derive(Default)]
@@ -30,6 +32,8 @@ pub struct Root<H: Host> {
     shipper: Shipper,
     /// Settlement calls in flight to the rate limit service.
     settling: HashSet<u32>,
+    /// Store calls in flight to the fleet's cache tier, with their entries.
+    sharing: HashMap<u32, u64>,
     /// The linear memory this VM last reported (see `report_memory`).
     reported_memory: u64,
     /// Envoy, with this worker's state (every request's host shares it).
@@ -140,6 +144,47 @@ impl<H: Host + Clone> Root<H> {
         }
     }
 
+    /// Fresh answers queued by requests since the last tick, to the fleet's
+    /// cache tier (its answers only count failures).
+    fn send_shared_puts(&mut self) {
+        let queued = self.host.worker().take_shared_puts();
+        if queued.is_empty() {
+            return;
+        }
+        let entries = u64::try_from(queued.len()).unwrap_or(u64::MAX);
+        let tier = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.gw.cache.as_ref())
+            .and_then(|c| c.shared.clone());
+        let Some(tier) = tier else {
+            self.host.count(
+                metrics::CACHE_SHARED_DROPPED,
+                i64::try_from(entries).unwrap_or(i64::MAX),
+            );
+            return;
+        };
+        let owned = crate::loaded::limiter_metadata(self.loaded.as_deref());
+        let metadata: Vec<(&str, &[u8])> = owned.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        for (batch, n) in fleet::put_batches(queued) {
+            let n_metric = i64::try_from(n).unwrap_or(i64::MAX);
+            match self.host.dispatch_grpc(
+                &tier.cluster,
+                fleet::SERVICE,
+                fleet::PUT,
+                &metadata,
+                &batch,
+                tier.timeout_ms.saturating_mul(10).max(1000),
+            ) {
+                Ok(token) => {
+                    self.sharing.insert(token, n);
+                    self.host.count(metrics::CACHE_SHARED_STORES, n_metric);
+                }
+                Err(_) => self.host.count(metrics::CACHE_SHARED_DROPPED, n_metric),
+            }
+        }
+    }
+
     /// Everything a compiled config changes on this VM.
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
         let host = self.host.clone();
@@ -167,8 +212,18 @@ impl<H: Host + Clone> Root<H> {
         self.loaded = Some(Rc::new(Loaded::new(gw, &host)));
     }
 
-    /// A gRPC answer to one of the root's calls (settlements, log batches).
+    /// A gRPC answer to one of the root's calls (settlements, shared cache
+    /// entries, log batches).
     pub fn on_grpc_answer(&mut self, token_id: u32, status_code: u32) {
+        if let Some(n) = self.sharing.remove(&token_id) {
+            if status_code != 0 {
+                self.host.count(
+                    metrics::CACHE_SHARED_DROPPED,
+                    i64::try_from(n).unwrap_or(i64::MAX),
+                );
+            }
+            return;
+        }
         if self.settling.remove(&token_id) {
             if status_code != 0 {
                 self.host.count(metrics::GLOBAL_SETTLE_DROPPED, 1);
@@ -229,6 +284,7 @@ impl<H: Host + Clone> Root<H> {
     /// Wasm host then switches its calls' context back to the root).
     pub fn tick(&mut self) -> bool {
         self.send_settlements();
+        self.send_shared_puts();
         self.report_memory();
         let cfg = self.loaded.as_ref().and_then(|l| l.gw.log.clone());
         self.shipper.tick(&self.host, cfg.as_ref());

@@ -33,7 +33,7 @@ impl Context for RequestContext<AbiHost> {
     }
 
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
-        self.on_global_answer(token, status_code, response_size);
+        self.on_grpc_answer(token, status_code, response_size);
     }
 }
 

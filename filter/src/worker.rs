@@ -29,6 +29,9 @@ pub struct Worker {
     pub log: RefCell<Option<LogBuffer>>,
     /// Settlements for the rate limit service, sent at the tick (bounded).
     pub settlements: RefCell<Vec<Vec<u8>>>,
+    /// Fresh answers for the fleet's cache tier (encoded entries and their
+    /// bytes), sent at the tick (bounded by `cache.shared.queue_bytes`).
+    pub shared_puts: RefCell<(Vec<Vec<u8>>, usize)>,
     /// Requests in flight per provider: (count, last published).
     pub busy: RefCell<HashMap<String, (i64, i64)>>,
     /// This VM's id in the registry of busy counts (0: none yet).
@@ -71,6 +74,29 @@ impl Worker {
         }
         q.push(message);
         true
+    }
+
+    /// Queue an entry for the fleet's cache tier; `false` when it would
+    /// take the queue past `max_bytes` (it is not shared).
+    pub fn queue_shared_put(&self, entry: Vec<u8>, max_bytes: usize) -> bool {
+        let Ok(mut q) = self.shared_puts.try_borrow_mut() else {
+            return false;
+        };
+        let bytes = q.1.saturating_add(entry.len());
+        if bytes > max_bytes {
+            return false;
+        }
+        q.0.push(entry);
+        q.1 = bytes;
+        true
+    }
+
+    /// The entries queued for the fleet's tier since the last tick.
+    pub fn take_shared_puts(&self) -> Vec<Vec<u8>> {
+        self.shared_puts
+            .try_borrow_mut()
+            .map(|mut q| std::mem::take(&mut *q).0)
+            .unwrap_or_default()
     }
 
     /// The settlements queued since the last tick.

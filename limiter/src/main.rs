@@ -1,21 +1,33 @@
-//! `portcullis-limiter`: Envoy's rate limit service over Redis.
+//! `portcullis-limiter`: Envoy's rate limit service over Redis, and the
+//! prompt cache's fleet tier (`portcullis.cache.v1.Cache`).
 //!
 //! ```text
 //! portcullis-limiter [--listen 127.0.0.1:8081] [--redis redis://127.0.0.1:6379]
 //!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500] [--threads 0]
+//!                    [--cache-redis URL] [--cache-prefix portcullis:cache:]
+//!                    [--cache-max-entry-bytes 1048576]
 //!                    [--token-file PATH]
 //!                    [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]
 //! ```
+//! The cache's entries go to `--cache-redis` (default: `--redis`); give it a
+//! Redis of its own with `maxmemory` and `allkeys-lru`, so entries, not
+//! counters, are what Redis evicts when full.
 //! With a token file, only calls carrying `authorization: Bearer <token>`
 //! are served (the filter sends `PORTCULLIS_LIMITER_TOKEN` from Envoy's
 //! environment); others are refused `UNAUTHENTICATED`. The TLS flags serve
 //! gRPC over TLS, with client certificates signed by `--tls-client-ca`
 //! required when it is given (`portcullis_service`).
 
+use portcullis_limiter::cache::SharedCache;
+use portcullis_limiter::cache_proto::cache_server::CacheServer;
 use portcullis_limiter::proto::rate_limit_service_server::RateLimitServiceServer;
 use portcullis_limiter::service::Limiter;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+/// The largest entry the cache may be told to keep (a Put is one gRPC
+/// message; the server reads messages up to twice this).
+const MAX_ENTRY_CEILING: usize = 8 << 20;
 
 struct Args {
     listen: SocketAddr,
@@ -23,6 +35,9 @@ struct Args {
     prefix: String,
     timeout_ms: u64,
     threads: usize,
+    cache_redis: Option<String>,
+    cache_prefix: String,
+    cache_max_entry_bytes: usize,
     token: Option<String>,
     tls: Option<tonic::transport::ServerTlsConfig>,
 }
@@ -34,6 +49,9 @@ fn parse_args() -> Result<Args, String> {
         prefix: "portcullis:rl:".into(),
         timeout_ms: 500,
         threads: 0,
+        cache_redis: None,
+        cache_prefix: "portcullis:cache:".into(),
+        cache_max_entry_bytes: 1 << 20,
         token: None,
         tls: None,
     };
@@ -60,6 +78,18 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--threads {v}: a number (0: one per core)"))?;
             }
+            "--cache-redis" => a.cache_redis = Some(value()?),
+            "--cache-prefix" => a.cache_prefix = value()?,
+            "--cache-max-entry-bytes" => {
+                let v = value()?;
+                a.cache_max_entry_bytes = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0 && *n <= MAX_ENTRY_CEILING)
+                    .ok_or_else(|| {
+                        format!("--cache-max-entry-bytes {v}: a number of bytes from 1 to {MAX_ENTRY_CEILING}")
+                    })?;
+            }
             "--token-file" => {
                 a.token = portcullis_service::token_from_file("--token-file", Some(value()?))?;
             }
@@ -67,7 +97,7 @@ fn parse_args() -> Result<Args, String> {
                 tls.take(&flag, Some(value()?))?;
             }
             "-h" | "--help" => {
-                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]");
+                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--cache-redis URL] [--cache-prefix P] [--cache-max-entry-bytes N] [--token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument `{other}` (see --help)")),
@@ -110,6 +140,22 @@ async fn serve(args: Args) {
             std::process::exit(2);
         }
     };
+    let cache_redis = args
+        .cache_redis
+        .clone()
+        .unwrap_or_else(|| args.redis.clone());
+    let cache = match SharedCache::new(
+        &cache_redis,
+        &args.cache_prefix,
+        Duration::from_millis(args.timeout_ms),
+        args.cache_max_entry_bytes,
+    ) {
+        Ok(c) => c.with_token(args.token.clone()),
+        Err(e) => {
+            eprintln!("portcullis-limiter: --cache-redis {cache_redis}: {e}");
+            std::process::exit(2);
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -119,7 +165,7 @@ async fn serve(args: Args) {
     };
     let bound = listener.local_addr().map_or(args.listen, |a| a);
     println!(
-        "portcullis-limiter listening on {bound} (gRPC envoy.service.ratelimit.v3), counters in {}",
+        "portcullis-limiter listening on {bound} (gRPC envoy.service.ratelimit.v3, portcullis.cache.v1), counters in {}, cache in {cache_redis}",
         args.redis
     );
     // No Nagle delay: answers are small and latency is the point.
@@ -136,6 +182,11 @@ async fn serve(args: Args) {
     }
     let served = builder
         .add_service(RateLimitServiceServer::new(limiter))
+        .add_service(
+            CacheServer::new(cache)
+                .max_decoding_message_size(MAX_ENTRY_CEILING.saturating_mul(2))
+                .max_encoding_message_size(MAX_ENTRY_CEILING.saturating_mul(2)),
+        )
         .serve_with_incoming_shutdown(incoming, async {
             let _ = tokio::signal::ctrl_c().await;
         })

@@ -3,23 +3,19 @@
 use crate::counters::{self, SCRIPT};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{CurrentLimit, DescriptorStatus, Duration, RateLimitRequest, RateLimitResponse};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use crate::redis_conn::Redis;
 use std::time::Duration as StdDuration;
-use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
 const OK: u32 = 1;
 const OVER_LIMIT: u32 = 2;
 
-/// The Redis connection, made on first use and remade after a failure to
-/// connect; once made, the manager reconnects by itself when Redis
-/// restarts. The service starts whether or not Redis is up.
+/// The counters' Redis ([`Redis`]: reached lazily, so the service starts
+/// whether or not Redis is up) and the script that decides a request.
 pub struct Limiter {
-    client: redis::Client,
-    conn: Mutex<Option<ConnectionManager>>,
+    redis: Redis,
     script: redis::Script,
     prefix: String,
-    timeout: StdDuration,
     /// With a token (`--token-file`), a call must carry `authorization:
     /// Bearer <token>`: nobody else can spend a client's limit.
     token: Option<String>,
@@ -30,11 +26,9 @@ pub struct Limiter {
 impl Limiter {
     pub fn new(redis_url: &str, prefix: &str, timeout: StdDuration) -> redis::RedisResult<Self> {
         Ok(Self {
-            client: redis::Client::open(redis_url)?,
-            conn: Mutex::new(None),
+            redis: Redis::new(redis_url, timeout)?,
             script: redis::Script::new(SCRIPT),
             prefix: prefix.to_string(),
-            timeout,
             token: None,
             unauthenticated: std::sync::atomic::AtomicU64::new(0),
         })
@@ -48,26 +42,6 @@ impl Limiter {
 
     fn authorized<T>(&self, request: &Request<T>) -> bool {
         portcullis_service::call_authorized(self.token.as_deref(), request)
-    }
-
-    async fn connection(&self) -> Result<ConnectionManager, Status> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.timeout)
-            .set_response_timeout(self.timeout)
-            .set_number_of_retries(1);
-        let c = tokio::time::timeout(
-            self.timeout,
-            ConnectionManager::new_with_config(self.client.clone(), cfg),
-        )
-        .await
-        .map_err(|_| Status::unavailable("redis: no connection within the timeout"))?
-        .map_err(|e| Status::unavailable(format!("redis: {e}")))?;
-        *slot = Some(c.clone());
-        Ok(c)
     }
 
     /// Decide one request: every descriptor with a limit is checked and
@@ -119,11 +93,8 @@ impl Limiter {
                 response_headers_to_add: Vec::new(),
             });
         }
-        let mut conn = self.connection().await?;
-        let out: Vec<i64> = tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn))
-            .await
-            .map_err(|_| Status::unavailable("redis: no answer within the timeout"))?
-            .map_err(|e| Status::unavailable(format!("redis: {e}")))?;
+        let mut conn = self.redis.connection().await?;
+        let out: Vec<i64> = self.redis.run(invocation.invoke_async(&mut conn)).await?;
         let (admitted, per) = out
             .split_first()
             .ok_or_else(|| Status::internal("redis: empty script answer"))?;

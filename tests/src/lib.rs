@@ -712,6 +712,75 @@ impl Redis {
         Some(line.trim_end().to_string())
     }
 
+    /// One command with binary arguments; the answer as RESP values
+    /// (bulk strings and arrays of them flattened; nil as `None`).
+    pub fn command_raw(&self, args: &[&[u8]]) -> Option<Vec<Option<Vec<u8>>>> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            req.extend_from_slice(a);
+            req.extend_from_slice(b"\r\n");
+        }
+        s.write_all(&req).ok()?;
+        let mut r = BufReader::new(s);
+        fn line(r: &mut impl BufRead) -> Option<String> {
+            let mut l = String::new();
+            r.read_line(&mut l).ok()?;
+            Some(l.trim_end().to_string())
+        }
+        fn bulk(r: &mut impl BufRead, head: &str) -> Option<Option<Vec<u8>>> {
+            let n: i64 = head.strip_prefix('$')?.parse().ok()?;
+            if n < 0 {
+                return Some(None);
+            }
+            let mut b = vec![0u8; n as usize + 2];
+            std::io::Read::read_exact(r, &mut b).ok()?;
+            b.truncate(n as usize);
+            Some(Some(b))
+        }
+        let head = line(&mut r)?;
+        match head.chars().next()? {
+            '$' => Some(vec![bulk(&mut r, &head)?]),
+            '*' => {
+                let n: i64 = head[1..].parse().ok()?;
+                (0..n.max(0))
+                    .map(|_| {
+                        let h = line(&mut r)?;
+                        bulk(&mut r, &h)
+                    })
+                    .collect()
+            }
+            '+' | ':' => Some(vec![Some(head.as_bytes()[1..].to_vec())]),
+            _ => None,
+        }
+    }
+
+    /// The keys matching a pattern (`KEYS`: for tests' small sets only).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.command_raw(&[b"KEYS", pattern.as_bytes()])
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .map(|k| String::from_utf8_lossy(&k).into_owned())
+            .collect()
+    }
+
+    /// A key's value as bytes.
+    pub fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
+        self.command_raw(&[b"GET", key.as_bytes()])?
+            .into_iter()
+            .next()
+            .flatten()
+    }
+
+    /// Set a key's value (bytes), keeping no expiry.
+    pub fn set_raw(&self, key: &str, value: &[u8]) -> bool {
+        self.command_raw(&[b"SET", key.as_bytes(), value])
+            .is_some_and(|v| v.first().cloned().flatten().as_deref() == Some(b"OK".as_slice()))
+    }
+
     pub fn stop(&mut self) {
         self.proc = None;
     }

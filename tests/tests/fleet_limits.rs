@@ -61,32 +61,6 @@ fn fleet_plugin(
     )
 }
 
-fn envoy(
-    plugin: &str,
-    primary: &Mock,
-    backup: &Mock,
-    ratelimit_port: u16,
-    collector_port: u16,
-) -> Envoy {
-    Envoy::start(EnvoyOpts {
-        plugin_yaml: plugin,
-        primary_port: primary.port,
-        backup_port: backup.port,
-        collector_port,
-        ratelimit_port,
-        workers: 2,
-        side_tls: None,
-        bootstrap_patch: Vec::new(),
-        control: None,
-        clusters: None,
-        env: vec![
-            ("OPENAI_API_KEY", PRIMARY_KEY),
-            ("BACKUP_API_KEY", BACKUP_KEY),
-            ("PORTCULLIS_LIMITER_TOKEN", LIMITER_TOKEN),
-        ],
-    })
-}
-
 fn chat(e: &Envoy, key: &str, body: &str) -> Resp {
     let auth = format!("Bearer {key}");
     post(
@@ -140,14 +114,14 @@ fn global_limits_hold_across_two_envoys() {
     // of the service, none a failure let through.
     let (rpm, tpm) = (20u64, 2_000u64);
     let plugin = fleet_plugin("deny", 3000, rpm, tpm, 0.0049);
-    let a = envoy(
+    let a = fleet_envoy(
         &plugin,
         &primary,
         &backup,
         limiter.port,
         collector.grpc_port,
     );
-    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
     let before = primary.hits() + backup.hits();
 
     // Requests per minute: 5 x L at once, half through each Envoy.
@@ -260,8 +234,8 @@ fn a_realtime_sessions_usage_counts_across_the_fleet() {
     let primary = mock("primary", Some(PRIMARY_KEY));
     let backup = mock("backup", Some(BACKUP_KEY));
     let plugin = fleet_plugin("deny", 3000, 20, 1_000, 1.0);
-    let a = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
-    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let a = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
     // Each answer reports 400 output tokens: the fleet's 1,000 a minute
     // are spent by the third, and the session ends at its next event.
     let v = sdk_script(
@@ -339,8 +313,8 @@ fn a_team_budget_counted_across_the_fleet_admits_what_it_holds() {
         + &format!(
             "teams:\n  - name: research\n    limits: {{budget_usd_per_day: {cap_usd}, scope: global}}\n"
         );
-    let a = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
-    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let a = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
     // Both keys at once, each through both Envoys.
     let (ra, rb) = std::thread::scope(|sc| {
         let ra = sc.spawn(|| burst(&[&a, &b], TEAM_A, &body, 25).0);
@@ -367,14 +341,14 @@ fn redis_or_the_limiter_away_follows_the_failure_mode_and_recovers() {
     let limiter_port = limiter.port;
     let primary = mock("primary", Some(PRIMARY_KEY));
     let backup = mock("backup", Some(BACKUP_KEY));
-    let allow = envoy(
+    let allow = fleet_envoy(
         &fleet_plugin("allow", 100, 1000, 100_000, 100.0),
         &primary,
         &backup,
         limiter.port,
         dead_port(),
     );
-    let deny = envoy(
+    let deny = fleet_envoy(
         &fleet_plugin("deny", 100, 1000, 100_000, 100.0),
         &primary,
         &backup,
@@ -479,8 +453,8 @@ fn local_shares_hold_the_fleet_to_the_limit_while_the_limiter_is_away() {
         "failure_mode: local_share, replicas: 2}",
     );
     assert!(plugin.contains("replicas: 2"));
-    let a = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
-    let b = envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let a = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
+    let b = fleet_envoy(&plugin, &primary, &backup, limiter.port, dead_port());
     let body = chat_body("gpt-4o-mini", "hello");
     assert_eq!(chat(&a, FLEET_KEY, &body).status, 200);
     assert_eq!(chat(&b, FLEET_KEY, &body).status, 200);
@@ -656,14 +630,14 @@ fn answers_that_are_not_answers_follow_the_failure_mode_and_never_trap_the_filte
     let service = FakeService::start();
     let primary = mock("primary", Some(PRIMARY_KEY));
     let backup = mock("backup", Some(BACKUP_KEY));
-    let allow = envoy(
+    let allow = fleet_envoy(
         &fleet_plugin("allow", 1000, 10, 100_000, 100.0),
         &primary,
         &backup,
         service.port,
         dead_port(),
     );
-    let deny = envoy(
+    let deny = fleet_envoy(
         &fleet_plugin("deny", 1000, 10, 100_000, 100.0),
         &primary,
         &backup,

@@ -33,6 +33,19 @@ pub struct CacheConfig {
     /// shared table again.
     pub worker_bytes: usize,
     pub worker_ttl_ms: u64,
+    /// The fleet's tier ([`fleet`]), when the config has one.
+    pub shared: Option<SharedTier>,
+}
+
+/// `cache.shared`: where the fleet's entries are asked for and sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedTier {
+    /// The Envoy cluster of the cache service (gRPC).
+    pub cluster: String,
+    /// A lookup slower than this is a miss.
+    pub timeout_ms: u64,
+    /// Bytes of fresh answers a worker queues for its next store call.
+    pub queue_bytes: usize,
 }
 
 impl CacheConfig {
@@ -60,7 +73,12 @@ pub enum CacheStatus {
     /// No cache, or the client bypassed it (`no-store`).
     #[default]
     Off,
+    /// Answered by this Envoy's cache, which is the only tier.
     Hit,
+    /// Answered by this Envoy's cache where the fleet has a tier too.
+    HitLocal,
+    /// Answered by the fleet's tier (`cache.shared`).
+    HitShared,
     Miss,
     /// `no-cache`: not served from the cache, but the answer is stored.
     Refresh,
@@ -71,9 +89,19 @@ impl CacheStatus {
         match self {
             CacheStatus::Off => "off",
             CacheStatus::Hit => "hit",
+            CacheStatus::HitLocal => "hit-local",
+            CacheStatus::HitShared => "hit-shared",
             CacheStatus::Miss => "miss",
             CacheStatus::Refresh => "refresh",
         }
+    }
+
+    /// Answered from a cache, whichever tier.
+    pub fn is_hit(self) -> bool {
+        matches!(
+            self,
+            CacheStatus::Hit | CacheStatus::HitLocal | CacheStatus::HitShared
+        )
     }
 }
 
@@ -377,6 +405,28 @@ pub fn insert_seen<S: Store + ?Sized>(
     now_ms: u64,
     seen: Option<Seen>,
 ) -> Result<StoreOutcome, StoreError> {
+    insert_until(
+        store,
+        cfg,
+        hash,
+        body,
+        now_ms,
+        seen,
+        now_ms.saturating_add(cfg.ttl_ms),
+    )
+}
+
+/// [`insert_seen`] of an entry that expires at `expires_ms` (one the
+/// fleet's tier answered keeps its own expiry).
+pub fn insert_until<S: Store + ?Sized>(
+    store: &S,
+    cfg: &CacheConfig,
+    hash: &Hash,
+    body: &[u8],
+    now_ms: u64,
+    seen: Option<Seen>,
+    expires_ms: u64,
+) -> Result<StoreOutcome, StoreError> {
     if body.len() > cfg.max_entry_bytes || body.is_empty() {
         return Ok(StoreOutcome::TooLarge);
     }
@@ -396,7 +446,7 @@ pub fn insert_seen<S: Store + ?Sized>(
         if let Some(w) = index.get_mut(way) {
             *w = Way {
                 hash: *hash,
-                expires_ms: now_ms.saturating_add(cfg.ttl_ms),
+                expires_ms,
                 stored_ms: now_ms,
                 len: body.len() as u32,
             };
@@ -445,6 +495,7 @@ pub fn directive(cache_control: Option<&str>) -> Directive {
 }
 
 mod canon;
+pub mod fleet;
 pub mod local;
 
 #[cfg(test)]

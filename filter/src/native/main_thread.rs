@@ -32,6 +32,9 @@ use std::time::Duration;
 struct Handoff {
     records: Vec<Vec<u8>>,
     settlements: Vec<Vec<u8>>,
+    /// Entries for the fleet's cache tier (bounded by the bytes each
+    /// worker queued, `cache.shared.queue_bytes`, and by count here).
+    shared_puts: Vec<Vec<u8>>,
     /// Summed counter increments and shared-gauge changes, by name.
     counters: HashMap<String, i64>,
     gauges: HashMap<String, i64>,
@@ -54,6 +57,7 @@ fn handoff() -> &'static Mutex<Handoff> {
 pub fn hand_off(w: &Worker) {
     let records = shipper::take_all(w);
     let settlements = w.take_settlements();
+    let shared_puts = w.take_shared_puts();
     let Ok(mut h) = handoff().lock() else {
         return;
     };
@@ -62,6 +66,8 @@ pub fn hand_off(w: &Worker) {
     h.records.extend(records.into_iter().take(room));
     let room = MAX_HANDOFF.saturating_sub(h.settlements.len());
     h.settlements.extend(settlements.into_iter().take(room));
+    let room = MAX_HANDOFF.saturating_sub(h.shared_puts.len());
+    h.shared_puts.extend(shared_puts.into_iter().take(room));
     registry::flush(w, |kind, name, by| {
         let sums = match kind {
             registry::Kind::Counter => &mut h.counters,
@@ -369,6 +375,7 @@ pub fn tick(generation: u64) {
             if let Ok(mut h) = handoff().lock() {
                 h.records.extend(handed.records);
                 h.settlements.extend(handed.settlements);
+                h.shared_puts.extend(handed.shared_puts);
                 for (k, v) in handed.counters {
                     *h.counters.entry(k).or_default() += v;
                 }
@@ -385,6 +392,9 @@ pub fn tick(generation: u64) {
         }
         for s in handed.settlements {
             let _ = w.queue_settlement(s);
+        }
+        for e in handed.shared_puts {
+            let _ = w.queue_shared_put(e, usize::MAX);
         }
         main.root.tick();
         let config = main.root.host.config.get();

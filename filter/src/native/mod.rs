@@ -543,7 +543,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
         *f.stream.call_body.borrow_mut() = body;
         let token = u32::try_from(callout_id).unwrap_or(u32::MAX);
         match status {
-            Some(s) => f.ctx.on_global_answer(token, s, size),
+            Some(s) => f.ctx.on_grpc_answer(token, s, size),
             None => f.ctx.on_call_response(token, size),
         }
         f.stream.call_headers.borrow_mut().clear();

@@ -338,3 +338,32 @@ pub fn mcp_server(name: &str, port: u16, json: bool) -> Proc {
     );
     proc
 }
+
+/// An Envoy of a fleet (2 workers) whose limiter cluster is `ratelimit_port`
+/// and whose collector is `collector_port`, with the providers' keys and
+/// the limiter's token in its environment.
+pub fn fleet_envoy(
+    plugin: &str,
+    primary: &Mock,
+    backup: &Mock,
+    ratelimit_port: u16,
+    collector_port: u16,
+) -> Envoy {
+    Envoy::start(EnvoyOpts {
+        plugin_yaml: plugin,
+        primary_port: primary.port,
+        backup_port: backup.port,
+        collector_port,
+        ratelimit_port,
+        workers: 2,
+        side_tls: None,
+        bootstrap_patch: Vec::new(),
+        control: None,
+        clusters: None,
+        env: vec![
+            ("OPENAI_API_KEY", PRIMARY_KEY),
+            ("BACKUP_API_KEY", BACKUP_KEY),
+            ("PORTCULLIS_LIMITER_TOKEN", LIMITER_TOKEN),
+        ],
+    })
+}

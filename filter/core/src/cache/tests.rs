@@ -31,6 +31,7 @@ const CFG: CacheConfig = CacheConfig {
     per_client: false,
     worker_bytes: 0,
     worker_ttl_ms: 0,
+    shared: None,
 };
 
 #[test]

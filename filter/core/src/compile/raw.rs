@@ -446,6 +446,30 @@ pub(super) struct RawCache {
     /// How long a worker trusts its copy of an entry, in ms (default 1000).
     #[serde(default = "default_cache_worker_ttl_ms")]
     pub(super) worker_ttl_ms: u64,
+    /// The fleet's tier (none: this Envoy's alone): entries every replica reads on a miss here and writes with its fresh answers, kept in Redis by `portcullis-limiter`.
+    #[serde(default)]
+    pub(super) shared: Option<RawSharedCache>,
+}
+
+/// `cache.shared`: the tier of the prompt cache every gateway replica
+/// shares. A lookup there is one gRPC call on a miss in this Envoy's
+/// table; fresh answers go there in batches at the tick. A slow or absent
+/// service is a miss (counted), never an error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSharedCache {
+    /// The Envoy cluster of `portcullis-limiter` (gRPC; the one `limits.global` names serves both).
+    pub(super) cluster: String,
+    /// How long a lookup may take before it is a miss, in ms (default 50).
+    #[serde(default = "default_global_timeout")]
+    pub(super) timeout_ms: u64,
+    /// Bytes of fresh answers a worker holds for its next store call at most (default 4 MiB); beyond, they are not shared (counted).
+    #[serde(default = "default_shared_queue_bytes")]
+    pub(super) queue_bytes: usize,
+}
+
+fn default_shared_queue_bytes() -> usize {
+    4 << 20
 }
 
 impl Default for RawCache {
@@ -460,6 +484,7 @@ impl Default for RawCache {
             scope: default_cache_scope(),
             worker_bytes: None,
             worker_ttl_ms: default_cache_worker_ttl_ms(),
+            shared: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::models::is_label;
 use super::raw::{RawCache, RawConfig, RawExperiment};
 use super::{Applies, Arm, Experiment, LogConfig, AUTO_MODEL};
-use crate::cache::CacheConfig;
+use crate::cache::{CacheConfig, SharedTier};
 use hashbrown::HashMap;
 
 pub(super) fn experiments(
@@ -137,6 +137,28 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
     if worker_bytes > c.max_bytes {
         problems.push("cache: `worker_bytes` (each worker's copies of hot answers) must not exceed `max_bytes`".into());
     }
+    let shared = c.shared.as_ref().map(|s| {
+        if s.cluster.trim().is_empty() {
+            problems.push("cache.shared.cluster is empty (name the Envoy cluster of portcullis-limiter)".into());
+        }
+        if s.timeout_ms == 0 || s.timeout_ms > 10_000 {
+            problems.push(format!(
+                "cache.shared.timeout_ms must be from 1 to 10000 (got {}): a lookup waits this long on every miss",
+                s.timeout_ms
+            ));
+        }
+        if s.queue_bytes < c.max_entry_bytes {
+            problems.push(format!(
+                "cache.shared.queue_bytes ({}) must hold at least one entry of max_entry_bytes ({})",
+                s.queue_bytes, c.max_entry_bytes
+            ));
+        }
+        SharedTier {
+            cluster: s.cluster.clone(),
+            timeout_ms: s.timeout_ms,
+            queue_bytes: s.queue_bytes,
+        }
+    });
     if !c.enabled {
         return None;
     }
@@ -150,5 +172,6 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
         per_client,
         worker_bytes,
         worker_ttl_ms: c.worker_ttl_ms,
+        shared,
     })
 }
