@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: docs bench-control native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: docs bench-control native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-fleet-cache bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm native
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -76,6 +76,7 @@ native:
 bench: tools redis wasm native bench-collector bench-core
 	ENVOY="$(ENVOY)" scripts/bench.sh
 	ENVOY="$(ENVOY)" scripts/bench-global.sh
+	ENVOY="$(ENVOY)" scripts/bench-fleet-cache.sh
 	scripts/bench-instructions.sh
 	ENVOY="$(ENVOY)" scripts/bench-sizes.sh
 	ENVOY="$(ENVOY)" scripts/bench-memory.sh
@@ -84,6 +85,11 @@ bench: tools redis wasm native bench-collector bench-core
 # limiter's decisions per second against Redis.
 bench-global: tools redis wasm
 	ENVOY="$(ENVOY)" scripts/bench-global.sh
+
+# The prompt cache's fleet tier: shared hits and misses against local ones
+# and bare Envoy, and a 4-replica fleet's hit rate with and without it.
+bench-fleet-cache: tools redis wasm
+	ENVOY="$(ENVOY)" scripts/bench-fleet-cache.sh
 
 # The pure core's per-request steps (which step costs what): natively, then
 # compiled to wasm32-wasip1 and run in V8 under Node's WASI.

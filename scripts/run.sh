@@ -102,13 +102,23 @@ OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=s
   scripts/keep-running.sh envoy "$ENVOY" -c "$bootstrap" --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"
+# A second replica on the same config (listener 127.0.0.1:10001, admin
+# 9902): what the fleet shares (the prompt cache's tier in Redis, limits
+# scoped `global`) shows across replicas.
+sed -e 's/port_value: 10000}/port_value: 10001}/' -e 's/port_value: 9901}/port_value: 9902}/' \
+  -e 's/id: portcullis-local$/id: portcullis-local-2/' "$bootstrap" >.run/envoy-2.yaml
+OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary MCP_NOTES_TOKEN=sk-mock-notes \
+  PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
+  scripts/keep-running.sh envoy-2 "$ENVOY" -c .run/envoy-2.yaml --disable-hot-restart --concurrency 1 -l info \
+  >.run/logs/envoy-2.log 2>&1 & pids+=($!)
+wait_for http://127.0.0.1:9902/ready "the second Envoy"
 until curl -fsS -o /dev/null -H 'authorization: Bearer sk-portcullis-demo' http://127.0.0.1:10000/v1/models 2>/dev/null; do
   ((SECONDS < 60)) || { echo "portcullis: gateway not answering; see .run/logs/envoy.log" >&2; exit 1; }
   sleep 0.1
 done
 
 cat <<MSG
-portcullis: ready on http://127.0.0.1:10000, the ${PORTCULLIS_BUILD:-wasm} build (admin http://127.0.0.1:9901, logs in .run/logs/).
+portcullis: ready on http://127.0.0.1:10000 and a second replica on :10001, the ${PORTCULLIS_BUILD:-wasm} build (admin http://127.0.0.1:9901 and :9902, logs in .run/logs/).
 Dashboard: http://127.0.0.1:9090/dashboard (read token: $TOKEN; the collector's API takes it as 'Authorization: Bearer $TOKEN'). Try:
   curl -s http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"auto","messages":[{"role":"user","content":"Hello!"}]}'
   curl -s http://127.0.0.1:10000/v1/responses -H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d '{"model":"claude-sonnet","input":"Hello!"}'
@@ -125,6 +135,8 @@ One capability each, with the tour's key (sk-portcullis-tour; envoy/plugin.yaml'
   for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:10000/v1/chat/completions -H 'authorization: Bearer sk-portcullis-tour' -H 'content-type: application/json' -d "{\"model\":\"mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi \$i\"}]}"; done; echo
   # an MCP client's session through the gateway (docs/mcp-gateway.md): initialize, tools/list, tools/call
   M=(-H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -H 'accept: application/json, text/event-stream'); S=\$(curl -s -D - -o /dev/null http://127.0.0.1:10000/mcp/notes "\${M[@]}" -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}' | tr -d '\r' | sed -n 's/^mcp-session-id: //Ip'); curl -s http://127.0.0.1:10000/mcp/notes "\${M[@]}" -H "mcp-session-id: \$S" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'; echo; curl -s http://127.0.0.1:10000/mcp/notes "\${M[@]}" -H "mcp-session-id: \$S" -d '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}'; echo
+  # the fleet's cache: a prompt this replica answered is, from its next tick (250 ms), a hit on the second replica (127.0.0.1:10001)
+  Q=(-H 'authorization: Bearer sk-portcullis-demo' -H 'content-type: application/json' -d "{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Shared? \$RANDOM\"}]}"); curl -s -o /dev/null http://127.0.0.1:10000/v1/chat/completions "\${Q[@]}"; sleep 0.5; curl -s -D - -o /dev/null http://127.0.0.1:10001/v1/chat/completions "\${Q[@]}" | grep -i '^x-portcullis-cache'
 Edit envoy/plugin.yaml and run 'make reload' to apply it live. Ctrl-C stops everything.
 MSG
 if [[ "${CONTROL:-1}" != 0 ]]; then

@@ -122,3 +122,44 @@ async fn kept_entries_are_found_and_refused_ones_are_not() {
     drop(r);
     assert!(c.get(&[1; KEY_LEN]).await.is_err());
 }
+
+/// With a token, calls without it are refused and counted: nobody else on
+/// the limiter's network reads the fleet's answers or plants one.
+#[tokio::test]
+async fn calls_without_the_token_are_refused() {
+    use portcullis_limiter::cache_proto::cache_server::Cache;
+    use portcullis_limiter::cache_proto::GetRequest;
+    let c = SharedCache::new("redis://127.0.0.1:1", "t:", Duration::from_millis(100), 1000)
+        .unwrap()
+        .with_token(Some("secret".into()));
+    let get = || tonic::Request::new(GetRequest { key: vec![1; KEY_LEN] });
+    let e = Cache::get(&c, get()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let e = Cache::put(&c, tonic::Request::new(PutRequest { entries: vec![] }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let mut wrong = get();
+    wrong
+        .metadata_mut()
+        .insert("authorization", "Bearer other".parse().unwrap());
+    assert_eq!(
+        Cache::get(&c, wrong).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    let mut right = get();
+    right
+        .metadata_mut()
+        .insert("authorization", "Bearer secret".parse().unwrap());
+    // Past the token: Redis is away (port 1), so UNAVAILABLE.
+    assert_eq!(
+        Cache::get(&c, right).await.unwrap_err().code(),
+        tonic::Code::Unavailable
+    );
+    assert_eq!(
+        c.counts
+            .unauthenticated
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+}

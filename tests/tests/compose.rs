@@ -786,6 +786,13 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
     // resource rendered again for the dynamic module, which the image
     // carries; both replicas take it and serve (its metrics are
     // `portcullis.*`, docs/native.md).
+    // With the cache on (the shipped config's fleet tier, `cache.shared`,
+    // through the limiter to its own Redis), so the replicas share answers.
+    std::fs::write(
+        fleet.ecds.0.join("plugin.yaml"),
+        plugin().replacen("cache:\n  enabled: false", "cache:\n  enabled: true", 1),
+    )
+    .unwrap();
     let status = Command::new("bash")
         .env("PORTCULLIS_BUILD", "native")
         .arg(repo_root().join("envoy/render-ecds.sh"))
@@ -817,6 +824,58 @@ print("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices))
         );
         assert_eq!(r.status, 200, "{}", r.body);
     }
+
+    // The fleet's cache tier (#50): a prompt one replica answered is, once
+    // in the cache's Redis, a `hit-shared` on the other.
+    let ask = || {
+        post(
+            &fleet.url("/v1/chat/completions"),
+            &[("authorization", &auth)],
+            &chat_body("gpt-4o-mini", "one answer for the fleet"),
+        )
+    };
+    let first = ask();
+    assert_eq!(
+        first.header("x-portcullis-cache"),
+        Some("miss"),
+        "{}",
+        first.body
+    );
+    let answered_by = first
+        .header("x-portcullis-replica")
+        .unwrap_or_default()
+        .to_string();
+    let cache_redis = fleet.container("cache-redis");
+    poll_until(
+        Duration::from_secs(20),
+        "the entry in the cache's Redis",
+        || {
+            let keys = run(Command::new("docker").args([
+                "exec",
+                &cache_redis,
+                "redis-cli",
+                "--scan",
+                "--pattern",
+                "portcullis:cache:*",
+            ]));
+            (!keys.trim().is_empty()).then_some(())
+        },
+    );
+    let other = poll_until(Duration::from_secs(20), "the other replica", || {
+        let r = ask();
+        assert_eq!(r.status, 200, "{}", r.body);
+        (r.header("x-portcullis-replica") != Some(answered_by.as_str())).then_some(r)
+    });
+    assert_eq!(
+        other.header("x-portcullis-cache"),
+        Some("hit-shared"),
+        "{}",
+        other.body
+    );
+    assert_eq!(
+        other.json()["choices"][0]["message"]["content"],
+        first.json()["choices"][0]["message"]["content"]
+    );
 
     // `down -v` leaves nothing of the project behind.
     fleet.down();

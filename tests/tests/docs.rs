@@ -298,28 +298,52 @@ fn the_ready_lines_tries_show_what_they_say() {
         .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('#'))
         .map(|l| l.trim_start().replace("\\$", "$"))
         .collect();
-    assert_eq!(tries.len(), 5, "{tries:?}");
+    assert_eq!(tries.len(), 6, "{tries:?}");
     // The demo's MCP server `notes`, which takes only its own credential.
     let notes = common::mock("notes", Some(common::MCP_NOTES_TOKEN));
     let notes_port = format!("port_value: {}", notes.port);
-    let stack = Stack::start_patched(
-        &shipped_plugin(),
-        1,
-        false,
-        dead_port(),
-        vec![("port_value: 18012", &notes_port)],
-    );
+    // Two replicas sharing the limiter (and the cache's tier in its Redis),
+    // as `make run` starts them.
+    let redis = Redis::start();
+    let limiter = Limiter::start(redis.port, 0);
+    let primary = common::mock("primary", Some(common::PRIMARY_KEY));
+    let backup = common::mock("backup", Some(common::BACKUP_KEY));
+    let plugin = shipped_plugin();
+    let replica = || {
+        Envoy::start(EnvoyOpts {
+            plugin_yaml: &plugin,
+            primary_port: primary.port,
+            backup_port: backup.port,
+            collector_port: dead_port(),
+            ratelimit_port: limiter.port,
+            workers: 1,
+            side_tls: None,
+            bootstrap_patch: vec![("port_value: 18012", &notes_port)],
+            control: None,
+            clusters: None,
+            env: vec![
+                ("OPENAI_API_KEY", common::PRIMARY_KEY),
+                ("BACKUP_API_KEY", common::BACKUP_KEY),
+                ("ANTHROPIC_API_KEY", common::PRIMARY_KEY),
+                ("MCP_NOTES_TOKEN", common::MCP_NOTES_TOKEN),
+                ("PORTCULLIS_LIMITER_TOKEN", LIMITER_TOKEN),
+            ],
+        })
+    };
+    let (first, second) = (replica(), replica());
     let wants = [
         "write to [REDACTED:email]",
         "x-portcullis-provider: backup",
         "x-portcullis-experiment: tour-ab/",
         "429",
         r#""text":"notes: hi""#,
+        "x-portcullis-cache: hit-shared",
     ];
     for (t, want) in tries.iter().zip(wants) {
         let line = t
-            .replace("http://127.0.0.1:10000", &stack.envoy.url(""))
-            .replace("http://127.0.0.1:18001", &stack.primary.url(""));
+            .replace("http://127.0.0.1:10000", &first.url(""))
+            .replace("http://127.0.0.1:10001", &second.url(""))
+            .replace("http://127.0.0.1:18001", &primary.url(""));
         let out = std::process::Command::new("bash")
             .arg("-c")
             .arg(&line)

@@ -155,7 +155,12 @@ fn messages_fall_back_between_anthropic_providers_and_are_cached_apart() {
     );
     // Stored in Anthropic's shape, for /v1/messages only.
     let r = messages(&s, DEMO_KEY, &body);
-    assert_eq!(r.header("x-portcullis-cache"), Some("hit"), "{}", r.body);
+    assert_eq!(
+        r.header("x-portcullis-cache"),
+        Some("hit-local"),
+        "{}",
+        r.body
+    );
     assert_eq!(r.json()["content"][0]["text"], "from the backup");
     let r = s.chat(DEMO_KEY, &body.to_string());
     assert_eq!(r.header("x-portcullis-cache"), Some("miss"));

@@ -239,14 +239,14 @@ fn translated_answers_are_cached_in_the_clients_shape_and_replayed_as_streams() 
     let r = s.chat(DEMO_KEY, &chat_body("claude-sonnet", "cache me"));
     assert_eq!(r.header("x-portcullis-cache"), Some("miss"));
     let r = s.chat(DEMO_KEY, &chat_body("claude-sonnet", "cache me"));
-    assert_eq!(r.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit-local"));
     assert_eq!(
         r.json()["choices"][0]["message"]["content"],
         "cached words here"
     );
     let body = json!({"model": "claude-sonnet", "stream": true, "messages": [{"role": "user", "content": "cache me"}]});
     let r = s.chat(DEMO_KEY, &body.to_string());
-    assert_eq!(r.header("x-portcullis-cache"), Some("hit"));
+    assert_eq!(r.header("x-portcullis-cache"), Some("hit-local"));
     assert_eq!(stream_text(&r.body).0, "cached words here");
     assert_eq!(s.backup.hits(), 1);
 }
