@@ -64,7 +64,7 @@ plugin_for() {
 start() { # variant port admin
   local v=$1 port=$2 admin=$3
   if [[ $v == bare ]]; then
-    sed -e "s/port_value: 10000/port_value: $port/; s/port_value: 9901/port_value: $admin/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/$v.yaml"
+    sed -e "s/port_value: 10001/port_value: $port/; s/port_value: 9902/port_value: $admin/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/$v.yaml"
   else
     plugin_for "$v" >"$dir/plugin-$v.yaml"
     grep -q "shared:" "$dir/plugin-$v.yaml" || [[ $v != shared* && $v != writer && $v != fleetshared* ]] || { echo "bench: no fleet tier in $v" >&2; exit 1; }
@@ -111,8 +111,9 @@ for v in "${VARIANTS[@]}"; do
       printf 'local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format("POST", "/v1/chat/completions", {["content-type"] = "application/json", ["authorization"] = "Bearer sk-portcullis-demo"}, string.format([[{"model":"gpt-4o-mini","messages":[{"role":"user","content":"new %%d %%d"}],"max_tokens":16}]], math.random(1, 1000000000), n))\nend\n' >"$dir/$v.lua" ;;
     sharedhit)
       printf 'local n = 0\nrequest = function()\n  n = (n + 1) %% 2000\n  return wrk.format("POST", "/v1/chat/completions", {["content-type"] = "application/json", ["authorization"] = "Bearer sk-portcullis-demo"}, string.format([[{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %%d"}],"max_tokens":16}]], n))\nend\n' >"$dir/$v.lua" ;;
-    *)
-      printf 'wrk.method = "POST"\nwrk.body = [[{"model":"gpt-4o-mini","messages":[{"role":"user","content":"the same prompt"}],"max_tokens":16}]]\nwrk.headers["content-type"] = "application/json"\nwrk.headers["authorization"] = "Bearer sk-portcullis-demo"\n' >"$dir/$v.lua" ;;
+    *) # bare Envoy forwards the client's header: the mock's own key
+      key=sk-portcullis-demo; [[ $v == bare ]] && key=sk-bench
+      printf 'wrk.method = "POST"\nwrk.body = [[{"model":"gpt-4o-mini","messages":[{"role":"user","content":"the same prompt"}],"max_tokens":16}]]\nwrk.headers["content-type"] = "application/json"\nwrk.headers["authorization"] = "Bearer %s"\n' "$key" >"$dir/$v.lua" ;;
   esac
 done
 

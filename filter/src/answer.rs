@@ -611,6 +611,13 @@ impl<H: Host> RequestContext<H> {
                 out.push((headers::DROPPED, f.dropped.join(",")));
             }
             out.push((headers::CACHE, f.cache_status.as_str().to_string()));
+            if let Some(hit) = f.semantic.as_ref().and_then(|s| s.hit) {
+                out.push((
+                    headers::CACHE_SIMILARITY,
+                    format!("{:.4}", f64::from(hit.0) / 1e6),
+                ));
+                out.push((headers::CACHE_AGE, hit.1.to_string()));
+            }
             if let Some((e, a)) = &f.experiment {
                 out.push((headers::EXPERIMENT, format!("{e}/{a}")));
             }

@@ -64,6 +64,17 @@ pub enum Phase {
     Done,
 }
 
+/// A lookup of the fleet's cache tiers a request waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The exact tier (`Get`).
+    Exact,
+    /// The prompt's embedding, asked of the gateway itself (an HTTP call).
+    Embedding,
+    /// The semantic tier (`Nearest`).
+    Nearest,
+}
+
 /// What the request record needs, gathered along the way.
 #[derive(Default)]
 pub struct LogFacts {
@@ -99,6 +110,9 @@ pub struct LogFacts {
 pub struct ClientRequest {
     /// The client's key hash (its handle in `Gateway::clients`).
     pub key: Option<[u8; 32]>,
+    /// The client's `authorization`, kept only when the semantic tier may
+    /// ask the gateway for the prompt's embedding under the same key.
+    pub bearer: Option<String>,
     pub path: String,
     pub authority: String,
     pub cache_control: Option<String>,
@@ -143,8 +157,9 @@ pub struct RequestContext<H: Host> {
     pub global: Option<crate::global_limits::Pending>,
     /// Calls to external guards in flight.
     pub guarding: Option<crate::guard_state::GuardCalls>,
-    /// The fleet cache tier's lookup in flight (its call's token).
-    pub shared_lookup: Option<u32>,
+    /// The fleet cache tier's lookup in flight (its call's token, and
+    /// which call it is).
+    pub shared_lookup: Option<(u32, Lookup)>,
     /// A paused run of the request's steps: where it resumes, with what.
     pub paused: Option<(crate::exchange::Step, crate::exchange::Exchange)>,
     /// An MCP request (`mcp`): its errors are JSON-RPC's.
@@ -370,6 +385,7 @@ impl<H: Host> RequestContext<H> {
             Phase::Guarding => self.on_guard_answer(token, body_size),
             Phase::AwaitingToken(call) if call == token => self.on_token_answer(body_size),
             Phase::McpFanout => self.mcp_fanout_answer(token, body_size),
+            Phase::SharedCache => self.on_embedding_answer(token, body_size),
             _ => {}
         }
     }

@@ -117,6 +117,10 @@ pub struct Flight {
     /// The route and scope part of the worker's first-level key (set when
     /// the answer may be held there once stored).
     pub cache_head: Option<Vec<u8>>,
+    /// The semantic tier's view of the request (`cache.semantic`): its
+    /// space, then its embedding (what a fresh answer is stored under),
+    /// then, on a hit, how similar and how old the answer was.
+    pub semantic: Option<Semantic>,
     /// The gateway asks a streaming provider for the usage chunk the client
     /// did not ask for; it is read, then dropped from what the client gets.
     pub usage_chunk: bool,
@@ -174,6 +178,7 @@ impl Flight {
             cache_fill: None,
             cache_seen: None,
             cache_head: None,
+            semantic: None,
             usage_chunk: false,
             experiment,
             price,
@@ -265,4 +270,15 @@ impl Flight {
         }
         None
     }
+}
+
+/// The semantic tier's view of a request (`cache.semantic`).
+#[derive(Debug, Clone)]
+pub struct Semantic {
+    /// The space its prompt is compared in.
+    pub space: portcullis_core::cache::Hash,
+    /// The prompt's embedding, once the gateway has it.
+    pub vector: Option<Vec<f32>>,
+    /// A hit's similarity (millionths) and the answer's age (seconds).
+    pub hit: Option<(u32, u64)>,
 }

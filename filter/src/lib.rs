@@ -79,6 +79,7 @@ mod registry;
 mod request_body;
 mod request_headers;
 mod root;
+mod semantic_cache;
 mod shipper;
 mod stored;
 mod stored_state;

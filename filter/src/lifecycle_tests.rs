@@ -351,6 +351,112 @@ fn a_second_identical_request_is_a_cache_hit_that_reaches_no_provider() {
     assert_eq!(a, Action::Continue, "a different question is a miss");
 }
 
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The fleet tier's `GetResponse` for `key`: found, with `answer`.
+fn fleet_found(key: &[u8], answer: &str, expires_ms: u64) -> Vec<u8> {
+    let mut m = vec![0x08, 1, 0x12, key.len() as u8];
+    m.extend_from_slice(key);
+    m.push(0x1a);
+    varint(&mut m, answer.len() as u64);
+    m.extend_from_slice(answer.as_bytes());
+    m.push(0x20);
+    varint(&mut m, expires_ms);
+    m
+}
+
+const SHARED: &str = "cache: {enabled: true, shared: {cluster: fleet, timeout_ms: 30}}";
+
+#[test]
+fn a_local_miss_asks_the_fleets_tier_whose_hit_answers_and_is_kept_here() {
+    let g = Gateway::new(&config("{}", SHARED));
+    let (mut ctx, a) = g.chat(&[], &body("ask the fleet"));
+    assert_eq!(a, Action::Pause, "waits for the fleet's tier");
+    let calls = ctx.host.callouts();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].cluster, "fleet");
+    assert_eq!(
+        calls[0].header("grpc-service"),
+        Some("portcullis.cache.v1.Cache")
+    );
+    assert_eq!(calls[0].header("grpc-method"), Some("Get"));
+    assert_eq!(calls[0].timeout_ms, 30);
+    assert_eq!(&calls[0].body[..2], &[0x0a, 32]);
+    let key = calls[0].body[2..].to_vec();
+    // An answer for another key is a miss; this key's answers.
+    let now = ctx.host.now_ms();
+    let answer = fleet_found(&key, ANSWER, now + 60_000);
+    ctx.host.state.borrow_mut().grpc_answer = answer.clone();
+    ctx.on_grpc_answer(1, 0, answer.len());
+    let (status, v) = sent_json(&ctx);
+    assert_eq!(
+        (status, v["choices"][0]["message"]["content"].as_str()),
+        (200, Some("hi"))
+    );
+    assert_eq!(
+        sent_header(&ctx, "x-portcullis-cache").as_deref(),
+        Some("hit-shared")
+    );
+    assert_eq!(ctx.host.header(Part::Request, "x-portcullis-cluster"), None);
+    // Kept here: the next one asks nobody.
+    let (again, a) = g.chat(&[], &body("ask the fleet"));
+    assert_eq!(a, Action::Pause, "answered by the filter");
+    assert!(again.host.callouts().is_empty());
+    assert_eq!(
+        sent_header(&again, "x-portcullis-cache").as_deref(),
+        Some("hit-local")
+    );
+}
+
+#[test]
+fn a_miss_or_a_failure_in_the_fleets_tier_goes_to_the_provider_and_its_answer_is_queued() {
+    let g = Gateway::new(&config("{}", SHARED));
+    for (i, (grpc_status, answer)) in [
+        (0u32, Vec::new()),
+        // Found, but for another key.
+        (0, fleet_found(&[9; 32], ANSWER, u64::MAX / 2)),
+        // Not an answer at all.
+        (0, vec![0xff, 0xff, 0xff]),
+        // Late (DEADLINE_EXCEEDED) or failed (UNAVAILABLE).
+        (4, Vec::new()),
+        (14, Vec::new()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (mut ctx, a) = g.chat(&[], &body(&format!("nobody has this {i}")));
+        assert_eq!(a, Action::Pause);
+        ctx.host.state.borrow_mut().grpc_answer = answer.clone();
+        ctx.on_grpc_answer(1, grpc_status, answer.len());
+        assert_eq!(ctx.host.state.borrow().resumed, 1, "case {i}");
+        assert!(ctx.host.state.borrow().sent.is_none(), "case {i}");
+        assert_eq!(
+            ctx.host
+                .header(Part::Request, "x-portcullis-cluster")
+                .as_deref(),
+            Some("primary"),
+            "case {i}"
+        );
+        assert_eq!(router_answers(&mut ctx, "200", ANSWER), Action::Continue);
+        ctx.on_log();
+        assert_eq!(
+            g.host.worker().shared_puts.borrow().0.len(),
+            i + 1,
+            "the fresh answer is queued for the fleet"
+        );
+    }
+    // An answer for a token this request did not send changes nothing.
+    let (mut ctx, _) = g.chat(&[], &body("one more"));
+    ctx.on_grpc_answer(7, 0, 0);
+    assert_eq!(ctx.host.state.borrow().resumed, 0);
+}
+
 /// Every way a request can end gives back or settles what it took: the
 /// concurrency slot always, the token reservation unless an answer used it.
 #[test]
@@ -1133,7 +1239,14 @@ const SHIPPED_BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"system
 
 /// The shipped config, its cache on or off.
 fn shipped(cache: bool) -> Gateway {
+    // Without the fleet's tier (the tour's `shared:` line): no limiter here.
+    let shared = "  shared: {cluster: portcullis_ratelimit, timeout_ms: 50}\n";
     let yaml = include_str!("../../envoy/plugin.yaml");
+    assert!(
+        yaml.contains(shared),
+        "envoy/plugin.yaml: the shared line changed"
+    );
+    let yaml = yaml.replace(shared, "");
     let yaml = if cache {
         yaml.to_string()
     } else {
@@ -1267,6 +1380,10 @@ fn profile_routed_requests() {
 #[test]
 fn without_worker_copies_a_repeat_reads_the_shared_table() {
     let yaml = include_str!("../../envoy/plugin.yaml")
+        .replace(
+            "  shared: {cluster: portcullis_ratelimit, timeout_ms: 50}\n",
+            "",
+        )
         .replace("  scope: shared", "  scope: shared\n  worker_bytes: 0");
     let g = Gateway::new(&yaml);
     let cfg = g.loaded.gw.cache.as_ref().unwrap();

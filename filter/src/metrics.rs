@@ -65,6 +65,15 @@ pub const CACHE_SHARED_MISSES: &str = "portcullis.cache.shared_misses";
 pub const CACHE_SHARED_ERRORS: &str = "portcullis.cache.shared_errors";
 pub const CACHE_SHARED_STORES: &str = "portcullis.cache.shared_stores";
 pub const CACHE_SHARED_DROPPED: &str = "portcullis.cache.shared_dropped";
+/// The semantic tier (`cache.semantic`): prompts embedded to be looked up,
+/// near-duplicates served, lookups that found none, lookups that failed
+/// (no embedding, the tier not answering: each a miss), and requests of a
+/// listed model that were not eligible (tools, images, conversations).
+pub const CACHE_SEMANTIC_LOOKUPS: &str = "portcullis.cache.semantic_lookups";
+pub const CACHE_SEMANTIC_HITS: &str = "portcullis.cache.semantic_hits";
+pub const CACHE_SEMANTIC_MISSES: &str = "portcullis.cache.semantic_misses";
+pub const CACHE_SEMANTIC_ERRORS: &str = "portcullis.cache.semantic_errors";
+pub const CACHE_SEMANTIC_INELIGIBLE: &str = "portcullis.cache.semantic_ineligible";
 pub const CACHE_EVICTIONS: &str = "portcullis.cache.evictions";
 pub const CACHE_TOO_LARGE: &str = "portcullis.cache.too_large";
 /// Gauge: bytes held by the cache table.
@@ -342,6 +351,11 @@ pub fn families() -> Vec<(Kind, String)> {
         CACHE_SHARED_ERRORS,
         CACHE_SHARED_STORES,
         CACHE_SHARED_DROPPED,
+        CACHE_SEMANTIC_LOOKUPS,
+        CACHE_SEMANTIC_HITS,
+        CACHE_SEMANTIC_MISSES,
+        CACHE_SEMANTIC_ERRORS,
+        CACHE_SEMANTIC_INELIGIBLE,
         CACHE_EVICTIONS,
         CACHE_TOO_LARGE,
         FALLBACKS,

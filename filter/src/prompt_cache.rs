@@ -1,7 +1,7 @@
 //! The prompt cache on the host: a lookup before any provider is reached
 //! (a hit is answered here), and the store of a complete answer.
 
-use crate::context::{Phase, RequestContext};
+use crate::context::{Lookup, Phase, RequestContext};
 use crate::host::Host;
 use crate::host::{Action, LogLevel};
 use crate::metrics;
@@ -173,7 +173,7 @@ impl<H: Host> RequestContext<H> {
     /// client's output checks run on it (the entry may come from a client
     /// with others), a stream gets its replay. `None`: it cannot serve
     /// (a stream it cannot replay): a miss.
-    fn serve_stored(
+    pub(crate) fn serve_stored(
         &mut self,
         gw: &Gateway,
         client: &Client,
@@ -233,7 +233,7 @@ impl<H: Host> RequestContext<H> {
             tier.timeout_ms,
         ) {
             Ok(token) => {
-                self.shared_lookup = Some(token);
+                self.shared_lookup = Some((token, Lookup::Exact));
                 self.phase = Phase::SharedCache;
                 true
             }
@@ -255,17 +255,29 @@ impl<H: Host> RequestContext<H> {
     /// it): a hit is kept here too and answers; anything else (not found,
     /// unreadable, late, failed) is a miss and the request goes on.
     pub(crate) fn on_shared_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
-        if self.shared_lookup != Some(token) {
-            return;
+        match self.shared_lookup {
+            Some((t, Lookup::Exact)) if t == token => {}
+            Some((t, Lookup::Nearest)) if t == token => {
+                self.on_nearest_answer(grpc_status, size);
+                return;
+            }
+            _ => return,
         }
         self.shared_lookup = None;
         self.phase = Phase::ChatBody;
         let step = self.read_shared_answer(grpc_status, size).and_then(|hit| {
+            if hit.is_none() && self.ask_semantic() {
+                // Still waiting: for the prompt's embedding now.
+                return Ok(Action::Pause);
+            }
             if let Some((_, x)) = self.paused.as_mut() {
                 x.hit = hit;
             }
             self.resume()
         });
+        if step.as_ref().is_ok_and(|a| *a == Action::Pause) && self.phase == Phase::SharedCache {
+            return;
+        }
         self.resume_with(step);
     }
 
@@ -360,9 +372,20 @@ impl<H: Host> RequestContext<H> {
         if let Some(tier) = cfg.shared.as_ref() {
             if !body.is_empty() && body.len() <= cfg.max_entry_bytes {
                 let entry = fleet::encode_entry(&key, body, now.saturating_add(cfg.ttl_ms));
-                if !self.host.worker().queue_shared_put(entry, tier.queue_bytes) {
+                if !self
+                    .host
+                    .worker()
+                    .queue_shared_put(fleet::PUT, entry, tier.queue_bytes)
+                {
                     self.host.count(metrics::CACHE_SHARED_DROPPED, 1);
                 }
+                crate::semantic_cache::queue_put(
+                    &self.host,
+                    f.semantic.as_ref(),
+                    body,
+                    now.saturating_add(cfg.ttl_ms),
+                    tier,
+                );
             }
         }
         match cache::insert_seen(&self.host, cfg, &key, body, now, seen) {

@@ -261,6 +261,9 @@ impl<H: Host> RequestContext<H> {
             None => None,
         };
         let client = self.key_and_rate(gw, authorization, now)?;
+        if gw.cache.as_ref().is_some_and(|c| c.semantic.is_some()) {
+            self.request.bearer = authorization.map(str::to_string);
+        }
         let limit = client.limits.max_body_bytes;
         let own = limit != gw.max_body_bytes;
         self.request.max_body = Some((limit, own));

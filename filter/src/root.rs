@@ -166,12 +166,12 @@ impl<H: Host + Clone> Root<H> {
         };
         let owned = crate::loaded::limiter_metadata(self.loaded.as_deref());
         let metadata: Vec<(&str, &[u8])> = owned.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        for (batch, n) in fleet::put_batches(queued) {
+        for (method, batch, n) in fleet::put_batches(queued) {
             let n_metric = i64::try_from(n).unwrap_or(i64::MAX);
             match self.host.dispatch_grpc(
                 &tier.cluster,
                 fleet::SERVICE,
-                fleet::PUT,
+                method,
                 &metadata,
                 &batch,
                 tier.timeout_ms.saturating_mul(10).max(1000),

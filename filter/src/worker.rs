@@ -15,6 +15,10 @@ use portcullis_core::routing::KeyHashes;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+/// An entry for the fleet's cache tier: its store call's method and the
+/// entry as that call carries it.
+pub type SharedPut = (&'static str, Vec<u8>);
+
 #[derive(Default)]
 pub struct Worker {
     /// Metric ids by name, defined on first use (ids are per VM).
@@ -29,9 +33,10 @@ pub struct Worker {
     pub log: RefCell<Option<LogBuffer>>,
     /// Settlements for the rate limit service, sent at the tick (bounded).
     pub settlements: RefCell<Vec<Vec<u8>>>,
-    /// Fresh answers for the fleet's cache tier (encoded entries and their
-    /// bytes), sent at the tick (bounded by `cache.shared.queue_bytes`).
-    pub shared_puts: RefCell<(Vec<Vec<u8>>, usize)>,
+    /// Fresh answers for the fleet's cache tier (the store call's method
+    /// and an encoded entry; their bytes), sent at the tick (bounded by
+    /// `cache.shared.queue_bytes`).
+    pub shared_puts: RefCell<(Vec<SharedPut>, usize)>,
     /// Requests in flight per provider: (count, last published).
     pub busy: RefCell<HashMap<String, (i64, i64)>>,
     /// This VM's id in the registry of busy counts (0: none yet).
@@ -78,7 +83,7 @@ impl Worker {
 
     /// Queue an entry for the fleet's cache tier; `false` when it would
     /// take the queue past `max_bytes` (it is not shared).
-    pub fn queue_shared_put(&self, entry: Vec<u8>, max_bytes: usize) -> bool {
+    pub fn queue_shared_put(&self, method: &'static str, entry: Vec<u8>, max_bytes: usize) -> bool {
         let Ok(mut q) = self.shared_puts.try_borrow_mut() else {
             return false;
         };
@@ -86,13 +91,13 @@ impl Worker {
         if bytes > max_bytes {
             return false;
         }
-        q.0.push(entry);
+        q.0.push((method, entry));
         q.1 = bytes;
         true
     }
 
     /// The entries queued for the fleet's tier since the last tick.
-    pub fn take_shared_puts(&self) -> Vec<Vec<u8>> {
+    pub fn take_shared_puts(&self) -> Vec<SharedPut> {
         self.shared_puts
             .try_borrow_mut()
             .map(|mut q| std::mem::take(&mut *q).0)

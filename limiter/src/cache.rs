@@ -12,8 +12,12 @@
 //! `allkeys-lru` on a Redis of its own, so counters are never evicted).
 
 use crate::cache_proto::cache_server::Cache;
-use crate::cache_proto::{GetRequest, GetResponse, PutRequest, PutResponse};
+use crate::cache_proto::{
+    GetRequest, GetResponse, NearestRequest, NearestResponse, PutRequest, PutResponse,
+    PutVectorsRequest,
+};
 use crate::redis_conn::Redis;
+use crate::semantic::Semantic;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status};
@@ -49,6 +53,8 @@ pub struct SharedCache {
     max_entry_bytes: usize,
     token: Option<String>,
     pub counts: Counts,
+    /// The semantic tier's index ([`crate::semantic`]).
+    pub semantic: Semantic,
 }
 
 fn now_ms() -> u64 {
@@ -135,6 +141,7 @@ impl SharedCache {
             max_entry_bytes,
             token: None,
             counts: Counts::default(),
+            semantic: Semantic::new(10_000, 256 << 20),
         })
     }
 
@@ -142,6 +149,68 @@ impl SharedCache {
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
         self
+    }
+
+    /// The semantic index's bounds: entries and bytes.
+    pub fn with_semantic(mut self, max_entries: usize, max_bytes: usize) -> Self {
+        self.semantic = Semantic::new(max_entries, max_bytes);
+        self
+    }
+
+    /// The stored answer nearest to a prompt's embedding, in its space.
+    pub fn nearest(&self, req: &NearestRequest) -> Result<NearestResponse, Status> {
+        if req.space.len() != KEY_LEN {
+            return Err(Status::invalid_argument(format!(
+                "a space is {KEY_LEN} bytes"
+            )));
+        }
+        let threshold = req.threshold_ppm.min(1_000_000) as f32 / 1e6;
+        match self
+            .semantic
+            .nearest(&req.space, &req.vector, threshold, now_ms())
+        {
+            Some(f) => {
+                self.counts.hits.fetch_add(1, Ordering::Relaxed);
+                Ok(NearestResponse {
+                    found: true,
+                    space: req.space.clone(),
+                    answer: f.answer,
+                    similarity_ppm: (f.similarity.clamp(0.0, 1.0) * 1e6).round() as u32,
+                    stored_ms: f.stored_ms,
+                    expires_ms: f.expires_ms,
+                })
+            }
+            None => {
+                self.counts.misses.fetch_add(1, Ordering::Relaxed);
+                Ok(NearestResponse::default())
+            }
+        }
+    }
+
+    /// Answers with their prompts' embeddings.
+    pub fn put_vectors(&self, req: &PutVectorsRequest) -> PutResponse {
+        let now = now_ms();
+        let (mut stored, mut refused) = (0u32, 0u32);
+        for e in &req.entries {
+            let ok = e.space.len() == KEY_LEN
+                && e.answer.len() <= self.max_entry_bytes
+                && e.vector.len() <= 8192
+                && self
+                    .semantic
+                    .put(&e.space, &e.vector, &e.answer, now, e.expires_ms);
+            if ok {
+                stored = stored.saturating_add(1);
+            } else {
+                refused = refused.saturating_add(1);
+            }
+        }
+        self.counts
+            .stored
+            .fetch_add(u64::from(stored), Ordering::Relaxed);
+        self.counts
+            .refused
+            .fetch_add(u64::from(refused), Ordering::Relaxed);
+        PutResponse { stored, refused }
     }
 
     fn redis_key(&self, key: &[u8]) -> String {
@@ -261,5 +330,24 @@ impl Cache for SharedCache {
         SharedCache::put(self, request.get_ref())
             .await
             .map(Response::new)
+    }
+
+    async fn nearest(
+        &self,
+        request: Request<NearestRequest>,
+    ) -> Result<Response<NearestResponse>, Status> {
+        self.authorize(&request)?;
+        SharedCache::nearest(self, request.get_ref()).map(Response::new)
+    }
+
+    async fn put_vectors(
+        &self,
+        request: Request<PutVectorsRequest>,
+    ) -> Result<Response<PutResponse>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(SharedCache::put_vectors(
+            self,
+            request.get_ref(),
+        )))
     }
 }

@@ -13,6 +13,7 @@
 pub mod cache;
 pub mod counters;
 pub mod redis_conn;
+pub mod semantic;
 pub mod service;
 
 /// The protocol's messages and service (proto/rls.proto).

@@ -6,6 +6,7 @@
 //!                    [--prefix portcullis:rl:] [--redis-timeout-ms 500] [--threads 0]
 //!                    [--cache-redis URL] [--cache-prefix portcullis:cache:]
 //!                    [--cache-max-entry-bytes 1048576]
+//!                    [--semantic-max-entries 10000] [--semantic-max-bytes 268435456]
 //!                    [--token-file PATH]
 //!                    [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]
 //! ```
@@ -38,6 +39,8 @@ struct Args {
     cache_redis: Option<String>,
     cache_prefix: String,
     cache_max_entry_bytes: usize,
+    semantic_max_entries: usize,
+    semantic_max_bytes: usize,
     token: Option<String>,
     tls: Option<tonic::transport::ServerTlsConfig>,
 }
@@ -52,6 +55,8 @@ fn parse_args() -> Result<Args, String> {
         cache_redis: None,
         cache_prefix: "portcullis:cache:".into(),
         cache_max_entry_bytes: 1 << 20,
+        semantic_max_entries: 10_000,
+        semantic_max_bytes: 256 << 20,
         token: None,
         tls: None,
     };
@@ -90,6 +95,19 @@ fn parse_args() -> Result<Args, String> {
                         format!("--cache-max-entry-bytes {v}: a number of bytes from 1 to {MAX_ENTRY_CEILING}")
                     })?;
             }
+            "--semantic-max-entries" | "--semantic-max-bytes" => {
+                let v = value()?;
+                let n = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{flag} {v}: a number above 0"))?;
+                if flag == "--semantic-max-entries" {
+                    a.semantic_max_entries = n;
+                } else {
+                    a.semantic_max_bytes = n;
+                }
+            }
             "--token-file" => {
                 a.token = portcullis_service::token_from_file("--token-file", Some(value()?))?;
             }
@@ -97,7 +115,7 @@ fn parse_args() -> Result<Args, String> {
                 tls.take(&flag, Some(value()?))?;
             }
             "-h" | "--help" => {
-                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--cache-redis URL] [--cache-prefix P] [--cache-max-entry-bytes N] [--token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]");
+                println!("usage: portcullis-limiter [--listen ADDR] [--redis URL] [--prefix P] [--redis-timeout-ms N] [--threads N] [--cache-redis URL] [--cache-prefix P] [--cache-max-entry-bytes N] [--semantic-max-entries N] [--semantic-max-bytes N] [--token-file PATH] [--tls-cert PATH --tls-key PATH [--tls-client-ca PATH]]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument `{other}` (see --help)")),
@@ -150,7 +168,9 @@ async fn serve(args: Args) {
         Duration::from_millis(args.timeout_ms),
         args.cache_max_entry_bytes,
     ) {
-        Ok(c) => c.with_token(args.token.clone()),
+        Ok(c) => c
+            .with_token(args.token.clone())
+            .with_semantic(args.semantic_max_entries, args.semantic_max_bytes),
         Err(e) => {
             eprintln!("portcullis-limiter: --cache-redis {cache_redis}: {e}");
             std::process::exit(2);

@@ -129,10 +129,19 @@ async fn kept_entries_are_found_and_refused_ones_are_not() {
 async fn calls_without_the_token_are_refused() {
     use portcullis_limiter::cache_proto::cache_server::Cache;
     use portcullis_limiter::cache_proto::GetRequest;
-    let c = SharedCache::new("redis://127.0.0.1:1", "t:", Duration::from_millis(100), 1000)
-        .unwrap()
-        .with_token(Some("secret".into()));
-    let get = || tonic::Request::new(GetRequest { key: vec![1; KEY_LEN] });
+    let c = SharedCache::new(
+        "redis://127.0.0.1:1",
+        "t:",
+        Duration::from_millis(100),
+        1000,
+    )
+    .unwrap()
+    .with_token(Some("secret".into()));
+    let get = || {
+        tonic::Request::new(GetRequest {
+            key: vec![1; KEY_LEN],
+        })
+    };
     let e = Cache::get(&c, get()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
     let e = Cache::put(&c, tonic::Request::new(PutRequest { entries: vec![] }))

@@ -1066,7 +1066,19 @@ impl Envoy {
         let ecds_dir = dir.0.join("ecds");
         let bootstrap = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
             .expect("read envoy/envoy.yaml");
-        let bootstrap = replace_once(&bootstrap, "port_value: 10000", "port_value: 0");
+        // The listener on a port the kernel chooses; with the semantic
+        // cache, on a free port chosen here, which the gateway's own
+        // cluster (`portcullis_self`) then reaches.
+        let listener = if opts.plugin_yaml.contains("\n  semantic:") {
+            dead_port()
+        } else {
+            0
+        };
+        let bootstrap = replace_once(
+            &bootstrap,
+            "port_value: 10000",
+            &format!("port_value: {listener}"),
+        );
         let bootstrap = replace_once(&bootstrap, "port_value: 9901", "port_value: 0");
         let bootstrap = replace_once(
             &bootstrap,

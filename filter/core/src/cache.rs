@@ -35,6 +35,27 @@ pub struct CacheConfig {
     pub worker_ttl_ms: u64,
     /// The fleet's tier ([`fleet`]), when the config has one.
     pub shared: Option<SharedTier>,
+    /// The semantic tier ([`semantic`]), when the config has one.
+    pub semantic: Option<SemanticTier>,
+}
+
+/// `cache.semantic`: near-duplicate prompts answered from the fleet's
+/// tier by their embeddings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemanticTier {
+    /// The model (of this config, serving embeddings) that embeds prompts.
+    pub embedding_model: String,
+    /// The least cosine similarity served, in millionths.
+    pub threshold_ppm: u32,
+    /// The models (as requested) whose requests may be served.
+    pub models: Vec<String>,
+    /// Conversations are eligible too.
+    pub multi_turn: bool,
+    /// The Envoy cluster of the gateway's own listener: the embedding is
+    /// asked of the gateway itself, under the client's key.
+    pub cluster: String,
+    /// How long the embedding may take before the request goes on (a miss).
+    pub timeout_ms: u64,
 }
 
 /// `cache.shared`: where the fleet's entries are asked for and sent.
@@ -79,6 +100,8 @@ pub enum CacheStatus {
     HitLocal,
     /// Answered by the fleet's tier (`cache.shared`).
     HitShared,
+    /// Answered with a near-duplicate prompt's answer (`cache.semantic`).
+    HitSemantic,
     Miss,
     /// `no-cache`: not served from the cache, but the answer is stored.
     Refresh,
@@ -91,6 +114,7 @@ impl CacheStatus {
             CacheStatus::Hit => "hit",
             CacheStatus::HitLocal => "hit-local",
             CacheStatus::HitShared => "hit-shared",
+            CacheStatus::HitSemantic => "hit-semantic",
             CacheStatus::Miss => "miss",
             CacheStatus::Refresh => "refresh",
         }
@@ -100,7 +124,10 @@ impl CacheStatus {
     pub fn is_hit(self) -> bool {
         matches!(
             self,
-            CacheStatus::Hit | CacheStatus::HitLocal | CacheStatus::HitShared
+            CacheStatus::Hit
+                | CacheStatus::HitLocal
+                | CacheStatus::HitShared
+                | CacheStatus::HitSemantic
         )
     }
 }
@@ -497,6 +524,7 @@ pub fn directive(cache_control: Option<&str>) -> Directive {
 mod canon;
 pub mod fleet;
 pub mod local;
+pub mod semantic;
 
 #[cfg(test)]
 mod tests;

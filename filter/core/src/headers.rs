@@ -21,6 +21,10 @@ pub const PIN_PROVIDER: &str = "x-portcullis-pin-provider";
 /// because its config says so (`drop_unsupported`).
 pub const DROPPED: &str = "x-portcullis-dropped";
 pub const CACHE: &str = "x-portcullis-cache";
+/// A semantic hit (`hit-semantic`): how similar the stored prompt was
+/// (cosine, 0 to 1), and the stored answer's age in seconds.
+pub const CACHE_SIMILARITY: &str = "x-portcullis-cache-similarity";
+pub const CACHE_AGE: &str = "x-portcullis-cache-age";
 pub const EXPERIMENT: &str = "x-portcullis-experiment";
 /// The model a client asked for, when a low budget sent the request to a
 /// cheaper one (`on_budget_low`; `x-portcullis-model` names that one).

@@ -34,7 +34,7 @@ struct Handoff {
     settlements: Vec<Vec<u8>>,
     /// Entries for the fleet's cache tier (bounded by the bytes each
     /// worker queued, `cache.shared.queue_bytes`, and by count here).
-    shared_puts: Vec<Vec<u8>>,
+    shared_puts: Vec<crate::worker::SharedPut>,
     /// Summed counter increments and shared-gauge changes, by name.
     counters: HashMap<String, i64>,
     gauges: HashMap<String, i64>,
@@ -393,8 +393,8 @@ pub fn tick(generation: u64) {
         for s in handed.settlements {
             let _ = w.queue_settlement(s);
         }
-        for e in handed.shared_puts {
-            let _ = w.queue_shared_put(e, usize::MAX);
+        for (method, e) in handed.shared_puts {
+            let _ = w.queue_shared_put(method, e, usize::MAX);
         }
         main.root.tick();
         let config = main.root.host.config.get();

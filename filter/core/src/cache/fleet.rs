@@ -36,17 +36,22 @@ pub fn encode_entry(key: &Hash, answer: &[u8], expires_ms: u64) -> Vec<u8> {
     out
 }
 
-/// Queued entries as `PutRequest`s of about [`PUT_BATCH_BYTES`] each,
-/// with how many entries each holds.
-pub fn put_batches(entries: Vec<Vec<u8>>) -> Vec<(Vec<u8>, u64)> {
-    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
-    for e in entries {
-        match out.last_mut() {
-            Some((b, n)) if b.len().saturating_add(e.len()) <= PUT_BATCH_BYTES => {
+/// Queued entries (each with its store method: [`PUT`], or the semantic
+/// tier's `PutVectors`) as calls of about [`PUT_BATCH_BYTES`] each: the
+/// method, the message, how many entries it holds.
+pub fn put_batches(entries: Vec<(&'static str, Vec<u8>)>) -> Vec<(&'static str, Vec<u8>, u64)> {
+    let mut out: Vec<(&'static str, Vec<u8>, u64)> = Vec::new();
+    for (method, e) in entries {
+        let open = out
+            .iter_mut()
+            .rev()
+            .find(|(m, b, _)| *m == method && b.len().saturating_add(e.len()) <= PUT_BATCH_BYTES);
+        match open {
+            Some((_, b, n)) => {
                 b.extend_from_slice(&e);
                 *n = n.saturating_add(1);
             }
-            _ => out.push((e, 1)),
+            None => out.push((method, e, 1)),
         }
     }
     out
@@ -129,11 +134,28 @@ mod tests {
     fn entries_are_batched_under_the_bound_and_read_back() {
         let k = [1u8; 32];
         let big = vec![b'a'; PUT_BATCH_BYTES / 3];
-        let entries: Vec<Vec<u8>> = (0..7).map(|_| encode_entry(&k, &big, 5)).collect();
+        let mut entries: Vec<(&'static str, Vec<u8>)> =
+            (0..7).map(|_| (PUT, encode_entry(&k, &big, 5))).collect();
+        entries.insert(3, ("PutVectors", b"other".to_vec()));
         let batches = put_batches(entries);
-        assert_eq!(batches.len(), 4, "two entries per call, the last alone");
-        assert_eq!(batches.iter().map(|(_, n)| n).sum::<u64>(), 7);
-        for (b, count) in &batches {
+        assert_eq!(
+            batches.len(),
+            5,
+            "two entries per call, the last alone, and the other method's"
+        );
+        assert_eq!(
+            batches
+                .iter()
+                .filter(|(m, _, _)| *m == PUT)
+                .map(|(_, _, n)| n)
+                .sum::<u64>(),
+            7
+        );
+        for (method, b, count) in &batches {
+            if *method != PUT {
+                assert_eq!((b.as_slice(), *count), (b"other".as_slice(), 1));
+                continue;
+            }
             let mut r = Reader::new(b);
             let mut n = 0;
             while let Some((f, Value::Bytes(e))) = r.field().unwrap() {

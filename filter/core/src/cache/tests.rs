@@ -32,6 +32,7 @@ const CFG: CacheConfig = CacheConfig {
     worker_bytes: 0,
     worker_ttl_ms: 0,
     shared: None,
+    semantic: None,
 };
 
 #[test]

@@ -449,6 +449,47 @@ pub(super) struct RawCache {
     /// The fleet's tier (none: this Envoy's alone): entries every replica reads on a miss here and writes with its fresh answers, kept in Redis by `portcullis-limiter`.
     #[serde(default)]
     pub(super) shared: Option<RawSharedCache>,
+    /// Near-duplicate prompts answered from the fleet's tier (needs `shared`): a prompt's embedding compared with stored prompts' (opt-in, per model).
+    #[serde(default)]
+    pub(super) semantic: Option<RawSemanticCache>,
+}
+
+/// `cache.semantic`: a request of a listed model that misses both exact
+/// tiers is embedded (by a request to the gateway itself, under the
+/// client's key: limited, priced and logged like any) and answered with a
+/// stored answer whose prompt's embedding is at least `threshold` similar,
+/// in the same space: the same route, scope, system prompt, settings and
+/// numbers. Only single-turn text chat completions without tools are
+/// eligible unless `multi_turn` says conversations are too.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSemanticCache {
+    /// The model that embeds prompts: a model of this config that serves embeddings.
+    pub(super) embedding_model: String,
+    /// The least cosine similarity served, from 0.5 to 1 (default 0.95).
+    #[serde(default = "default_semantic_threshold")]
+    pub(super) threshold: f64,
+    /// The models, as clients ask for them, whose requests may be answered by a near-duplicate's answer (none unless listed).
+    pub(super) models: Vec<String>,
+    /// Conversations (assistant turns, several user messages) are eligible too (default false: an agent's next answer depends on more than its words).
+    #[serde(default)]
+    pub(super) multi_turn: bool,
+    /// The Envoy cluster of the gateway's own listener, which the embedding request goes to (default `portcullis_self`).
+    #[serde(default = "default_self_cluster")]
+    pub(super) cluster: String,
+    /// How long the embedding may take, in ms (default 2000); beyond, the request goes to its provider.
+    #[serde(default = "default_semantic_timeout")]
+    pub(super) timeout_ms: u64,
+}
+
+fn default_semantic_threshold() -> f64 {
+    0.95
+}
+fn default_self_cluster() -> String {
+    "portcullis_self".into()
+}
+fn default_semantic_timeout() -> u64 {
+    2000
 }
 
 /// `cache.shared`: the tier of the prompt cache every gateway replica
@@ -485,6 +526,7 @@ impl Default for RawCache {
             worker_bytes: None,
             worker_ttl_ms: default_cache_worker_ttl_ms(),
             shared: None,
+            semantic: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::models::is_label;
 use super::raw::{RawCache, RawConfig, RawExperiment};
 use super::{Applies, Arm, Experiment, LogConfig, AUTO_MODEL};
-use crate::cache::{CacheConfig, SharedTier};
+use crate::cache::{CacheConfig, SemanticTier, SharedTier};
 use hashbrown::HashMap;
 
 pub(super) fn experiments(
@@ -159,6 +159,34 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
             queue_bytes: s.queue_bytes,
         }
     });
+    let semantic = c.semantic.as_ref().map(|s| {
+        if c.shared.is_none() {
+            problems.push("cache.semantic needs cache.shared (the fleet's tier keeps the prompts' embeddings)".into());
+        }
+        if s.embedding_model.trim().is_empty() {
+            problems.push("cache.semantic.embedding_model is empty (name a model of this config that serves embeddings)".into());
+        }
+        if !(0.5..=1.0).contains(&s.threshold) {
+            problems.push(format!(
+                "cache.semantic.threshold must be from 0.5 to 1 (got {}): the least cosine similarity served",
+                s.threshold
+            ));
+        }
+        if s.models.is_empty() {
+            problems.push("cache.semantic.models is empty (list the models whose requests may be answered by a near-duplicate's answer)".into());
+        }
+        if s.cluster.trim().is_empty() || s.timeout_ms == 0 || s.timeout_ms > 60_000 {
+            problems.push("cache.semantic: `cluster` must be named and `timeout_ms` be from 1 to 60000".into());
+        }
+        SemanticTier {
+            embedding_model: s.embedding_model.clone(),
+            threshold_ppm: (s.threshold.clamp(0.0, 1.0) * 1e6).round() as u32,
+            models: s.models.clone(),
+            multi_turn: s.multi_turn,
+            cluster: s.cluster.clone(),
+            timeout_ms: s.timeout_ms,
+        }
+    });
     if !c.enabled {
         return None;
     }
@@ -173,5 +201,6 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
         worker_bytes,
         worker_ttl_ms: c.worker_ttl_ms,
         shared,
+        semantic,
     })
 }

@@ -97,6 +97,40 @@ fn check(req: &Value) -> Result<Vec<(String, u64)>, Refusal> {
     Ok(inputs)
 }
 
+/// Words that carry no meaning for [`words_vector`].
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "the", "of", "in", "on", "to", "for", "is", "are", "was", "what", "whats", "which",
+    "please", "can", "could", "would", "you", "me", "tell", "i", "want", "know", "do", "does",
+    "quick", "question", "give", "say", "hey", "kindly", "and", "it", "my",
+];
+
+/// The model `mock-semantic` (the tests' embedding model for the semantic
+/// cache, `tests/MOCK.md`): a bag of the text's content words (lowercased,
+/// punctuation and a trailing `'s` dropped, stop words left out), each
+/// hashed to one of `dims` dimensions with a sign. Texts with the same
+/// content words get the same vector whatever their order, case,
+/// punctuation and filler; texts that differ in one word of three get a
+/// cosine of about 2/3.
+pub(crate) fn words_vector(text: &str, dims: usize) -> Vec<f32> {
+    let mut v = vec![0f32; dims.max(1)];
+    for w in text.split(|c: char| !c.is_alphanumeric() && c != '\'') {
+        let w = w.to_lowercase();
+        let w = w.trim_matches('\'');
+        let w = w.strip_suffix("'s").unwrap_or(w);
+        if w.is_empty() || STOP_WORDS.contains(&w) {
+            continue;
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in w.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        let i = (h % v.len() as u64) as usize;
+        v[i] += if (h >> 63) == 1 { 1.0 } else { -1.0 };
+    }
+    v
+}
+
 /// A deterministic unit-ish vector for a text.
 pub(crate) fn vector(text: &str, dims: usize) -> Vec<f32> {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -150,16 +184,21 @@ pub async fn embeddings(
             &json!({"error": {"message": format!("mock {}: scripted status {status}", state.name), "type": "server_error", "code": null}}),
         ));
     }
+    let semantic = parsed.get("model").and_then(Value::as_str) == Some("mock-semantic");
     let dims = parsed
         .get("dimensions")
         .and_then(Value::as_u64)
-        .unwrap_or(8) as usize;
+        .unwrap_or(if semantic { 256 } else { 8 }) as usize;
     let b64 = parsed.get("encoding_format").and_then(Value::as_str) == Some("base64");
     let data: Vec<Value> = inputs
         .iter()
         .enumerate()
         .map(|(i, (text, _))| {
-            let v = vector(text, dims);
+            let v = if semantic {
+                words_vector(text, dims)
+            } else {
+                vector(text, dims)
+            };
             let embedding = if b64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
                 Value::String(base64(&bytes))
