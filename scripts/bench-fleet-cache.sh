@@ -14,10 +14,14 @@
 #      sharedhit   cache on with the fleet's tier, a table of one entry and
 #                  no worker copies, 2,000 prompts in turn, all stored in
 #                  Redis beforehand: every request a hit-shared
+#      nmiss, nsharedmiss, nhit, nsharedhit  the same on the native build
+#                  (BENCH_NATIVE=0 leaves them out)
 # 2. A 4-replica fleet (four Envoys, one worker each) replaying 6,000
 #    requests, prompts drawn from a Zipf distribution (s = 1.1) over 3,000
 #    prompts, round-robin over the replicas: the share answered from a
 #    cache, with and without the fleet's tier.
+# 3. The semantic tier's index (limiter/src/bin/semantic-bench.rs): a
+#    Nearest over 100, 1,000 and 10,000 stored prompts of 1,536 dimensions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
@@ -61,17 +65,22 @@ plugin_for() {
     sharedhit) sed -e "s/^  scope: shared.*/&\n$shared\n  worker_bytes: 0/" -e 's/^  max_bytes: .*/  max_bytes: 65536/' <<<"$base" ;;
   esac
 }
-start() { # variant port admin
-  local v=$1 port=$2 admin=$3
+start() { # variant port admin [core]
+  local v=$1 port=$2 admin=$3 build=wasm
+  if [[ $v == n* ]]; then build=native; fi
   if [[ $v == bare ]]; then
     sed -e "s/port_value: 10001/port_value: $port/; s/port_value: 9902/port_value: $admin/; s/port_value: 18001/port_value: $MOCK_PORT/" envoy/bare.yaml >"$dir/$v.yaml"
   else
-    plugin_for "$v" >"$dir/plugin-$v.yaml"
+    plugin_for "${v#n}" >"$dir/plugin-$v.yaml"
     grep -q "shared:" "$dir/plugin-$v.yaml" || [[ $v != shared* && $v != writer && $v != fleetshared* ]] || { echo "bench: no fleet tier in $v" >&2; exit 1; }
     sed -e "s/port_value: 10000/port_value: $port/; s/port_value: 9901/port_value: $admin/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 8081/port_value: $LIMITER_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
-    envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds-$v/portcullis.yaml" "$WASM"
+    if [[ $build == native ]]; then
+      PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds-$v/portcullis.yaml"
+    else
+      envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds-$v/portcullis.yaml" "$WASM"
+    fi
   fi
-  taskset -c "${4:-0}" env OPENAI_API_KEY=sk-bench PORTCULLIS_LIMITER_TOKEN=bench-token "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
+  taskset -c "${4:-0}" env ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-bench PORTCULLIS_LIMITER_TOKEN=bench-token "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
   pids+=($!)
   wait_for "http://127.0.0.1:$admin/ready"
 }
@@ -83,6 +92,10 @@ ask() { # port content -> the cache header
 }
 
 VARIANTS=(bare route miss sharedmiss hit sharedhit)
+if [[ ${BENCH_NATIVE:-1} == 1 ]]; then
+  [[ -f target/native/libportcullis.so ]] || { echo "bench: no native build (make native)" >&2; exit 1; }
+  VARIANTS+=(nmiss nsharedmiss nhit nsharedhit)
+fi
 declare -A PORT ADMIN
 i=0
 for v in "${VARIANTS[@]}" writer; do
@@ -102,14 +115,19 @@ for i in range(2000):
 PY
 deadline=$((SECONDS + 30))
 until (($(redis-cli -p $REDIS_PORT dbsize) >= 2000)); do ((SECONDS < deadline)) || { echo "bench: the writer's entries did not reach Redis" >&2; exit 1; }; sleep 0.2; done
-[[ $(ask "${PORT[sharedhit]}" 'prompt 7') == hit-shared ]] || { echo "bench: sharedhit is not a shared hit" >&2; exit 1; }
-[[ $(ask "${PORT[hit]}" 'the same prompt') == miss && $(ask "${PORT[hit]}" 'the same prompt') == hit ]] || { echo "bench: hit is not a hit" >&2; exit 1; }
+for v in sharedhit nsharedhit; do
+  [[ -z ${PORT[$v]:-} || $(ask "${PORT[$v]}" 'prompt 7') == hit-shared ]] || { echo "bench: $v is not a shared hit" >&2; exit 1; }
+done
+for v in hit nhit; do
+  [[ -z ${PORT[$v]:-} ]] && continue
+  [[ $(ask "${PORT[$v]}" 'the same prompt') == miss && $(ask "${PORT[$v]}" 'the same prompt') == hit ]] || { echo "bench: $v is not a hit" >&2; exit 1; }
+done
 
 for v in "${VARIANTS[@]}"; do
   case $v in
-    miss | sharedmiss) # every request a prompt never seen
+    miss | sharedmiss | nmiss | nsharedmiss) # every request a prompt never seen
       printf 'local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format("POST", "/v1/chat/completions", {["content-type"] = "application/json", ["authorization"] = "Bearer sk-portcullis-demo"}, string.format([[{"model":"gpt-4o-mini","messages":[{"role":"user","content":"new %%d %%d"}],"max_tokens":16}]], math.random(1, 1000000000), n))\nend\n' >"$dir/$v.lua" ;;
-    sharedhit)
+    sharedhit | nsharedhit)
       printf 'local n = 0\nrequest = function()\n  n = (n + 1) %% 2000\n  return wrk.format("POST", "/v1/chat/completions", {["content-type"] = "application/json", ["authorization"] = "Bearer sk-portcullis-demo"}, string.format([[{"model":"gpt-4o-mini","messages":[{"role":"user","content":"prompt %%d"}],"max_tokens":16}]], n))\nend\n' >"$dir/$v.lua" ;;
     *) # bare Envoy forwards the client's header: the mock's own key
       key=sk-portcullis-demo; [[ $v == bare ]] && key=sk-bench
@@ -184,5 +202,8 @@ done
   echo "|---|---|---|---|---|---|"
   cat "$dir/fleet.txt"
 } >>"$report"
+# 3. The semantic tier's index alone, in the limiter's process.
+cargo build --release -q -p portcullis-limiter --bin semantic-bench
+{ echo; taskset -c 1 target/release/semantic-bench; } >>"$report"
 cat "$report"
 mkdir -p .run && cp "$report" .run/bench-fleet-cache.md

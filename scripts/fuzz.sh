@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 secs=${1:?seconds per target}
 shift
 targets=("$@")
-((${#targets[@]})) || targets=(request sse config headers usage since rls guard anthropic gemini bedrock messages responses placements mcp form websocket)
+((${#targets[@]})) || targets=(request sse config headers usage since rls guard anthropic gemini bedrock messages responses placements mcp form websocket cache_tiers)
 export PATH="$PWD/.tools/bin:$PATH"
 cd fuzz
 cargo +nightly fuzz build -s none -a >/dev/null

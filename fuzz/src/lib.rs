@@ -846,3 +846,29 @@ pub fn websocket(data: &[u8]) {
     assert_eq!(whole, split, "split at {cut}");
     assert!(whole.0.len() <= body.len(), "passing adds nothing");
 }
+
+/// The cache tiers' replies and the semantic tier's reading of a request
+/// (#50): a reply is an answer only when whole, for the key or space asked,
+/// unexpired, within the bound (and, for the semantic tier, at least as
+/// similar as asked); an embedding read is of unit length; a body's prompt
+/// is eligible only with text to embed.
+pub fn cache_tiers(data: &[u8]) {
+    use portcullis_core::cache::{fleet, semantic};
+    let key = [7u8; 32];
+    if let Some(f) = fleet::decode_get(data, &key, 1000, 4096) {
+        assert!(f.expires_ms > 1000 && !f.answer.is_empty() && f.answer.len() <= 4096);
+    }
+    if let Some(n) = semantic::decode_nearest(data, &key, 900_000, 1000, 4096) {
+        assert!((900_000..=1_000_000).contains(&n.similarity_ppm) && n.expires_ms > 1000);
+        assert!(!n.answer.is_empty() && n.answer.len() <= 4096);
+    }
+    if let Some(v) = semantic::read_embedding(data) {
+        let norm: f64 = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum();
+        assert!((norm - 1.0).abs() < 1e-3, "an embedding of norm {norm}");
+    }
+    if let Ok(r) = ChatRequest::parse(data) {
+        if let Some(p) = semantic::prompt(&r, data.len() % 2 == 0) {
+            assert!(!p.text.trim().is_empty(), "an empty prompt was eligible");
+        }
+    }
+}
