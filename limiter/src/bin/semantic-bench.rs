@@ -21,7 +21,10 @@ fn vector(seed: u64, dims: usize) -> Vec<f32> {
 }
 
 fn main() {
-    let dims: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1536);
+    let dims: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1536);
     for n in [100usize, 1_000, 10_000] {
         let s = Semantic::new(n, usize::MAX);
         for i in 0..n as u64 {
