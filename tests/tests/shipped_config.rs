@@ -75,7 +75,7 @@ fn the_documented_tls_provider_cluster_passes_envoy_validate() {
     text.push_str(&snippet);
     let stderr = validate("envoy.yaml", &text);
     assert!(
-        stderr.contains("loading 7 cluster(s)"),
+        stderr.contains("loading 8 cluster(s)"),
         "the snippet's cluster was not loaded"
     );
 }
@@ -223,7 +223,7 @@ fn the_container_envoy_configs_pass_envoy_validate() {
         .replace("/etc/portcullis/ecds", ".run/ecds")
         .replace("/etc/portcullis/tls", &certs.0.display().to_string());
     let log = validate("replica.yaml", &replica);
-    assert!(log.contains("loading 6 cluster(s)"), "{log}");
+    assert!(log.contains("loading 7 cluster(s)"), "{log}");
 }
 
 /// The Istio manifest for the control plane: the filter's config comes
@@ -311,7 +311,7 @@ fn the_control_plane_bootstrap_passes_envoy_validate() {
         "{text}"
     );
     let log = validate("envoy-control.yaml", &text);
-    assert!(log.contains("loading 7 cluster(s)"), "{log}");
+    assert!(log.contains("loading 8 cluster(s)"), "{log}");
     // A second run finds no file source to replace, and says so.
     let again = Command::new("bash")
         .arg(repo_root().join("envoy/use-control.sh"))
