@@ -49,7 +49,7 @@ integration: tools redis postgres cacerts wasm native chromium sdk images-if-doc
 
 # Every integration suite that starts Envoy runs again on the native build
 # (docs/native.md); the compose test switches its fleet to it live.
-NATIVE_SUITES := $(sort $(basename $(notdir $(shell grep -l 'Stack::\|Envoy::start' tests/tests/*.rs))))
+NATIVE_SUITES := $(sort $(basename $(notdir $(shell grep -l 'Stack::\|Envoy::start\|fleet_envoy' tests/tests/*.rs))))
 integration-native: native
 	PORTCULLIS_BUILD=native ENVOY_BIN="$(abspath $(ENVOY))" cargo test -p portcullis-tests $(addprefix --test ,$(NATIVE_SUITES))
 
