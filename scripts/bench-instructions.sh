@@ -15,7 +15,12 @@
 # POST /v1/files; run them with a small BENCH_INSTR_N), with their native
 # twins; realtime, nrealtime and barerealtime: a Realtime session per
 # connection, each request one event of 1 KB sent and the mock's two
-# events of about 1 KB back; floorstream and nfloorstream their floors),
+# events of about 1 KB back; floorstream and nfloorstream their floors;
+# and by name the prompt cache's fleet tier (#50), through a real
+# portcullis-limiter and Redis: sharedmiss (every prompt new: the lookup
+# that finds nothing, the provider, the store) and sharedhit (a table of one
+# slot, no worker copies, 300 prompts stored by the warm-up and asked again:
+# every request a hit-shared), with nsharedmiss and nsharedhit),
 # Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
@@ -50,13 +55,19 @@ target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR --http 127.0.0.1
 # Envoy's mcp_router forwards no header to its servers (docs/mcp-gateway.md),
 # so its servers are a mock that takes no credential.
 target/release/portcullis-mock --port $MOCK_OPEN --name open >"$dir/mock-open.log" 2>&1 & pids+=($!)
+# The fleet cache tier's variants: Redis and the limiter (with its token).
+REDIS=18479; LIMITER=18481
+cargo build --release -q -p portcullis-limiter --bin portcullis-limiter
+redis-server --port $REDIS --bind 127.0.0.1 --save '' --appendonly no >"$dir/redis.log" 2>&1 & pids+=($!)
+echo bench-token >"$dir/limiter-token"
+target/release/portcullis-limiter --listen 127.0.0.1:$LIMITER --redis redis://127.0.0.1:$REDIS --token-file "$dir/limiter-token" >"$dir/limiter.log" 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:$MOCK/__mock/hits
 wait_for http://127.0.0.1:$MOCK_OPEN/__mock/hits
 wait_for http://127.0.0.1:18452/healthz
 
 sed -e "s/port_value: 10001/port_value: $PORT/; s/port_value: 9902/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/" envoy/bare.yaml >"$dir/bare.yaml"
 # Both providers' clusters reach the mock (a strategy may pick the backup).
-sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 18011/port_value: $MOCK/; s/port_value: 18012/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
+sed -e "s/port_value: 10000/port_value: $PORT/; s/port_value: 9901/port_value: $ADMIN/; s/port_value: 18001/port_value: $MOCK/; s/port_value: 18002/port_value: $MOCK/; s/port_value: 18011/port_value: $MOCK/; s/port_value: 18012/port_value: $MOCK/; s/port_value: 50051/port_value: $COLLECTOR/; s/port_value: 8081/port_value: $LIMITER/; s|\.run/ecds|$dir/ecds|g" envoy/envoy.yaml >"$dir/filter.yaml"
 scripts/bench-plugin.sh >"$dir/shipped.yaml"   # the shipped config without the tour's sections
 sed 's/^  enabled: true/  enabled: false/' "$dir/shipped.yaml" >"$dir/plugin-route.yaml"
 cp "$dir/shipped.yaml" "$dir/plugin-hit.yaml"
@@ -67,6 +78,13 @@ echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
 # The floor of a session whose every byte a filter sees (floorstream,
 # nfloorstream): route at the headers, read each body chunk both ways.
 echo stream >"$dir/plugin-floorstream.yaml"
+# The fleet's tier (#50): the shipped config with `cache.shared`; for
+# sharedhit, a table of one slot and no worker copies, so every request of
+# the 300 prompts is a local miss and a hit in the fleet's tier.
+shared='  shared: {cluster: portcullis_ratelimit, timeout_ms: 200}'
+sed "s/^  scope: shared.*/&\n$shared/" "$dir/shipped.yaml" >"$dir/plugin-sharedmiss.yaml"
+sed -e "s/^  scope: shared.*/&\n$shared\n  worker_bytes: 0/" -e 's/^  max_bytes: .*/  max_bytes: 65536/' "$dir/shipped.yaml" >"$dir/plugin-sharedhit.yaml"
+grep -q "^  shared:" "$dir/plugin-sharedhit.yaml" || { echo "bench-instructions: no cache section to share" >&2; exit 1; }
 # The routed path with five input checks and one output check (#18).
 cat "$dir/plugin-route.yaml" - >"$dir/plugin-guard.yaml" <<'YAML'
 guardrails:
@@ -217,7 +235,10 @@ mcp_session() { # url key
 
 measure() { # variant -> instructions per request
   local v=$1 cfg=filter.yaml key=sk-portcullis-demo out unique=0 path=/v1/chat/completions api=chat tp=
-  [[ $v != miss && $v != nmiss ]] || unique=1
+  [[ $v != miss && $v != nmiss && $v != sharedmiss && $v != nsharedmiss ]] || unique=1
+  local cycle=
+  [[ $v != sharedhit && $v != nsharedhit ]] || cycle=$WARM
+  [[ $v != *shared* ]] || redis-cli -p $REDIS flushall >/dev/null
   [[ $v != traced && $v != baretraced ]] || tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
   local tool=echo
   case $v in
@@ -243,10 +264,10 @@ measure() { # variant -> instructions per request
     envoymcp|envoymcplist) cfg=envoymcp.yaml; key=sk-bench ;;
     images|speech|rerank|transcription|transcription1m|upload1m|upload10m|realtime) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m|nrealtime) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
-    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist|sharedmiss|sharedhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit|floorstream) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
-    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
+    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist|nsharedmiss|nsharedhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
     nfloor|nfloorhit|nfloorstream) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
       sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.
@@ -254,7 +275,7 @@ measure() { # variant -> instructions per request
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
-  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" PORTCULLIS_LIMITER_TOKEN=bench-token OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
     --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
     >"$dir/$v.log" 2>&1 &
   local pid=$!
@@ -268,10 +289,28 @@ measure() { # variant -> instructions per request
     done
   fi
   export PORTCULLIS_LOAD_MCP_SESSION=$session PORTCULLIS_LOAD_MCP_TOOL=$tool
-  PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$WARM" 4 "$key" >/dev/null
+  PORTCULLIS_LOAD_CYCLE=$cycle PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$WARM" 4 "$key" >/dev/null
+  if [[ -n $cycle ]]; then
+    # Every prompt of the cycle stored in the fleet's tier before the count.
+    local d=$((SECONDS + 120))
+    until (($(redis-cli -p $REDIS dbsize) >= cycle)); do
+      ((SECONDS < d)) || { echo "bench-instructions: $v: the warm-up's entries did not reach Redis" >&2; kill $pid; exit 1; }
+      sleep 0.2
+    done
+  fi
   callgrind_control -i on $pid >/dev/null
-  read -r n bad < <(PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$N" 4 "$key")
+  read -r n bad < <(PORTCULLIS_LOAD_CYCLE=$cycle PORTCULLIS_LOAD_TRACEPARENT=$tp PORTCULLIS_LOAD_API=$api PORTCULLIS_LOAD_UNIQUE=$unique target/release/portcullis-load "http://127.0.0.1:$PORT$path" "$N" 4 "$key")
   callgrind_control -i off $pid >/dev/null
+  if [[ -n $cycle ]]; then
+    # The count is of shared hits: the tier answered (nearly) every one.
+    local d=$((SECONDS + 30)) hits=0
+    while ((SECONDS < d)); do
+      hits=$(curl -s "http://127.0.0.1:$ADMIN/stats" | sed -n 's/.*cache\.shared_hits: //p' | head -1)
+      ((${hits:-0} * 100 >= n * 95)) && break
+      sleep 0.5
+    done
+    ((${hits:-0} * 100 >= n * 95)) || { echo "bench-instructions: $v: only ${hits:-0} of $n requests were shared hits" >&2; kill $pid; exit 1; }
+  fi
   callgrind_control -d $pid >/dev/null
   kill $pid; wait $pid 2>/dev/null || true
   [[ -z ${BENCH_INSTR_KEEP:-} ]] || cp "$out"* "$BENCH_INSTR_KEEP/"

@@ -4,7 +4,10 @@
 //! number of requests; wrk runs for a time). Prints `<N> <non-2xx>`.
 //! With `PORTCULLIS_LOAD_UNIQUE=1` every body differs (a 10-digit request
 //! number in the prompt, so the length stays the same): each request is a
-//! cache miss. `PORTCULLIS_LOAD_API=responses` or `messages` sends the same
+//! cache miss. With `PORTCULLIS_LOAD_CYCLE=K` the bodies go round K
+//! prompts (request i asks prompt i mod K, the same K in every run: a set a
+//! warm-up stores and the measured run asks again).
+//! `PORTCULLIS_LOAD_API=responses` or `messages` sends the same
 //! question in that API's shape (to the URL given).
 //! `PORTCULLIS_LOAD_BYTES=N` (chat and Messages) pads the body to about N
 //! bytes with an earlier user turn of plain text, as an agent resends its
@@ -76,6 +79,10 @@ fn main() {
         return;
     }
     let unique = std::env::var("PORTCULLIS_LOAD_UNIQUE").is_ok_and(|v| v == "1");
+    let cycle: Option<u64> = std::env::var("PORTCULLIS_LOAD_CYCLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|k| *k > 0);
     let traceparent = std::env::var("PORTCULLIS_LOAD_TRACEPARENT")
         .ok()
         .filter(|v| !v.is_empty());
@@ -143,7 +150,9 @@ fn main() {
                     if i >= n {
                         break;
                     }
-                    let body = if unique {
+                    let body = if let Some(k) = cycle {
+                        template.replace("please.", &format!("please {:010}.", i % k))
+                    } else if unique {
                         template.replace("please.", &format!("please {:010}.", salt + i))
                     } else {
                         template.as_ref().clone()
