@@ -315,10 +315,10 @@ impl<H: Host> RequestContext<H> {
         self.host.count(metrics::CACHE_SHARED_HITS, 1);
         // Kept here too: this Envoy answers the next one itself.
         let seen = self.flight.as_mut().and_then(|f| f.cache_seen.take());
-        if let Err(e) = cache::insert_until(&self.host, cfg, &key, &answer, now, seen, expires_ms) {
-            self.host
-                .log(LogLevel::Warn, &format!("cache store failed: {e:?}"));
-        }
+        counted_store(
+            &self.host,
+            cache::insert_until(&self.host, cfg, &key, &answer, now, seen, expires_ms),
+        );
         if let Some(f) = self.flight.as_mut() {
             if let Some(head) = f.cache_head.take() {
                 local_put(
@@ -388,32 +388,48 @@ impl<H: Host> RequestContext<H> {
                 );
             }
         }
-        match cache::insert_seen(&self.host, cfg, &key, body, now, seen) {
-            Ok(StoreOutcome::Stored(st)) => {
-                if let Some(head) = f.cache_head.take() {
-                    let expires = now.saturating_add(cfg.ttl_ms);
-                    local_put(
-                        self.host.worker(),
-                        &head,
-                        f.chat.body(),
-                        key,
-                        body,
-                        expires,
-                        now,
-                    );
-                }
-                self.host.count(metrics::CACHE_STORES, 1);
-                if st.evicted {
-                    self.host.count(metrics::CACHE_EVICTIONS, 1);
-                }
-                if st.bytes_delta != 0 {
-                    self.host.add_to_gauge(metrics::CACHE_BYTES, st.bytes_delta);
-                }
+        let stored = cache::insert_seen(&self.host, cfg, &key, body, now, seen);
+        if counted_store(&self.host, stored) {
+            if let Some(head) = f.cache_head.take() {
+                let expires = now.saturating_add(cfg.ttl_ms);
+                local_put(
+                    self.host.worker(),
+                    &head,
+                    f.chat.body(),
+                    key,
+                    body,
+                    expires,
+                    now,
+                );
             }
-            Ok(StoreOutcome::TooLarge) => self.host.count(metrics::CACHE_TOO_LARGE, 1),
-            Err(e) => self
-                .host
-                .log(LogLevel::Warn, &format!("cache store failed: {e:?}")),
+        }
+    }
+}
+
+/// A store in this Envoy's table, counted (stores, evictions, the bytes
+/// gauge, answers too large) or logged; `true` when it was stored.
+fn counted_store(
+    host: &impl Host,
+    outcome: Result<StoreOutcome, portcullis_core::store::StoreError>,
+) -> bool {
+    match outcome {
+        Ok(StoreOutcome::Stored(st)) => {
+            host.count(metrics::CACHE_STORES, 1);
+            if st.evicted {
+                host.count(metrics::CACHE_EVICTIONS, 1);
+            }
+            if st.bytes_delta != 0 {
+                host.add_to_gauge(metrics::CACHE_BYTES, st.bytes_delta);
+            }
+            true
+        }
+        Ok(StoreOutcome::TooLarge) => {
+            host.count(metrics::CACHE_TOO_LARGE, 1);
+            false
+        }
+        Err(e) => {
+            host.log(LogLevel::Warn, &format!("cache store failed: {e:?}"));
+            false
         }
     }
 }

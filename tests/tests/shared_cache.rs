@@ -147,6 +147,9 @@ fn a_prompt_answered_by_one_replica_is_a_shared_hit_on_another_and_on_one_starte
     assert_eq!(hit.header("content-type"), Some("application/json"));
     let again = ask(&b, KEY_B, "what does the fleet remember?");
     assert_eq!(tier(&again), "hit-local", "B keeps what the fleet answered");
+    // Kept and counted as a store of B's own table (its bytes gauge too).
+    b.wait_stat_at_least("wasmcustom.portcullis.cache.stores", 1);
+    b.wait_stat_at_least("wasmcustom.portcullis.cache.bytes", 1);
     assert_eq!(content(&again), "the fleet remembers");
     assert_eq!(
         primary.requests().len(),
