@@ -41,9 +41,6 @@ pub struct Counts {
     pub damaged: AtomicU64,
     pub stored: AtomicU64,
     pub refused: AtomicU64,
-    /// Bytes of answers stored, and of what Redis holds for them.
-    pub bytes_in: AtomicU64,
-    pub bytes_kept: AtomicU64,
     pub unauthenticated: AtomicU64,
 }
 
@@ -288,12 +285,6 @@ impl SharedCache {
                 continue;
             }
             let value = encode(&e.key, &e.answer, e.expires_ms);
-            self.counts
-                .bytes_in
-                .fetch_add(e.answer.len() as u64, Ordering::Relaxed);
-            self.counts
-                .bytes_kept
-                .fetch_add(value.len() as u64, Ordering::Relaxed);
             pipe.cmd("SET")
                 .arg(self.redis_key(&e.key))
                 .arg(value)

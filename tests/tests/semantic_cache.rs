@@ -38,22 +38,7 @@ fn plugin() -> String {
             1,
         );
     let cache = "cache:\n  enabled: true\n  shared: {cluster: portcullis_ratelimit, timeout_ms: 500}\n  semantic: {embedding_model: mock-semantic, threshold: 0.95, models: [gpt-4o-mini]}\n";
-    let mut out = String::new();
-    let mut in_cache = false;
-    for line in p.lines() {
-        if line == "cache:" {
-            in_cache = true;
-            out.push_str(cache);
-            continue;
-        }
-        if !line.starts_with(' ') {
-            in_cache = false;
-        }
-        if !in_cache {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
+    let out = with_cache_section(&p, cache);
     let prices = "  text-embedding-3-small: {input: 0.02, output: 0}\n";
     assert!(
         out.contains(prices),
@@ -66,26 +51,10 @@ fn plugin() -> String {
     )
 }
 
+/// One worker: its store calls go out in order, so an entry a later
+/// one's hit shows stored was stored too.
 fn envoy(plugin: &str, primary: &Mock, backup: &Mock, limiter: u16, collector: u16) -> Envoy {
-    Envoy::start(EnvoyOpts {
-        plugin_yaml: plugin,
-        primary_port: primary.port,
-        backup_port: backup.port,
-        collector_port: collector,
-        ratelimit_port: limiter,
-        // One worker: its store calls go out in order, so an entry a
-        // later one's hit shows stored was stored too.
-        workers: 1,
-        side_tls: None,
-        bootstrap_patch: Vec::new(),
-        control: None,
-        clusters: None,
-        env: vec![
-            ("OPENAI_API_KEY", PRIMARY_KEY),
-            ("BACKUP_API_KEY", BACKUP_KEY),
-            ("PORTCULLIS_LIMITER_TOKEN", LIMITER_TOKEN),
-        ],
-    })
+    fleet_envoy_workers(plugin, primary, backup, limiter, collector, 1)
 }
 
 fn ask_body(e: &Envoy, body: &Value) -> Resp {

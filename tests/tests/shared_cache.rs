@@ -40,24 +40,7 @@ fn plugin(scope: &str, max_entry: usize, timeout_ms: u64) -> String {
         "cache:\n  enabled: true\n  max_entry_bytes: {max_entry}\n  scope: {scope}\n  shared: {{cluster: portcullis_ratelimit, timeout_ms: {timeout_ms}}}\n"
     );
     assert!(p.contains("cache:\n  enabled: false\n") && p.contains("clients:\n"));
-    // The shipped section's lines give way to the ones above.
-    let mut out = String::new();
-    let mut in_cache = false;
-    for line in p.replacen("clients:\n", &clients, 1).lines() {
-        if line == "cache:" {
-            in_cache = true;
-            out.push_str(&cache);
-            continue;
-        }
-        if !line.starts_with(' ') {
-            in_cache = false;
-        }
-        if !in_cache {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
+    with_cache_section(&p.replacen("clients:\n", &clients, 1), &cache)
 }
 
 fn envoy(plugin: &str, primary: &Mock, backup: &Mock, limiter_port: u16) -> Envoy {

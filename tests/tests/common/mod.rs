@@ -349,13 +349,25 @@ pub fn fleet_envoy(
     ratelimit_port: u16,
     collector_port: u16,
 ) -> Envoy {
+    fleet_envoy_workers(plugin, primary, backup, ratelimit_port, collector_port, 2)
+}
+
+/// [`fleet_envoy`] with this many workers.
+pub fn fleet_envoy_workers(
+    plugin: &str,
+    primary: &Mock,
+    backup: &Mock,
+    ratelimit_port: u16,
+    collector_port: u16,
+    workers: u32,
+) -> Envoy {
     Envoy::start(EnvoyOpts {
         plugin_yaml: plugin,
         primary_port: primary.port,
         backup_port: backup.port,
         collector_port,
         ratelimit_port,
-        workers: 2,
+        workers,
         side_tls: None,
         bootstrap_patch: Vec::new(),
         control: None,
@@ -366,4 +378,27 @@ pub fn fleet_envoy(
             ("PORTCULLIS_LIMITER_TOKEN", LIMITER_TOKEN),
         ],
     })
+}
+
+/// `plugin` with its `cache:` section replaced by `section` (whole, from
+/// its `cache:` line).
+pub fn with_cache_section(plugin: &str, section: &str) -> String {
+    assert!(plugin.contains("\ncache:\n"), "no cache section to replace");
+    let mut out = String::new();
+    let mut in_cache = false;
+    for line in plugin.lines() {
+        if line == "cache:" {
+            in_cache = true;
+            out.push_str(section);
+            continue;
+        }
+        if !line.starts_with(' ') {
+            in_cache = false;
+        }
+        if !in_cache {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
