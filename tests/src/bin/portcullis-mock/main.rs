@@ -89,7 +89,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 type Body = BoxBody<Bytes, io::Error>;
@@ -851,7 +850,22 @@ fn main() -> io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = TcpListener::bind((bind.as_str(), port)).await?;
+        // A deep accept queue: Envoy opens thousands of upstream
+        // connections in a burst (long_streams), and tokio's default
+        // backlog of 1,024 drops the SYNs past it on a busy machine, which
+        // Envoy's 2 s connect timeout then turns into a failover.
+        let addr = tokio::net::lookup_host((bind.as_str(), port))
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(4096)?;
         let addr = listener.local_addr()?;
         println!("portcullis-mock {name} listening on {addr}");
         let state = Arc::new(State {
