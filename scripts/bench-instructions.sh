@@ -25,12 +25,16 @@
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
 # connections); each variant runs twice, to show how repeatable it is.
+# BENCH_WASM and BENCH_NATIVE_DIR name another build (an earlier commit's)
+# to count it in the same sitting.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${BENCH_INSTR_N:-2000}"
 WARM="${BENCH_INSTR_WARM:-300}"
 RUNS="${BENCH_INSTR_RUNS:-2}"
 WASM="${BENCH_WASM:-$PWD/target/wasm32-wasip1/release/portcullis_filter.wasm}"
+# The native build's directory (another build's, to compare in one sitting).
+NATIVE_DIR="${BENCH_NATIVE_DIR:-$PWD/target/native}"
 ENVOY_REAL="${ENVOY_BIN:-$(find .venv/lib -path '*/envoy/_bin/envoy' -type f 2>/dev/null | head -1)}"
 [[ -x $ENVOY_REAL ]] || { echo "bench-instructions: no Envoy binary (make envoy)" >&2; exit 1; }
 command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
@@ -40,8 +44,8 @@ cargo build --release -q -p portcullis-collector --bin portcullis-collector
 FLOOR_WASM="$PWD/bench/floor/target/wasm32-wasip1/release/portcullis_floor.wasm"
 # The native floors (bench/floor-native), beside the native build.
 (cd bench/floor-native && cargo build --release -q)
-mkdir -p target/native
-cp bench/floor-native/target/release/libportcullis_floor.so target/native/
+mkdir -p "$NATIVE_DIR"
+cp bench/floor-native/target/release/libportcullis_floor.so "$NATIVE_DIR/"
 dir=$(mktemp -d /tmp/portcullis-instr.XXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
@@ -275,7 +279,7 @@ measure() { # variant -> instructions per request
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
-  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" PORTCULLIS_LIMITER_TOKEN=bench-token OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$NATIVE_DIR" PORTCULLIS_LIMITER_TOKEN=bench-token OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
     --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
     >"$dir/$v.log" 2>&1 &
   local pid=$!

@@ -1,6 +1,7 @@
 //! A request's limits at every level (its key's, its team's, its end
-//! user's) across its life: taken at admission (each limit one CAS update
-//! whose write carries the decision; all levels or none), held while the
+//! user's) across its life: taken at admission (each level's counters one
+//! value, [`Counters`], and each step at a level one CAS whose write
+//! carries every decision; all levels or none), held while the
 //! request is in flight, and finished exactly once — settled with the
 //! provider's real usage, or given back when nothing was used. The
 //! counters are created ahead in [`prepare`]; what the levels have room
@@ -16,10 +17,12 @@
 use crate::host::Host;
 use crate::host::LogLevel;
 use crate::metrics;
-use portcullis_core::config::{Budget, Client, Gateway, Level};
+use portcullis_core::config::{Budget, Client, Gateway, Level, Limits};
+use portcullis_core::counters::Counters;
 use portcullis_core::error::GatewayError;
-use portcullis_core::keys::{self, Limit, Owner};
-use portcullis_core::ratelimit::{self, Bucket, Micros, Price, Take};
+use portcullis_core::keys::{self, Owner};
+use portcullis_core::period::Period;
+use portcullis_core::ratelimit::{self, Micros, Price, Take};
 use portcullis_core::rls::{self, Descriptor};
 use portcullis_core::store::{update, StoreError};
 use portcullis_core::usage::Usage;
@@ -80,6 +83,64 @@ impl BudgetLeft {
     }
 }
 
+/// What one step took from a level's counters (one CAS), so that it can be
+/// given back (a refusal at a later level, or nothing used) or settled.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    key: String,
+    /// Requests taken: (per minute, how many).
+    requests: Option<(u64, u64)>,
+    in_flight: bool,
+    /// Tokens reserved: (per minute, how many).
+    tokens: Option<(u64, u64)>,
+    /// The periods the reservation counted in, one per budget.
+    budgets: [Option<(Period, u64)>; 4],
+    /// Reserved in each of `budgets`.
+    micros: Micros,
+}
+
+impl Taken {
+    fn new(key: String) -> Taken {
+        Taken {
+            key,
+            requests: None,
+            in_flight: false,
+            tokens: None,
+            budgets: [None; 4],
+            micros: 0,
+        }
+    }
+
+    fn has_budgets(&self) -> bool {
+        self.budgets.iter().any(Option::is_some)
+    }
+
+    /// Undo every take on `c`.
+    fn undo(&self, c: &mut Counters, now_ms: u64) {
+        if let Some((rpm, n)) = self.requests {
+            c.requests = ratelimit::adjust(&c.requests, rpm, ratelimit::signed(n), now_ms);
+        }
+        if self.in_flight {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+        if let Some((tpm, n)) = self.tokens {
+            c.tokens = ratelimit::adjust(&c.tokens, tpm, ratelimit::signed(n), now_ms);
+        }
+        for (p, index) in self.budgets.iter().flatten() {
+            c.settle(*p, *index, self.micros.saturating_neg());
+        }
+    }
+}
+
+/// Give back all that a step took (one CAS).
+pub fn give_back(host: &impl Host, t: &Taken, now_ms: u64) {
+    let _ = update(host, &t.key, |cur| {
+        let mut c = Counters::decode(cur);
+        t.undo(&mut c, now_ms);
+        (Some(c.encode()), ())
+    });
+}
+
 /// Take `n` requests (one, or a batch's) from the requests-per-minute
 /// bucket of each level (the key's, then its team's), all or none; a
 /// refusal at one level gives back what the levels before it took. A
@@ -92,18 +153,18 @@ pub fn take_requests(
     now_ms: u64,
     n: u64,
 ) -> Result<Option<Shown>, (GatewayError, Shown)> {
-    let mut taken: Vec<(String, u64)> = Vec::new();
+    let mut taken: Vec<Taken> = Vec::new();
     let mut shown = None;
     for level in gw.levels(client) {
         match take_one_request(host, level, now_ms, n) {
-            Ok(Some((key, s))) => {
+            Ok(Some((t, s))) => {
                 shown = tighter(shown, s);
-                taken.push((key, s.limit));
+                taken.push(t);
             }
             Ok(None) => {}
             Err(refused) => {
-                for (key, rpm) in &taken {
-                    give_back_tokens(host, key, *rpm, n, now_ms);
+                for t in &taken {
+                    give_back(host, t, now_ms);
                 }
                 return Err(refused);
             }
@@ -112,15 +173,52 @@ pub fn take_requests(
     Ok(shown)
 }
 
-/// One request from a level's requests-per-minute bucket: the bucket's
-/// key and state, `None` when this Envoy does not count the level's
-/// requests, or the 429 with the refusing bucket's state.
+/// The 429 of a requests-per-minute bucket.
+fn requests_refused(host: &impl Host, owner: Owner<'_>, rpm: u64, take: Take) -> GatewayError {
+    limited(
+        host,
+        "requests",
+        "rate_limit_exceeded",
+        format!(
+            "Rate limit reached for requests per minute on {}: limit {rpm}. Retry in {}.",
+            owner.describe(),
+            ratelimit::reset_text(take.wait_ms)
+        ),
+        take.wait_ms,
+    )
+}
+
+/// The 429 of a tokens-per-minute bucket: `then` goes between the limit
+/// and the time to wait.
+fn tokens_refused(
+    host: &impl Host,
+    owner: Owner<'_>,
+    tpm: u64,
+    then: &str,
+    wait_ms: u64,
+) -> GatewayError {
+    limited(
+        host,
+        "tokens",
+        "rate_limit_exceeded",
+        format!(
+            "Rate limit reached for tokens per minute on {}: limit {tpm}{then} {}.",
+            owner.describe(),
+            ratelimit::reset_text(wait_ms)
+        ),
+        wait_ms,
+    )
+}
+
+/// `n` requests from a level's requests-per-minute bucket: what was taken
+/// and the bucket's state, `None` when this Envoy does not count the
+/// level's requests, or the 429 with the refusing bucket's state.
 fn take_one_request(
     host: &impl Host,
     level: Level<'_>,
     now_ms: u64,
     n: u64,
-) -> Result<Option<(String, Shown)>, (GatewayError, Shown)> {
+) -> Result<Option<(Taken, Shown)>, (GatewayError, Shown)> {
     let (l, s) = (level.limits, level.limits.scope);
     let Some(rpm) = l
         .requests_per_minute
@@ -128,27 +226,23 @@ fn take_one_request(
     else {
         return Ok(None);
     };
-    let key = keys::limit(level.owner, Limit::RequestsPerMinute);
+    let key = keys::counters(level.owner);
     let r = update(host, &key, |cur| {
-        let (next, t) = ratelimit::take(&Bucket::decode(cur), rpm, n, now_ms);
-        (Some(next.encode()), t)
+        let mut c = Counters::decode(cur);
+        let (next, t) = ratelimit::take(&c.requests, rpm, n, now_ms);
+        c.requests = next;
+        (Some(c.encode()), t)
     });
     match r {
-        Ok(take) if take.admitted => Ok(Some((key, Shown { limit: rpm, take }))),
-        Ok(take) => {
-            let e = limited(
-                host,
-                "requests",
-                "rate_limit_exceeded",
-                format!(
-                    "Rate limit reached for requests per minute on {}: limit {rpm}. Retry in {}.",
-                    level.owner.describe(),
-                    ratelimit::reset_text(take.wait_ms)
-                ),
-                take.wait_ms,
-            );
-            Err((e, Shown { limit: rpm, take }))
+        Ok(take) if take.admitted => {
+            let mut t = Taken::new(key);
+            t.requests = Some((rpm, n));
+            Ok(Some((t, Shown { limit: rpm, take })))
         }
+        Ok(take) => Err((
+            requests_refused(host, level.owner, rpm, take),
+            Shown { limit: rpm, take },
+        )),
         Err(e) => {
             store_unavailable(host, "requests per minute", e);
             Ok(None)
@@ -156,17 +250,10 @@ fn take_one_request(
     }
 }
 
-/// Return `n` units to a bucket (a take undone).
-fn give_back_tokens(host: &impl Host, key: &str, per_minute: u64, n: u64, now_ms: u64) {
-    let _ = update(host, key, |cur| {
-        let next = ratelimit::adjust(
-            &Bucket::decode(cur),
-            per_minute,
-            ratelimit::signed(n),
-            now_ms,
-        );
-        (Some(next.encode()), ())
-    });
+/// Level counters as they stand (`None`: unreadable).
+fn read_counters(host: &impl Host, owner: Owner<'_>) -> Option<Counters> {
+    let (cur, _) = host.get(&keys::counters(owner)).ok()?;
+    Some(Counters::decode(cur.as_deref()))
 }
 
 /// The tightest token bucket as it stands (for headers on cache hits).
@@ -183,11 +270,10 @@ pub fn peek_tokens(
         let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) else {
             continue;
         };
-        let key = keys::limit(level.owner, Limit::TokensPerMinute);
-        let Ok((cur, _)) = host.get(&key) else {
+        let Some(c) = read_counters(host, level.owner) else {
             continue;
         };
-        let take = ratelimit::level(&Bucket::decode(cur.as_deref()), tpm, now_ms);
+        let take = ratelimit::level(&c.tokens, tpm, now_ms);
         shown = tighter(shown, Shown { limit: tpm, take });
     }
     shown
@@ -196,13 +282,9 @@ pub fn peek_tokens(
 /// What a request holds of its limits (every level's) until it finishes.
 #[derive(Debug, Default)]
 pub struct Held {
-    /// Concurrency counters holding a slot.
-    concurrency: Vec<String>,
-    /// Token buckets reserved from, with their limit per minute.
-    tokens: Vec<(String, u64)>,
+    /// What admission took at each level.
+    levels: Vec<Taken>,
     reserved_tokens: u64,
-    /// Budget counters reserved from.
-    budgets: Vec<String>,
     reserved_micros: Micros,
     price: Option<Price>,
     /// Reserved by the rate limit service: (every level's descriptor,
@@ -234,8 +316,12 @@ pub struct Admitted {
 }
 
 /// Admit a request that goes to a provider: concurrency, token reservation,
-/// budget reservations, each at every level (the key's, then its team's).
-/// All or nothing: a refusal at any level gives back what the others took.
+/// budget reservations (and an end user's request), each level (the key's,
+/// then its team's, then the end user's) in one CAS of its counters. All or
+/// nothing: a level that refuses takes nothing, and gives back what the
+/// levels before it took. Within a level the first refusal is told, in
+/// this order: a reservation larger than its token limit, the end user's
+/// requests, concurrency, tokens, budgets.
 pub fn admit(
     host: &impl Host,
     gw: &Gateway,
@@ -246,73 +332,121 @@ pub fn admit(
 ) -> Result<(Held, Admitted), GatewayError> {
     let mut held = Held::default();
     let mut shown = Admitted::default();
-    let mut result = Ok(());
+    for level in gw.levels_of(client, user) {
+        match admit_level(host, gw, level, reserve, price, now_ms) {
+            Ok(Some((t, s))) => {
+                if let Some(r) = s.requests {
+                    shown.requests = tighter(shown.requests, r);
+                }
+                if let Some(tk) = s.tokens {
+                    shown.tokens = tighter(shown.tokens, tk);
+                    held.reserved_tokens = t.tokens.map_or(0, |(_, n)| n);
+                }
+                if let Some(b) = s.budget {
+                    shown.budget = BudgetLeft::tighter(shown.budget, b);
+                }
+                if t.has_budgets() {
+                    held.reserved_micros = t.micros;
+                    held.price = price;
+                }
+                held.levels.push(t);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                held.done = true;
+                for t in &held.levels {
+                    give_back(host, t, now_ms);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok((held, shown))
+}
+
+/// Why a level refused, decided inside its CAS (the error is made after).
+enum Refusal {
+    Requests(u64, Take),
+    Concurrency(u32),
+    Tokens(u64, u64, Take),
+    /// The budget's position in the level's.
+    Budget(usize),
+}
+
+/// One level's part of [`admit`]: `None` when it counts nothing here.
+fn admit_level(
+    host: &impl Host,
+    gw: &Gateway,
+    level: Level<'_>,
+    reserve: (u64, u64),
+    price: Option<Price>,
+    now_ms: u64,
+) -> Result<Option<(Taken, Admitted)>, GatewayError> {
+    let (l, s) = (level.limits, level.limits.scope);
     // An end user's request rate is taken here (the user is known from the
     // body); the key's and the team's were taken at the headers.
-    let mut user_requests: Vec<(String, u64)> = Vec::new();
-    for level in gw.levels_of(client, user) {
-        if matches!(level.owner, Owner::User(_)) {
-            result = result.and_then(|()| {
-                take_user_request(host, level, now_ms, &mut user_requests, &mut shown)
-            });
-        }
-        result = result
-            .and_then(|()| take_concurrency(host, level, &mut held))
-            .and_then(|()| take_tokens(host, level, reserve, now_ms, &mut held, &mut shown));
+    let user_rpm = l
+        .requests_per_minute
+        .filter(|_| matches!(level.owner, Owner::User(_)) && s.requests_per_minute.local());
+    let max = l.max_concurrent;
+    let tpm = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local());
+    let price = price.filter(|_| s.budgets.local() && !l.budgets.is_empty());
+    if user_rpm.is_none() && max.is_none() && tpm.is_none() && price.is_none() {
+        return Ok(None);
     }
-    if let Some(price) = price {
-        for level in gw.levels_of(client, user) {
-            result = result.and_then(|()| {
-                take_budgets(
-                    host, gw, level, reserve, price, now_ms, &mut held, &mut shown,
-                )
-            });
-        }
+    // A reservation no wait would admit is refused before anything is read.
+    if let Some(e) = tpm.and_then(|tpm| too_large(level.owner, tpm, reserve)) {
+        host.count(metrics::RATE_LIMITED, 1);
+        return Err(e);
     }
-    match result {
-        Ok(()) => Ok((held, shown)),
-        Err(e) => {
-            held.finish(host, Finish::Release, now_ms);
-            for (key, rpm) in &user_requests {
-                give_back_tokens(host, key, *rpm, 1, now_ms);
+    let want = reserve.0.saturating_add(reserve.1);
+    let cost = price.map_or(0, |p| p.cost(reserve.0, reserve.1, 0));
+    let key = keys::counters(level.owner);
+    let r = update(host, &key, |cur| {
+        let mut c = Counters::decode(cur);
+        let mut t = Taken::new(String::new());
+        let mut shown = Admitted::default();
+        if let Some(rpm) = user_rpm {
+            let (next, take) = ratelimit::take(&c.requests, rpm, 1, now_ms);
+            if !take.admitted {
+                return (None, Err(Refusal::Requests(rpm, take)));
             }
-            Err(e)
+            c.requests = next;
+            t.requests = Some((rpm, 1));
+            shown.requests = Some(Shown { limit: rpm, take });
         }
-    }
-}
-
-/// One request from an end user's requests-per-minute bucket.
-fn take_user_request(
-    host: &impl Host,
-    level: Level<'_>,
-    now_ms: u64,
-    taken: &mut Vec<(String, u64)>,
-    shown: &mut Admitted,
-) -> Result<(), GatewayError> {
-    match take_one_request(host, level, now_ms, 1) {
-        Ok(Some((key, s))) => {
-            shown.requests = tighter(shown.requests, s);
-            taken.push((key, s.limit));
-            Ok(())
+        if let Some(max) = max {
+            if c.in_flight >= max {
+                return (None, Err(Refusal::Concurrency(max)));
+            }
+            c.in_flight = c.in_flight.saturating_add(1);
+            t.in_flight = true;
         }
-        Ok(None) => Ok(()),
-        Err((e, _)) => Err(e),
-    }
-}
-
-fn take_concurrency(
-    host: &impl Host,
-    level: Level<'_>,
-    held: &mut Held,
-) -> Result<(), GatewayError> {
-    let Some(max) = level.limits.max_concurrent else {
-        return Ok(());
-    };
-    let key = keys::limit(level.owner, Limit::Concurrency);
-    match update(host, &key, |cur| ratelimit::acquire(cur, max)) {
-        Ok(true) => held.concurrency.push(key),
-        Ok(false) => {
-            return Err(limited(
+        if let Some(tpm) = tpm {
+            let (next, take) = ratelimit::take(&c.tokens, tpm, want, now_ms);
+            if !take.admitted {
+                return (None, Err(Refusal::Tokens(tpm, want, take)));
+            }
+            c.tokens = next;
+            t.tokens = Some((tpm, want));
+            shown.tokens = Some(Shown { limit: tpm, take });
+        }
+        if price.is_some() {
+            match spend_all(&mut c, gw, l, cost, now_ms, &mut t) {
+                Ok(left) => shown.budget = left,
+                Err(i) => return (None, Err(Refusal::Budget(i))),
+            }
+        }
+        (Some(c.encode()), Ok((t, shown)))
+    });
+    match r {
+        Ok(Ok((mut t, shown))) => {
+            t.key = key;
+            Ok(Some((t, shown)))
+        }
+        Ok(Err(refusal)) => Err(match refusal {
+            Refusal::Requests(rpm, take) => requests_refused(host, level.owner, rpm, take),
+            Refusal::Concurrency(max) => limited(
                 host,
                 "requests",
                 "concurrency_limit_exceeded",
@@ -321,11 +455,110 @@ fn take_concurrency(
                     level.owner.describe()
                 ),
                 1000,
-            ))
+            ),
+            Refusal::Tokens(tpm, want, t) => tokens_refused(
+                host,
+                level.owner,
+                tpm,
+                &format!(", requested {want}. Retry in"),
+                t.wait_ms,
+            ),
+            Refusal::Budget(i) => budget_refused(host, gw, level, i, cost, now_ms),
+        }),
+        Err(e) => {
+            store_unavailable(host, "limits", e);
+            Ok(None)
         }
-        Err(e) => store_unavailable(host, "concurrency", e),
     }
-    Ok(())
+}
+
+/// Reserve `cost` in every budget of a level's counters, all or none: what
+/// is left of the tightest, or the position of the first that refuses.
+fn spend_all(
+    c: &mut Counters,
+    gw: &Gateway,
+    l: &Limits,
+    cost: Micros,
+    now_ms: u64,
+    t: &mut Taken,
+) -> Result<Option<BudgetLeft>, usize> {
+    let mut left = None;
+    let before = *c;
+    for (i, b) in l.budgets.iter().enumerate() {
+        let index = b.period.index(now_ms, gw.budget_offset_ms);
+        let Some((at, spent)) = c.spend(b.period, index, b.micros, cost) else {
+            *c = before;
+            return Err(i);
+        };
+        if let Some(slot) = t.budgets.get_mut(i) {
+            *slot = Some((b.period, at));
+        }
+        let here = BudgetLeft {
+            remaining_micros: b.micros.saturating_sub(spent).max(0),
+            reset_ms: b.period.ms_to_end(now_ms, gw.budget_offset_ms),
+        };
+        left = BudgetLeft::tighter(left, here);
+    }
+    t.micros = cost;
+    Ok(left)
+}
+
+/// The 429 of a level's budget at position `i`.
+fn budget_refused(
+    host: &impl Host,
+    gw: &Gateway,
+    level: Level<'_>,
+    i: usize,
+    cost: Micros,
+    now_ms: u64,
+) -> GatewayError {
+    host.count(metrics::RATE_LIMITED, 1);
+    match level.limits.budgets.get(i) {
+        Some(b) => over_budget(
+            &level.owner.describe(),
+            b,
+            cost,
+            b.period.ms_to_end(now_ms, gw.budget_offset_ms),
+            false,
+        ),
+        None => GatewayError::new(429, "insufficient_quota", "budget_exceeded", String::new()),
+    }
+}
+
+/// Reserve a price in every budget of a level (an MCP tool call's), in
+/// one CAS: what was taken (to give back), `None` when the level counts
+/// no budget here, or the 429 of the budget that refuses.
+pub fn spend_budgets(
+    host: &impl Host,
+    gw: &Gateway,
+    level: Level<'_>,
+    cost: Micros,
+    now_ms: u64,
+) -> Result<Option<Taken>, GatewayError> {
+    let l = level.limits;
+    if cost <= 0 || !l.scope.budgets.local() || l.budgets.is_empty() {
+        return Ok(None);
+    }
+    let key = keys::counters(level.owner);
+    let r = update(host, &key, |cur| {
+        let mut c = Counters::decode(cur);
+        let mut t = Taken::new(String::new());
+        match spend_all(&mut c, gw, l, cost, now_ms, &mut t) {
+            Ok(_) => (Some(c.encode()), Ok(t)),
+            Err(i) => (None, Err(i)),
+        }
+    });
+    match r {
+        Ok(Ok(mut t)) => {
+            t.key = key;
+            Ok(Some(t))
+        }
+        Ok(Err(i)) => Err(budget_refused(host, gw, level, i, cost, now_ms)),
+        Err(e) => {
+            store_unavailable(host, "budget", e);
+            Ok(None)
+        }
+    }
 }
 
 /// A reservation larger than a whole token limit: no wait would admit it
@@ -348,53 +581,6 @@ pub fn too_large(
         )
         .with_retry_after(60)
     })
-}
-
-fn take_tokens(
-    host: &impl Host,
-    level: Level<'_>,
-    reserve: (u64, u64),
-    now_ms: u64,
-    held: &mut Held,
-    shown: &mut Admitted,
-) -> Result<(), GatewayError> {
-    let (l, s) = (level.limits, level.limits.scope);
-    let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) else {
-        return Ok(());
-    };
-    if let Some(e) = too_large(level.owner, tpm, reserve) {
-        host.count(metrics::RATE_LIMITED, 1);
-        return Err(e);
-    }
-    let want = reserve.0.saturating_add(reserve.1);
-    let key = keys::limit(level.owner, Limit::TokensPerMinute);
-    let r = update(host, &key, |cur| {
-        let (next, t) = ratelimit::take(&Bucket::decode(cur), tpm, want, now_ms);
-        (Some(next.encode()), t)
-    });
-    match r {
-        Ok(t) if t.admitted => {
-            held.tokens.push((key, tpm));
-            held.reserved_tokens = want;
-            shown.tokens = tighter(shown.tokens, Shown { limit: tpm, take: t });
-            Ok(())
-        }
-        Ok(t) => Err(limited(
-            host,
-            "tokens",
-            "rate_limit_exceeded",
-            format!(
-                "Rate limit reached for tokens per minute on {}: limit {tpm}, requested {want}. Retry in {}.",
-                level.owner.describe(),
-                ratelimit::reset_text(t.wait_ms)
-            ),
-            t.wait_ms,
-        )),
-        Err(e) => {
-            store_unavailable(host, "tokens per minute", e);
-            Ok(())
-        }
-    }
 }
 
 /// The 429 of a budget that would be exceeded: until its period resets
@@ -429,55 +615,6 @@ pub fn over_budget(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn take_budgets(
-    host: &impl Host,
-    gw: &Gateway,
-    level: Level<'_>,
-    (prompt_est, max_completion): (u64, u64),
-    price: Price,
-    now_ms: u64,
-    held: &mut Held,
-    shown: &mut Admitted,
-) -> Result<(), GatewayError> {
-    if !level.limits.scope.budgets.local() {
-        return Ok(());
-    }
-    let cost = price.cost(prompt_est, max_completion, 0);
-    for b in &level.limits.budgets {
-        let index = b.period.index(now_ms, gw.budget_offset_ms);
-        let key = keys::budget(level.owner, b.period, index);
-        let reset_ms = b.period.ms_to_end(now_ms, gw.budget_offset_ms);
-        match update(host, &key, |cur| {
-            let (next, ok, spent) = ratelimit::spend(cur, b.micros, cost);
-            (next, (ok, spent))
-        }) {
-            Ok((true, spent)) => {
-                held.budgets.push(key);
-                held.reserved_micros = cost;
-                held.price = Some(price);
-                let left = BudgetLeft {
-                    remaining_micros: b.micros.saturating_sub(spent).max(0),
-                    reset_ms,
-                };
-                shown.budget = BudgetLeft::tighter(shown.budget, left);
-            }
-            Ok((false, _)) => {
-                host.count(metrics::RATE_LIMITED, 1);
-                return Err(over_budget(
-                    &level.owner.describe(),
-                    b,
-                    cost,
-                    reset_ms,
-                    false,
-                ));
-            }
-            Err(e) => store_unavailable(host, "budget", e),
-        }
-    }
-    Ok(())
-}
-
 impl Held {
     /// Usage above a global reservation is counted after the answer (the
     /// protocol only adds: an over-estimate stays counted), one call for
@@ -501,7 +638,7 @@ impl Held {
     }
 
     /// End the hold, once: settle or release the reservations, free the
-    /// concurrency slots. Later calls do nothing.
+    /// concurrency slots, one CAS per level. Later calls do nothing.
     pub fn finish(&mut self, host: &impl Host, how: Finish, now_ms: u64) {
         if self.done {
             return;
@@ -521,34 +658,37 @@ impl Held {
                     .map_or(0, |p| self.reserved_micros.saturating_sub(p.usage_cost(&u))),
             ),
         };
-        if tokens_back != 0 {
-            for (key, tpm) in &self.tokens {
-                let _ = update(host, key, |cur| {
-                    let next = ratelimit::adjust(&Bucket::decode(cur), *tpm, tokens_back, now_ms);
-                    (Some(next.encode()), ())
-                });
+        for t in &self.levels {
+            let tokens = t.tokens.filter(|_| tokens_back != 0);
+            let budgets = micros_back != 0 && t.has_budgets();
+            if tokens.is_none() && !budgets && !t.in_flight {
+                continue;
             }
-        }
-        if micros_back != 0 {
-            for key in &self.budgets {
-                let _ = update(host, key, |cur| {
-                    (
-                        Some(ratelimit::settle_spend(cur, micros_back.saturating_neg())),
-                        (),
-                    )
-                });
-            }
-        }
-        for key in &self.concurrency {
-            let _ = update(host, key, |cur| (ratelimit::release(cur), ()));
+            let _ = update(host, &t.key, |cur| {
+                let mut c = Counters::decode(cur);
+                if let Some((tpm, _)) = tokens {
+                    c.tokens = ratelimit::adjust(&c.tokens, tpm, tokens_back, now_ms);
+                }
+                if budgets {
+                    for (p, index) in t.budgets.iter().flatten() {
+                        c.settle(*p, *index, micros_back.saturating_neg());
+                    }
+                }
+                if t.in_flight {
+                    c.in_flight = c.in_flight.saturating_sub(1);
+                }
+                (Some(c.encode()), ())
+            });
         }
     }
 
     /// Whether the answer's usage matters (a reservation to settle).
     pub fn wants_usage(&self) -> bool {
         !self.done
-            && (!self.tokens.is_empty()
-                || !self.budgets.is_empty()
+            && (self
+                .levels
+                .iter()
+                .any(|t| t.tokens.is_some() || t.has_budgets())
                 || self.global_tokens.is_some()
                 || self.global_budget.is_some())
     }
@@ -565,9 +705,9 @@ pub enum Charge {
 
 /// Usage counted while a request goes on (a Realtime session's
 /// responses) or after it (a batch's): taken now from every level's token
-/// bucket and budget, over what admission reserved. The first level left
-/// with nothing (no token, or its budget spent) comes back as its 429: a
-/// session ends.
+/// bucket and budget (one CAS per level), over what admission reserved.
+/// The first level left with nothing (no token, or its budget spent) comes
+/// back as its 429: a session ends.
 pub fn charge(
     host: &impl Host,
     gw: &Gateway,
@@ -584,57 +724,53 @@ pub fn charge(
         let tpm = l
             .tokens_per_minute
             .filter(|_| s.tokens_per_minute.local() && what == Charge::TokensAndBudgets);
-        if let Some(tpm) = tpm {
-            let key = keys::limit(level.owner, Limit::TokensPerMinute);
-            let r = update(host, &key, |cur| {
-                let next = ratelimit::adjust(&Bucket::decode(cur), tpm, used, now_ms);
-                let t = ratelimit::level(&next, tpm, now_ms);
-                (Some(next.encode()), t)
-            });
-            if let (Ok(t), None) = (r, out.as_ref()) {
-                if t.remaining == 0 {
-                    host.count(metrics::RATE_LIMITED, 1);
-                    out = Some(
-                        GatewayError::new(
-                            429,
-                            "tokens",
-                            "rate_limit_exceeded",
-                            format!(
-                                "Rate limit reached for tokens per minute on {}: limit {tpm}. The session ends; retry in {}.",
-                                level.owner.describe(),
-                                ratelimit::reset_text(t.wait_ms)
-                            ),
-                        )
-                        .with_retry_after(t.wait_ms.div_ceil(1000).max(1)),
-                    );
-                }
-            }
-        }
-        if cost == 0 || !s.budgets.local() {
+        let budgets = cost != 0 && s.budgets.local() && !l.budgets.is_empty();
+        if tpm.is_none() && !budgets {
             continue;
         }
-        for b in &l.budgets {
-            let index = b.period.index(now_ms, gw.budget_offset_ms);
-            let key = keys::budget(level.owner, b.period, index);
-            let r = update(host, &key, |cur| {
-                let next = ratelimit::settle_spend(cur, cost);
-                let spent = ratelimit::decode_i64(Some(&next));
-                (Some(next), spent)
+        let r = update(host, &keys::counters(level.owner), |cur| {
+            let mut c = Counters::decode(cur);
+            let take = tpm.map(|tpm| {
+                c.tokens = ratelimit::adjust(&c.tokens, tpm, used, now_ms);
+                ratelimit::level(&c.tokens, tpm, now_ms)
             });
-            if let (Ok(spent), None) = (r, out.as_ref()) {
-                if spent >= b.micros {
-                    host.count(metrics::RATE_LIMITED, 1);
-                    let reset_ms = b.period.ms_to_end(now_ms, gw.budget_offset_ms);
-                    let mut e = over_budget(&level.owner.describe(), b, cost, reset_ms, false);
-                    e.message = format!(
-                        "{} budget of ${:.2} for {} is spent. The session ends.",
-                        b.period.adjective(),
-                        b.micros as f64 / 1e6,
-                        level.owner.describe()
-                    );
-                    out = Some(e);
+            let mut spent_one = None;
+            if budgets {
+                for (i, b) in l.budgets.iter().enumerate() {
+                    let index = b.period.index(now_ms, gw.budget_offset_ms);
+                    let spent = c.charge(b.period, index, cost);
+                    if spent_one.is_none() && spent >= b.micros {
+                        spent_one = Some(i);
+                    }
                 }
             }
+            (Some(c.encode()), (take, spent_one))
+        });
+        let Ok((take, spent_one)) = r else {
+            continue;
+        };
+        if out.is_some() {
+            continue;
+        }
+        if let (Some(tpm), Some(t)) = (tpm, take.filter(|t| t.remaining == 0)) {
+            out = Some(tokens_refused(
+                host,
+                level.owner,
+                tpm,
+                ". The session ends; retry in",
+                t.wait_ms,
+            ));
+        } else if let Some(b) = spent_one.and_then(|i| l.budgets.get(i)) {
+            host.count(metrics::RATE_LIMITED, 1);
+            let reset_ms = b.period.ms_to_end(now_ms, gw.budget_offset_ms);
+            let mut e = over_budget(&level.owner.describe(), b, cost, reset_ms, false);
+            e.message = format!(
+                "{} budget of ${:.2} for {} is spent. The session ends.",
+                b.period.adjective(),
+                b.micros as f64 / 1e6,
+                level.owner.describe()
+            );
+            out = Some(e);
         }
     }
     out

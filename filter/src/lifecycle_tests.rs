@@ -8,9 +8,10 @@ use crate::host::Action;
 use crate::host::{Host, Part};
 use crate::loaded::Loaded;
 use portcullis_core::compile::compile;
-use portcullis_core::keys::{self, Limit, Owner};
+use portcullis_core::counters::Counters;
+use portcullis_core::keys::{self, Owner};
 use portcullis_core::period::Period;
-use portcullis_core::ratelimit::{decode_u32, Bucket};
+use portcullis_core::ratelimit::decode_u32;
 use portcullis_core::store::Store;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -130,21 +131,17 @@ impl Gateway {
     }
 
     fn concurrency(&self) -> u32 {
-        let (v, _) = self
-            .host
-            .store
-            .get(&keys::limit(Owner::Key("demo"), Limit::Concurrency))
-            .unwrap();
-        decode_u32(v.as_deref())
+        self.counters(Owner::Key("demo")).in_flight
     }
 
     fn tokens_level(&self) -> i64 {
-        let (v, _) = self
-            .host
-            .store
-            .get(&keys::limit(Owner::Key("demo"), Limit::TokensPerMinute))
-            .unwrap();
-        Bucket::decode(v.as_deref()).level_milli / 1000
+        self.counters(Owner::Key("demo")).tokens.level_milli / 1000
+    }
+
+    /// A level's counters as they stand.
+    fn counters(&self, owner: Owner<'_>) -> Counters {
+        let (v, _) = self.host.store.get(&keys::counters(owner)).unwrap();
+        Counters::decode(v.as_deref())
     }
 }
 
@@ -644,32 +641,21 @@ fn limit_keys_exist_before_traffic_so_a_racing_reservation_is_never_lost() {
     ));
     let now = g.host.now_ms();
     let day = Period::Day.index(now, 0);
-    crate::admission::prepare(&g.host, &g.loaded.gw, now);
-    for key in [
-        keys::limit(Owner::Key("demo"), Limit::RequestsPerMinute),
-        keys::limit(Owner::Key("demo"), Limit::TokensPerMinute),
-        keys::limit(Owner::Key("demo"), Limit::Concurrency),
-        keys::budget(Owner::Key("demo"), Period::Day, day),
-        keys::budget(Owner::Key("demo"), Period::Day, day + 1),
-    ] {
-        assert!(g.host.store.get(&key).unwrap().0.is_some(), "{key}");
-    }
+    crate::admission::prepare(&g.host, &g.loaded.gw);
+    let key = keys::counters(Owner::Key("demo"));
+    assert!(g.host.store.get(&key).unwrap().0.is_some(), "{key}");
     // A budget alone: its reservation is the request's first write. Another
     // worker reserves 500 micro-USD between our read and our write.
     let g = Gateway::new(&config("{budget_usd_per_day: 1}", ""));
-    crate::admission::prepare(&g.host, &g.loaded.gw, now);
-    g.host.store.inject_conflicts(1, |v| {
-        let spent = i64::from_le_bytes(v.try_into().unwrap());
-        (spent + 500).to_le_bytes().to_vec()
+    crate::admission::prepare(&g.host, &g.loaded.gw);
+    g.host.store.inject_conflicts(1, move |v| {
+        let mut c = Counters::decode(Some(v));
+        c.spend(Period::Day, day, i64::MAX, 500).unwrap();
+        c.encode()
     });
     let (_ctx, a) = g.chat(&[], &body("racing"));
     assert_eq!(a, Action::Continue);
-    let (v, _) = g
-        .host
-        .store
-        .get(&keys::budget(Owner::Key("demo"), Period::Day, day))
-        .unwrap();
-    let spent = i64::from_le_bytes(v.unwrap().try_into().unwrap());
+    let spent = g.counters(Owner::Key("demo")).spent(Period::Day, day);
     assert!(spent > 500, "both reservations stand: {spent}");
 }
 
@@ -779,12 +765,7 @@ fn a_global_request_limit_waits_for_the_service_then_routes_with_its_headers() {
         Some("Bearer limiter-token")
     );
     // The local bucket is not touched: the scope is global only.
-    let (local, _) = g
-        .host
-        .store
-        .get(&keys::limit(Owner::Key("demo"), Limit::RequestsPerMinute))
-        .unwrap();
-    assert!(local.is_none());
+    assert!(!g.counters(Owner::Key("demo")).requests.initialized);
     service_answers(&mut ctx, 0, &rls_answer(1, (1, 10, 9, 6)));
     assert_eq!(ctx.host.state.borrow().resumed, 1);
     assert_eq!(

@@ -393,7 +393,7 @@ impl<H: Host> RequestContext<H> {
         let now = self.host.now_ms();
         let mut taken: Vec<(String, u64)> = Vec::new();
         let mut held: Vec<String> = Vec::new();
-        let mut spent: Vec<String> = Vec::new();
+        let mut spent: Vec<admission::Taken> = Vec::new();
         let result = self.take_levels(gw, m, client, price, now, &mut taken, &mut held, &mut spent);
         if result.is_err() {
             for (key, per_minute) in &taken {
@@ -405,13 +405,8 @@ impl<H: Host> RequestContext<H> {
             for key in &held {
                 let _ = update(&self.host, key, |cur| (ratelimit::release(cur), ()));
             }
-            for key in &spent {
-                let _ = update(&self.host, key, |cur| {
-                    (
-                        Some(ratelimit::settle_spend(cur, price.saturating_neg())),
-                        (),
-                    )
-                });
+            for t in &spent {
+                admission::give_back(&self.host, t, now);
             }
             self.log.limited_by = "local";
         } else if let Some(call) = self.mcp.as_mut() {
@@ -431,7 +426,7 @@ impl<H: Host> RequestContext<H> {
         now: u64,
         taken: &mut Vec<(String, u64)>,
         held: &mut Vec<String>,
-        spent: &mut Vec<String>,
+        spent: &mut Vec<admission::Taken>,
     ) -> Result<(), GatewayError> {
         for (owner, access, limits) in owners(gw, m, client) {
             if let Some(per_minute) = access.and_then(|a| a.calls_per_minute) {
@@ -478,30 +473,9 @@ impl<H: Host> RequestContext<H> {
                     Err(_) => {}
                 }
             }
-            if price <= 0 || !limits.scope.budgets.local() {
-                continue;
-            }
-            for b in &limits.budgets {
-                let index = b.period.index(now, gw.budget_offset_ms);
-                let key = keys::budget(owner, b.period, index);
-                let ok = update(&self.host, &key, |cur| {
-                    let (next, ok, _) = ratelimit::spend(cur, b.micros, price);
-                    (next, ok)
-                });
-                match ok {
-                    Ok(true) => spent.push(key),
-                    Ok(false) => {
-                        let reset = b.period.ms_to_end(now, gw.budget_offset_ms);
-                        return Err(admission::over_budget(
-                            &owner.describe(),
-                            b,
-                            price,
-                            reset,
-                            false,
-                        ));
-                    }
-                    Err(_) => {}
-                }
+            let level = portcullis_core::config::Level { owner, limits };
+            if let Some(t) = admission::spend_budgets(&self.host, gw, level, price, now)? {
+                spent.push(t);
             }
         }
         Ok(())

@@ -127,8 +127,7 @@ impl<H: Host> RequestContext<H> {
         // An end user (`limits.user_header`) has limits of its own.
         if client.limits.per_user.is_some() {
             if let Some(named) = self.request.end_user.clone().filter(|u| !u.is_empty()) {
-                self.request.user =
-                    Some(admission::track_user(&self.host, gw, client, &named, now));
+                self.request.user = Some(admission::track_user(&self.host, gw, client, &named));
             }
         }
         // The session holds a slot of `max_concurrent` and one token: a

@@ -56,7 +56,7 @@ impl<H: Host> RequestContext<H> {
     ) -> Result<(), GatewayError> {
         let mut routed =
             self.conditional_route(gw, &client.name, &chat.model, || chat.document().ok());
-        self.request.user = self.end_user(gw, client, &chat, now);
+        self.request.user = self.end_user(gw, client, &chat);
         let user = self.request.user.as_deref();
         let low =
             admission::budget_low_model(&self.host, gw, (client, user), now).filter(|cheaper| {
@@ -110,13 +110,7 @@ impl<H: Host> RequestContext<H> {
     /// and the request names one: `limits.user_header`, else the body's
     /// `user` (chat completions, responses) or `metadata.user_id`
     /// (messages).
-    fn end_user(
-        &self,
-        gw: &Gateway,
-        client: &Client,
-        chat: &ChatRequest,
-        now: u64,
-    ) -> Option<String> {
+    fn end_user(&self, gw: &Gateway, client: &Client, chat: &ChatRequest) -> Option<String> {
         client.limits.per_user.as_ref()?;
         let named = self
             .request
@@ -130,7 +124,7 @@ impl<H: Host> RequestContext<H> {
                     .or_else(|| doc.get("metadata")?.get("user_id"))?;
                 v.as_str().filter(|u| !u.is_empty()).map(str::to_string)
             })?;
-        Some(admission::track_user(&self.host, gw, client, &named, now))
+        Some(admission::track_user(&self.host, gw, client, &named))
     }
 
     /// The global limits this request asks the rate limit service for (the

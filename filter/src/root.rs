@@ -14,7 +14,6 @@ use crate::metrics;
 use crate::shipper::{self, Shipper};
 use portcullis_core::cache::fleet;
 use portcullis_core::keys;
-use portcullis_core::period;
 use portcullis_core::rls;
 use portcullis_core::store::update;
 use portcullis_core::{compile::compile, config::Gateway};
@@ -25,9 +24,6 @@ use std::rc::Rc;
 #[derive(Default)]
 pub struct Root<H: Host> {
     loaded: Option<Rc<Loaded>>,
-    /// The local day (`limits.budget_utc_offset`) whose budget keys exist
-    /// (see `admission::prepare`).
-    prepared_day: u64,
     rng: Cell<u64>,
     shipper: Shipper,
     /// Settlement calls in flight to the rate limit service.
@@ -193,9 +189,7 @@ impl<H: Host + Clone> Root<H> {
         crate::concurrency::prepare(&host, &gw);
         crate::mcp_state::prepare(&host, &gw);
         host.worker().clock_offset_ms.set(gw.clock_offset_ms);
-        let now = host.now_ms();
-        admission::prepare(&host, &gw, now);
-        self.prepared_day = period::local_day(now, gw.budget_offset_ms);
+        admission::prepare(&host, &gw);
         shipper::configure(host.worker(), gw.log.as_ref());
         crate::prompt_cache::configure(&host, gw.cache.as_ref());
         self.tick_ms = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
@@ -294,19 +288,12 @@ impl<H: Host + Clone> Root<H> {
     }
 
     /// The periodic work that stays on this worker (no call leaves it but
-    /// the wakes of paused requests): busy counts, the budget day, token
+    /// the wakes of paused requests): busy counts, token
     /// waiters. `true` when paused requests were woken.
     pub fn tick_local(&mut self) -> bool {
         let now = self.host.now_ms();
         if let Some(l) = self.loaded.as_ref() {
             crate::policy_state::publish_busy(&self.host, &l.gw, now, self.next_roll());
-        }
-        if let Some(l) = self.loaded.as_ref() {
-            let day = period::local_day(now, l.gw.budget_offset_ms);
-            if day != self.prepared_day {
-                admission::prepare(&self.host, &l.gw, now);
-                self.prepared_day = day;
-            }
         }
         self.loaded
             .as_ref()

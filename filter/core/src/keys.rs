@@ -97,7 +97,14 @@ pub enum Limit {
     ToolCalls,
 }
 
-/// One of a key's or a team's limit counters.
+/// A level's counters ([`crate::counters::Counters`]): its request and
+/// token buckets, requests in flight and budget spend, in one value.
+pub fn counters(owner: Owner<'_>) -> String {
+    owner.prefix("level")
+}
+
+/// One of a key's or a team's limit counters (the MCP gateway's tool calls;
+/// a level's own limits are in [`counters`]).
 pub fn limit(owner: Owner<'_>, what: Limit) -> String {
     let what = match what {
         Limit::RequestsPerMinute => "rpm",
@@ -107,12 +114,6 @@ pub fn limit(owner: Owner<'_>, what: Limit) -> String {
         Limit::ToolCalls => "mcp_conc",
     };
     format!("{}:{what}", owner.prefix("rl"))
-}
-
-/// Spend in one budget period ([`crate::period::Period::key_part`]: a
-/// day's key is the day number, as it always was).
-pub fn budget(owner: Owner<'_>, period: crate::period::Period, index: u64) -> String {
-    format!("{}:{}", owner.prefix("budget"), period.key_part(index))
 }
 
 /// A provider's moving average latency for one model id (`fastest`).
@@ -160,7 +161,6 @@ pub fn cache_slot(set: u32, way: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::period::Period;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -169,43 +169,24 @@ mod tests {
     fn key_names_are_stable() {
         assert_eq!(breaker("primary"), "portcullis:breaker:primary");
         let demo = Owner::Key("demo");
+        assert_eq!(counters(demo), "portcullis:level:demo");
         assert_eq!(
-            limit(demo, Limit::TokensPerMinute),
-            "portcullis:rl:demo:tpm"
-        );
-        assert_eq!(
-            limit(demo, Limit::RequestsPerMinute),
-            "portcullis:rl:demo:rpm"
-        );
-        assert_eq!(limit(demo, Limit::Concurrency), "portcullis:rl:demo:conc");
-        assert_eq!(
-            budget(demo, Period::Day, 20_000),
-            "portcullis:budget:demo:20000"
-        );
-        assert_eq!(
-            budget(demo, Period::Week, 2_900),
-            "portcullis:budget:demo:w2900"
+            limit(demo, Limit::ToolCallsPerMinute),
+            "portcullis:rl:demo:mcp_cpm"
         );
         let team = Owner::Team("demo");
+        assert_eq!(counters(team), "portcullis:team:level:demo");
         assert_eq!(
-            limit(team, Limit::Concurrency),
-            "portcullis:team:rl:demo:conc"
-        );
-        assert_eq!(
-            budget(team, Period::Month, 24_323),
-            "portcullis:team:budget:demo:m24323"
-        );
-        assert_eq!(
-            budget(team, Period::Total, 0),
-            "portcullis:team:budget:demo:total"
+            limit(team, Limit::ToolCalls),
+            "portcullis:team:rl:demo:mcp_conc"
         );
         assert_eq!(
             user_owner("demo", "alice@example.com"),
             "demo/alice@example.com"
         );
         assert_eq!(
-            limit(Owner::User("demo/alice"), Limit::TokensPerMinute),
-            "portcullis:user:rl:demo/alice:tpm"
+            counters(Owner::User("demo/alice")),
+            "portcullis:user:level:demo/alice"
         );
         // Anything else is hashed: no user names another key's users.
         let odd = user_owner("demo", "../other/x");

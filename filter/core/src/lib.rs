@@ -21,6 +21,7 @@ pub mod breaker;
 pub mod cache;
 pub mod compile;
 pub mod config;
+pub mod counters;
 pub mod error;
 pub mod eventstream;
 pub mod experiment;

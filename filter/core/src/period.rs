@@ -98,18 +98,6 @@ impl Period {
             Period::Total => "total".into(),
         }
     }
-
-    /// The period's part of a shared-data key: the day number alone for
-    /// days (the key the gateway has always used), else a letter and the
-    /// index.
-    pub fn key_part(self, index: u64) -> String {
-        match self {
-            Period::Day => index.to_string(),
-            Period::Week => format!("w{index}"),
-            Period::Month => format!("m{index}"),
-            Period::Total => "total".into(),
-        }
-    }
 }
 
 /// `now_ms` on the clock `offset_ms` from UTC (before the epoch reads as 0).
@@ -230,7 +218,6 @@ mod tests {
     fn periods_start_and_end_on_the_calendar() {
         let day = Period::Day.index(NOW, 0);
         assert_eq!(Period::Day.label(day), "2026-12-02");
-        assert_eq!(Period::Day.key_part(day), day.to_string());
         let week = Period::Week.index(NOW, 0);
         assert_eq!(Period::Week.label(week), "2026-11-30", "the Monday");
         let month = Period::Month.index(NOW, 0);

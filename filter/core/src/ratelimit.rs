@@ -300,27 +300,6 @@ impl Price {
     }
 }
 
-/// Spend `amount` of a daily budget if it fits (a reservation); the stored
-/// value is what was spent or reserved today.
-pub fn spend(spent: Option<&[u8]>, cap: Micros, amount: Micros) -> (Option<Vec<u8>>, bool, Micros) {
-    let s = decode_i64(spent);
-    if s.saturating_add(amount) <= cap {
-        let n = s.saturating_add(amount);
-        (Some(n.to_le_bytes().to_vec()), true, n)
-    } else {
-        (None, false, s)
-    }
-}
-
-/// Correct a reservation by `delta` (negative gives back).
-pub fn settle_spend(spent: Option<&[u8]>, delta: Micros) -> Vec<u8> {
-    decode_i64(spent)
-        .saturating_add(delta)
-        .max(0)
-        .to_le_bytes()
-        .to_vec()
-}
-
 pub fn decode_i64(b: Option<&[u8]>) -> i64 {
     b.filter(|b| b.len() == 8)
         .and_then(|b| crate::le::i64_at(b, 0))

@@ -4,18 +4,18 @@
 
 use crate::host::Host;
 use portcullis_core::config::{Client, Gateway, Level};
-use portcullis_core::keys::{self, Limit, Owner};
-use portcullis_core::ratelimit::{self, Bucket};
+use portcullis_core::counters::Counters;
+use portcullis_core::keys::{self, Owner};
+use portcullis_core::ratelimit;
 use portcullis_core::store::update;
 
-/// Create the limit keys that do not exist yet, before any request needs
-/// them: Envoy's shared data has no atomic create (a write without a CAS
-/// token is unconditional), so two workers both creating a key on first use
-/// could each write and one reservation would be lost. Every update of an
-/// existing key is a CAS. Counters are created at configure time; each
-/// budget's keys for the period of `now_ms` and of the next day (the root
-/// context calls this again when the local day changes).
-pub fn prepare(host: &impl Host, gw: &Gateway, now_ms: u64) {
+/// Create the levels' counters that do not exist yet, before any request
+/// needs them: Envoy's shared data has no atomic create (a write without a
+/// CAS token is unconditional), so two workers both creating a value on
+/// first use could each write and one reservation would be lost. Every
+/// update of an existing value is a CAS. Counters are created at configure
+/// time; a new budget period starts inside the same value.
+pub fn prepare(host: &impl Host, gw: &Gateway) {
     let keys = gw.clients.values().map(|c| Level {
         owner: Owner::Key(&c.name),
         limits: &c.limits,
@@ -25,49 +25,23 @@ pub fn prepare(host: &impl Host, gw: &Gateway, now_ms: u64) {
         limits: &t.limits,
     });
     for level in keys.chain(teams) {
-        prepare_level(host, gw, level, now_ms);
+        prepare_level(host, level);
     }
 }
 
-/// Create one level's missing counters (see [`prepare`]).
-fn prepare_level(host: &impl Host, gw: &Gateway, level: Level<'_>, now_ms: u64) {
-    let tomorrow = now_ms.saturating_add(86_400_000);
-    let create = |key: String, initial: &[u8]| {
-        if let Ok((None, _)) = host.get(&key) {
-            let _ = host.set(&key, initial, None);
-        }
-    };
+/// Create one level's counters if it counts anything here (see [`prepare`]).
+fn prepare_level(host: &impl Host, level: Level<'_>) {
     let (l, s) = (level.limits, level.limits.scope);
-    if l.requests_per_minute.is_some() && s.requests_per_minute.local() {
-        create(
-            keys::limit(level.owner, Limit::RequestsPerMinute),
-            &Bucket::default().encode(),
-        );
+    let counts = (l.requests_per_minute.is_some() && s.requests_per_minute.local())
+        || (l.tokens_per_minute.is_some() && s.tokens_per_minute.local())
+        || l.max_concurrent.is_some()
+        || (!l.budgets.is_empty() && s.budgets.local());
+    if !counts {
+        return;
     }
-    if l.tokens_per_minute.is_some() && s.tokens_per_minute.local() {
-        create(
-            keys::limit(level.owner, Limit::TokensPerMinute),
-            &Bucket::default().encode(),
-        );
-    }
-    if l.max_concurrent.is_some() {
-        create(
-            keys::limit(level.owner, Limit::Concurrency),
-            &0u32.to_le_bytes(),
-        );
-    }
-    for b in l.budgets.iter().filter(|_| s.budgets.local()) {
-        let mut made = None;
-        for t in [now_ms, tomorrow] {
-            let index = b.period.index(t, gw.budget_offset_ms);
-            if made != Some(index) {
-                create(
-                    keys::budget(level.owner, b.period, index),
-                    &0i64.to_le_bytes(),
-                );
-                made = Some(index);
-            }
-        }
+    let key = keys::counters(level.owner);
+    if let Ok((None, _)) = host.get(&key) {
+        let _ = host.set(&key, &Counters::default().encode(), None);
     }
 }
 
@@ -75,13 +49,7 @@ fn prepare_level(host: &impl Host, gw: &Gateway, level: Level<'_>, now_ms: u64) 
 /// or a new one while the key tracks fewer than `max_users_per_key` (its
 /// counters are created then); past that, new users share the key's
 /// overflow level. A store problem tracks the user all the same.
-pub fn track_user(
-    host: &impl Host,
-    gw: &Gateway,
-    client: &Client,
-    user: &str,
-    now_ms: u64,
-) -> String {
+pub fn track_user(host: &impl Host, gw: &Gateway, client: &Client, user: &str) -> String {
     let owner = keys::user_owner(&client.name, user);
     let seen = keys::user_seen(&owner);
     if !matches!(host.get(&seen), Ok((None, _))) {
@@ -108,7 +76,7 @@ pub fn track_user(
             owner: Owner::User(&owner),
             limits,
         };
-        prepare_level(host, gw, level, now_ms);
+        prepare_level(host, level);
     }
     owner
 }

@@ -5,8 +5,7 @@
 use crate::host::Host;
 use portcullis_core::config::{Client, Gateway, MaxTokensMode};
 use portcullis_core::error::GatewayError;
-use portcullis_core::keys::{self, Limit};
-use portcullis_core::ratelimit::{self, Bucket, Price};
+use portcullis_core::ratelimit::{self, Price};
 use portcullis_core::stream_cap;
 
 /// Decide a request's completion cap before it is reserved: a level in
@@ -47,29 +46,25 @@ pub fn completion_cap(
             MaxTokensMode::Clamp => clamps = true,
         }
         let mut fits = |n: u64| room = Some(room.map_or(n, |r| r.min(n)));
-        if let Some(tpm) = l
+        let tpm = l
             .tokens_per_minute
-            .filter(|_| l.scope.tokens_per_minute.local())
-        {
-            let key = keys::limit(level.owner, Limit::TokensPerMinute);
-            if let Ok((cur, _)) = host.get(&key) {
-                let left = ratelimit::level(&Bucket::decode(cur.as_deref()), tpm, now_ms).remaining;
-                fits(left.saturating_sub(prompt_est));
-            }
+            .filter(|_| l.scope.tokens_per_minute.local());
+        let price = price.filter(|_| l.scope.budgets.local() && !l.budgets.is_empty());
+        if tpm.is_none() && price.is_none() {
+            continue;
         }
-        let Some(price) = price.filter(|_| l.scope.budgets.local()) else {
+        let Some(c) = super::read_counters(host, level.owner) else {
+            continue;
+        };
+        if let Some(tpm) = tpm {
+            let left = ratelimit::level(&c.tokens, tpm, now_ms).remaining;
+            fits(left.saturating_sub(prompt_est));
+        }
+        let Some(price) = price else {
             continue;
         };
         for b in &l.budgets {
-            let key = keys::budget(
-                level.owner,
-                b.period,
-                b.period.index(now_ms, gw.budget_offset_ms),
-            );
-            let spent = host
-                .get(&key)
-                .ok()
-                .map_or(0, |(v, _)| ratelimit::decode_i64(v.as_deref()));
+            let spent = c.spent(b.period, b.period.index(now_ms, gw.budget_offset_ms));
             let left = b.micros.saturating_sub(spent);
             fits(price.completion_room(left, prompt_est));
         }
@@ -98,17 +93,13 @@ pub fn budget_low_model(
 ) -> Option<String> {
     gw.levels_of(client, user).find_map(|level| {
         let low = level.limits.on_budget_low.as_ref()?;
+        let c = super::read_counters(host, level.owner).unwrap_or_default();
         let tightest = level
             .limits
             .budgets
             .iter()
             .map(|b| {
-                let index = b.period.index(now_ms, gw.budget_offset_ms);
-                let key = keys::budget(level.owner, b.period, index);
-                let spent = host
-                    .get(&key)
-                    .ok()
-                    .map_or(0, |(v, _)| ratelimit::decode_i64(v.as_deref()));
+                let spent = c.spent(b.period, b.period.index(now_ms, gw.budget_offset_ms));
                 b.micros.saturating_sub(spent)
             })
             .min()?;
