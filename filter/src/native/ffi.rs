@@ -310,15 +310,36 @@ pub unsafe fn copy_headers(headers: *const EnvoyHeader, n: usize) -> Vec<(String
 /// # Safety
 /// `chunks` is null or points at `n` readable buffers.
 pub unsafe fn copy_chunks(chunks: *const EnvoyBuffer, n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    // SAFETY: the caller's guarantee.
+    unsafe { append_chunks(chunks, n, &mut out, usize::MAX) };
+    out
+}
+
+/// Body chunks Envoy lent, appended to `out` until it holds `limit` bytes:
+/// one copy of each byte into room reserved once (a copy per chunk and a
+/// growing vector cost a 1 MB body about 3 MB of copying).
+///
+/// # Safety
+/// `chunks` is null or points at `n` readable buffers.
+pub unsafe fn append_chunks(chunks: *const EnvoyBuffer, n: usize, out: &mut Vec<u8>, limit: usize) {
     if chunks.is_null() || n == 0 {
-        return Vec::new();
+        return;
     }
     // SAFETY: the caller's guarantee.
     let all = unsafe { std::slice::from_raw_parts(chunks, n) };
-    let mut out = Vec::new();
+    let total = all.iter().fold(0usize, |a, c| a.saturating_add(c.length));
+    out.reserve(total.min(limit.saturating_sub(out.len())));
     for c in all {
+        let room = limit.saturating_sub(out.len());
+        if room == 0 {
+            break;
+        }
+        if c.ptr.is_null() || c.length == 0 {
+            continue;
+        }
         // SAFETY: Envoy's buffers, valid during the hook.
-        out.extend_from_slice(&unsafe { copy(c.ptr, c.length) });
+        let bytes = unsafe { std::slice::from_raw_parts(c.ptr, c.length) };
+        out.extend_from_slice(bytes.get(..room.min(bytes.len())).unwrap_or_default());
     }
-    out
 }

@@ -72,13 +72,14 @@ fn kinds(part: Part) -> Option<(i32, i32)> {
     }
 }
 
-fn chunks(f: FilterEnvoy, kind: i32) -> Vec<u8> {
+/// A body's chunks of one kind appended to `out`, up to `limit` bytes.
+fn append_chunks(f: FilterEnvoy, kind: i32, out: &mut Vec<u8>, limit: usize) {
     // SAFETY: `f` is the live filter of the hook running; the vector has
     // room for the number of chunks Envoy said it has.
     unsafe {
         let n = ffi::envoy_dynamic_module_callback_http_get_body_chunks_size(f, kind);
         if n == 0 {
-            return Vec::new();
+            return;
         }
         let mut bufs = vec![
             EnvoyBuffer {
@@ -88,9 +89,9 @@ fn chunks(f: FilterEnvoy, kind: i32) -> Vec<u8> {
             n
         ];
         if !ffi::envoy_dynamic_module_callback_http_get_body_chunks(f, kind, bufs.as_mut_ptr()) {
-            return Vec::new();
+            return;
         }
-        ffi::copy_chunks(bufs.as_ptr(), n)
+        ffi::append_chunks(bufs.as_ptr(), n, out, limit);
     }
 }
 
@@ -296,9 +297,8 @@ impl Host for NativeHost {
         let f = self.filter()?;
         let mut out = Vec::new();
         for kind in self.body_kinds(f, buffered, received, part) {
-            out.extend_from_slice(&chunks(f, kind));
+            append_chunks(f, kind, &mut out, size);
         }
-        out.truncate(size);
         Ok(out)
     }
 
