@@ -378,3 +378,47 @@ fn a_header_names_the_end_user_before_the_body() {
     let (ctx, _) = g.chat(&[("x-end-user", "zoe")], &body("again"));
     assert_eq!(sent_json(&ctx).0, 429);
 }
+
+/// Each step of a request at a level is one read and one CAS of the
+/// level's counters, whatever the number of its limits (#49): a key and its
+/// team with five limits each cost a routed request 12 shared-data calls
+/// (the rate at the headers, the admission, the settlement), not 36.
+#[test]
+fn a_request_at_two_levels_of_five_limits_makes_one_read_and_one_write_per_level_and_step() {
+    let five = "{requests_per_minute: 1000, tokens_per_minute: 1000000, max_concurrent: 10, budgets: [{usd: 100, period: day}, {usd: 1000, period: month}]}";
+    let g = Gateway::new(&team_config(five, five, ""));
+    crate::admission::prepare(&g.host, &g.loaded.gw);
+    let (mut ctx, a) = g.send_chat(&[], &body("hello"), true);
+    assert_eq!(a, Action::Continue);
+    router_answers(&mut ctx, "200", ANSWER);
+    ctx.on_log();
+    let calls: Vec<String> = ctx
+        .host
+        .host_calls()
+        .into_iter()
+        .filter(|c| c.contains(":level:"))
+        .collect();
+    let key = "portcullis:level:demo";
+    let team = "portcullis:team:level:research";
+    let step = |k: &str| {
+        [
+            format!("get_shared_data {k}"),
+            format!("set_shared_data {k}"),
+        ]
+    };
+    let want: Vec<String> = [key, team, key, team, key, team]
+        .iter()
+        .flat_map(|k| step(k))
+        .collect();
+    assert_eq!(calls, want);
+    // What the steps wrote: one request, its slot freed, the answer's 15
+    // tokens and its cost settled at both levels.
+    for owner in [Owner::Key("demo"), Owner::Team("research")] {
+        let c = g.counters(owner);
+        assert_eq!(c.in_flight, 0, "{owner:?}");
+        assert_eq!(c.requests.level_milli / 1000, 999, "{owner:?}");
+        assert_eq!(c.tokens.level_milli / 1000, 1_000_000 - 15, "{owner:?}");
+        let day = Period::Day.index(g.host.now_ms(), 0);
+        assert!(c.spent(Period::Day, day) > 0, "{owner:?}");
+    }
+}
