@@ -284,8 +284,7 @@ pub fn peek_tokens(
 pub struct Held {
     /// What admission took at each level.
     levels: Vec<Taken>,
-    reserved_tokens: u64,
-    reserved_micros: Micros,
+    /// The price the budget reservations were made at (to settle them).
     price: Option<Price>,
     /// Reserved by the rate limit service: (every level's descriptor,
     /// tokens).
@@ -340,13 +339,11 @@ pub fn admit(
                 }
                 if let Some(tk) = s.tokens {
                     shown.tokens = tighter(shown.tokens, tk);
-                    held.reserved_tokens = t.tokens.map_or(0, |(_, n)| n);
                 }
                 if let Some(b) = s.budget {
                     shown.budget = BudgetLeft::tighter(shown.budget, b);
                 }
                 if t.has_budgets() {
-                    held.reserved_micros = t.micros;
                     held.price = price;
                 }
                 held.levels.push(t);
@@ -365,12 +362,11 @@ pub fn admit(
 }
 
 /// Why a level refused, decided inside its CAS (the error is made after).
-enum Refusal {
+enum Refusal<'l> {
     Requests(u64, Take),
     Concurrency(u32),
     Tokens(u64, u64, Take),
-    /// The budget's position in the level's.
-    Budget(usize),
+    Budget(&'l Budget),
 }
 
 /// One level's part of [`admit`]: `None` when it counts nothing here.
@@ -434,7 +430,7 @@ fn admit_level(
         if price.is_some() {
             match spend_all(&mut c, gw, l, cost, now_ms, &mut t) {
                 Ok(left) => shown.budget = left,
-                Err(i) => return (None, Err(Refusal::Budget(i))),
+                Err(b) => return (None, Err(Refusal::Budget(b))),
             }
         }
         (Some(c.encode()), Ok((t, shown)))
@@ -463,7 +459,7 @@ fn admit_level(
                 &format!(", requested {want}. Retry in"),
                 t.wait_ms,
             ),
-            Refusal::Budget(i) => budget_refused(host, gw, level, i, cost, now_ms),
+            Refusal::Budget(b) => budget_refused(host, gw, level, b, cost, now_ms),
         }),
         Err(e) => {
             store_unavailable(host, "limits", e);
@@ -473,22 +469,22 @@ fn admit_level(
 }
 
 /// Reserve `cost` in every budget of a level's counters, all or none: what
-/// is left of the tightest, or the position of the first that refuses.
-fn spend_all(
+/// is left of the tightest, or the first that refuses.
+fn spend_all<'l>(
     c: &mut Counters,
     gw: &Gateway,
-    l: &Limits,
+    l: &'l Limits,
     cost: Micros,
     now_ms: u64,
     t: &mut Taken,
-) -> Result<Option<BudgetLeft>, usize> {
+) -> Result<Option<BudgetLeft>, &'l Budget> {
     let mut left = None;
     let before = *c;
     for (i, b) in l.budgets.iter().enumerate() {
         let index = b.period.index(now_ms, gw.budget_offset_ms);
         let Some((at, spent)) = c.spend(b.period, index, b.micros, cost) else {
             *c = before;
-            return Err(i);
+            return Err(b);
         };
         if let Some(slot) = t.budgets.get_mut(i) {
             *slot = Some((b.period, at));
@@ -503,26 +499,23 @@ fn spend_all(
     Ok(left)
 }
 
-/// The 429 of a level's budget at position `i`.
+/// The 429 of a level's budget that refused.
 fn budget_refused(
     host: &impl Host,
     gw: &Gateway,
     level: Level<'_>,
-    i: usize,
+    b: &Budget,
     cost: Micros,
     now_ms: u64,
 ) -> GatewayError {
     host.count(metrics::RATE_LIMITED, 1);
-    match level.limits.budgets.get(i) {
-        Some(b) => over_budget(
-            &level.owner.describe(),
-            b,
-            cost,
-            b.period.ms_to_end(now_ms, gw.budget_offset_ms),
-            false,
-        ),
-        None => GatewayError::new(429, "insufficient_quota", "budget_exceeded", String::new()),
-    }
+    over_budget(
+        &level.owner.describe(),
+        b,
+        cost,
+        b.period.ms_to_end(now_ms, gw.budget_offset_ms),
+        false,
+    )
 }
 
 /// Reserve a price in every budget of a level (an MCP tool call's), in
@@ -545,7 +538,7 @@ pub fn spend_budgets(
         let mut t = Taken::new(String::new());
         match spend_all(&mut c, gw, l, cost, now_ms, &mut t) {
             Ok(_) => (Some(c.encode()), Ok(t)),
-            Err(i) => (None, Err(i)),
+            Err(b) => (None, Err(b)),
         }
     });
     match r {
@@ -553,7 +546,7 @@ pub fn spend_budgets(
             t.key = key;
             Ok(Some(t))
         }
-        Ok(Err(i)) => Err(budget_refused(host, gw, level, i, cost, now_ms)),
+        Ok(Err(b)) => Err(budget_refused(host, gw, level, b, cost, now_ms)),
         Err(e) => {
             store_unavailable(host, "budget", e);
             Ok(None)
@@ -647,18 +640,25 @@ impl Held {
         if let Finish::Settle(Some(u)) = &how {
             self.settle_global(host, u);
         }
-        // Token and budget deltas to give back (positive) or take (negative).
-        let reserved = ratelimit::signed(self.reserved_tokens);
-        let (tokens_back, micros_back) = match how {
-            Finish::Release => (reserved, self.reserved_micros),
-            Finish::Settle(None) => (0, 0),
-            Finish::Settle(Some(u)) => (
-                reserved.saturating_sub(ratelimit::signed(u.total())),
-                self.price
-                    .map_or(0, |p| self.reserved_micros.saturating_sub(p.usage_cost(&u))),
-            ),
+        // What the answer used, against what each level reserved: the
+        // deltas to give back (positive) or take (negative). Released, all
+        // of it comes back; settled without usage, the reservations stand.
+        let used = match how {
+            Finish::Release => Some((0, 0)),
+            Finish::Settle(None) => None,
+            Finish::Settle(Some(u)) => Some((
+                ratelimit::signed(u.total()),
+                self.price.map_or(0, |p| p.usage_cost(&u)),
+            )),
         };
         for t in &self.levels {
+            let (tokens_back, micros_back) = used.map_or((0, 0), |(tokens, micros)| {
+                let reserved = t.tokens.map_or(0, |(_, n)| ratelimit::signed(n));
+                (
+                    reserved.saturating_sub(tokens),
+                    t.micros.saturating_sub(micros),
+                )
+            });
             let tokens = t.tokens.filter(|_| tokens_back != 0);
             let budgets = micros_back != 0 && t.has_budgets();
             if tokens.is_none() && !budgets && !t.in_flight {
