@@ -13,6 +13,7 @@
 //! answer back to the right context. The statuses Envoy returns for them
 //! (`BadArgument`, `ParseFailure`, `InternalFailure`) are all mapped by the SDK.
 
+use crate::host::Headers;
 use crate::host::{LogLevel, Status};
 use portcullis_core::headers::{decode_pairs, encode_pairs};
 use proxy_wasm::types::{BufferType, MapType, MetricType};
@@ -173,16 +174,27 @@ pub fn set_buffer(
     status(unsafe { proxy_set_buffer_bytes(buffer as u32, start, size, data.as_ptr(), data.len()) })
 }
 
-/// A header map as bytes (values need not be UTF-8).
-pub fn get_map_bytes(map: MapType) -> Result<Vec<(String, Vec<u8>)>, Status> {
+/// A header map as bytes (values need not be UTF-8): the values stay in the
+/// buffer the host filled; a name that is not text is left out (Envoy's
+/// codecs let none through).
+pub fn get_map_bytes(map: MapType) -> Result<Headers, Status> {
     // SAFETY: out-pointers to locals of `returned`.
     let raw = returned(|d, s| unsafe { proxy_get_header_map_pairs(map as u32, d, s) })?
         .unwrap_or_default();
-    let pairs = decode_pairs(&raw).ok_or(Status::SerializationFailure)?;
-    Ok(pairs
-        .into_iter()
-        .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.to_vec()))
-        .collect())
+    let base = raw.as_ptr() as usize;
+    let mut names = String::new();
+    let mut places = Vec::new();
+    for (k, v) in decode_pairs(&raw).ok_or(Status::SerializationFailure)? {
+        let Ok(k) = std::str::from_utf8(k) else {
+            continue;
+        };
+        // `v` is a slice of `raw`: its place there.
+        let start = (v.as_ptr() as usize).saturating_sub(base);
+        let n = names.len();
+        names.push_str(k);
+        places.push((n..names.len(), start..start.saturating_add(v.len())));
+    }
+    Ok(Headers::over(raw, names, places))
 }
 
 /// Replace a header (or remove it, with `None`).

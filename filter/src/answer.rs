@@ -30,10 +30,10 @@ fn is_encoded(headers: &Headers) -> bool {
 }
 
 pub(crate) fn status_of(headers: &Headers) -> Option<u16> {
-    headers
-        .iter()
-        .find(|(k, _)| k == ":status")
-        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+    std::str::from_utf8(headers.get(":status")?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 impl<H: Host> RequestContext<H> {
@@ -51,7 +51,7 @@ impl<H: Host> RequestContext<H> {
         };
         resp.iter()
             // The name is copied only for a value that had the key.
-            .filter_map(|(k, v)| secrets::scrub(v, secret).map(|clean| (k.clone(), clean)))
+            .filter_map(|(k, v)| secrets::scrub(v, secret).map(|clean| (k.to_string(), clean)))
             .collect()
     }
 
@@ -294,9 +294,8 @@ impl<H: Host> RequestContext<H> {
         // Tries Envoy's retries made of this provider (its route says how
         // many in x-envoy-attempt-count).
         if let Some(tries) = resp
-            .iter()
-            .find(|(k, _)| k == "x-envoy-attempt-count")
-            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u32>().ok())
+            .get("x-envoy-attempt-count")
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u32>().ok())
         {
             // Removed only when Envoy retried (the host call costs; a lone
             // `1` says nothing a client could use).
@@ -339,9 +338,8 @@ impl<H: Host> RequestContext<H> {
     /// concurrency's pause.
     fn note_retry_after(&mut self, resp: &Headers) {
         let ms = resp
-            .iter()
-            .find(|(k, _)| k == "retry-after")
-            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
+            .get("retry-after")
+            .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
             .map(|s| s.saturating_mul(1000));
         if let Some(f) = self.flight.as_mut() {
             f.retry_after_ms = ms;
@@ -567,9 +565,9 @@ impl<H: Host> RequestContext<H> {
         }
         let scrubbed = self.scrubbed_headers(&resp);
         let resp: Headers = resp
-            .into_iter()
-            .map(|(k, v)| match scrubbed.iter().find(|(s, _)| *s == k) {
-                Some((_, clean)) => (k, clean.clone()),
+            .iter()
+            .map(|(k, v)| match scrubbed.iter().find(|(s, _)| s == k) {
+                Some((_, clean)) => (k, clean.as_slice()),
                 None => (k, v),
             })
             .collect();
@@ -580,13 +578,12 @@ impl<H: Host> RequestContext<H> {
             .filter(|(k, _)| {
                 let hop_or_length = k.starts_with(':')
                     || matches!(
-                        k.as_str(),
+                        *k,
                         "content-length" | "transfer-encoding" | "connection" | "keep-alive"
                     );
-                let replaced = event_stream && k == "content-type";
+                let replaced = event_stream && *k == "content-type";
                 !(hop_or_length || replaced || headers::is_gateway_header(k))
             })
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
             .collect();
         if event_stream {
             hdrs.push(("content-type", b"text/event-stream"));

@@ -29,14 +29,17 @@ impl Callout {
     }
 }
 
+/// A header map as the fake keeps it (a test edits it in place).
+pub type Pairs = Vec<(String, Vec<u8>)>;
+
 #[derive(Default)]
 pub struct State {
     pub now_ms: u64,
-    pub maps: HashMap<&'static str, Headers>,
+    pub maps: HashMap<&'static str, Pairs>,
     pub bodies: HashMap<&'static str, Vec<u8>>,
     pub properties: HashMap<String, Vec<u8>>,
     /// The local reply, if the filter answered.
-    pub sent: Option<(u16, Headers, Vec<u8>)>,
+    pub sent: Option<(u16, Pairs, Vec<u8>)>,
     pub callouts: Vec<Callout>,
     /// Refuse callouts (as Envoy does for an unknown cluster).
     pub refuse_callouts: bool,
@@ -124,7 +127,7 @@ impl FakeHost {
         self.state.borrow().counters.get(name).copied().unwrap_or(0)
     }
 
-    pub fn sent(&self) -> Option<(u16, Headers, Vec<u8>)> {
+    pub fn sent(&self) -> Option<(u16, Pairs, Vec<u8>)> {
         self.state.borrow().sent.clone()
     }
 
@@ -170,7 +173,7 @@ impl Host for FakeHost {
             .borrow()
             .maps
             .get(key(part))
-            .cloned()
+            .map(|m| m.iter().map(|(k, v)| (k, v)).collect())
             .unwrap_or_default())
     }
 

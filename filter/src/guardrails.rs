@@ -218,9 +218,8 @@ impl<H: Host> RequestContext<H> {
         self.host
             .histogram(metrics::GUARD_LATENCY_MS, now.saturating_sub(sent));
         let status = self.host.headers(Part::CallResponse).ok().and_then(|h| {
-            h.iter()
-                .find(|(k, _)| k == ":status")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+            h.get(":status")
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
         });
         let body = self
             .host

@@ -86,9 +86,10 @@ impl<H: Host> RequestContext<H> {
         let mut call = Box::<McpCall>::default();
         let oauth = gw.mcp.as_ref().and_then(|m| m.oauth.as_ref());
         let mut payload = None;
-        for (k, v) in self.host.headers(Part::Request).unwrap_or_default() {
-            let text = || String::from_utf8_lossy(&v).into_owned();
-            match k.as_str() {
+        let all = self.host.headers(Part::Request).unwrap_or_default();
+        for (k, v) in &all {
+            let text = || String::from_utf8_lossy(v).into_owned();
+            match k {
                 "mcp-session-id" => call.session = Some(text()),
                 "mcp-protocol-version" => call.protocol_version = Some(text()),
                 ":authority" => self.request.authority = text(),
@@ -234,7 +235,7 @@ impl<H: Host> RequestContext<H> {
         };
         let all = self.host.headers(Part::Request).unwrap_or_default();
         for (k, _) in all.iter().filter(|(k, _)| {
-            portcullis_core::headers::removed_before_routing(k) || k == "authorization"
+            portcullis_core::headers::removed_before_routing(k) || *k == "authorization"
         }) {
             set(k, None)?;
         }
@@ -488,7 +489,7 @@ impl<H: Host> RequestContext<H> {
         let mut status = 0u16;
         let mut sse = false;
         for (k, v) in &resp {
-            match k.as_str() {
+            match k {
                 ":status" => {
                     status = std::str::from_utf8(v)
                         .ok()

@@ -295,9 +295,8 @@ impl<H: Host> RequestContext<H> {
         let headers = self.host.headers(Part::CallResponse).unwrap_or_default();
         let find = |name: &str| {
             headers
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
         };
         let status = find(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         let session = find("mcp-session-id");

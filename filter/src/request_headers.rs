@@ -57,7 +57,7 @@ impl<H: Host> RequestContext<H> {
             .map_err(|s| GatewayError::internal(format!("cannot read request headers: {s:?}")))?;
         let mut f = Facts::default();
         for (k, v) in &all {
-            match k.as_str() {
+            match k {
                 ":method" => f.method = text(v),
                 ":path" => f.path = text(v),
                 ":authority" => f.authority = text(v),
@@ -125,10 +125,9 @@ impl<H: Host> RequestContext<H> {
             let query = query.to_string();
             // Where the client reached the gateway (a result's URL).
             let scheme = all
-                .iter()
-                .find(|(k, _)| k == "x-forwarded-proto")
-                .or_else(|| all.iter().find(|(k, _)| k == ":scheme"))
-                .map_or(Cow::Borrowed("http"), |(_, v)| text(v));
+                .get("x-forwarded-proto")
+                .or_else(|| all.get(":scheme"))
+                .map_or(Cow::Borrowed("http"), text);
             let origin = format!("{scheme}://{}", f.authority);
             self.bound_for_provider(&all, path, f.authority.into_owned());
             return self.stored_headers(

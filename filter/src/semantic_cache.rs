@@ -131,9 +131,8 @@ impl<H: Host> RequestContext<H> {
         }
         self.shared_lookup = None;
         let status = self.host.headers(Part::CallResponse).ok().and_then(|h| {
-            h.iter()
-                .find(|(k, _)| k == ":status")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
+            h.get(":status")
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
         });
         let vector = (status == Some(200))
             .then(|| self.host.body(Part::CallResponse, body_size).ok())

@@ -248,9 +248,8 @@ impl<H: Host> RequestContext<H> {
             .headers(crate::host::Part::CallResponse)
             .ok()
             .and_then(|h| {
-                h.into_iter()
-                    .find(|(k, _)| k == ":status")
-                    .and_then(|(_, v)| std::str::from_utf8(&v).ok()?.parse::<u16>().ok())
+                h.get(":status")
+                    .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
             });
         let body = self
             .host

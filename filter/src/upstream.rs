@@ -318,12 +318,9 @@ impl<H: Host> RequestContext<H> {
         }
         let all = self.host.headers(Part::Request).unwrap_or_default();
         let mut out = Vec::new();
-        for (k, v) in all
-            .into_iter()
-            .filter(|(k, _)| headers::forwarded_upstream(k))
-        {
-            match String::from_utf8(v) {
-                Ok(v) => out.push((k, v)),
+        for (k, v) in all.iter().filter(|(k, _)| headers::forwarded_upstream(k)) {
+            match std::str::from_utf8(v) {
+                Ok(v) => out.push((k.to_string(), v.to_string())),
                 Err(_) => self.host.log(
                     LogLevel::Info,
                     &format!("header `{k}` is not UTF-8: not sent with the fallback"),

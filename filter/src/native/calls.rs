@@ -115,6 +115,6 @@ mod tests {
         );
         assert_eq!(grpc_status(&h(&[(":status", "503")]), b""), 14);
         assert_eq!(grpc_status(&h(&[(":status", "200")]), b"\0\0"), 14);
-        assert_eq!(grpc_status(&Vec::new(), b""), 14);
+        assert_eq!(grpc_status(&Headers::default(), b""), 14);
     }
 }

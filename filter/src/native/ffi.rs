@@ -5,6 +5,7 @@
 
 #![allow(non_camel_case_types)]
 
+use crate::host::Headers;
 use std::ffi::c_void;
 
 /// The ABI version this module is built for (`envoy_dynamic_module_on_program_init`).
@@ -285,24 +286,68 @@ pub unsafe fn copy(ptr: *const u8, len: usize) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
 }
 
-/// Headers Envoy lent (a callout's answer), copied; names must be text.
+/// Headers Envoy lent, copied into one map (room reserved once); a name
+/// that is not text is left out.
 ///
 /// # Safety
 /// `headers` is null or points at `n` headers whose buffers are readable.
-pub unsafe fn copy_headers(headers: *const EnvoyHeader, n: usize) -> Vec<(String, Vec<u8>)> {
+pub unsafe fn copy_headers(headers: *const EnvoyHeader, n: usize) -> Headers {
     if headers.is_null() || n == 0 {
-        return Vec::new();
+        return Headers::default();
     }
     // SAFETY: the caller's guarantee.
     let all = unsafe { std::slice::from_raw_parts(headers, n) };
-    all.iter()
-        .filter_map(|h| {
-            // SAFETY: Envoy's buffers, valid during the hook.
-            let key = unsafe { copy(h.key_ptr, h.key_length) };
-            let value = unsafe { copy(h.value_ptr, h.value_length) };
-            String::from_utf8(key).ok().map(|k| (k, value))
-        })
-        .collect()
+    let (names, values) = all.iter().fold((0usize, 0usize), |(k, v), h| {
+        (
+            k.saturating_add(h.key_length),
+            v.saturating_add(h.value_length),
+        )
+    });
+    // The names are checked as text once, all together (one by one cost
+    // more than the copy); a map with a name that is not text (never from
+    // Envoy's codecs) is taken apart name by name.
+    let mut name_bytes = Vec::with_capacity(names);
+    let mut value_bytes = Vec::with_capacity(values);
+    let mut places = Vec::with_capacity(n);
+    for h in all {
+        // SAFETY: Envoy's buffers, valid during the hook.
+        let (key, value) = unsafe {
+            (
+                lent(h.key_ptr, h.key_length),
+                lent(h.value_ptr, h.value_length),
+            )
+        };
+        let (k, v) = (name_bytes.len(), value_bytes.len());
+        name_bytes.extend_from_slice(key);
+        value_bytes.extend_from_slice(value);
+        places.push((k..name_bytes.len(), v..value_bytes.len()));
+    }
+    match String::from_utf8(name_bytes) {
+        Ok(names) => Headers::over(value_bytes, names, places),
+        Err(e) => {
+            let names = e.into_bytes();
+            let mut out = Headers::with_capacity(n, names.len(), value_bytes.len());
+            for (k, v) in places {
+                let key = names.get(k).and_then(|k| std::str::from_utf8(k).ok());
+                if let (Some(key), Some(value)) = (key, value_bytes.get(v)) {
+                    out.push(key, value);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// A buffer Envoy lent, as a slice (empty for null).
+///
+/// # Safety
+/// `ptr` is null or points at `len` readable bytes that outlive the slice.
+unsafe fn lent<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 
 /// Body chunks Envoy lent, concatenated.

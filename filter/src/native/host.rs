@@ -41,7 +41,7 @@ impl Default for Stream {
     fn default() -> Self {
         Stream {
             envoy: Cell::new(std::ptr::null_mut()),
-            call_headers: RefCell::new(Vec::new()),
+            call_headers: RefCell::new(Headers::default()),
             call_body: RefCell::new(Vec::new()),
             grpc_calls: RefCell::new(Vec::new()),
             in_body: Cell::new(None),
@@ -391,10 +391,7 @@ impl Host for NativeHost {
     ) -> Result<u32, Status> {
         let (headers, body) =
             grpc_request(cluster, service, method, metadata, message).ok_or(Status::BadArgument)?;
-        let hs: Vec<(&str, &[u8])> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
+        let hs: Vec<(&str, &[u8])> = headers.iter().collect();
         let id = self.callout(cluster, &hs, &body, timeout_ms)?;
         if let Ok(mut g) = self.stream.grpc_calls.try_borrow_mut() {
             g.push(id);

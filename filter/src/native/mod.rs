@@ -26,7 +26,7 @@ pub mod store;
 mod tests;
 
 use crate::context::{Phase, RequestContext};
-use crate::host::{Action, Host, LogLevel, Part};
+use crate::host::{Action, Headers, Host, LogLevel, Part};
 use crate::root::Root;
 use ffi::{ConfigEnvoy, ConfigModule, EnvoyBuffer, EnvoyHeader, FilterEnvoy, FilterModule};
 use host::{NativeHost, Stream};
@@ -546,7 +546,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             Some(s) => f.ctx.on_grpc_answer(token, s, size),
             None => f.ctx.on_call_response(token, size),
         }
-        f.stream.call_headers.borrow_mut().clear();
+        *f.stream.call_headers.borrow_mut() = Headers::default();
         f.stream.call_body.borrow_mut().clear();
         Action::Continue
     });
