@@ -77,34 +77,61 @@ pub struct Scope<'a> {
     pub service: &'a str,
 }
 
-/// HMAC-SHA256 (RFC 2104 with a 64-byte block).
-pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        let digest = Sha256::digest(key);
-        for (dst, src) in k.iter_mut().zip(digest.iter()) {
-            *dst = *src;
+/// An HMAC-SHA256 key made ready (RFC 2104 with a 64-byte block): the
+/// hash states after its inner and outer padded blocks, so each message
+/// signed with a kept key costs two compressions less.
+#[derive(Clone)]
+pub struct HmacKey {
+    inner: Sha256,
+    outer: Sha256,
+}
+
+impl HmacKey {
+    pub fn new(key: &[u8]) -> HmacKey {
+        const BLOCK: usize = 64;
+        let mut k = [0u8; BLOCK];
+        if key.len() > BLOCK {
+            let digest = Sha256::digest(key);
+            for (dst, src) in k.iter_mut().zip(digest.iter()) {
+                *dst = *src;
+            }
+        } else {
+            for (dst, src) in k.iter_mut().zip(key.iter()) {
+                *dst = *src;
+            }
         }
-    } else {
-        for (dst, src) in k.iter_mut().zip(key.iter()) {
-            *dst = *src;
-        }
+        let mut inner = Sha256::new();
+        inner.update(k.map(|b| b ^ 0x36));
+        let mut outer = Sha256::new();
+        outer.update(k.map(|b| b ^ 0x5c));
+        HmacKey { inner, outer }
     }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(message);
-    let inner = inner.finalize();
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner);
-    outer.finalize().into()
+
+    /// The MAC of `message`.
+    pub fn sign(&self, message: &[u8]) -> [u8; 32] {
+        let mut inner = self.inner.clone();
+        inner.update(message);
+        let mut outer = self.outer.clone();
+        outer.update(inner.finalize());
+        outer.finalize().into()
+    }
+}
+
+/// HMAC-SHA256 of `message` under `key`.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    HmacKey::new(key).sign(message)
 }
 
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len().saturating_mul(2));
+    push_hex(bytes, &mut out);
+    out
+}
+
+/// Lowercase hex, appended.
+fn push_hex(bytes: &[u8], out: &mut String) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         for nibble in [b >> 4, b & 0x0f] {
             if let Some(&d) = DIGITS.get(usize::from(nibble)) {
@@ -112,25 +139,56 @@ pub fn hex(bytes: &[u8]) -> String {
             }
         }
     }
-    out
+}
+
+/// `n` in decimal, at least `width` digits (zero-padded), appended.
+fn push_padded(n: u64, width: usize, out: &mut String) {
+    let mut digits = [b'0'; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i = i.saturating_sub(1);
+        if let Some(d) = digits.get_mut(i) {
+            *d = b'0'.saturating_add((n % 10) as u8);
+        }
+        n /= 10;
+        if n == 0 || i == 0 {
+            break;
+        }
+    }
+    let start = i.min(digits.len().saturating_sub(width));
+    for &d in digits.get(start..).unwrap_or_default() {
+        out.push(char::from(d));
+    }
 }
 
 /// `YYYYMMDDTHHMMSSZ` for a Unix time in seconds.
 pub fn amz_date(now_s: u64) -> String {
     let (y, m, d) = crate::period::civil(now_s / 86_400);
     let s = now_s % 86_400;
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
+    // Built by hand: `format!` cost more than the date's hash (#49).
+    let mut out = String::with_capacity(16);
+    push_padded(y, 4, &mut out);
+    for (n, width) in [
+        (m, 2),
+        (d, 2),
+        (s / 3600, 2),
+        (s % 3600 / 60, 2),
+        (s % 60, 2),
+    ] {
+        push_padded(n, width, &mut out);
+        if out.len() == 8 {
+            out.push('T');
+        }
+    }
+    out.push('Z');
+    out
 }
 
 /// The signing key: the secret through the HMAC chain of the date, the
 /// region, the service and `aws4_request`.
 pub fn signing_key(secret: &str, date: &str, scope: &Scope<'_>) -> [u8; 32] {
-    let k_secret = format!("AWS4{secret}");
+    let k_secret = ["AWS4", secret].concat();
     let k_date = hmac_sha256(k_secret.as_bytes(), date.as_bytes());
     let k_region = hmac_sha256(&k_date, scope.region.as_bytes());
     let k_service = hmac_sha256(&k_region, scope.service.as_bytes());
@@ -138,13 +196,20 @@ pub fn signing_key(secret: &str, date: &str, scope: &Scope<'_>) -> [u8; 32] {
 }
 
 /// Every byte but the unreserved ones (`A-Z a-z 0-9 - _ . ~`)
-/// percent-encoded with upper-case hex, as SigV4's `UriEncode`.
-fn uri_encode(s: &str, out: &mut String) {
+/// percent-encoded with upper-case hex, as SigV4's `UriEncode` (and a
+/// model id inside a provider's path).
+pub fn uri_encode(s: &str, out: &mut String) {
     for b in s.bytes() {
+        const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            for nibble in [b >> 4, b & 0x0f] {
+                if let Some(&d) = DIGITS.get(usize::from(nibble)) {
+                    out.push(char::from(d));
+                }
+            }
         }
     }
 }
@@ -186,10 +251,20 @@ pub fn canonical_query(query: &str) -> String {
     out
 }
 
-/// A signing key kept for the day it was derived for (the key depends only
-/// on the secret, the date, the region and the service): four of the five
-/// HMACs of a signature are done once a day, not per request.
-pub type DayKey = Option<(String, [u8; 32])>;
+/// The day's signing key, kept: the key depends only on the secret, the
+/// date, the region and the service, so four of the five HMACs of a
+/// signature are done once a day, not per request, and the last one
+/// starts from the key's padded blocks already hashed.
+#[derive(Clone)]
+pub struct Kept {
+    /// `YYYYMMDD`.
+    pub date: String,
+    key: HmacKey,
+}
+
+/// The signing key kept for its day, if one was derived (one per
+/// credentials and scope).
+pub type DayKey = Option<Kept>;
 
 /// The signature of a canonical request already built (the lower half of
 /// [`sign`], where the published test vectors enter).
@@ -210,23 +285,42 @@ fn signature_with(
     day_key: &mut DayKey,
 ) -> (String, String) {
     let date = amz_date.get(..8).unwrap_or(amz_date);
-    let credential_scope = format!("{date}/{}/{}/aws4_request", scope.region, scope.service);
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{credential_scope}\n{}",
-        hex(&Sha256::digest(canonical_request.as_bytes()))
+    let mut credential_scope = String::with_capacity(
+        date.len()
+            .saturating_add(scope.region.len())
+            .saturating_add(scope.service.len())
+            .saturating_add(16),
+    );
+    for part in [date, "/", scope.region, "/", scope.service, "/aws4_request"] {
+        credential_scope.push_str(part);
+    }
+    let mut string_to_sign = String::with_capacity(credential_scope.len().saturating_add(104));
+    for part in [
+        "AWS4-HMAC-SHA256\n",
+        amz_date,
+        "\n",
+        &credential_scope,
+        "\n",
+    ] {
+        string_to_sign.push_str(part);
+    }
+    push_hex(
+        &Sha256::digest(canonical_request.as_bytes()),
+        &mut string_to_sign,
     );
     let key = match day_key {
-        Some((d, k)) if d == date => *k,
+        Some(k) if k.date == date => &k.key,
         _ => {
-            let k = signing_key(secret, date, scope);
-            *day_key = Some((date.to_string(), k));
-            k
+            let key = HmacKey::new(&signing_key(secret, date, scope));
+            &day_key
+                .insert(Kept {
+                    date: date.to_string(),
+                    key,
+                })
+                .key
         }
     };
-    (
-        credential_scope,
-        hex(&hmac_sha256(&key, string_to_sign.as_bytes())),
-    )
+    (credential_scope, hex(&key.sign(string_to_sign.as_bytes())))
 }
 
 /// The headers that sign a request at `now_s` (Unix seconds): add them
@@ -280,10 +374,19 @@ pub fn sign_with(
     canonical.push_str(&payload);
     let (credential_scope, sig) =
         signature_with(&keys.secret_access_key, &date, scope, &canonical, day_key);
-    let authorization = format!(
-        "AWS4-HMAC-SHA256 Credential={}/{credential_scope}, SignedHeaders={signed}, Signature={sig}",
-        keys.access_key_id
-    );
+    let mut authorization = String::with_capacity(256);
+    for part in [
+        "AWS4-HMAC-SHA256 Credential=",
+        &keys.access_key_id,
+        "/",
+        &credential_scope,
+        ", SignedHeaders=",
+        &signed,
+        ", Signature=",
+        &sig,
+    ] {
+        authorization.push_str(part);
+    }
     let mut out = vec![
         ("authorization", authorization),
         ("x-amz-date", date.clone()),

@@ -38,7 +38,7 @@ impl super::Format for Bedrock {
             (_, true) => "converse-stream",
             (_, false) => "converse",
         };
-        format!("{}/model/{model}/{method}", super::base(p))
+        [super::base(p), "/model/", &model, "/", method].concat()
     }
 
     fn translate_request(

@@ -186,14 +186,8 @@ fn base(p: &Provider) -> &str {
 /// A model id or version inside a path: anything but unreserved
 /// characters percent-encoded.
 fn path_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let mut out = String::with_capacity(s.len().saturating_add(8));
+    crate::sigv4::uri_encode(s, &mut out);
     out
 }
 

@@ -190,7 +190,7 @@ fn a_kept_day_key_signs_the_same() {
             sign(&keys, &SCOPE, &req, now)
         );
         assert_eq!(
-            kept.as_ref().map(|(d, _)| d.as_str()),
+            kept.as_ref().map(|k| k.date.as_str()),
             Some(&amz_date(now)[..8])
         );
     }
