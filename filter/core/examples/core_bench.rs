@@ -250,7 +250,7 @@ fn bedrock() -> Result<(), String> {
         "SHA-256 of 1 KB (sha2; SHA-NI where the CPU has it)",
         || {
             use sha2::Digest;
-            sha2::Sha256::digest(&kb)[0]
+            sha2::Sha256::digest(&kb).first().copied()
         },
     );
     let frame = |kind: &str, payload: String| {
