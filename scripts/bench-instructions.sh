@@ -16,6 +16,8 @@
 # twins; realtime, nrealtime and barerealtime: a Realtime session per
 # connection, each request one event of 1 KB sent and the mock's two
 # events of about 1 KB back; floorstream and nfloorstream their floors;
+# floorshared, the routed floor with the 12 shared-data calls of limits at
+# a key and its team (a read and a CAS per level at three steps);
 # and by name the prompt cache's fleet tier (#50), through a real
 # portcullis-limiter and Redis: sharedmiss (every prompt new: the lookup
 # that finds nothing, the provider, the store) and sharedhit (a table of one
@@ -82,6 +84,10 @@ echo route >"$dir/plugin-floor.yaml"; echo answer >"$dir/plugin-floorhit.yaml"
 # The floor of a session whose every byte a filter sees (floorstream,
 # nfloorstream): route at the headers, read each body chunk both ways.
 echo stream >"$dir/plugin-floorstream.yaml"
+# The floor of limits counted exactly across workers (#49): floor, and a
+# read and a CAS write of two 119-byte shared-data values at the headers,
+# the body and the answer's end (12 calls, as prod's key and team make).
+echo shared >"$dir/plugin-floorshared.yaml"
 # The fleet's tier (#50): the shipped config with `cache.shared`; for
 # sharedhit, a table of one slot and no worker copies, so every request of
 # the 300 prompts is a local miss and a hit in the fleet's tier.
@@ -269,7 +275,7 @@ measure() { # variant -> instructions per request
     images|speech|rerank|transcription|transcription1m|upload1m|upload10m|realtime) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m|nrealtime) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
     route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist|sharedmiss|sharedhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
-    floor|floorhit|floorstream) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
+    floor|floorhit|floorstream|floorshared) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
     nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist|nsharedmiss|nsharedhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
     nfloor|nfloorhit|nfloorstream) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
@@ -369,6 +375,7 @@ mkdir -p .run
   [[ -z ${IPR[realtime]:-} || -z ${IPR[floorstream]:-} ]] || echo "A Realtime turn against the stream floor (every chunk read, nothing done): realtime $((IPR[realtime] - IPR[floorstream])) above floorstream (floorstream $((IPR[floorstream] - ${IPR[barerealtime]:-0})) above bare)"
   [[ -z ${IPR[nrealtime]:-} || -z ${IPR[nfloorstream]:-} ]] || echo "Native: nrealtime $((IPR[nrealtime] - IPR[nfloorstream])) above nfloorstream (nfloorstream $((IPR[nfloorstream] - ${IPR[barerealtime]:-0})) above bare)"
   [[ -z ${IPR[floor]:-} || -z ${IPR[route]:-} || -z ${IPR[hit]:-} || -z ${IPR[floorhit]:-} ]] || echo "Ours against the floors: route/floor $(ratio "${IPR[floor]}" "${IPR[route]}")x, hit/floorhit $(ratio "${IPR[floorhit]}" "${IPR[hit]}")x; instructions of ours above the floor: route $((IPR[route] - IPR[floor])), hit $((IPR[hit] - IPR[floorhit]))"
+  [[ -z ${IPR[floor]:-} || -z ${IPR[floorshared]:-} ]] || echo "Limits' shared-data calls through the proxy-wasm ABI, nothing else: floorshared $((IPR[floorshared] - IPR[floor])) above floor ($(((IPR[floorshared] - IPR[floor]) / 12)) per call)"
   [[ -z ${IPR[floor]:-} || -z ${IPR[miss]:-} ]] || echo "A cache miss against the routed floor: miss/floor $(ratio "${IPR[floor]}" "${IPR[miss]}")x"
   [[ -z ${IPR[bare]:-} || -z ${IPR[nroute]:-} || -z ${IPR[nhit]:-} ]] || echo "The native build (dynamic module), instructions as a multiple of bare Envoy's: routed $(ratio "${IPR[nroute]}" "${IPR[bare]}")x, cache hit $(ratio "${IPR[nhit]}" "${IPR[bare]}")x (bare / variant: routed $(ratio "${IPR[bare]}" "${IPR[nroute]}")x, hit $(ratio "${IPR[bare]}" "${IPR[nhit]}")x)"
   [[ -z ${IPR[bare]:-} || -z ${IPR[nfloor]:-} || -z ${IPR[nfloorhit]:-} || -z ${IPR[nroute]:-} || -z ${IPR[nhit]:-} ]] || echo "The native floors (bench/floor-native) as a multiple of bare Envoy's instructions: routed $(ratio "${IPR[nfloor]}" "${IPR[bare]}")x, local answer $(ratio "${IPR[nfloorhit]}" "${IPR[bare]}")x; ours above them: nroute $((IPR[nroute] - IPR[nfloor])), nhit $((IPR[nhit] - IPR[nfloorhit]))"

@@ -10,6 +10,12 @@
 //!   (a WebSocket upgrade has no body), then read every body chunk of
 //!   both directions and pass it. What a gateway that sees every byte of
 //!   a Realtime session costs, and nothing more.
+//! - `shared`: `route`, and a read and a compare-and-swap write of a
+//!   119-byte shared-data value for each of two keys at the request
+//!   headers, at the body and at the answer's end (12 calls, what a
+//!   request limited at a key and its team makes): what limits counted
+//!   exactly across workers cost through the proxy-wasm ABI, and nothing
+//!   more (#49).
 //!
 //! A benchmark fixture, not gateway code: it trusts its host.
 
@@ -20,12 +26,13 @@ const ANSWER: &[u8] = br#"{"id":"chatcmpl-floor","object":"chat.completion","cre
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Warn);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { answer: false, stream: false }) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { answer: false, stream: false, shared: false }) });
 }}
 
 struct Root {
     answer: bool,
     stream: bool,
+    shared: bool,
 }
 
 impl Context for Root {}
@@ -35,6 +42,7 @@ impl RootContext for Root {
         let config = self.get_plugin_configuration().unwrap_or_default();
         self.answer = config.starts_with(b"answer");
         self.stream = config.starts_with(b"stream");
+        self.shared = config.starts_with(b"shared");
         true
     }
 
@@ -42,6 +50,7 @@ impl RootContext for Root {
         Some(Box::new(Floor {
             answer: self.answer,
             stream: self.stream,
+            shared: self.shared,
         }))
     }
 
@@ -53,9 +62,33 @@ impl RootContext for Root {
 struct Floor {
     answer: bool,
     stream: bool,
+    shared: bool,
 }
 
+/// The two keys of `shared` (a key's level and its team's).
+const KEYS: [&str; 2] = ["floor:level:demo", "floor:team:level:bench"];
+
 impl Floor {
+    /// One step of `shared`: each key read, then written back changed
+    /// with the read's CAS (retried when another worker wrote between).
+    fn step(&self) {
+        if !self.shared {
+            return;
+        }
+        for key in KEYS {
+            for _ in 0..8 {
+                let (value, cas) = self.get_shared_data(key);
+                let mut value = value.unwrap_or_else(|| vec![0; 119]);
+                if let Some(b) = value.first_mut() {
+                    *b = b.wrapping_add(1);
+                }
+                if self.set_shared_data(key, Some(&value), cas).is_ok() {
+                    break;
+                }
+            }
+        }
+    }
+
     fn route(&self) {
         self.set_http_request_header("x-portcullis-cluster", Some("primary"));
         self.set_http_request_header(":authority", Some("primary.mock"));
@@ -68,6 +101,7 @@ impl Context for Floor {}
 
 impl HttpContext for Floor {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        self.step();
         if self.stream {
             self.route();
             return Action::Continue;
@@ -93,6 +127,7 @@ impl HttpContext for Floor {
             );
             return Action::Pause;
         }
+        self.step();
         self.route();
         Action::Continue
     }
@@ -105,9 +140,12 @@ impl HttpContext for Floor {
         Action::Continue
     }
 
-    fn on_http_response_body(&mut self, size: usize, _eos: bool) -> Action {
+    fn on_http_response_body(&mut self, size: usize, eos: bool) -> Action {
         if self.stream {
             let _ = self.get_http_response_body(0, size);
+        }
+        if eos {
+            self.step();
         }
         Action::Continue
     }

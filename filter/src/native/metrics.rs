@@ -22,14 +22,26 @@ use std::collections::HashMap;
 /// A declared metric's id and the label values a name spells.
 type Resolved = Option<(usize, Vec<String>)>;
 
+/// The most labels a family has (`metric_tags`); more are not published.
+const MAX_LABELS: usize = 8;
+
 /// The config's declared metrics: id and label count by kind and name.
 #[derive(Default)]
 pub struct Table {
     ids: HashMap<(Kind, String), (usize, usize)>,
-    /// Names already taken apart: the metric's id and its label values
-    /// (`None`: not a declared metric). The same few names come back at
-    /// every tick.
-    resolved: std::sync::Mutex<HashMap<(Kind, String), Resolved>>,
+    /// Names already taken apart, by name and kind: the metric's id and its
+    /// label values (`None`: not a declared metric). The same few names
+    /// come back at every request's end, so a name is looked up without
+    /// being copied and its labels lent, not cloned.
+    resolved: std::sync::Mutex<HashMap<String, [Option<Resolved>; 3]>>,
+}
+
+fn slot(kind: Kind) -> usize {
+    match kind {
+        Kind::Counter => 0,
+        Kind::Gauge => 1,
+        Kind::Histogram => 2,
+    }
 }
 
 const SUCCESS: i32 = 0;
@@ -94,33 +106,50 @@ pub enum Change {
 }
 
 impl Table {
-    /// A metric's id and label values, from its name (cached).
+    /// A metric's id and label values, from its name.
     fn resolve(&self, kind: Kind, name: &str) -> Resolved {
-        let mut cache = self.resolved.lock().ok()?;
-        if let Some(r) = cache.get(&(kind, name.to_string())) {
-            return r.clone();
-        }
-        let r = split(name).and_then(|(base, labels)| {
+        split(name).and_then(|(base, labels)| {
             let &(id, n) = self.ids.get(&(kind, base))?;
             (labels.len() == n).then(|| (id, labels.iter().map(|(_, v)| v.to_string()).collect()))
-        });
-        // Bounded: names are per provider, model and client, not per request.
-        if cache.len() < 10_000 {
-            cache.insert((kind, name.to_string()), r.clone());
-        }
-        r
+        })
     }
 
     /// Apply a change to the metric `name` (its label values spelled in).
     pub fn apply(&self, config: ConfigEnvoy, kind: Kind, name: &str, change: Change) {
-        let Some((id, labels)) = self.resolve(kind, name) else {
+        let Ok(mut cache) = self.resolved.lock() else {
             return;
         };
-        let mut values: Vec<ModuleBuffer> = labels
-            .iter()
-            .map(|v| ModuleBuffer::of(v.as_bytes()))
-            .collect();
-        let (ptr, n) = (values.as_mut_ptr(), values.len());
+        let known = cache
+            .get(name)
+            .and_then(|k| k.get(slot(kind)))
+            .is_some_and(Option::is_some);
+        // Bounded: names are per provider, model and client, not per request.
+        if !known && cache.len() < 10_000 {
+            let r = self.resolve(kind, name);
+            if let Some(k) = cache
+                .entry(name.to_string())
+                .or_default()
+                .get_mut(slot(kind))
+            {
+                *k = Some(r);
+            }
+        }
+        if let Some(Some(Some((id, labels)))) = cache.get(name).and_then(|k| k.get(slot(kind))) {
+            Self::call(config, kind, *id, labels, change);
+        }
+    }
+
+    /// Envoy's call for a change, the label values lent.
+    fn call(config: ConfigEnvoy, kind: Kind, id: usize, labels: &[String], change: Change) {
+        let n = labels.len();
+        if n > MAX_LABELS {
+            return;
+        }
+        let mut values = [ModuleBuffer::null(); MAX_LABELS];
+        for (slot, v) in values.iter_mut().zip(labels) {
+            *slot = ModuleBuffer::of(v.as_bytes());
+        }
+        let ptr = values.as_mut_ptr();
         // SAFETY: the live config, on the main thread; the buffers outlive
         // the call; the label count is the one declared.
         unsafe {
