@@ -8,6 +8,9 @@
 #          configs (BENCH_NATIVE=0 leaves them out)
 #   route  envoy/envoy.yaml + filter, prompt cache off: the routed request path
 #   hit    envoy/envoy.yaml + filter, prompt cache on: every request a hit
+#   prod, nprod  a production-like config (#49, scripts/bench-prod-plugin.sh):
+#          the key's and its team's limits and budgets, five input checks
+#          and one output check, the log (BENCH_PROD=0 leaves them out)
 #   baremcp, mcp, nmcp  an MCP tools/call (#47): bare Envoy to the mock's MCP
 #          mode, our filter at /mcp/tools (Wasm, native); BENCH_MCP=0 leaves
 #          them out
@@ -47,7 +50,7 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109 [baremcp]=10110 [mcp]=10111 [nmcp]=10112) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920 [baremcp]=9921 [mcp]=9922 [nmcp]=9923) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo [baremcp]=sk-bench [mcp]=sk-portcullis-demo [nmcp]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109 [baremcp]=10110 [mcp]=10111 [nmcp]=10112 [prod]=10113 [nprod]=10114) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920 [baremcp]=9921 [mcp]=9922 [nmcp]=9923 [prod]=9924 [nprod]=9925) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo [baremcp]=sk-bench [mcp]=sk-portcullis-demo [nmcp]=sk-portcullis-demo [prod]=sk-portcullis-demo [nprod]=sk-portcullis-demo)
 # What each variant is sent to (chat completions unless said here).
 declare -A URLPATH=([baremcp]=/mcp [mcp]=/mcp/tools [nmcp]=/mcp/tools)
 BASE_WASM="${BENCH_BASELINE_WASM:-}"
@@ -67,6 +70,11 @@ NATIVE="${BENCH_NATIVE:-1}"
 if [[ $NATIVE == 1 ]]; then
   [[ -f target/native/libportcullis.so ]] || { echo "bench: no native build (make native)" >&2; exit 1; }
   VARIANTS+=(nroute nhit); FILTERS+=(nroute nhit)
+fi
+PROD="${BENCH_PROD:-1}"
+if [[ $PROD == 1 ]]; then
+  VARIANTS+=(prod); FILTERS+=(prod)
+  if [[ $NATIVE == 1 ]]; then VARIANTS+=(nprod); FILTERS+=(nprod); fi
 fi
 MCP="${BENCH_MCP:-1}"
 if [[ $MCP == 1 ]]; then
@@ -93,6 +101,11 @@ fi
 if [[ $NATIVE == 1 ]]; then
   PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds-nroute/portcullis.yaml"
   PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-nhit/portcullis.yaml"
+fi
+if [[ $PROD == 1 ]]; then
+  scripts/bench-prod-plugin.sh "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
+  envoy/render-ecds.sh "$dir/plugin-prod.yaml" "$dir/ecds-prod/portcullis.yaml" "$WASM"
+  [[ $NATIVE != 1 ]] || PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-prod.yaml" "$dir/ecds-nprod/portcullis.yaml"
 fi
 if [[ $MCP == 1 ]]; then
   # One MCP server, the mock, which takes its key as the server's credential.
@@ -189,7 +202,9 @@ to_us() { awk -v x="$1" 'BEGIN {v = x + 0; if (x ~ /us$/) print v; else if (x ~ 
 p99_added() { awk -v a="$(to_us "$1")" -v b="$(to_us "$2")" 'BEGIN {printf "%.0f", a - b}'; }
 rr=(); hr=(); rc=(); hc=(); vr=(); vh=(); br=(); bh=(); fr=(); fh=(); fb=(); fhb=()
 nr=(); nh=(); nrc=(); nhc=(); nrw=(); nhw=(); p99nr=(); p99nh=()
-mcpr=(); nmcpr=()
+mcpr=(); nmcpr=(); pr=(); npr=(); prc=(); nprc=()
+ptable="| round | prod rps | prod p50 / p99 | prod/bare | prod/route | nprod rps | nprod p50 / p99 | nprod/bare | nprod/nroute |
+|---|---|---|---|---|---|---|---|---|"
 mtable="| round | baremcp rps | mcp rps | mcp/baremcp | route/bare (same round) | nmcp rps | nmcp/baremcp |
 |---|---|---|---|---|---|---|"
 ntable="| round | nroute rps | nroute p50 / p99 | nhit rps | nhit p50 / p99 | nroute/bare | nhit/bare | nroute/route | nhit/hit |
@@ -238,6 +253,21 @@ for r in $(seq 1 "$ROUNDS"); do
     bh+=("$(awk -v a="$h0_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
     vs+=$'\n'"| $r | $r0_rps | $h0_rps | ${vr[-1]}x | ${vh[-1]}x |"
   fi
+  if [[ $PROD == 1 ]]; then
+    read -r p_rps p_p50 p_p99 p_cpu < <(run_wrk prod)
+    pr+=("$(awk -v a="$p_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+    prc+=("$(awk -v a="$p_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
+    rowp="| $r | $p_rps | $p_p50 / $p_p99 | ${pr[-1]}x | $(awk -v a="$p_rps" -v b="$r_rps" 'BEGIN {printf "%.2f", a/b}')x |"
+    if [[ $NATIVE == 1 ]]; then
+      read -r np_rps np_p50 np_p99 np_cpu < <(run_wrk nprod)
+      npr+=("$(awk -v a="$np_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')")
+      nprc+=("$(awk -v a="$np_cpu" -v b="$b_cpu" 'BEGIN {printf "%.2f", b/a}')")
+      rowp+=" $np_rps | $np_p50 / $np_p99 | ${npr[-1]}x | $(awk -v a="$np_rps" -v b="$nr_rps" 'BEGIN {printf "%.2f", a/b}')x |"
+    else
+      rowp+=" | | | |"
+    fi
+    ptable+=$'\n'"$rowp"
+  fi
   table+=$'\n'"| $r | $b_rps | $b_p50 / $b_p99 | $r_rps | $r_p50 / $r_p99 | $h_rps | $h_p50 / $h_p99 | $m_rps | $m_p50 / $m_p99 | ${ratio_r}x | ${ratio_h}x | ${mr[-1]}x |"
   if [[ $MCP == 1 ]]; then
     read -r bm_rps _ bm_p99 _ < <(run_wrk baremcp)
@@ -277,6 +307,14 @@ mkdir -p .run
     echo "Median nroute/bare: $(median_of "${nr[@]}")x (CPU per request: $(median_of "${nrc[@]}")x), nhit/bare: $(median_of "${nh[@]}")x (CPU per request: $(median_of "${nhc[@]}")x)"
     echo "Median native over Wasm: nroute/route $(median_of "${nrw[@]}")x, nhit/hit $(median_of "${nhw[@]}")x"
     echo "Median p99 added over bare (us): nroute $(median_of "${p99nr[@]}"), nhit $(median_of "${p99nh[@]}")"
+  fi
+  if [[ $PROD == 1 ]]; then
+    echo
+    echo "A production-like config (#49: key and team limits and budgets, six guardrails, the log), same rounds:"
+    echo
+    echo "$ptable"
+    echo
+    echo "Median prod/bare: $(median_of "${pr[@]}")x (CPU per request: $(median_of "${prc[@]}")x)${npr[0]:+, nprod/bare: $(median_of "${npr[@]}")x (CPU per request: $(median_of "${nprc[@]}")x)}"
   fi
   if [[ $MCP == 1 ]]; then
     echo
