@@ -109,6 +109,15 @@ impl Check {
 
     /// Spans of this check in a text, each with the label its redaction
     /// shows (regex and PII checks; other kinds find none).
+    /// Whether this check can find anything in a text with `bytes` (a
+    /// regular expression is assumed to; its engine has its own prefilter).
+    pub fn may_match(&self, bytes: pii::Bytes) -> bool {
+        match &self.kind {
+            Kind::Pii(kinds) => kinds.iter().any(|p| p.may_occur(bytes)),
+            _ => true,
+        }
+    }
+
     pub fn spans<'c>(&'c self, text: &str, out: &mut Vec<Span<'c>>) {
         match &self.kind {
             Kind::Regex(re) => {
@@ -326,11 +335,22 @@ fn broken_bounds(b: &Bounds, texts: &[&str], what: &str) -> Option<String> {
 
 /// One text-scanning check over texts, read only: hits and (when kept)
 /// the matched texts.
-fn scan(check: &Check, texts: &[&str], seams: &[Vec<usize>], keep: bool) -> (u32, Vec<String>) {
+fn scan(
+    check: &Check,
+    texts: &[&str],
+    seams: &[Vec<usize>],
+    bytes: &[pii::Bytes],
+    keep: bool,
+) -> (u32, Vec<String>) {
     let mut hits: u32 = 0;
     let mut matched = Vec::new();
     let mut spans = Vec::new();
     for (i, t) in texts.iter().enumerate() {
+        // A text that cannot hold a match is not read (every part and
+        // every run of parts is inside it).
+        if bytes.get(i).is_some_and(|b| !check.may_match(*b)) {
+            continue;
+        }
         spans.clear();
         match seams.get(i).filter(|s| !s.is_empty()) {
             Some(s) => texts::joined_spans(t, s, &mut |x, o| check.spans(x, o), &mut spans),
@@ -379,6 +399,9 @@ fn run<'g>(
     let own = texts
         .get(..facts.content.min(texts.len()))
         .unwrap_or_default();
+    // What the texts hold that the PII scanners need, read once for every
+    // check, when a PII check is active.
+    let mut bytes: Vec<pii::Bytes> = Vec::new();
     for &i in active {
         let Some(check) = g.checks(stage).get(i) else {
             continue;
@@ -390,7 +413,10 @@ fn run<'g>(
         };
         let found = match &check.kind {
             Kind::Regex(_) | Kind::Pii(_) => {
-                let (hits, matched) = scan(check, texts, seams, g.include_content);
+                if matches!(check.kind, Kind::Pii(_)) && bytes.len() != texts.len() {
+                    bytes = texts.iter().map(|t| pii::Bytes::of(t)).collect();
+                }
+                let (hits, matched) = scan(check, texts, seams, &bytes, g.include_content);
                 (hits > 0).then_some(Hit {
                     hits,
                     matched,
