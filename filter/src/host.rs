@@ -51,7 +51,7 @@ pub enum Status {
 /// hook, so it is one buffer of names, one of values and their places,
 /// three allocations whatever the count (a pair of owned strings per header
 /// cost the native routed path about 10k instructions a request).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Headers {
     names: String,
     values: Vec<u8>,
@@ -60,7 +60,8 @@ pub struct Headers {
 }
 
 impl Headers {
-    /// Room for `count` headers of `bytes` in all (names and values).
+    /// Room for `count` headers whose names take `names` bytes in all and
+    /// whose values take `values`.
     pub fn with_capacity(count: usize, names: usize, values: usize) -> Headers {
         Headers {
             names: String::with_capacity(names),

@@ -258,16 +258,19 @@ impl<H: Host> RequestContext<H> {
         let token = (status == Some(200))
             .then(|| providers::token_answer(&body))
             .flatten();
-        unlock(&self.host, &provider);
         self.phase = Phase::Proxied;
+        // The token is kept before the lock is let go: a request of another
+        // worker that takes the lock then finds it, and makes no second
+        // fetch (unlocked first, one in that gap fetched again).
+        if let Some((t, ttl)) = &token {
+            store_token(&self.host, &provider, t, *ttl, now);
+        }
+        unlock(&self.host, &provider);
         let credential = match &token {
-            Some((t, ttl)) => {
-                store_token(&self.host, &provider, t, *ttl, now);
-                self.loaded.as_ref().and_then(|l| {
-                    let p = l.gw.providers.iter().find(|p| p.name == provider)?;
-                    Some(providers::credential(p, t).1)
-                })
-            }
+            Some((t, _)) => self.loaded.as_ref().and_then(|l| {
+                let p = l.gw.providers.iter().find(|p| p.name == provider)?;
+                Some(providers::credential(p, t).1)
+            }),
             None => {
                 self.host.log(
                     LogLevel::Warn,

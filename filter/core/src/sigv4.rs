@@ -169,17 +169,11 @@ pub fn amz_date(now_s: u64) -> String {
     // Built by hand: `format!` cost more than the date's hash (#49).
     let mut out = String::with_capacity(16);
     push_padded(y, 4, &mut out);
-    for (n, width) in [
-        (m, 2),
-        (d, 2),
-        (s / 3600, 2),
-        (s % 3600 / 60, 2),
-        (s % 60, 2),
-    ] {
-        push_padded(n, width, &mut out);
-        if out.len() == 8 {
-            out.push('T');
-        }
+    push_padded(m, 2, &mut out);
+    push_padded(d, 2, &mut out);
+    out.push('T');
+    for n in [s / 3600, s % 3600 / 60, s % 60] {
+        push_padded(n, 2, &mut out);
     }
     out.push('Z');
     out

@@ -109,6 +109,31 @@ fn one_fetch_serves_every_waiter_and_the_token_is_kept() {
     );
 }
 
+/// The fetched token is in shared data before the fetch lock is let go: a
+/// request of another worker that takes the lock in between would find no
+/// token and fetch a second (vertex.rs's fifty concurrent requests, under
+/// load, made two metadata calls when the lock went first).
+#[test]
+fn the_token_is_kept_before_the_fetch_lock_is_let_go() {
+    let g = Gateway::new(&vertex());
+    let (mut a, act) = request(&g, 11);
+    assert_eq!(act, Action::Pause);
+    a.host.state.borrow_mut().tracing = true;
+    token_answer(
+        &mut a,
+        "200",
+        r#"{"access_token":"ya29.t1","expires_in":3600,"token_type":"Bearer"}"#,
+    );
+    let calls = a.host.host_calls();
+    let at = |call: &str| calls.iter().position(|c| c == call);
+    let kept = at("set_shared_data portcullis.token.vertex");
+    let unlocked = at("set_shared_data portcullis.token_lock.vertex");
+    assert!(
+        kept.is_some() && unlocked.is_some() && kept < unlocked,
+        "{calls:#?}"
+    );
+}
+
 #[test]
 fn a_failed_fetch_wakes_the_waiters_without_a_token_and_the_next_request_tries_again() {
     let g = Gateway::new(&vertex());

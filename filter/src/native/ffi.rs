@@ -303,9 +303,11 @@ pub unsafe fn copy_headers(headers: *const EnvoyHeader, n: usize) -> Headers {
             v.saturating_add(h.value_length),
         )
     });
-    // The names are checked as text once, all together (one by one cost
-    // more than the copy); a map with a name that is not text (never from
-    // Envoy's codecs) is taken apart name by name.
+    // The names are checked once, all together (one by one cost more than
+    // the copy): all ASCII, each is text; a map with any other byte in a
+    // name (never from Envoy's codecs) is taken apart name by name, so a
+    // name that is not text alone is left out even when its neighbours'
+    // bytes would complete it.
     let mut name_bytes = Vec::with_capacity(names);
     let mut value_bytes = Vec::with_capacity(values);
     let mut places = Vec::with_capacity(n);
@@ -322,10 +324,14 @@ pub unsafe fn copy_headers(headers: *const EnvoyHeader, n: usize) -> Headers {
         value_bytes.extend_from_slice(value);
         places.push((k..name_bytes.len(), v..value_bytes.len()));
     }
-    match String::from_utf8(name_bytes) {
+    let names = if name_bytes.is_ascii() {
+        String::from_utf8(name_bytes).map_err(std::string::FromUtf8Error::into_bytes)
+    } else {
+        Err(name_bytes)
+    };
+    match names {
         Ok(names) => Headers::over(value_bytes, names, places),
-        Err(e) => {
-            let names = e.into_bytes();
+        Err(names) => {
             let mut out = Headers::with_capacity(n, names.len(), value_bytes.len());
             for (k, v) in places {
                 let key = names.get(k).and_then(|k| std::str::from_utf8(k).ok());

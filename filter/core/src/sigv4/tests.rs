@@ -83,6 +83,8 @@ fn dates_are_basic_iso_8601_in_utc() {
     assert_eq!(amz_date(0), "19700101T000000Z");
     assert_eq!(amz_date(951_782_399), "20000228T235959Z");
     assert_eq!(amz_date(951_782_400), "20000229T000000Z");
+    // A year past 9999 keeps all its digits, the `T` after the day.
+    assert_eq!(amz_date(253_402_300_800), "100000101T000000Z");
 }
 
 #[test]
