@@ -96,17 +96,7 @@ sed "s/^  scope: shared.*/&\n$shared/" "$dir/shipped.yaml" >"$dir/plugin-sharedm
 sed -e "s/^  scope: shared.*/&\n$shared\n  worker_bytes: 0/" -e 's/^  max_bytes: .*/  max_bytes: 65536/' "$dir/shipped.yaml" >"$dir/plugin-sharedhit.yaml"
 grep -q "^  shared:" "$dir/plugin-sharedhit.yaml" || { echo "bench-instructions: no cache section to share" >&2; exit 1; }
 # The routed path with five input checks and one output check (#18).
-cat "$dir/plugin-route.yaml" - >"$dir/plugin-guard.yaml" <<'YAML'
-guardrails:
-  input:
-    - {name: email, pii: [email], action: redact}
-    - {name: cards, pii: [card, iban], action: deny}
-    - {name: keys, pii: [api_key], action: deny}
-    - {name: secret, regex: '(?i)top\s+secret', action: deny}
-    - {name: size, max_words: 4000}
-  output:
-    - {name: phone, pii: [phone], action: redact}
-YAML
+scripts/bench-prod-plugin.sh guard "$dir/plugin-route.yaml" >"$dir/plugin-guard.yaml"
 # The routed path to a provider speaking Anthropic's Messages API: the
 # request and the answer translated (#17); the mock answers it too.
 # (The embedding model keeps no `apis: [embeddings]`: an Anthropic provider
@@ -157,11 +147,9 @@ done
 # Limits at the key's level only, and at the key's and its team's (#27):
 # requests, tokens, concurrency and two budgets each, far above what the run
 # reaches, so every request is admitted and counted at every level.
-LIMITS='{requests_per_minute: 100000000, tokens_per_minute: 1000000000, max_concurrent: 1000, budgets: [{usd: 1000000, period: day}, {usd: 10000000, period: month}]}'
-awk -v l="$LIMITS" '{print} /^  - name: demo$/ {print "    limits: " l}' "$dir/plugin-route.yaml" >"$dir/plugin-keylimits.yaml"
-awk -v l="$LIMITS" '{print} /^  - name: demo$/ {print "    team: bench"; print "    limits: " l}' "$dir/plugin-route.yaml" >"$dir/plugin-teamlimits.yaml"
-printf 'teams:\n  - name: bench\n    limits: %s\n' "$LIMITS" >>"$dir/plugin-teamlimits.yaml"
-grep -q "team: bench" "$dir/plugin-teamlimits.yaml" || { echo "bench-instructions: no demo client to give limits" >&2; exit 1; }
+for v in keylimits teamlimits; do
+  scripts/bench-prod-plugin.sh $v "$dir/plugin-route.yaml" >"$dir/plugin-$v.yaml"
+done
 # The same without the request log, whose timer-driven flushes make the
 # counts vary between sittings (compare with routenolog).
 for v in keylimits teamlimits; do
@@ -172,7 +160,7 @@ done
 # budgets (teamlimits), the guard variant's five input checks and one
 # output check, the request log on.
 # (scripts/bench-prod-plugin.sh, which make bench uses too.)
-scripts/bench-prod-plugin.sh "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
+scripts/bench-prod-plugin.sh prod "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
 
 # Trace context (#31): the routed path (with the log) when the client sends
 # a `traceparent` (traced: continued, a child per attempt upstream, ids in

@@ -103,7 +103,7 @@ if [[ $NATIVE == 1 ]]; then
   PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-hit.yaml" "$dir/ecds-nhit/portcullis.yaml"
 fi
 if [[ $PROD == 1 ]]; then
-  scripts/bench-prod-plugin.sh "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
+  scripts/bench-prod-plugin.sh prod "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
   envoy/render-ecds.sh "$dir/plugin-prod.yaml" "$dir/ecds-prod/portcullis.yaml" "$WASM"
   [[ $NATIVE != 1 ]] || PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-prod.yaml" "$dir/ecds-nprod/portcullis.yaml"
 fi

@@ -108,10 +108,6 @@ impl Headers {
         self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
     }
 
-    pub fn len(&self) -> usize {
-        self.places.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.places.is_empty()
     }

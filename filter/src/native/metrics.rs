@@ -114,18 +114,24 @@ impl Table {
         })
     }
 
-    /// Apply a change to the metric `name` (its label values spelled in).
+    /// Apply a change to the metric `name` (its label values spelled in):
+    /// a name seen before is found in one lookup, without being copied.
     pub fn apply(&self, config: ConfigEnvoy, kind: Kind, name: &str, change: Change) {
         let Ok(mut cache) = self.resolved.lock() else {
             return;
         };
-        let known = cache
-            .get(name)
-            .and_then(|k| k.get(slot(kind)))
-            .is_some_and(Option::is_some);
+        if let Some(Some(seen)) = cache.get(name).and_then(|k| k.get(slot(kind))) {
+            if let Some((id, labels)) = seen {
+                Self::call(config, kind, *id, labels, change);
+            }
+            return;
+        }
+        let r = self.resolve(kind, name);
+        if let Some((id, labels)) = &r {
+            Self::call(config, kind, *id, labels, change);
+        }
         // Bounded: names are per provider, model and client, not per request.
-        if !known && cache.len() < 10_000 {
-            let r = self.resolve(kind, name);
+        if cache.len() < 10_000 {
             if let Some(k) = cache
                 .entry(name.to_string())
                 .or_default()
@@ -133,9 +139,6 @@ impl Table {
             {
                 *k = Some(r);
             }
-        }
-        if let Some(Some(Some((id, labels)))) = cache.get(name).and_then(|k| k.get(slot(kind))) {
-            Self::call(config, kind, *id, labels, change);
         }
     }
 
@@ -220,5 +223,24 @@ impl Table {
             Change::Sub(by.unsigned_abs())
         };
         self.apply(config, kind, name, change);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Label values are lent to Envoy from a fixed array: every family the
+    /// gateway declares fits in it (one that did not would never publish).
+    #[test]
+    fn every_family_has_room_for_its_labels() {
+        for (kind, sample) in families() {
+            let (_, labels) = split(&sample).unwrap();
+            assert!(
+                labels.len() <= MAX_LABELS,
+                "{kind:?} {sample}: {}",
+                labels.len()
+            );
+        }
     }
 }

@@ -107,8 +107,6 @@ impl Check {
             && self.models.as_ref().is_none_or(|m| m.contains(&model))
     }
 
-    /// Spans of this check in a text, each with the label its redaction
-    /// shows (regex and PII checks; other kinds find none).
     /// Whether this check can find anything in a text with `bytes` (a
     /// regular expression is assumed to; its engine has its own prefilter).
     pub fn may_match(&self, bytes: pii::Bytes) -> bool {
@@ -118,6 +116,8 @@ impl Check {
         }
     }
 
+    /// Spans of this check in a text, each with the label its redaction
+    /// shows (regex and PII checks; other kinds find none).
     pub fn spans<'c>(&'c self, text: &str, out: &mut Vec<Span<'c>>) {
         match &self.kind {
             Kind::Regex(re) => {
