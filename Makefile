@@ -8,7 +8,7 @@ WASM := target/wasm32-wasip1/release/portcullis_filter.wasm
 WBG_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p}' Cargo.lock)
 WBG_RUNNER := .tools/bin/wasm-bindgen-test-runner
 
-.PHONY: docs bench-control native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-fleet-cache bench-instructions bench-collector bench-core bench-memory bench-sizes lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
+.PHONY: docs bench-control native integration-native compose-up bench-translate bench-config-rss run redis postgres cacerts images images-if-docker test bench bench-global bench-fleet-cache bench-instructions bench-collector bench-core bench-memory bench-sizes bench-start lint wasm tools envoy chromium sdk unit wasm-unit integration reload clean fuzz fuzz-smoke fuzz-tools
 
 run: tools redis wasm native
 	cargo build --release -p portcullis-tests --bin portcullis-mock
@@ -126,6 +126,11 @@ bench-instructions: tools wasm native
 # Envoy forwarding the same body, and instructions per request per size (#29).
 bench-sizes: tools wasm
 	ENVOY="$(ENVOY)" scripts/bench-sizes.sh
+
+# Envoy's start to the filter's first answer: the floor's module, ours, the
+# native build (#49: a replica ready in a rolling restart).
+bench-start: tools wasm native
+	ENVOY="$(ENVOY)" scripts/bench-start.sh
 
 # Each translation step's instructions natively, with symbols to attribute
 # them (#24).

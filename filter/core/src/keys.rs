@@ -4,7 +4,7 @@
 
 /// A provider's circuit breaker.
 pub fn breaker(provider: &str) -> String {
-    format!("portcullis:breaker:{provider}")
+    ["portcullis:breaker:", provider].concat()
 }
 
 /// Whose limits a counter counts: a client key's or a team's.
@@ -43,12 +43,14 @@ impl<'a> Owner<'a> {
 
     /// The start of its keys: a key's are the gateway's first ones, a
     /// team's have their own prefix (a client and a team may share a name).
+    /// (Built on every limited request's path: joined, not formatted.)
     fn prefix(self, what: &str) -> String {
-        match self {
-            Owner::Key(n) => format!("portcullis:{what}:{n}"),
-            Owner::Team(n) => format!("portcullis:team:{what}:{n}"),
-            Owner::User(n) => format!("portcullis:user:{what}:{n}"),
-        }
+        let (kind, n) = match self {
+            Owner::Key(n) => ("", n),
+            Owner::Team(n) => ("team:", n),
+            Owner::User(n) => ("user:", n),
+        };
+        ["portcullis:", kind, what, ":", n].concat()
     }
 }
 
@@ -113,7 +115,7 @@ pub fn limit(owner: Owner<'_>, what: Limit) -> String {
         Limit::ToolCallsPerMinute => "mcp_cpm",
         Limit::ToolCalls => "mcp_conc",
     };
-    format!("{}:{what}", owner.prefix("rl"))
+    [owner.prefix("rl").as_str(), ":", what].concat()
 }
 
 /// A provider's moving average latency for one model id (`fastest`).

@@ -321,18 +321,26 @@ pub fn reservation(
 
 /// OpenAI's reset format: `1s`, `6m0s`, `1h2m3s`, `250ms`.
 pub fn reset_text(ms: u64) -> String {
+    // Written digit by digit: three of these on every limited answer.
+    let mut out = String::with_capacity(16);
     if ms < 1000 {
-        return format!("{ms}ms");
+        crate::sigv4::push_padded(ms, 1, &mut out);
+        out.push_str("ms");
+        return out;
     }
     let s = ms.div_ceil(1000);
     let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
     if h > 0 {
-        format!("{h}h{m}m{s}s")
-    } else if m > 0 {
-        format!("{m}m{s}s")
-    } else {
-        format!("{s}s")
+        crate::sigv4::push_padded(h, 1, &mut out);
+        out.push('h');
     }
+    if h > 0 || m > 0 {
+        crate::sigv4::push_padded(m, 1, &mut out);
+        out.push('m');
+    }
+    crate::sigv4::push_padded(s, 1, &mut out);
+    out.push('s');
+    out
 }
 
 #[cfg(test)]

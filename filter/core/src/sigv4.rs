@@ -141,8 +141,9 @@ fn push_hex(bytes: &[u8], out: &mut String) {
     }
 }
 
-/// `n` in decimal, at least `width` digits (zero-padded), appended.
-fn push_padded(n: u64, width: usize, out: &mut String) {
+/// `n` in decimal, at least `width` digits (zero-padded), appended (also
+/// the rate limits' reset times: numbers on the request path unformatted).
+pub(crate) fn push_padded(n: u64, width: usize, out: &mut String) {
     let mut digits = [b'0'; 20];
     let mut i = digits.len();
     let mut n = n;

@@ -458,6 +458,20 @@ fn run<'g>(
 /// the rewritten document in `rewritten`. External checks are left to the
 /// caller (see [`external`]).
 pub fn check_input(g: &Guardrails, active: &[usize], model: usize, body: &[u8]) -> Outcome {
+    // Most requests' texts are read without a tree; the tree is built when
+    // their shape needs it or a check redacts (the rewrite's reader).
+    if let Some((texts, seams)) = read::request_texts(body) {
+        let borrowed: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        let facts = Facts {
+            model,
+            json_wanted: false,
+            content: usize::MAX,
+        };
+        let (out, _) = run(g, Stage::Input, active, &facts, &borrowed, &seams);
+        if !out.changed || out.denied.is_some() {
+            return out;
+        }
+    }
     check_input_doc(
         g,
         active,

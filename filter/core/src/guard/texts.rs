@@ -39,7 +39,11 @@ pub enum Slot<'a> {
 }
 
 /// Block types whose `text` the model reads.
-const TEXT_BLOCKS: &[&str] = &["text", "input_text", "output_text"];
+pub const TEXT_BLOCKS: &[&str] = &["text", "input_text", "output_text"];
+
+/// Block types other than text whose contents [`blocks_in_run`] reads
+/// (`read::request_texts` leaves a request with one to it).
+pub const TOOL_BLOCKS: &[&str] = &["tool_use", "tool_result"];
 
 /// Every text slot of a request document (chat completions, messages,
 /// Responses, embeddings). Texts the model reads one after the other are
@@ -54,15 +58,7 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
     // In reading order (the map's is alphabetical).
     let mut fields: Vec<(u8, &str, &mut Value)> = doc
         .iter_mut()
-        .filter_map(|(k, v)| {
-            let rank = match k.as_str() {
-                "system" | "instructions" => 0,
-                "input" | "messages" | "prompt" | "query" => 1,
-                "documents" => 2,
-                _ => return None,
-            };
-            Some((rank, k.as_str(), v))
-        })
+        .filter_map(|(k, v)| Some((field_rank(k)?, k.as_str(), v)))
         .collect();
     fields.sort_by_key(|(rank, _, _)| *rank);
     for (_, key, v) in fields {
@@ -102,6 +98,23 @@ pub fn request_slots(doc: &mut Map<String, Value>) -> Vec<Slot<'_>> {
     flush(&mut run, &mut out);
     out
 }
+
+/// A request member whose texts the model reads, and its place in the
+/// reading order (`None`: no text of the member is read). The one list:
+/// `read::request_texts` leaves every member named here but `system` and
+/// `messages` to [`request_slots`].
+pub fn field_rank(key: &str) -> Option<u8> {
+    match key {
+        "system" | "instructions" => Some(0),
+        "input" | "messages" | "prompt" | "query" => Some(1),
+        "documents" => Some(2),
+        _ => None,
+    }
+}
+
+/// A message's members [`request_slots`] reads (`read::request_texts`
+/// reads `content` and leaves a message with any other of them to it).
+pub const MESSAGE_FIELDS: &[&str] = &["content", "name", "tool_calls", "function_call"];
 
 /// The shape of an answer and of its stream's events: the client's API's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +314,7 @@ fn blocks_in_run<'a>(
             continue;
         }
         flush(run, text);
+        // Each of TOOL_BLOCKS.
         match kind {
             "tool_use" => {
                 if let Some(input) = b.get_mut("input") {

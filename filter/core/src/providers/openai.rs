@@ -14,10 +14,10 @@ impl Format for OpenAi {
             // A session names its model in the upgrade's query.
             return format!("{}/realtime?model={}", base(p), path_segment(model_id));
         }
-        format!("{}/{}", base(p), endpoint(api))
+        [base(p), "/", endpoint(api)].concat()
     }
 
     fn credential(&self, key: &str) -> (&'static str, String) {
-        ("authorization", format!("Bearer {key}"))
+        ("authorization", ["Bearer ", key].concat())
     }
 }

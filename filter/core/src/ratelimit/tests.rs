@@ -165,6 +165,31 @@ fn reset_text_is_openais_format() {
     assert_eq!(reset_text(1_000), "1s");
     assert_eq!(reset_text(360_000), "6m0s");
     assert_eq!(reset_text(3_723_000), "1h2m3s");
+    assert_eq!(reset_text(0), "0ms");
+    assert_eq!(reset_text(3_600_000), "1h0m0s");
+    // Written by hand, it says what the formatter said, to the largest.
+    let formatted = |ms: u64| {
+        if ms < 1000 {
+            return format!("{ms}ms");
+        }
+        let s = ms.div_ceil(1000);
+        let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+        if h > 0 {
+            format!("{h}h{m}m{s}s")
+        } else if m > 0 {
+            format!("{m}m{s}s")
+        } else {
+            format!("{s}s")
+        }
+    };
+    let mut ms = 0u64;
+    while ms < u64::MAX / 3 {
+        assert_eq!(reset_text(ms), formatted(ms), "{ms}");
+        ms = ms.saturating_mul(3).saturating_add(7);
+    }
+    for ms in [999, 1_000, 1_001, 59_999, 60_000, 3_599_001, u64::MAX] {
+        assert_eq!(reset_text(ms), formatted(ms), "{ms}");
+    }
 }
 
 /// 2^63 wrapped to a negative take (the bucket grew past its cap and
