@@ -20,7 +20,7 @@ use crate::metrics;
 use portcullis_core::config::{Budget, Client, Gateway, Level, Limits};
 use portcullis_core::counters::Counters;
 use portcullis_core::error::GatewayError;
-use portcullis_core::keys::{self, Owner};
+use portcullis_core::keys::Owner;
 use portcullis_core::period::Period;
 use portcullis_core::ratelimit::{self, Micros, Price, Take};
 use portcullis_core::rls::{self, Descriptor};
@@ -226,7 +226,7 @@ fn take_one_request(
     else {
         return Ok(None);
     };
-    let key = keys::counters(level.owner);
+    let key = level.counters_key();
     let r = update(host, &key, |cur| {
         let mut c = Counters::decode(cur);
         let (next, t) = ratelimit::take(&c.requests, rpm, n, now_ms);
@@ -235,7 +235,7 @@ fn take_one_request(
     });
     match r {
         Ok(take) if take.admitted => {
-            let mut t = Taken::new(key);
+            let mut t = Taken::new(key.into_owned());
             t.requests = Some((rpm, n));
             Ok(Some((t, Shown { limit: rpm, take })))
         }
@@ -251,8 +251,8 @@ fn take_one_request(
 }
 
 /// Level counters as they stand (`None`: unreadable).
-fn read_counters(host: &impl Host, owner: Owner<'_>) -> Option<Counters> {
-    let (cur, _) = host.get(&keys::counters(owner)).ok()?;
+fn read_counters(host: &impl Host, level: &Level<'_>) -> Option<Counters> {
+    let (cur, _) = host.get(&level.counters_key()).ok()?;
     Some(Counters::decode(cur.as_deref()))
 }
 
@@ -270,7 +270,7 @@ pub fn peek_tokens(
         let Some(tpm) = l.tokens_per_minute.filter(|_| s.tokens_per_minute.local()) else {
             continue;
         };
-        let Some(c) = read_counters(host, level.owner) else {
+        let Some(c) = read_counters(host, &level) else {
             continue;
         };
         let take = ratelimit::level(&c.tokens, tpm, now_ms);
@@ -397,7 +397,7 @@ fn admit_level(
     }
     let want = reserve.0.saturating_add(reserve.1);
     let cost = price.map_or(0, |p| p.cost(reserve.0, reserve.1, 0));
-    let key = keys::counters(level.owner);
+    let key = level.counters_key();
     let r = update(host, &key, |cur| {
         let mut c = Counters::decode(cur);
         let mut t = Taken::new(String::new());
@@ -437,7 +437,7 @@ fn admit_level(
     });
     match r {
         Ok(Ok((mut t, shown))) => {
-            t.key = key;
+            t.key = key.into_owned();
             Ok(Some((t, shown)))
         }
         Ok(Err(refusal)) => Err(match refusal {
@@ -532,7 +532,7 @@ pub fn spend_budgets(
     if cost <= 0 || !l.scope.budgets.local() || l.budgets.is_empty() {
         return Ok(None);
     }
-    let key = keys::counters(level.owner);
+    let key = level.counters_key();
     let r = update(host, &key, |cur| {
         let mut c = Counters::decode(cur);
         let mut t = Taken::new(String::new());
@@ -543,7 +543,7 @@ pub fn spend_budgets(
     });
     match r {
         Ok(Ok(mut t)) => {
-            t.key = key;
+            t.key = key.into_owned();
             Ok(Some(t))
         }
         Ok(Err(b)) => Err(budget_refused(host, gw, level, b, cost, now_ms)),
@@ -728,7 +728,7 @@ pub fn charge(
         if tpm.is_none() && !budgets {
             continue;
         }
-        let r = update(host, &keys::counters(level.owner), |cur| {
+        let r = update(host, &level.counters_key(), |cur| {
             let mut c = Counters::decode(cur);
             let take = tpm.map(|tpm| {
                 c.tokens = ratelimit::adjust(&c.tokens, tpm, used, now_ms);

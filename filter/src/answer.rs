@@ -361,9 +361,9 @@ impl<H: Host> RequestContext<H> {
                 .host
                 .set_header(Part::Response, &k, Some(&String::from_utf8_lossy(&v)));
         }
-        for (k, v) in self.gateway_headers() {
-            let _ = self.host.add_header(Part::Response, k, &v);
-        }
+        self.each_gateway_header(|k, v| {
+            let _ = self.host.add_header(Part::Response, k, v);
+        });
         if self
             .flight
             .as_ref()
@@ -588,42 +588,76 @@ impl<H: Host> RequestContext<H> {
         if event_stream {
             hdrs.push(("content-type", b"text/event-stream"));
         }
-        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
+        hdrs.extend(ours.pairs());
         self.send(status, &hdrs, &body);
     }
 
     /// The gateway's response headers: who answered, how, and the limits.
-    pub(crate) fn gateway_headers(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        if let Some(f) = self.flight.as_ref() {
-            out.push((headers::MODEL, f.model_name.clone()));
-            if let Some(p) = self.answering_provider() {
-                out.push((headers::PROVIDER, p));
+    /// (For an answer the filter sends itself: all the values in one buffer.)
+    pub(crate) fn gateway_headers(&self) -> GatewayHeaders {
+        let mut out = GatewayHeaders {
+            text: String::with_capacity(256),
+            spans: Vec::with_capacity(self.rate_headers.len().saturating_add(6)),
+        };
+        self.each_gateway_header(|k, v| {
+            let start = out.text.len();
+            out.text.push_str(v);
+            out.spans.push((k, start..out.text.len()));
+        });
+        out
+    }
+
+    /// The same, each header handed to `f` as it is read (nothing copied
+    /// when a caller adds them one by one).
+    pub(crate) fn each_gateway_header(&self, mut f: impl FnMut(&'static str, &str)) {
+        if let Some(fl) = self.flight.as_ref() {
+            f(headers::MODEL, &fl.model_name);
+            if let Some(p) = self.answering_provider_name() {
+                f(headers::PROVIDER, p);
             }
-            out.push((
+            f(
                 headers::ATTEMPTS,
-                f.attempts.saturating_add(f.retried).to_string(),
-            ));
-            if !f.dropped.is_empty() {
-                out.push((headers::DROPPED, f.dropped.join(",")));
+                &fl.attempts.saturating_add(fl.retried).to_string(),
+            );
+            if !fl.dropped.is_empty() {
+                f(headers::DROPPED, &fl.dropped.join(","));
             }
-            out.push((headers::CACHE, f.cache_status.as_str().to_string()));
-            if let Some(hit) = f.semantic.as_ref().and_then(|s| s.hit) {
-                out.push((
+            f(headers::CACHE, fl.cache_status.as_str());
+            if let Some(hit) = fl.semantic.as_ref().and_then(|s| s.hit) {
+                f(
                     headers::CACHE_SIMILARITY,
-                    format!("{:.4}", f64::from(hit.0) / 1e6),
-                ));
-                out.push((headers::CACHE_AGE, hit.1.to_string()));
+                    &format!("{:.4}", f64::from(hit.0) / 1e6),
+                );
+                f(headers::CACHE_AGE, &hit.1.to_string());
             }
-            if let Some((e, a)) = &f.experiment {
-                out.push((headers::EXPERIMENT, format!("{e}/{a}")));
+            if let Some((e, a)) = &fl.experiment {
+                f(headers::EXPERIMENT, &format!("{e}/{a}"));
             }
-            if f.budget_routed {
-                out.push((headers::BUDGET_ROUTED, f.chat.model.clone()));
+            if fl.budget_routed {
+                f(headers::BUDGET_ROUTED, &fl.chat.model);
             }
         }
-        out.extend(self.rate_headers.iter().cloned());
-        out
+        for (k, v) in &self.rate_headers {
+            f(k, v);
+        }
+    }
+}
+
+/// The gateway's response headers, their values in one buffer.
+pub(crate) struct GatewayHeaders {
+    text: String,
+    spans: Vec<(&'static str, std::ops::Range<usize>)>,
+}
+
+impl GatewayHeaders {
+    /// Each header's name and value.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.spans.iter().map(|(k, r)| {
+            (
+                &**k,
+                self.text.as_bytes().get(r.clone()).unwrap_or_default(),
+            )
+        })
     }
 }
 

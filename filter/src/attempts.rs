@@ -224,10 +224,15 @@ impl<H: Host> RequestContext<H> {
     /// The provider whose answer the client gets: the one tried last, or
     /// for a cache hit the first of the chain (the entry's key).
     pub(crate) fn answering_provider(&self) -> Option<String> {
+        self.answering_provider_name().map(str::to_owned)
+    }
+
+    /// The same, borrowed from the config.
+    pub(crate) fn answering_provider_name(&self) -> Option<&str> {
         let gw = &self.loaded.as_ref()?.gw;
         gw.providers
             .get(self.answering_index()?)
-            .map(|p| p.name.clone())
+            .map(|p| p.name.as_str())
     }
 
     /// The index of the provider that answered (a cache hit: the first

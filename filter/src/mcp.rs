@@ -474,7 +474,7 @@ impl<H: Host> RequestContext<H> {
                     Err(_) => {}
                 }
             }
-            let level = portcullis_core::config::Level { owner, limits };
+            let level = portcullis_core::config::Level::new(owner, limits);
             if let Some(t) = admission::spend_budgets(&self.host, gw, level, price, now)? {
                 spent.push(t);
             }

@@ -349,7 +349,7 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn answer_hit(&mut self, content_type: &str, body: &[u8]) -> Action {
         let ours = self.gateway_headers();
         let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", content_type.as_bytes())];
-        hdrs.extend(ours.iter().map(|(k, v)| (*k, v.as_bytes())));
+        hdrs.extend(ours.pairs());
         self.send(200, &hdrs, body)
     }
 

@@ -46,8 +46,8 @@ impl Counters {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ENCODED);
         v.push(VERSION);
-        v.extend_from_slice(&self.requests.encode());
-        v.extend_from_slice(&self.tokens.encode());
+        self.requests.encode_into(&mut v);
+        self.tokens.encode_into(&mut v);
         v.extend_from_slice(&self.in_flight.to_le_bytes());
         for (index, spent) in self.budgets {
             v.extend_from_slice(&index.to_le_bytes());

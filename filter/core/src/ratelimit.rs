@@ -51,11 +51,16 @@ const ENCODED_V1: usize = 17;
 impl Bucket {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ENCODED);
-        v.extend_from_slice(&self.level_milli.to_le_bytes());
-        v.extend_from_slice(&self.updated_ms.to_le_bytes());
-        v.push(u8::from(self.initialized));
-        v.extend_from_slice(&self.cap_milli.to_le_bytes());
+        self.encode_into(&mut v);
         v
+    }
+
+    /// The encoding appended to `out` (a level's counters hold two).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.level_milli.to_le_bytes());
+        out.extend_from_slice(&self.updated_ms.to_le_bytes());
+        out.push(u8::from(self.initialized));
+        out.extend_from_slice(&self.cap_milli.to_le_bytes());
     }
 
     pub fn decode(b: Option<&[u8]>) -> Bucket {

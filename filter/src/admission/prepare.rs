@@ -16,14 +16,8 @@ use portcullis_core::store::update;
 /// update of an existing value is a CAS. Counters are created at configure
 /// time; a new budget period starts inside the same value.
 pub fn prepare(host: &impl Host, gw: &Gateway) {
-    let keys = gw.clients.values().map(|c| Level {
-        owner: Owner::Key(&c.name),
-        limits: &c.limits,
-    });
-    let teams = gw.teams.iter().map(|t| Level {
-        owner: Owner::Team(&t.name),
-        limits: &t.limits,
-    });
+    let keys = gw.clients.values().map(Level::of_client);
+    let teams = gw.teams.iter().map(Level::of_team);
     for level in keys.chain(teams) {
         prepare_level(host, level);
     }
@@ -39,7 +33,7 @@ fn prepare_level(host: &impl Host, level: Level<'_>) {
     if !counts {
         return;
     }
-    let key = keys::counters(level.owner);
+    let key = level.counters_key();
     if let Ok((None, _)) = host.get(&key) {
         let _ = host.set(&key, &Counters::default().encode(), None);
     }
@@ -72,10 +66,7 @@ pub fn track_user(host: &impl Host, gw: &Gateway, client: &Client, user: &str) -
         }
     };
     if let Some(limits) = client.limits.per_user.as_deref() {
-        let level = Level {
-            owner: Owner::User(&owner),
-            limits,
-        };
+        let level = Level::new(Owner::User(&owner), limits);
         prepare_level(host, level);
     }
     owner

@@ -53,7 +53,7 @@ pub fn completion_cap(
         if tpm.is_none() && price.is_none() {
             continue;
         }
-        let Some(c) = super::read_counters(host, level.owner) else {
+        let Some(c) = super::read_counters(host, &level) else {
             continue;
         };
         if let Some(tpm) = tpm {
@@ -93,7 +93,7 @@ pub fn budget_low_model(
 ) -> Option<String> {
     gw.levels_of(client, user).find_map(|level| {
         let low = level.limits.on_budget_low.as_ref()?;
-        let c = super::read_counters(host, level.owner).unwrap_or_default();
+        let c = super::read_counters(host, &level).unwrap_or_default();
         let tightest = level
             .limits
             .budgets

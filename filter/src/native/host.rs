@@ -112,9 +112,26 @@ impl NativeHost {
     /// Which of a body's parts hold it now: inside its body hook the
     /// buffered part and the chunk received (or the chunk alone when it is
     /// the buffered body handed on), outside it the buffered part.
-    fn body_kinds(&self, f: FilterEnvoy, buffered: i32, received: i32, part: Part) -> Vec<i32> {
+    fn body_kinds(
+        &self,
+        f: FilterEnvoy,
+        buffered: i32,
+        received: i32,
+        part: Part,
+    ) -> impl Iterator<Item = i32> {
+        let kinds = self.body_kind_pair(f, buffered, received, part);
+        kinds.into_iter().flatten()
+    }
+
+    fn body_kind_pair(
+        &self,
+        f: FilterEnvoy,
+        buffered: i32,
+        received: i32,
+        part: Part,
+    ) -> [Option<i32>; 2] {
         if self.stream.in_body.get() != Some(part) {
-            return vec![buffered];
+            return [Some(buffered), None];
         }
         // SAFETY: live filter, inside its body hook.
         let received_is_buffered = unsafe {
@@ -126,9 +143,9 @@ impl NativeHost {
             }
         };
         if received_is_buffered {
-            vec![received]
+            [Some(received), None]
         } else {
-            vec![buffered, received]
+            [Some(buffered), Some(received)]
         }
     }
 
@@ -138,7 +155,6 @@ impl NativeHost {
             return 0;
         };
         self.body_kinds(f, buffered, received, part)
-            .into_iter()
             // SAFETY: live filter of the hook running.
             .map(|k| unsafe { ffi::envoy_dynamic_module_callback_http_get_body_size(f, k) })
             .fold(0usize, usize::saturating_add)

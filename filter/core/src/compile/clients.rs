@@ -35,6 +35,7 @@ pub(super) fn teams(raw: &RawConfig, problems: &mut Vec<String>) -> Vec<Team> {
         out.push(Team {
             name: t.name.clone(),
             limits,
+            counters_key: crate::keys::counters(crate::keys::Owner::Team(&t.name)),
         });
     }
     out
@@ -91,6 +92,7 @@ pub(super) fn clients(
             limits,
             allow_overrides: c.allow_overrides,
             team,
+            counters_key: crate::keys::counters(crate::keys::Owner::Key(&c.name)),
         };
         if clients.insert(hash, client).is_some() {
             problems.push(format!(

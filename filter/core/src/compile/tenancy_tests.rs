@@ -49,6 +49,15 @@ fn a_key_in_a_team_passes_both_levels_in_order() {
     );
     let demo = g.clients.values().find(|c| c.name == "demo").unwrap();
     assert_eq!(g.levels(demo).count(), 1, "a key without a team");
+    // The counters' keys the config holds are the names a reload keeps (a
+    // key's and a team's), and an end user's is built the same way.
+    for level in &levels {
+        assert_eq!(level.counters_key(), crate::keys::counters(level.owner));
+    }
+    assert_eq!(levels[0].counters_key(), "portcullis:level:limited");
+    assert_eq!(levels[1].counters_key(), "portcullis:team:level:research");
+    let user = crate::config::Level::new(Owner::User("limited/u1"), &limited.limits);
+    assert_eq!(user.counters_key(), "portcullis:user:level:limited/u1");
 }
 
 #[test]

@@ -326,6 +326,9 @@ pub struct Client {
     pub allow_overrides: bool,
     /// The team whose limits the key shares (an index of `Gateway::teams`).
     pub team: Option<usize>,
+    /// Its level's shared-data key ([`crate::keys::counters`]), built once
+    /// with the config rather than on each request's three steps.
+    pub counters_key: String,
 }
 
 /// A rotated-out key that still works until `until_ms` (Unix ms).
@@ -341,6 +344,8 @@ pub struct PreviousKey {
 pub struct Team {
     pub name: String,
     pub limits: Limits,
+    /// Its level's shared-data key, as a client's.
+    pub counters_key: String,
 }
 
 /// One level of limits a request must pass: its key's, then its team's.
@@ -348,19 +353,53 @@ pub struct Team {
 pub struct Level<'a> {
     pub owner: crate::keys::Owner<'a>,
     pub limits: &'a Limits,
+    /// The key of its counters when the config holds it (a key's, a
+    /// team's); an end user's is built when asked.
+    counters_key: Option<&'a str>,
+}
+
+impl<'a> Level<'a> {
+    /// A level whose counters' key is built when asked.
+    pub fn new(owner: crate::keys::Owner<'a>, limits: &'a Limits) -> Level<'a> {
+        Level {
+            owner,
+            limits,
+            counters_key: None,
+        }
+    }
+
+    /// A client key's own level.
+    pub fn of_client(c: &'a Client) -> Level<'a> {
+        Level {
+            owner: crate::keys::Owner::Key(&c.name),
+            limits: &c.limits,
+            counters_key: Some(&c.counters_key),
+        }
+    }
+
+    /// A team's level.
+    pub fn of_team(t: &'a Team) -> Level<'a> {
+        Level {
+            owner: crate::keys::Owner::Team(&t.name),
+            limits: &t.limits,
+            counters_key: Some(&t.counters_key),
+        }
+    }
+
+    /// The shared-data key of its counters ([`crate::keys::counters`]).
+    pub fn counters_key(&self) -> std::borrow::Cow<'a, str> {
+        match self.counters_key {
+            Some(k) => std::borrow::Cow::Borrowed(k),
+            None => std::borrow::Cow::Owned(crate::keys::counters(self.owner)),
+        }
+    }
 }
 
 impl Gateway {
     /// The levels of a client's requests: the key's limits, then its team's.
     pub fn levels<'a>(&'a self, c: &'a Client) -> impl Iterator<Item = Level<'a>> + Clone {
-        let key = Level {
-            owner: crate::keys::Owner::Key(&c.name),
-            limits: &c.limits,
-        };
-        let team = c.team.and_then(|t| self.teams.get(t)).map(|t| Level {
-            owner: crate::keys::Owner::Team(&t.name),
-            limits: &t.limits,
-        });
+        let key = Level::of_client(c);
+        let team = c.team.and_then(|t| self.teams.get(t)).map(Level::of_team);
         std::iter::once(key).chain(team)
     }
 
@@ -374,10 +413,7 @@ impl Gateway {
     ) -> impl Iterator<Item = Level<'a>> + Clone {
         let user = user
             .zip(c.limits.per_user.as_deref())
-            .map(|(u, limits)| Level {
-                owner: crate::keys::Owner::User(u),
-                limits,
-            });
+            .map(|(u, limits)| Level::new(crate::keys::Owner::User(u), limits));
         self.levels(c).chain(user)
     }
 }

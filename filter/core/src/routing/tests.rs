@@ -34,6 +34,7 @@ fn authenticate_by_key_hash() {
             limits: Default::default(),
             allow_overrides: false,
             team: None,
+            counters_key: String::new(),
         },
     );
     assert_eq!(
@@ -131,6 +132,7 @@ fn experiment_overrides_even_an_explicit_model_and_is_sticky_per_client() {
             limits: Default::default(),
             allow_overrides: false,
             team: None,
+            counters_key: String::new(),
         };
         let r = resolve(&g, &c, "mini", 0).unwrap();
         let (e, arm) = r.experiment.unwrap();
@@ -218,6 +220,7 @@ fn remembered_key_hashes_are_only_accepted_keys_and_the_config_still_decides() {
         limits: Default::default(),
         allow_overrides: false,
         team: None,
+        counters_key: String::new(),
     };
     g.clients.insert(hash, client);
     let mut known = KeyHashes::default();
