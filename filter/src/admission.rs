@@ -778,7 +778,8 @@ pub fn charge(
 
 /// OpenAI's rate-limit headers for the tightest level of each limit.
 pub fn headers(requests: Option<Shown>, tokens: Option<Shown>) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
+    // Room for these six and the two budget headers, allocated once.
+    let mut out = Vec::with_capacity(8);
     if let Some(s) = requests {
         out.push(("x-ratelimit-limit-requests", s.limit.to_string()));
         out.push((

@@ -175,11 +175,14 @@ impl Guardrails {
             Stage::Input => &self.input,
             Stage::Output => &self.output,
         };
-        list.iter()
-            .enumerate()
-            .filter(|(_, c)| c.applies(client, model))
-            .map(|(i, _)| i)
-            .collect()
+        let mut out = Vec::with_capacity(list.len());
+        out.extend(
+            list.iter()
+                .enumerate()
+                .filter(|(_, c)| c.applies(client, model))
+                .map(|(i, _)| i),
+        );
+        out
     }
 
     pub fn checks(&self, stage: Stage) -> &[Check] {
