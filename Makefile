@@ -163,6 +163,10 @@ JSONSCHEMA_VERSION := 4.26.0
 # The Realtime tests' WebSocket client (the OpenAI SDK's realtime client
 # runs on it too).
 WEBSOCKETS_VERSION := 16.1.1
+# The official MCP SDK: the MCP tests' servers and clients (tests/sdk/mcp_*.py;
+# 2.x's MCPServer and streamable_http_client). Pinned after the Agents SDK,
+# which would otherwise pick its own.
+MCP_SDK_VERSION := 2.3.0
 sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
@@ -175,6 +179,8 @@ sdk:
 	  $(VENV)/bin/pip install --quiet jsonschema==$(JSONSCHEMA_VERSION)
 	@$(VENV)/bin/python -c "import websockets, sys; sys.exit(websockets.__version__ != '$(WEBSOCKETS_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet websockets==$(WEBSOCKETS_VERSION)
+	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$(MCP_SDK_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet mcp==$(MCP_SDK_VERSION)
 
 # The fleet's images (docker-compose.yml). `make images`: stand-in bases made
 # here without a registry (debootstrap); `make images BASES=public`: from

@@ -7,12 +7,13 @@
 # (libportcullis.so, found through Envoy's ENVOY_DYNAMIC_MODULES_SEARCH_PATH);
 # it reads Envoy's own environment, so no variable list is needed.
 # The filter reads only the environment variables listed in host_env_keys:
-# the shipped providers' keys, every preset's (docs/providers.md), and any
+# the shipped providers' keys, every preset's (docs/providers.md), the
+# gateway's seal secret (and the previous one while it rotates), and any
 # named in PORTCULLIS_ENV_KEYS (space- or comma-separated), and every one the
 # plugin config names (`api_key_env`, an MCP server's `credential.env`).
 set -euo pipefail
 in="$1"; out="$2"
-env_keys="OPENAI_API_KEY, BACKUP_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, GROQ_API_KEY, MISTRAL_API_KEY, DEEPSEEK_API_KEY, TOGETHER_API_KEY, FIREWORKS_API_KEY, OPENROUTER_API_KEY, XAI_API_KEY, PERPLEXITY_API_KEY, PORTCULLIS_MAX_CONFIG_BYTES, PORTCULLIS_INGEST_TOKEN, PORTCULLIS_LIMITER_TOKEN, PORTCULLIS_TESTING"
+env_keys="OPENAI_API_KEY, BACKUP_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, GROQ_API_KEY, MISTRAL_API_KEY, DEEPSEEK_API_KEY, TOGETHER_API_KEY, FIREWORKS_API_KEY, OPENROUTER_API_KEY, XAI_API_KEY, PERPLEXITY_API_KEY, PORTCULLIS_MAX_CONFIG_BYTES, PORTCULLIS_INGEST_TOKEN, PORTCULLIS_LIMITER_TOKEN, PORTCULLIS_SEAL_SECRET, PORTCULLIS_SEAL_SECRET_PREVIOUS, PORTCULLIS_TESTING"
 for k in ${PORTCULLIS_ENV_KEYS:+${PORTCULLIS_ENV_KEYS//,/ }}; do
   [[ $k =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "render-ecds.sh: PORTCULLIS_ENV_KEYS: $k is not a variable name" >&2; exit 1; }
   env_keys+=", $k"

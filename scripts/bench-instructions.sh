@@ -273,7 +273,7 @@ measure() { # variant -> instructions per request
   esac
   out="$dir/$v.callgrind"
   rm -f "$out"*
-  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$NATIVE_DIR" PORTCULLIS_LIMITER_TOKEN=bench-token OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+  ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$NATIVE_DIR" PORTCULLIS_LIMITER_TOKEN=bench-token PORTCULLIS_SEAL_SECRET=bench-seal-secret-32-bytes-long OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench AWS_ACCESS_KEY_ID=AKIDBENCH AWS_SECRET_ACCESS_KEY=bench/secret valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
     --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$cfg" --disable-hot-restart --concurrency 1 -l error \
     >"$dir/$v.log" 2>&1 &
   local pid=$!

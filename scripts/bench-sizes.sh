@@ -84,7 +84,7 @@ median_of() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {if (NR%2) prin
 
 # ---------------------------------------------------------------- throughput
 for v in "${VARIANTS[@]}"; do
-  taskset -c 0 env OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench ANTHROPIC_API_KEY=sk-bench "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
+  taskset -c 0 env OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench ANTHROPIC_API_KEY=sk-bench PORTCULLIS_SEAL_SECRET=bench-seal-secret-32-bytes-long "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
   PID[$v]=$!; pids+=($!)
 done
 for v in "${VARIANTS[@]}"; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; done
@@ -139,7 +139,7 @@ instr_n() { # size -> requests counted (fewer for big bodies: callgrind is slow)
 if [[ $INSTR == 1 ]]; then
   for v in "${COUNTED[@]}"; do
     out="$dir/$v.callgrind"
-    OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench ANTHROPIC_API_KEY=sk-bench valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
+    OPENAI_API_KEY=sk-bench BACKUP_API_KEY=sk-bench ANTHROPIC_API_KEY=sk-bench PORTCULLIS_SEAL_SECRET=bench-seal-secret-32-bytes-long valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
       --callgrind-out-file="$out" "$ENVOY_REAL" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v-cg.log" 2>&1 &
     pid=$!
     wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"

@@ -50,6 +50,9 @@ wait_for http://127.0.0.1:18012/__mock/hits "MCP server notes"
 TOKEN=$(cat .run/collector-token)
 # Records come only from this gateway: Envoy sends the ingest token.
 [ -s .run/ingest-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/ingest-token)
+# The gateway's seal secret (MCP sessions, file and batch ids): one for
+# both replicas, so either opens what the other sealed.
+[ -s .run/seal-secret ] || (umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >.run/seal-secret)
 # Only this gateway may spend clients' global limits: the limiter's token.
 [ -s .run/limiter-token ] || (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >.run/limiter-token)
 # The budgets the dashboard shows are the config's: with the control plane,
@@ -99,6 +102,7 @@ if [[ "${CONTROL:-1}" != 0 ]]; then
 fi
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary MCP_NOTES_TOKEN=sk-mock-notes \
   PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
+  PORTCULLIS_SEAL_SECRET="$(cat .run/seal-secret)" \
   scripts/keep-running.sh envoy "$ENVOY" -c "$bootstrap" --disable-hot-restart --concurrency 2 -l info \
   >.run/logs/envoy.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9901/ready "Envoy"
@@ -109,6 +113,7 @@ sed -e 's/port_value: 10000}/port_value: 10001}/' -e 's/port_value: 9901}/port_v
   -e 's/id: portcullis-local$/id: portcullis-local-2/' "$bootstrap" >.run/envoy-2.yaml
 OPENAI_API_KEY=sk-mock-primary BACKUP_API_KEY=sk-mock-backup ANTHROPIC_API_KEY=sk-mock-primary MCP_NOTES_TOKEN=sk-mock-notes \
   PORTCULLIS_INGEST_TOKEN="$(cat .run/ingest-token)" PORTCULLIS_LIMITER_TOKEN="$(cat .run/limiter-token)" \
+  PORTCULLIS_SEAL_SECRET="$(cat .run/seal-secret)" \
   scripts/keep-running.sh envoy-2 "$ENVOY" -c .run/envoy-2.yaml --disable-hot-restart --concurrency 1 -l info \
   >.run/logs/envoy-2.log 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:9902/ready "the second Envoy"

@@ -364,12 +364,19 @@ impl<H: Host> RequestContext<H> {
         self.each_gateway_header(|k, v| {
             let _ = self.host.add_header(Part::Response, k, v);
         });
-        if self
-            .flight
-            .as_ref()
-            .is_some_and(|f| f.translation.is_some())
-        {
-            // A translated answer has its own length.
+        if self.flight.as_ref().is_some_and(|f| {
+            f.translation.is_some()
+                || (f.chat.stream
+                    && self.log.status == 200
+                    && ((f.usage_chunk && !f.chat.include_usage)
+                        || f.stream_cap.is_some()
+                        || f.output.as_ref().is_some_and(|o| o.stream.is_some())))
+        }) {
+            // A translated answer has its own length; so has a stream the
+            // gateway changes as it passes (the usage chunk only it asked
+            // for dropped, a cap, a guardrail): a provider's
+            // `Content-Length` would promise the client bytes that never
+            // come (#61). Envoy frames it chunked instead.
             let _ = self.host.set_header(Part::Response, "content-length", None);
         }
         if self.translates_stream() {

@@ -3,7 +3,12 @@
 //! in shared data, `portcullis_core::affinity`), so that
 //! `GET`/`DELETE /v1/responses/{id}` and `.../input_items` reach it, and a
 //! request chained with `previous_response_id` goes to it too — never
-//! silently elsewhere, where the conversation does not exist.
+//! silently elsewhere, where the conversation does not exist. A response
+//! belongs to the client that made it (#61): for any other key it does not
+//! exist (404 when read, listed, deleted or chained to, as the provider
+//! says of a response it does not have), and a chain to a
+//! response the gateway does not know is refused the same way, since the
+//! provider would find it with the gateway's own credential.
 
 use crate::context::{Phase, RequestContext};
 use crate::host::Host;
@@ -29,8 +34,11 @@ impl<H: Host> RequestContext<H> {
         let Some(provider) = self.answering_provider() else {
             return;
         };
+        let Some(owner) = self.owner_name() else {
+            return;
+        };
         let now = self.host.now_ms();
-        let Some(entry) = affinity::encode(id, &provider, now) else {
+        let Some(entry) = affinity::encode(id, &owner, &provider, now) else {
             return;
         };
         let key = keys::response_slot(affinity::slot(id));
@@ -42,11 +50,19 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
-    /// The provider (by index) that made a response, if the gateway knows.
+    /// The name of the client this request acts as (a response's owner).
+    fn owner_name(&self) -> Option<String> {
+        let loaded = self.loaded.as_ref()?;
+        self.client(&loaded.gw).map(|c| c.name.clone())
+    }
+
+    /// The provider (by index) that made a response, if the gateway knows
+    /// it as this client's.
     pub(crate) fn response_provider(&self, gw: &Gateway, id: &str) -> Option<usize> {
+        let owner = self.client(gw)?.name.as_str();
         let key = keys::response_slot(affinity::slot(id));
         let (entry, _) = self.host.get(&key).ok()?;
-        let name = affinity::provider_of(&entry?, id, self.host.now_ms())?;
+        let name = affinity::provider_of(&entry?, id, owner, self.host.now_ms())?;
         gw.providers.iter().position(|p| p.name == name)
     }
 
@@ -73,7 +89,7 @@ impl<H: Host> RequestContext<H> {
                 404,
                 "invalid_request_error",
                 "response_not_found",
-                format!("The gateway does not know response `{id}`: it remembers which provider made each response for 24 hours, and this one is unknown or older."),
+                format!("The gateway does not know response `{id}` for this key: it remembers which provider made each response, and for which key, for 24 hours, and this one is another key's, unknown or older."),
             ));
         };
         let loaded = self.loaded()?;
@@ -115,8 +131,27 @@ impl<H: Host> RequestContext<H> {
         let Some(previous) = kept::previous_id(f.chat.document()?).map(str::to_string) else {
             return Ok(());
         };
-        let Some(index) = self.response_provider(gw, &previous) else {
+        // Only a provider that keeps responses itself (its answers passed
+        // as they are) holds a conversation; a translated one refuses the
+        // field by name further on.
+        let kept_by_a_candidate = f.candidates.iter().any(|(p, _)| {
+            gw.providers
+                .get(*p)
+                .is_some_and(|p| translate::back_for(p, &f.chat).is_none())
+        });
+        if !kept_by_a_candidate {
             return Ok(());
+        }
+        let Some(index) = self.response_provider(gw, &previous) else {
+            // Unknown, another key's, or forgotten: the provider would find
+            // another key's with the gateway's credential, so the gateway
+            // answers as the provider does for one it does not have.
+            return Err(GatewayError::new(
+                404,
+                "invalid_request_error",
+                "previous_response_not_found",
+                format!("Previous response with id '{previous}' not found."),
+            ));
         };
         let Some(f) = self.flight.as_mut() else {
             return Ok(());

@@ -4,6 +4,7 @@
 use crate::host::Host;
 use crate::host::LogLevel;
 use portcullis_core::config::Gateway;
+use portcullis_core::error::GatewayError;
 use portcullis_core::mcp::Credential;
 use portcullis_core::providers::{self, Auth};
 use portcullis_core::sigv4;
@@ -28,6 +29,47 @@ pub struct Loaded {
     /// its value read from the VM environment at configure time, by server
     /// index.
     pub mcp_credentials: Vec<Option<(String, String)>>,
+    /// The gateway's seal over what callers hand back (MCP sessions, file
+    /// and batch ids), from the VM environment's `PORTCULLIS_SEAL_SECRET`
+    /// (and `_PREVIOUS` while rotating); without it those calls are
+    /// refused, never sealed with something guessable.
+    pub seal: Result<portcullis_core::seal::Seal, portcullis_core::seal::Missing>,
+}
+
+impl Loaded {
+    /// The secret the gateway sends MCP server `index` (its credential's
+    /// value without its prefix), to scrub from what the server answers.
+    pub fn mcp_secret(&self, index: usize) -> Option<&str> {
+        let (_, value) = self.mcp_credentials.get(index)?.as_ref()?;
+        let server = self.gw.mcp.as_ref()?.config.servers.get(index)?;
+        match &server.credential {
+            Credential::Header { prefix, .. } => value.strip_prefix(prefix.as_str()),
+            Credential::None => None,
+        }
+    }
+
+    /// Every MCP server's secret (for an answer the gateway makes from
+    /// several servers' answers).
+    pub fn mcp_secrets(&self) -> Vec<&str> {
+        (0..self.mcp_credentials.len())
+            .filter_map(|i| self.mcp_secret(i))
+            .collect()
+    }
+
+    /// The gateway's seal, or the 503 that tells the operator what to set.
+    pub fn sealer(&self) -> Result<&portcullis_core::seal::Seal, GatewayError> {
+        self.seal.as_ref().map_err(|missing| {
+            GatewayError::new(
+                503,
+                "server_error",
+                "seal_secret_missing",
+                format!(
+                    "The gateway cannot seal the ids and sessions it hands out: {missing}. Its operator sets {} (16 bytes or more, the same on every Envoy) in Envoy's environment and lists it in host_env_keys.",
+                    portcullis_core::seal::SECRET_ENV
+                ),
+            )
+        })
+    }
 }
 
 /// A signing provider's keys and the day's signing key derived from them
@@ -106,8 +148,19 @@ impl Loaded {
             .filter(|t| !t.trim().is_empty())
             .map(|t| format!("Bearer {}", t.trim()).into_bytes());
         let mcp_credentials = mcp_credentials(&gw, host);
+        let seal = portcullis_core::seal::Seal::from_env(|name| std::env::var(name).ok());
+        if let Err(missing) = &seal {
+            host.log(
+                LogLevel::Warn,
+                &format!(
+                    "{missing} (add it to vm_config.environment_variables.host_env_keys): \
+                     MCP sessions, files and batches are refused until the gateway has a seal secret"
+                ),
+            );
+        }
         Self {
             mcp_credentials,
+            seal,
             gw,
             credentials,
             secrets,

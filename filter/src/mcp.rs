@@ -23,8 +23,20 @@ use portcullis_core::mcp::answer;
 use portcullis_core::mcp::message::{Message, Method};
 use portcullis_core::mcp::{self as core_mcp, McpGateway, Server};
 use portcullis_core::ratelimit::{self, Bucket, Micros};
+use portcullis_core::secrets;
 use portcullis_core::store::update;
 use std::borrow::Cow;
+
+/// MCP's 404 for a session the gateway did not seal for this caller (or
+/// none at all where one is needed): the client starts a new one.
+pub(crate) fn session_missing() -> GatewayError {
+    GatewayError::new(
+        404,
+        "invalid_request_error",
+        "session_not_found",
+        "Session not found: start one with `initialize` (MCP-Session-Id is the gateway's).",
+    )
+}
 
 fn team_of<'g>(gw: &'g Gateway, c: &Client) -> Option<&'g portcullis_core::config::Team> {
     gw.teams.get(c.team?)
@@ -118,6 +130,8 @@ impl<H: Host> RequestContext<H> {
             .mcp
             .as_ref()
             .ok_or_else(|| GatewayError::internal("no mcp section"))?;
+        // Sessions are sealed: without the gateway's secret, no session.
+        self.loaded()?.sealer()?;
         if path == m.config.path {
             return self.mcp_aggregate_headers(gw, m, client, method, end_of_stream);
         }
@@ -174,6 +188,10 @@ impl<H: Host> RequestContext<H> {
             }
         };
         self.mcp_upstream(server, index, query, stream)?;
+        if stream {
+            // A POST's session is opened with its body (its id known).
+            self.open_server_session(client, &server.name)?;
+        }
         if let Some(call) = self.mcp.as_mut() {
             call.sent_ms = now;
         }
@@ -189,6 +207,49 @@ impl<H: Host> RequestContext<H> {
         }
         self.phase = Phase::McpBody;
         Ok(Action::Pause)
+    }
+
+    /// At `{path}/{server}`: the caller's session id, sealed by the
+    /// gateway to this caller and this server, becomes the server's own
+    /// (MCP's 404 for one that is not, and no server is asked with it).
+    fn open_server_session(&mut self, client: &Client, server: &str) -> Result<(), GatewayError> {
+        if self.mcp.as_ref().and_then(|c| c.session.as_ref()).is_none() {
+            return Ok(());
+        }
+        let sessions = self.session_servers(client)?;
+        let own = match sessions.as_slice() {
+            [(name, own)] if name == server && !own.is_empty() => own,
+            _ => return Err(session_missing()),
+        };
+        self.host
+            .set_header(Part::Request, "mcp-session-id", Some(own))
+            .map_err(|s| GatewayError::internal(format!("cannot rewrite the request: {s:?}")))
+    }
+
+    /// A server's answer names its session: the caller gets it sealed to
+    /// itself and this server.
+    fn seal_server_session(&mut self, own: &str) {
+        let Ok(loaded) = self.loaded() else {
+            return;
+        };
+        let gw = &loaded.gw;
+        let Some(server) = gw
+            .mcp
+            .as_ref()
+            .and_then(|m| m.config.servers.get(self.mcp.as_ref()?.server?))
+        else {
+            return;
+        };
+        let Some(client) = self.mcp_client(gw) else {
+            return;
+        };
+        let sealed = self.sealed_session(&client, &[(server.name.clone(), own.to_string())]);
+        // Without a seal no answer reaches here (the request was refused);
+        // a server's session never passes as it is.
+        let value = sealed.ok();
+        let _ = self
+            .host
+            .set_header(Part::Response, "mcp-session-id", value.as_deref());
     }
 
     /// A verified login's client (`mcp.oauth.client`) and team (its claim).
@@ -294,6 +355,7 @@ impl<H: Host> RequestContext<H> {
             .as_ref()
             .and_then(|c| m.config.servers.get(c.server?))
             .ok_or_else(|| GatewayError::internal("no server"))?;
+        self.open_server_session(client, &server.name)?;
         self.phase = Phase::McpProxied;
         let now = self.host.now_ms();
         if let Some(call) = self.mcp.as_mut() {
@@ -488,6 +550,7 @@ impl<H: Host> RequestContext<H> {
         let resp = self.host.headers(Part::Response).unwrap_or_default();
         let mut status = 0u16;
         let mut sse = false;
+        let mut session = None;
         for (k, v) in &resp {
             match k {
                 ":status" => {
@@ -497,7 +560,37 @@ impl<H: Host> RequestContext<H> {
                         .unwrap_or(0)
                 }
                 "content-type" => sse = v.starts_with(b"text/event-stream"),
+                "mcp-session-id" => session = Some(String::from_utf8_lossy(v).into_owned()),
                 _ => {}
+            }
+        }
+        let aggregate = self.mcp.as_ref().is_some_and(|c| c.aggregate);
+        match session {
+            // The client holds the gateway's session over all its servers.
+            Some(_) if aggregate => {
+                let _ = self.host.set_header(Part::Response, "mcp-session-id", None);
+            }
+            Some(own) => self.seal_server_session(&own),
+            None => {}
+        }
+        // The server's credential, should it echo it: scrubbed from the
+        // headers here and from the body as it passes.
+        let secret = self.loaded.clone().and_then(|l| {
+            let i = self.mcp.as_ref()?.server?;
+            l.mcp_secret(i).map(str::to_string)
+        });
+        let scrubbing = secret
+            .as_ref()
+            .is_some_and(|s| s.len() >= secrets::MIN_SECRET_LEN);
+        if let Some(secret) = secret.as_deref().filter(|_| scrubbing) {
+            for (k, v) in &resp {
+                if k.starts_with(':') || k == "mcp-session-id" {
+                    continue;
+                }
+                if let Some(clean) = secrets::scrub(v, secret) {
+                    let clean = String::from_utf8_lossy(&clean).into_owned();
+                    let _ = self.host.set_header(Part::Response, k, Some(&clean));
+                }
             }
         }
         self.log.status = status;
@@ -510,8 +603,9 @@ impl<H: Host> RequestContext<H> {
         if let Some(call) = self.mcp.as_mut() {
             call.sse = sse;
             call.rewriting = rewriting;
+            call.scrubbing = scrubbing;
         }
-        if rewriting {
+        if rewriting || scrubbing {
             let _ = self.host.set_header(Part::Response, "content-length", None);
         }
         self.phase = Phase::McpResponding;
@@ -532,6 +626,13 @@ impl<H: Host> RequestContext<H> {
     fn mcp_rewrite(&mut self, call: &mut McpCall, body_size: usize, end_of_stream: bool) -> Action {
         if !call.rewriting {
             call.response_bytes = call.response_bytes.saturating_add(body_size as u64);
+            if call.scrubbing {
+                let chunk = self
+                    .host
+                    .body(Part::Response, body_size)
+                    .unwrap_or_default();
+                self.scrub_chunk(call, &chunk, None, end_of_stream);
+            }
             return Action::Continue;
         }
         if !call.sse && !end_of_stream {
@@ -581,10 +682,28 @@ impl<H: Host> RequestContext<H> {
             answer::rewrite_json(&chunk, &mut edit)
         };
         self.log.guardrails.extend(verdicts);
-        if let Some(out) = out {
+        if call.scrubbing {
+            self.scrub_chunk(call, &chunk, out, end_of_stream);
+        } else if let Some(out) = out {
             let _ = self.host.set_body(Part::Response, body_size, &out);
         }
         Action::Continue
+    }
+
+    /// A chunk of the answer (`out`: as rewritten, else as it came) with the
+    /// server's credential scrubbed, in place of the chunk.
+    fn scrub_chunk(&mut self, call: &mut McpCall, chunk: &[u8], out: Option<Vec<u8>>, end: bool) {
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(secret) = call.server.and_then(|i| loaded.mcp_secret(i)) else {
+            return;
+        };
+        let bytes = out.as_deref().unwrap_or(chunk);
+        let sent = call.scrubber.chunk(bytes, &[secret], end);
+        if out.is_some() || sent != chunk {
+            let _ = self.host.set_body(Part::Response, chunk.len(), &sent);
+        }
     }
 }
 

@@ -19,20 +19,17 @@
 
 use crate::context::{Phase, RequestContext};
 use crate::host::{Action, Host, Part};
-use crate::mcp::levels;
+use crate::mcp::{levels, session_missing};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::mcp::aggregate;
 use portcullis_core::mcp::message::{Message, Method};
 use portcullis_core::mcp::McpGateway;
 
-fn session_missing() -> GatewayError {
-    GatewayError::new(
-        404,
-        "invalid_request_error",
-        "session_not_found",
-        "Session not found: start one with `initialize` (MCP-Session-Id is the gateway's).",
-    )
+/// An answer made of several servers' answers, with every server's
+/// credential scrubbed from it.
+fn scrubbed(loaded: &crate::loaded::Loaded, body: Vec<u8>) -> Vec<u8> {
+    portcullis_core::secrets::scrub_all(&body, &loaded.mcp_secrets()).unwrap_or(body)
 }
 
 impl<H: Host> RequestContext<H> {
@@ -59,7 +56,7 @@ impl<H: Host> RequestContext<H> {
                 Ok(Action::Pause)
             }
             "DELETE" => {
-                let sessions = self.session_servers()?;
+                let sessions = self.session_servers(client)?;
                 self.fan_out(gw, m, client, "DELETE", &sessions, b"")
             }
             _ => Err(GatewayError::new(
@@ -74,13 +71,46 @@ impl<H: Host> RequestContext<H> {
         }
     }
 
-    /// The servers' sessions the client's session holds.
-    fn session_servers(&self) -> Result<Vec<(String, String)>, GatewayError> {
+    /// The servers' sessions the client's session holds, when the gateway
+    /// sealed it to this caller and it is alive (else MCP's 404: no server
+    /// is asked with another caller's session).
+    pub(crate) fn session_servers(
+        &self,
+        client: &Client,
+    ) -> Result<Vec<(String, String)>, GatewayError> {
+        let loaded = self.loaded()?;
+        let seal = loaded.sealer()?;
+        let now = self.host.now_ms();
         self.mcp
             .as_ref()
             .and_then(|c| c.session.as_deref())
-            .and_then(aggregate::sessions_of)
+            .and_then(|id| aggregate::sessions_of(id, self.session_holder(client), now, seal))
             .ok_or_else(session_missing)
+    }
+
+    /// Who this caller's MCP sessions are sealed to: its key, and the user
+    /// a login named.
+    pub(crate) fn session_holder<'a>(&'a self, client: &'a Client) -> aggregate::Holder<'a> {
+        aggregate::Holder {
+            key: &client.name,
+            user: self.request.end_user.as_deref(),
+        }
+    }
+
+    /// A session id sealed to this caller for `sessions`.
+    pub(crate) fn sealed_session(
+        &self,
+        client: &Client,
+        sessions: &[(String, String)],
+    ) -> Result<String, GatewayError> {
+        let loaded = self.loaded()?;
+        let expires = self.host.now_ms().saturating_add(aggregate::SESSION_TTL_MS);
+        Ok(aggregate::session_id(
+            sessions,
+            self.session_holder(client),
+            expires,
+            loaded.sealer()?,
+        ))
     }
 
     /// A message to the aggregated endpoint.
@@ -106,11 +136,11 @@ impl<H: Host> RequestContext<H> {
                 self.fan_out(gw, m, client, "POST", &all, body)
             }
             Method::Notification(_) | Method::Response | Method::ToolsList => {
-                let sessions = self.session_servers()?;
+                let sessions = self.session_servers(client)?;
                 self.fan_out(gw, m, client, "POST", &sessions, body)
             }
             Method::Other(o) if o == "prompts/list" => {
-                let sessions = self.session_servers()?;
+                let sessions = self.session_servers(client)?;
                 self.fan_out(gw, m, client, "POST", &sessions, body)
             }
             Method::Other(o) if o == "ping" => Ok(self.reply(200, &[], &aggregate::pong(id))),
@@ -153,7 +183,7 @@ impl<H: Host> RequestContext<H> {
         body: &[u8],
         body_size: usize,
     ) -> Result<Action, GatewayError> {
-        let sessions = self.session_servers()?;
+        let sessions = self.session_servers(client)?;
         let unknown = || {
             GatewayError::new(
                 if tool { 403 } else { 400 },
@@ -363,8 +393,8 @@ impl<H: Host> RequestContext<H> {
                         "No MCP server of this key answered `initialize`.",
                     ));
                 }
-                let sid = aggregate::session_id(&sessions);
-                let body = aggregate::initialize(&id, &messages);
+                let sid = self.sealed_session(client, &sessions)?;
+                let body = scrubbed(&loaded, aggregate::initialize(&id, &messages));
                 Ok(self.reply(200, &[("mcp-session-id", &sid)], &body))
             }
             "tools/list" | "prompts/list" => {
@@ -386,7 +416,7 @@ impl<H: Host> RequestContext<H> {
                         lv.reaches(server)
                     }
                 };
-                let body = aggregate::merged_list(&id, member, &lists, &keep);
+                let body = scrubbed(&loaded, aggregate::merged_list(&id, member, &lists, &keep));
                 Ok(self.reply(200, &[], &body))
             }
             "DELETE" => Ok(self.reply(200, &[], b"")),

@@ -28,6 +28,10 @@ pub struct McpCall {
     pub sse: bool,
     /// The answer is read and rewritten as it passes.
     pub rewriting: bool,
+    /// The server's credential may be echoed: the answer's bytes are
+    /// scrubbed of it as they pass.
+    pub scrubbing: bool,
+    pub scrubber: portcullis_core::secrets::Scrubber,
     pub events: Events,
     /// Tool-call counters held until the call ends.
     pub concurrency: Vec<String>,

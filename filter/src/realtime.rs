@@ -143,13 +143,17 @@ impl<H: Host> RequestContext<H> {
         self.held = Some(held);
         self.rate_headers = admission::headers(self.req_take, shown.tokens);
         let key = self.roll.to_le_bytes();
+        // Every text event is read whole up to the key's body bound; a
+        // larger one ends the session (never passes unread).
         let mut session = Session::new(
             requested,
             route.model,
             provider,
             model_id.clone(),
             [key[0], key[1], key[2], key[3]],
+            client.limits.max_body_bytes,
         );
+        session.stamp = self.key_stamp();
         session.price = priced.map(|(p, _)| p);
         session.price_source = priced.map_or("", |(_, s)| s.as_str());
         if gw.global_limits.is_some() {
@@ -186,6 +190,17 @@ impl<H: Host> RequestContext<H> {
         self.count_global(gw, first);
         self.realtime_send(gw)?;
         Ok(Action::Continue)
+    }
+
+    /// The stamp the serving config wrote for this request's key (none:
+    /// no config wrote one).
+    fn key_stamp(&self) -> Option<Vec<u8>> {
+        let hash = self.request.key.as_ref()?;
+        let (v, _) = self
+            .host
+            .get(&portcullis_core::keys::client_stamp_key(hash))
+            .ok()?;
+        v
     }
 
     /// The upgrade on its way to the session's provider.
@@ -235,9 +250,41 @@ impl<H: Host> RequestContext<H> {
             return Action::Continue;
         };
         let gw = &loaded.gw;
+        let stamp_now = if body_size > 0 {
+            self.key_stamp()
+        } else {
+            None
+        };
+        let client_cap = gw
+            .clients
+            .get(self.request.key.as_ref().unwrap_or(&[0; 32]))
+            .map_or(gw.max_body_bytes, |c| c.limits.max_body_bytes);
         let Some(s) = self.realtime.as_deref_mut() else {
             return Action::Continue;
         };
+        if body_size > 0 && s.stamp.is_some() && s.stamp != stamp_now {
+            // The key was revoked or changed by a config applied since the
+            // session began (the config it began with would let it go on).
+            let revoked = stamp_now.as_ref().is_none_or(Vec::is_empty);
+            s.end(
+                if revoked {
+                    GatewayError::new(
+                        401,
+                        "invalid_request_error",
+                        "invalid_api_key",
+                        "This key was revoked: the session ends.",
+                    )
+                } else {
+                    GatewayError::new(
+                        403,
+                        "invalid_request_error",
+                        "key_changed",
+                        "This key's access changed with the gateway's config: the session ends; open a new one.",
+                    )
+                },
+                POLICY,
+            );
+        }
         if s.told_provider {
             // Ended: nothing more goes to the provider.
             if body_size > 0 {
@@ -290,16 +337,26 @@ impl<H: Host> RequestContext<H> {
             }
         });
         if let Some(e) = client.error.clone() {
-            s.end(
+            let err = if e.0 == portcullis_core::websocket::OVERSIZED {
+                GatewayError::new(
+                    413,
+                    "invalid_request_error",
+                    "event_too_large",
+                    format!(
+                        "A client event of more than {} bytes: the gateway reads every text event whole (limits.max_body_bytes) and ends the session rather than pass one unread.",
+                        client_cap
+                    ),
+                )
+            } else {
                 GatewayError::bad_request(
                     "invalid_frame",
                     format!(
                         "The session's WebSocket frames break the protocol: {}.",
                         e.0
                     ),
-                ),
-                PROTOCOL,
-            );
+                )
+            };
+            s.end(err, PROTOCOL);
         }
         if s.ending.is_some() && !s.told_provider {
             s.told_provider = true;

@@ -41,6 +41,10 @@ pub struct Session {
     /// global`): each limit's descriptors, and the calls in flight.
     pub global: Vec<crate::global_limits::Ask>,
     pub global_calls: Vec<(u32, Vec<crate::global_limits::Ask>)>,
+    /// The key's stamp when the session began
+    /// (`portcullis_core::keys::client_stamp`): another one later means
+    /// the key was revoked or changed, and the session ends.
+    pub stamp: Option<Vec<u8>>,
 }
 
 impl Session {
@@ -50,6 +54,7 @@ impl Session {
         provider: usize,
         model_id: String,
         key: [u8; 4],
+        cap: usize,
     ) -> Session {
         Session {
             model,
@@ -58,8 +63,9 @@ impl Session {
             provider,
             price: None,
             price_source: "",
-            client: Frames::new(Side::Client, DEFAULT_CAP, key),
-            server: Frames::new(Side::Server, DEFAULT_CAP, key),
+            client: Frames::new(Side::Client, cap, key),
+            server: Frames::new(Side::Server, cap.max(DEFAULT_CAP), key),
+            stamp: None,
             usage: Usage::default(),
             cost_micros: 0,
             statuses: Vec::new(),

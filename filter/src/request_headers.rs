@@ -166,8 +166,10 @@ impl<H: Host> RequestContext<H> {
                 Ok(self.reply(200, &[], &body))
             }
             ("GET" | "DELETE", p) if kept::by_id(p).is_some() => {
-                // A kept response, at the provider that made it.
-                authenticate(&self.host, gw, authorization)?;
+                // A kept response, at the provider that made it (and for
+                // the key that made it).
+                let (hash, _) = authenticate(&self.host, gw, authorization)?;
+                self.request.key = Some(hash);
                 let full = f.path.to_string();
                 self.bound_for_provider(&all, path, f.authority.into_owned());
                 self.response_by_id(gw, &full)

@@ -194,6 +194,7 @@ impl<H: Host + Clone> Root<H> {
         crate::prompt_cache::configure(&host, gw.cache.as_ref());
         self.tick_ms = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         host.gauge(metrics::CONFIG_GENERATION, bump_generation(&host, bytes));
+        stamp_clients(&host, &gw);
         host.log(
             LogLevel::Info,
             &format!(
@@ -313,4 +314,40 @@ pub fn accept(bytes: &[u8]) -> Result<Gateway, String> {
 /// environment says so.
 fn testing_allowed() -> bool {
     std::env::var("PORTCULLIS_TESTING").is_ok_and(|v| v == "1")
+}
+
+/// Each client key's stamp in shared data (`Gateway::client_stamp`), and an
+/// empty one for each key stamped before (by any config of this Envoy, the
+/// list under `keys::CLIENT_STAMPS`) that this config has not: an open
+/// Realtime session of a revoked or changed key sees it at its next event
+/// and ends (#61). Unchanged stamps are not written again.
+fn stamp_clients<H: Host>(host: &H, gw: &Gateway) {
+    let mut now: Vec<[u8; 32]> = gw.clients.keys().copied().collect();
+    now.sort_unstable();
+    for hash in &now {
+        let Some(c) = gw.clients.get(hash) else {
+            continue;
+        };
+        let key = keys::client_stamp_key(hash);
+        let stamp = gw.client_stamp(c);
+        if host.get(&key).ok().and_then(|(v, _)| v).as_deref() != Some(stamp.as_slice()) {
+            let _ = host.set(&key, &stamp, None);
+        }
+    }
+    let before = host
+        .get(keys::CLIENT_STAMPS)
+        .ok()
+        .and_then(|(v, _)| v)
+        .unwrap_or_default();
+    for old in before.chunks_exact(32) {
+        if now.binary_search_by(|h| h.as_slice().cmp(old)).is_err() {
+            if let Ok(hash) = <[u8; 32]>::try_from(old) {
+                let _ = host.set(&keys::client_stamp_key(&hash), &[], None);
+            }
+        }
+    }
+    let list: Vec<u8> = now.iter().flatten().copied().collect();
+    if list != before {
+        let _ = host.set(keys::CLIENT_STAMPS, &list, None);
+    }
 }

@@ -76,8 +76,14 @@ impl<H: Host> RequestContext<H> {
             .providers
             .get(*first)
             .map_or("", |p| p.name.as_str());
-        let client = self.client(&loaded.gw).map(|c| c.name.clone());
-        let scope = client.filter(|_| cfg.per_client);
+        let Some(client) = self.client(&loaded.gw) else {
+            return false;
+        };
+        let team = client
+            .team
+            .and_then(|t| loaded.gw.teams.get(t))
+            .map(|t| t.name.as_str());
+        let scope = tier.scope.owner(&client.name, team, cfg.per_client);
         let space = semantic::space(route, model_id, scope.as_deref(), tier, &prompt);
         let body = semantic::embedding_request(tier, &prompt.text);
         let authority = if self.request.authority.is_empty() {

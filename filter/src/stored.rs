@@ -1,8 +1,9 @@
 //! OpenAI's files and batches through the gateway (#48): each call to the
 //! provider that keeps the file or batch, with that provider's credential;
-//! the ids the client sees sealed with the provider and the client
-//! (`portcullis_core::api::files`), so any replica routes a later call
-//! with the id alone and no other client can use it. An upload goes to a
+//! the ids the client sees sealed by the gateway's seal with the provider
+//! and the client (`portcullis_core::api::files`, `portcullis_core::seal`),
+//! so any replica routes a later call with the id alone and no other
+//! client can use it. An upload goes to a
 //! provider that serves the model its batch file names; a batch's requests
 //! count against the key's request rate; each call is recorded.
 
@@ -38,28 +39,12 @@ fn not_found(what: &str, id: &str) -> GatewayError {
 }
 
 impl<H: Host> RequestContext<H> {
-    /// The providers as (name, credential), for sealing and opening ids.
-    fn seal_keys(&self, gw: &Gateway) -> Vec<(String, String)> {
-        let secrets = self.loaded.as_ref().map(|l| &l.secrets);
-        gw.providers
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let secret = secrets
-                    .and_then(|s| s.get(i))
-                    .and_then(Option::as_deref)
-                    .unwrap_or("");
-                (p.name.clone(), secret.to_string())
-            })
-            .collect()
-    }
-
     /// A sealed id opened for this client: the provider's id, the
     /// provider, the requests it holds.
     fn open_id(&self, gw: &Gateway, client: &Client, id: &str) -> Option<files::Opened> {
-        let keys = self.seal_keys(gw);
-        let pairs: Vec<(&str, &str)> = keys.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
-        files::open(id, &pairs, &client.name).map(|(inner, p, n)| (inner.to_string(), p, n))
+        let seal = self.loaded.as_ref()?.seal.as_ref().ok()?;
+        let names: Vec<&str> = gw.providers.iter().map(|p| p.name.as_str()).collect();
+        files::open(id, &names, &client.name, seal).map(|(inner, p, n)| (inner.to_string(), p, n))
     }
 
     /// The provider a new file (or a list) goes to: the pinned one, else
@@ -147,6 +132,7 @@ impl<H: Host> RequestContext<H> {
             ..StoredCall::default()
         }));
         let client = self.key_and_rate(gw, authorization, now)?;
+        self.loaded()?.sealer()?;
         if call.has_body() {
             let limit = client.limits.max_body_bytes;
             let own = limit != gw.max_body_bytes;
@@ -204,10 +190,9 @@ impl<H: Host> RequestContext<H> {
             }
             Call::ListBatches => {
                 let p = self.stored_provider(gw, client, None, call.root())?;
-                let keys = self.seal_keys(gw);
-                let secret = keys.get(p).map_or("", |(_, s)| s.as_str());
+                let marks = files::owner_marks(&client.name, self.loaded()?.sealer()?);
                 if let Some(s) = self.stored.as_mut() {
-                    s.keep = Some(files::owner_mark(&client.name, secret));
+                    s.keep = Some(marks);
                 }
                 (p, "/batches".to_string())
             }
@@ -295,11 +280,9 @@ impl<H: Host> RequestContext<H> {
             return self.send_stored(gw, provider, "/files", "", None);
         }
         if batch {
-            let keys = self.seal_keys(gw);
+            let seal = loaded.sealer()?;
             let open = |id: &str| self.open_id(gw, client, id);
-            let mark = |p: usize| {
-                files::owner_mark(&client.name, keys.get(p).map_or("", |(_, s)| s.as_str()))
-            };
+            let mark = |_: usize| files::owner_mark(&client.name, seal);
             let (out, provider, requests) = files::batch_body(&body, &open, &mark)?;
             // A batch of n requests is n requests of the key's rate (the
             // call itself took one).
@@ -433,11 +416,11 @@ impl<H: Host> RequestContext<H> {
         let Some(provider) = call.provider else {
             return Action::Continue;
         };
-        let keys = self.seal_keys(gw);
-        let (name, secret) = keys
-            .get(provider)
-            .map_or(("", ""), |(n, s)| (n.as_str(), s.as_str()));
-        let seal = |id: &str, n: u64| files::seal(id, name, &client.name, secret, n);
+        let Ok(gw_seal) = loaded.sealer() else {
+            return Action::Continue;
+        };
+        let name = gw.providers.get(provider).map_or("", |p| p.name.as_str());
+        let seal = |id: &str, n: u64| files::seal(id, name, &client.name, gw_seal, n);
         let chunk = self
             .host
             .body(Part::Response, body_size)

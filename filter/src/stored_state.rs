@@ -13,8 +13,9 @@ pub struct StoredCall {
     /// `{scheme}://{authority}` as the client called the gateway (a
     /// Message Batch's `results_url` points there).
     pub origin: String,
-    /// A list of batches, kept to the owner's (their mark).
-    pub keep: Option<String>,
+    /// A list of batches, kept to the owner's (their marks, one per key of
+    /// the seal).
+    pub keep: Option<Vec<String>>,
     /// The answer's ids are sealed (JSON answers; not a file's content).
     pub sealed: bool,
     /// The provider (by index) the call went to.

@@ -264,6 +264,24 @@ pub fn post_streamed(
     }
 }
 
+/// The variable of the gateway's seal secret.
+pub const SEAL_SECRET_ENV: &str = "PORTCULLIS_SEAL_SECRET";
+/// The seal secret every test Envoy gets unless its test sets its own.
+pub const TEST_SEAL_SECRET: &str = "the test gateways' seal secret";
+
+/// Any method, with a body (empty: none).
+pub fn send(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+    let mut req = agent().request(method, url);
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    if body.is_empty() {
+        to_resp(req.call())
+    } else {
+        to_resp(req.send_string(body))
+    }
+}
+
 pub fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
     let mut req = agent().get(url);
     for (k, v) in headers {
@@ -362,6 +380,11 @@ impl Mock {
     pub fn script(&self, steps: Value) {
         let r = post(&self.url("/__mock/script"), &[], &steps.to_string());
         assert_eq!(r.status, 200, "mock script rejected: {}", r.body);
+    }
+    /// `mock-semantic`'s vectors for these texts (`{text: [numbers]}`).
+    pub fn set_vectors(&self, vectors: Value) {
+        let r = post(&self.url("/__mock/vectors"), &[], &vectors.to_string());
+        assert_eq!(r.status, 200, "mock vectors rejected: {}", r.body);
     }
     pub fn hits(&self) -> u64 {
         get(&self.url("/__mock/hits"), &[]).json()["hits"]
@@ -1148,7 +1171,12 @@ impl Envoy {
             .stderr(log)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default());
-        for (k, v) in &opts.env {
+        // Every gateway has a seal secret unless the test says otherwise
+        // (an empty value: none).
+        if !opts.env.iter().any(|(k, _)| *k == SEAL_SECRET_ENV) {
+            cmd.env(SEAL_SECRET_ENV, TEST_SEAL_SECRET);
+        }
+        for (k, v) in opts.env.iter().filter(|(_, v)| !v.is_empty()) {
             cmd.env(k, v);
         }
         if native() {

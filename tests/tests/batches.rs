@@ -375,3 +375,116 @@ fn the_anthropic_sdk_runs_a_message_batch_through_the_gateway() {
     assert!(rows["prompt_tokens"].as_u64() > Some(0), "{rows}");
     assert!(rows["cost_usd"].as_f64() > Some(0.0), "{rows}");
 }
+
+/// The id seal of #48 as it was: 12 hex digits of SHA-256 over the
+/// provider's credential, the owner, the provider, the id and the count.
+/// With a keyless provider the credential was empty, so anyone who knew a
+/// raw id and an owner's name could write this id.
+fn seal_keyed_by_the_providers_credential(
+    id: &str,
+    provider: &str,
+    owner: &str,
+    credential: &str,
+    n: u64,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let tag = hex(&Sha256::digest(provider.as_bytes())[..4]);
+    let mut h = Sha256::new();
+    for part in [credential, owner, provider, id, &n.to_string()] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    format!("{id}~{tag}{}{n}", hex(&h.finalize()[..6]))
+}
+
+/// An Envoy in front of one keyless provider (`primary`, no
+/// `OPENAI_API_KEY`, as a vLLM or Ollama preset is) with `env` added.
+fn keyless_envoy(primary: &Mock, env: Vec<(&'static str, &'static str)>) -> Envoy {
+    Envoy::start(EnvoyOpts {
+        plugin_yaml: &plugin(),
+        primary_port: primary.port,
+        backup_port: dead_port(),
+        collector_port: dead_port(),
+        ratelimit_port: dead_port(),
+        workers: 1,
+        side_tls: None,
+        bootstrap_patch: Vec::new(),
+        control: None,
+        clusters: None,
+        env,
+    })
+}
+
+/// Ids sealed by the gateway's own secret (#61): a provider without a key
+/// is as safe as one with (an id forged the way a credential-keyed seal
+/// allowed opens nothing); the provider's key and the seal secret rotate
+/// without turning live ids into 404s; a gateway without a secret refuses
+/// files and batches rather than hand out ids anyone could forge.
+#[test]
+fn ids_are_sealed_by_the_gateways_secret_whatever_the_providers_key() {
+    let primary = mock("primary", None);
+    let first = keyless_envoy(
+        &primary,
+        vec![("PORTCULLIS_SEAL_SECRET", "the first seal secret")],
+    );
+    let s = Stack {
+        primary,
+        backup: mock("backup", None),
+        envoy: first,
+    };
+    let r = upload(&s, DEMO_KEY, 3);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let raw = id.rsplit_once('~').unwrap().0.to_string();
+    let as_other = format!("Bearer {OTHER_KEY}");
+    let as_owner = format!("Bearer {DEMO_KEY}");
+    let read = |e: &Envoy, auth: &str, id: &str| {
+        get(
+            &e.url(&format!("/v1/files/{id}")),
+            &[("authorization", auth)],
+        )
+    };
+    // Forged by a caller that knows the raw id and the names: its own,
+    // the owner's.
+    for owner in ["other", "demo"] {
+        let forged = seal_keyed_by_the_providers_credential(&raw, "primary", owner, "", 3);
+        let r = read(&s.envoy, &as_other, &forged);
+        assert_openai_error(&r, 404, "not_found");
+    }
+    let r = read(&s.envoy, &as_other, &id);
+    assert_openai_error(&r, 404, "not_found");
+    assert_eq!(read(&s.envoy, &as_owner, &id).status, 200);
+    // Another replica: the provider now has a key, and the seal secret
+    // rotates (the new one seals, the old one still opens).
+    let rotated = keyless_envoy(
+        &s.primary,
+        vec![
+            ("OPENAI_API_KEY", "sk-the-providers-new-key"),
+            ("PORTCULLIS_SEAL_SECRET", "the second seal secret"),
+            ("PORTCULLIS_SEAL_SECRET_PREVIOUS", "the first seal secret"),
+        ],
+    );
+    let r = read(&rotated, &as_owner, &id);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // What it answers is sealed with the new secret.
+    let resealed = r.json()["id"].as_str().unwrap().to_string();
+    assert!(
+        resealed.starts_with(&format!("{raw}~")) && resealed != id,
+        "{resealed}"
+    );
+    let r = read(&rotated, &as_other, &id);
+    assert_openai_error(&r, 404, "not_found");
+    // The old secret removed: ids it sealed are gone, the new ones open; a
+    // gateway with no secret at all refuses, saying what to set.
+    let done = keyless_envoy(
+        &s.primary,
+        vec![("PORTCULLIS_SEAL_SECRET", "the second seal secret")],
+    );
+    assert_openai_error(&read(&done, &as_owner, &id), 404, "not_found");
+    assert_eq!(read(&done, &as_owner, &resealed).status, 200);
+    let none = keyless_envoy(&s.primary, vec![("PORTCULLIS_SEAL_SECRET", "")]);
+    let r = read(&none, &as_owner, &id);
+    assert_openai_error(&r, 503, "seal_secret_missing");
+    assert!(r.body.contains("PORTCULLIS_SEAL_SECRET"), "{}", r.body);
+}

@@ -85,6 +85,34 @@ fn the_usage_rewrite_of_a_stream_keeps_the_messages() {
     assert_eq!(seen["messages"][0]["content"], "keep my words", "{seen}");
     assert_eq!(seen["stream_options"]["include_usage"], true, "{seen}");
     assert_eq!(seen["stream"], true, "{seen}");
+    // A provider that frames its stream by `Content-Length` (#61): the
+    // gateway drops the usage chunk only it asked for, so the client must
+    // not be promised the provider's length (it would wait for bytes that
+    // never come, until its own timeout, on a kept-alive connection).
+    s.primary
+        .script(json!([{"content_length": true, "content": "framed by its length"}]));
+    let body = r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"a stream framed by its length"}]}"#;
+    let auth = format!("Bearer {DEMO_KEY}");
+    let r = post_streamed(
+        &s.envoy.url("/v1/chat/completions"),
+        &[("authorization", &auth)],
+        body,
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.error, None, "the stream ended: {}", r.resp.body);
+    assert_eq!(r.resp.status, 200);
+    assert!(r.resp.body.ends_with("data: [DONE]\n\n"), "{}", r.resp.body);
+    assert!(r.resp.body.contains("framed"), "{}", r.resp.body);
+    assert!(
+        !r.resp.body.contains("\"choices\":[]"),
+        "the usage chunk only the gateway asked for is gone: {}",
+        r.resp.body
+    );
+    if let Some(n) = r.resp.header("content-length") {
+        assert_eq!(n.parse::<usize>().unwrap(), r.resp.body.len());
+    }
+    let seen = s.primary.requests().last().unwrap()["body"].clone();
+    assert_eq!(seen["stream_options"]["include_usage"], true, "{seen}");
 }
 
 /// `max_tokens` of 2^63 wrapped the key's token bucket (every later request

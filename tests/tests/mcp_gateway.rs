@@ -184,10 +184,13 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         );
         assert_eq!(card.matches("[REDACTED:").count(), 2, "{card}");
         // The server's credential, never the caller's key; the trace goes on.
+        // The server echoes what it got: its credential comes back scrubbed
+        // (only the exact token is replaced, so it got exactly that).
         let got: Value = serde_json::from_str(v["headers"][0].as_str().unwrap()).unwrap();
         let auth = got.get("authorization").and_then(Value::as_str);
         if name == "beta" {
-            assert_eq!(auth, Some(format!("Bearer {BETA_TOKEN}").as_str()));
+            assert_eq!(auth, Some("Bearer [REDACTED]"));
+            assert!(!v.to_string().contains(BETA_TOKEN), "{v}");
         } else {
             assert_eq!(auth, None, "{got}");
         }
@@ -251,11 +254,8 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
     assert_eq!(v["echo"], json!(["alpha: hi"]));
     assert_eq!(v["beta_echo"], json!(["beta: hi"]));
     let got: Value = serde_json::from_str(v["headers"][0].as_str().unwrap()).unwrap();
-    assert_eq!(
-        got["authorization"],
-        json!(format!("Bearer {BETA_TOKEN}")),
-        "{got}"
-    );
+    assert_eq!(got["authorization"], json!("Bearer [REDACTED]"), "{got}");
+    assert!(!v.to_string().contains(BETA_TOKEN), "{v}");
     assert!(!got.to_string().contains(ALICE_KEY), "{got}");
     assert_eq!(v["secret"]["code"], json!(-32602), "{v}");
     assert_eq!(v["unknown"]["code"], json!(-32602), "{v}");
@@ -405,13 +405,123 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         assert_eq!(rpc(&r)["error"]["code"], json!(-32600));
         assert_eq!(rpc(&r)["id"], json!(5));
     }
+    // A live session is its key's (#61): Alice's sessions, at /mcp and at
+    // /mcp/alpha, replayed by another key, or moved to another server, or
+    // read as the server's own id: MCP's 404, and no server is asked.
+    let r = mcp_post(&envoy.url("/mcp"), ALICE_KEY, init, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let aggregated = r.header("mcp-session-id").expect("a session").to_string();
+    let r = mcp_post(&alpha, ALICE_KEY, init, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let own_alpha = r.header("mcp-session-id").expect("a session").to_string();
+    assert!(
+        own_alpha.starts_with("pcs2-"),
+        "sealed by the gateway: {own_alpha}"
+    );
+    let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+    let upstream = |c: &str| {
+        envoy
+            .stat(&format!("cluster.{c}.upstream_rq_total"))
+            .unwrap_or(0)
+    };
+    let before = (upstream("mcp_alpha"), upstream("mcp_beta"));
+    // The server's own session id, as the gateway read it from its answer.
+    let raw = {
+        let hex = own_alpha
+            .trim_start_matches("pcs2-")
+            .split('.')
+            .next()
+            .unwrap();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let pairs: Vec<(String, String)> = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(pairs.len(), 1, "{pairs:?}");
+        assert_eq!(pairs[0].0, "alpha");
+        pairs[0].1.clone()
+    };
+    for (what, url, key, session, body) in [
+        (
+            "another key at /mcp",
+            envoy.url("/mcp"),
+            DEMO_KEY,
+            &aggregated,
+            list,
+        ),
+        (
+            "another key at /mcp/alpha",
+            alpha.clone(),
+            DEMO_KEY,
+            &own_alpha,
+            ping,
+        ),
+        (
+            "another key's call",
+            alpha.clone(),
+            BURST_KEY,
+            &own_alpha,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}"#,
+        ),
+        (
+            "alpha's session at beta",
+            beta.clone(),
+            ALICE_KEY,
+            &own_alpha,
+            ping,
+        ),
+        (
+            "the aggregated one at alpha",
+            alpha.clone(),
+            ALICE_KEY,
+            &aggregated,
+            ping,
+        ),
+        ("the server's own id", alpha.clone(), ALICE_KEY, &raw, ping),
+    ] {
+        let r = mcp_post(&url, key, body, Some(session));
+        assert_eq!(r.status, 404, "{what}: {}", r.body);
+        assert_eq!(rpc(&r)["error"]["code"], json!(-32600), "{what}");
+        assert_eq!(
+            rpc(&r)["id"],
+            json!(if body == list { 5 } else { 7 }),
+            "{what}"
+        );
+    }
+    assert_eq!(
+        (upstream("mcp_alpha"), upstream("mcp_beta")),
+        before,
+        "no replayed session reached a server"
+    );
+    // Its own key still holds it, and the server gets its own id.
+    let r = mcp_post(&alpha, ALICE_KEY, ping, Some(&own_alpha));
+    assert_eq!(
+        (r.status, rpc(&r)["result"].clone()),
+        (200, json!({})),
+        "{}",
+        r.body
+    );
+    let r = mcp_post(&envoy.url("/mcp"), ALICE_KEY, list, Some(&aggregated));
+    assert_eq!(r.status, 200, "{}", r.body);
     // A huge `params`: the body limit, in JSON-RPC's shape.
     let huge = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
         "x".repeat(33 << 20)
     );
-    let r = mcp_post(&alpha, ALICE_KEY, &huge, None);
-    assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
+    // Past Envoy's buffer (33 MiB) and past the key's limit (32 MiB): the
+    // 413 is JSON-RPC's whichever answers it, Envoy's rewrite or ours.
+    let over_limit = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
+        "x".repeat((32 << 20) + 1024)
+    );
+    for body in [&huge, &over_limit] {
+        let r = mcp_post(&alpha, ALICE_KEY, body, None);
+        assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
+        let v = rpc(&r);
+        assert_eq!(v["jsonrpc"], "2.0", "{v}");
+        assert_eq!(v["error"]["code"], json!(-32000), "{v}");
+        assert_eq!(v["error"]["data"]["code"], "request_too_large", "{v}");
+    }
 
     // 30 concurrent calls against a limit of 10 a minute: exactly 10 pass.
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
@@ -603,4 +713,65 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
         (llm && tool).then_some(rows)
     });
     assert!(agent.len() >= 3, "{agent:?}");
+}
+
+/// An MCP server that echoes the credential the gateway gave it (the
+/// mock's `credential` tool: in an answer header and in a 500 body) never
+/// hands it to the client (#61), at `/mcp/{server}` and at `/mcp`.
+#[test]
+fn a_servers_credential_never_reaches_the_client() {
+    const TOKEN: &str = "sk-notes-server-credential";
+    let server = common::mock("notes", Some(TOKEN));
+    // envoy/envoy.yaml's own `mcp_notes` cluster, at this mock.
+    let notes_port = format!("port_value: {}", server.port);
+    let mut plugin = test_plugin();
+    plugin.push_str("mcp:\n  servers:\n    - {name: notes, cluster: mcp_notes, credential: {header: authorization, env: MCP_NOTES_TOKEN, prefix: \"Bearer \"}}\n");
+    let primary = common::mock("primary", None);
+    let envoy = Envoy::start(EnvoyOpts {
+        plugin_yaml: &plugin,
+        primary_port: primary.port,
+        backup_port: dead_port(),
+        collector_port: dead_port(),
+        ratelimit_port: dead_port(),
+        workers: 1,
+        env: vec![("MCP_NOTES_TOKEN", TOKEN)],
+        side_tls: None,
+        bootstrap_patch: vec![("port_value: 18012", &notes_port)],
+        control: None,
+        clusters: None,
+    });
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    for (path, tool) in [("/mcp/notes", "credential"), ("/mcp", "notes__credential")] {
+        let url = envoy.url(path);
+        let r = mcp_post(&url, DEMO_KEY, init, None);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let session = r.header("mcp-session-id").expect("a session").to_string();
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+        );
+        let r = mcp_post(&url, DEMO_KEY, &call, Some(&session));
+        assert_eq!(r.status, 500, "{path}: {}", r.body);
+        let headers = format!("{:?}", r.headers);
+        assert!(
+            !r.body.contains(TOKEN) && !headers.contains(TOKEN),
+            "{path}: {headers} {}",
+            r.body
+        );
+        assert_eq!(
+            r.header("x-debug-authorization"),
+            Some("Bearer [REDACTED]"),
+            "{path}: the echo in a header"
+        );
+        let v = rpc(&r);
+        assert_eq!(v["error"]["code"], json!(-32603), "{path}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("authorization `Bearer [REDACTED]`"),
+            "{path}: the echo in the body: {v}"
+        );
+    }
+    // The server did get its credential (a call without it is its 401).
+    assert!(server.hits() >= 4);
 }

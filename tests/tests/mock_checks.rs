@@ -1260,6 +1260,28 @@ fn cases(host: &str) -> Vec<(&'static str, Case)> {
                 "Session not found",
             ),
         ),
+        (
+            "mcp-batch",
+            mcp(Vec::new(), format!("[{}]", ping()), 400, "not a batch"),
+        ),
+        (
+            "mcp-no-jsonrpc",
+            mcp(
+                Vec::new(),
+                json!({"id": 1, "method": "ping"}).to_string(),
+                400,
+                "Invalid Request",
+            ),
+        ),
+        (
+            "mcp-unsupported-version",
+            mcp(
+                vec![("mcp-protocol-version", "1999-01-01".into())],
+                ping(),
+                400,
+                "Unsupported protocol version",
+            ),
+        ),
     ]
 }
 

@@ -90,7 +90,7 @@ fn sessions_pass_through_counted_priced_and_recorded() {
         .filter(|r| {
             r["path"]
                 .as_str()
-                .is_some_and(|p| p.starts_with("/v1/realtime"))
+                .is_some_and(|p| p.starts_with("/v1/realtime?"))
         })
         .collect();
     assert_eq!(ups.len(), 2, "{ups:?}");
@@ -240,9 +240,17 @@ fn limits_guardrails_and_bad_frames_end_a_session_cleanly() {
         .unwrap_or_else(|| panic!("{g}"));
     assert_eq!(err["error"]["code"], "guardrail_denied", "{g}");
     assert_eq!(g["closed"]["code"], 1008, "{g}");
-    let upstream_texts: Vec<String> = s.primary.requests().iter().map(|r| r.to_string()).collect();
+    // The mock logs every event it hears: some did reach it, the denied
+    // one did not.
+    let events = heard(&s.primary);
     assert!(
-        !upstream_texts.iter().any(|t| t.contains("hunter2")),
+        events
+            .iter()
+            .any(|e| e.contains("conversation.item.create")),
+        "{events:?}"
+    );
+    assert!(
+        !events.iter().any(|t| t.contains("hunter2")),
         "the denied prompt reached the provider"
     );
     // Frames that break the protocol: OpenAI's error event, then a 1002
@@ -299,11 +307,18 @@ fn two_hundred_sessions_at_once() {
 /// sent; the frames the gateway sends back until its close (opcode,
 /// payload).
 fn raw_session(port: u16, frame: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut sock = open_session(port, DEMO_KEY);
+    sock.write_all(frame).unwrap();
+    until_close(&mut sock)
+}
+
+/// The status line of an upgrade by hand for `key`, and the socket.
+fn upgrade(port: u16, key: &str) -> (String, std::net::TcpStream) {
     let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let head = format!(
-        "GET /v1/realtime?model=gpt-realtime HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\nauthorization: Bearer {DEMO_KEY}\r\n\r\n"
+        "GET /v1/realtime?model=gpt-realtime HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\nauthorization: Bearer {key}\r\n\r\n"
     );
     sock.write_all(head.as_bytes()).unwrap();
     let mut buf = Vec::new();
@@ -313,12 +328,22 @@ fn raw_session(port: u16, frame: &[u8]) -> Vec<(u8, Vec<u8>)> {
         buf.push(byte[0]);
     }
     let head = String::from_utf8_lossy(&buf);
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    (head.lines().next().unwrap_or("").to_string(), sock)
+}
+
+/// A session opened by hand for `key`, its `session.created` read.
+fn open_session(port: u16, key: &str) -> std::net::TcpStream {
+    let (status, mut sock) = upgrade(port, key);
+    assert!(status.starts_with("HTTP/1.1 101"), "{status}");
     let first = read_frame(&mut sock).expect("session.created");
     assert!(String::from_utf8_lossy(&first.1).contains("session.created"));
-    sock.write_all(frame).unwrap();
+    sock
+}
+
+/// The frames the gateway sends until its close.
+fn until_close(sock: &mut std::net::TcpStream) -> Vec<(u8, Vec<u8>)> {
     let mut out = Vec::new();
-    while let Some(f) = read_frame(&mut sock) {
+    while let Some(f) = read_frame(sock) {
         let close = f.0 == 8;
         out.push(f);
         if close {
@@ -326,6 +351,183 @@ fn raw_session(port: u16, frame: &[u8]) -> Vec<(u8, Vec<u8>)> {
         }
     }
     out
+}
+
+/// A client's text frame (masked, one frame) of any length.
+fn client_text(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x11u8, 0x22, 0x33, 0x44];
+    let mut f = vec![0x81u8];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+fn item_create(text: &str) -> Vec<u8> {
+    client_text(
+        json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]}})
+        .to_string()
+        .as_bytes(),
+    )
+}
+
+/// The text events the mock provider heard (its log).
+fn heard(m: &Mock) -> Vec<String> {
+    m.requests()
+        .iter()
+        .filter(|r| r["path"] == "/v1/realtime#event")
+        .filter_map(|r| r["body"]["event"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The error event and the close code the gateway ended a session with.
+fn ended(frames: &[(u8, Vec<u8>)]) -> (Value, u16) {
+    let err = frames
+        .iter()
+        .filter(|(op, _)| *op == 1)
+        .filter_map(|(_, p)| serde_json::from_slice::<Value>(p).ok())
+        .find(|e| e["type"] == "error")
+        .unwrap_or_else(|| panic!("no error event: {frames:?}"));
+    let close = frames
+        .iter()
+        .find(|(op, _)| *op == 8)
+        .map(|(_, p)| u16::from_be_bytes([p[0], p[1]]))
+        .unwrap_or_else(|| panic!("no close: {err}"));
+    (err, close)
+}
+
+const SMALL_KEY: &str = "sk-realtime-small-events";
+const ONE_AT_A_TIME_KEY: &str = "sk-realtime-one-at-a-time";
+const REVOKED_KEY: &str = "sk-realtime-revoked";
+
+/// Every client text event is read whatever its size, up to the key's
+/// bound (#61): a 1.5 MiB `conversation.item.create` (past the 1 MiB the
+/// reader once let pass unread) has its card number redacted before the
+/// provider hears it; past the key's `max_body_bytes` an event ends the
+/// session and never reaches the provider. A key revoked by a config
+/// applied while its session is open is cut off at its next event.
+#[test]
+fn every_client_event_is_read_and_a_revoked_key_is_cut_off() {
+    let with = |revoked: bool| {
+        let mut p = plugin().replace(
+            "\n  input:\n    - {name: secrets, regex:",
+            "\n  input:\n    - {name: cards, pii: [card], action: redact}\n    - {name: secrets, regex:",
+        );
+        let mut clients = format!(
+            "clients:\n  - name: realtime-small\n    key_sha256: {}\n    limits: {{max_body_bytes: 1048576}}\n  - name: realtime-one\n    key_sha256: {}\n    limits: {{max_concurrent: 1}}\n",
+            key_hash(SMALL_KEY),
+            key_hash(ONE_AT_A_TIME_KEY)
+        );
+        if !revoked {
+            clients.push_str(&format!(
+                "  - name: realtime-revoked\n    key_sha256: {}\n",
+                key_hash(REVOKED_KEY)
+            ));
+        }
+        assert!(p.contains("\nclients:\n  - name: realtime-limited\n"));
+        p = p.replacen(
+            "\nclients:\n  - name: realtime-limited\n",
+            &format!("\n{clients}  - name: realtime-limited\n"),
+            1,
+        );
+        p
+    };
+    let s = Stack::start(&with(false), 1);
+    let pad = "x".repeat(3 << 19);
+    let frames = {
+        let mut sock = open_session(s.envoy.port, DEMO_KEY);
+        sock.write_all(&item_create(&format!("{pad} card 4111 1111 1111 1111 end")))
+            .unwrap();
+        sock.write_all(&item_create("a small one after it"))
+            .unwrap();
+        let mut got = Vec::new();
+        while got.len() < 4 {
+            match read_frame(&mut sock) {
+                Some(f) => got.push(f),
+                None => break,
+            }
+        }
+        got
+    };
+    assert!(frames.iter().all(|(op, _)| *op == 1), "the session goes on");
+    let events = poll_until(Duration::from_secs(10), "the provider's events", || {
+        let h = heard(&s.primary);
+        (h.iter().any(|e| e.contains("a small one after it"))).then_some(h)
+    });
+    let big = events
+        .iter()
+        .find(|e| e.len() > 3 << 19)
+        .expect("the big event reached the provider");
+    assert!(!big.contains("4111"), "its card number went unread");
+    assert!(big.contains("[REDACTED:card]"), "redacted in place");
+
+    // Past the key's bound: the error event, a close; the provider never
+    // heard it.
+    let mut sock = open_session(s.envoy.port, SMALL_KEY);
+    sock.write_all(&item_create(&format!("{pad} too big")))
+        .unwrap();
+    let (err, code) = ended(&until_close(&mut sock));
+    assert_eq!(err["error"]["code"], "event_too_large", "{err}");
+    assert_eq!(code, 1002);
+    assert!(!heard(&s.primary).iter().any(|e| e.contains("too big")));
+
+    // Revoked while open: the next event ends the session, and never
+    // reaches the provider.
+    let mut sock = open_session(s.envoy.port, REVOKED_KEY);
+    sock.write_all(&item_create("before the revocation"))
+        .unwrap();
+    poll_until(Duration::from_secs(10), "the first event", || {
+        heard(&s.primary)
+            .iter()
+            .any(|e| e.contains("before the revocation"))
+            .then_some(())
+    });
+    s.envoy.reload(&with(true));
+    poll_until(Duration::from_secs(20), "the reload", || {
+        (s.envoy
+            .stat("extension_config_discovery.http_filter.portcullis.config_reload")?
+            >= 1)
+            .then_some(())
+    });
+    sock.write_all(&item_create("after the revocation"))
+        .unwrap();
+    let (err, code) = ended(&until_close(&mut sock));
+    assert_eq!(err["error"]["code"], "invalid_api_key", "{err}");
+    assert_eq!(code, 1008);
+    assert!(!heard(&s.primary)
+        .iter()
+        .any(|e| e.contains("after the revocation")));
+    // Another key's session is untouched by it.
+    let mut sock = open_session(s.envoy.port, DEMO_KEY);
+    sock.write_all(&item_create("still welcome")).unwrap();
+    let f = read_frame(&mut sock).expect("an answer");
+    assert!(
+        String::from_utf8_lossy(&f.1).contains("conversation.item"),
+        "{f:?}"
+    );
+
+    // A session holds one of the key's `max_concurrent` slots while it is
+    // open: a second is refused at the upgrade; the slot comes back when
+    // the first ends.
+    let first = open_session(s.envoy.port, ONE_AT_A_TIME_KEY);
+    let (status, _) = upgrade(s.envoy.port, ONE_AT_A_TIME_KEY);
+    assert!(status.contains(" 429 "), "{status}");
+    drop(first);
+    poll_until(Duration::from_secs(10), "the slot back", || {
+        let (status, _) = upgrade(s.envoy.port, ONE_AT_A_TIME_KEY);
+        status.contains(" 101 ").then_some(())
+    });
 }
 
 /// One server frame (unmasked, unfragmented), `None` at the end.

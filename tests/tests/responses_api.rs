@@ -234,3 +234,65 @@ fn a_chained_request_goes_to_the_provider_that_made_its_previous_response() {
         "no fallback without the conversation"
     );
 }
+
+/// A stored response belongs to the key that made it (#61): another key
+/// can neither read it, list its input items, chain to it nor delete it —
+/// each is the provider's 404 for a response it does not have, and none
+/// reaches the provider — while its owner still can.
+#[test]
+fn a_stored_response_is_its_keys_alone() {
+    let s = Stack::start(&test_plugin(), 1);
+    let owner = format!("Bearer {DEMO_KEY}");
+    let other = format!("Bearer {MINI_KEY}");
+    let as_owner = [("authorization", owner.as_str())];
+    let as_other = [("authorization", other.as_str())];
+    let body = json!({"model": "gpt-4o-mini", "input": "hi"}).to_string();
+    let r = post(&s.envoy.url("/v1/responses"), &as_owner, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let by_id = s.envoy.url(&format!("/v1/responses/{id}"));
+    let items = format!("{by_id}/input_items");
+    let hits = s.primary.hits();
+    for (what, r) in [
+        ("read", get(&by_id, &as_other)),
+        ("input items", get(&items, &as_other)),
+        ("delete", send("DELETE", &by_id, &as_other, "")),
+    ] {
+        assert_openai_error(&r, 404, "response_not_found");
+        assert!(r.body.contains(&id), "{what}: {}", r.body);
+    }
+    let chained = json!({"model": "gpt-4o-mini", "previous_response_id": id, "input": "and?"});
+    let r = post(
+        &s.envoy.url("/v1/responses"),
+        &as_other,
+        &chained.to_string(),
+    );
+    assert_openai_error(&r, 404, "previous_response_not_found");
+    assert!(
+        r.body
+            .contains(&format!("Previous response with id '{id}' not found.")),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        s.primary.hits(),
+        hits,
+        "no other key's call reached the provider"
+    );
+    // The owner's response is still there, and still its owner's.
+    let r = get(&by_id, &as_owner);
+    assert_eq!(
+        (r.status, r.json()["id"].as_str()),
+        (200, Some(id.as_str())),
+        "{}",
+        r.body
+    );
+    assert_eq!(get(&items, &as_owner).status, 200);
+    let r = post(
+        &s.envoy.url("/v1/responses"),
+        &as_owner,
+        &chained.to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(send("DELETE", &by_id, &as_owner, "").status, 200);
+}

@@ -63,6 +63,97 @@ fn every_core_test_module_runs_on_wasm32() {
     );
 }
 
+/// A file's code without its test items: each item under `#[cfg(test)]`
+/// (a `mod tests { ... }` block, a `mod x;` declaration, a function) is
+/// left out, everything before and after it is kept (a file's imports may
+/// follow its test module). Braces inside strings, raw strings and char
+/// literals do not count.
+fn non_test_code(text: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let b = text.as_bytes();
+    let mut out = String::new();
+    let mut from = 0usize;
+    while let Some(found) = text[from..].find(MARK) {
+        let start = from + found;
+        out.push_str(&text[from..start]);
+        let mut i = start + MARK.len();
+        // Further attributes and blanks before the item.
+        loop {
+            while i < b.len() && b[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            if b.get(i..i + 2) == Some(b"#[") {
+                while i < b.len() && b[i] != b']' {
+                    i += 1;
+                }
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        // The item: up to its `;` or through its balanced braces.
+        let mut depth = 0usize;
+        while i < b.len() {
+            match b[i] {
+                b';' if depth == 0 => {
+                    i += 1;
+                    break;
+                }
+                b'{' => depth += 1,
+                b'}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        i += 1;
+                        break;
+                    }
+                }
+                b'\'' if b.get(i + 2) == Some(&b'\'') => i += 2,
+                b'r' if b.get(i + 1) == Some(&b'#') || b.get(i + 1) == Some(&b'"') => {
+                    let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
+                    if b.get(i + 1 + hashes) == Some(&b'"') {
+                        let close: String = std::iter::once('"')
+                            .chain("#".repeat(hashes).chars())
+                            .collect();
+                        let body = i + 2 + hashes;
+                        i = text[body..]
+                            .find(&close)
+                            .map_or(b.len(), |e| body + e + close.len())
+                            - 1;
+                    }
+                }
+                b'"' => {
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        if b[i] == b'\\' {
+                            i += 1;
+                        }
+                        i += 1;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        from = i.min(b.len());
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
+#[test]
+fn test_items_are_left_out_and_code_after_them_is_kept() {
+    let text = "use crate::a;\n#[cfg(test)]\nmod tests {\n    fn f() { let s = \"}\"; let c = '}'; let r = r#\"{\"#; }\n    use crate::hidden;\n}\nuse crate::after;\n#[cfg(test)]\n#[path = \"x.rs\"]\nmod x;\nuse crate::last;\n";
+    let code = non_test_code(text);
+    assert!(
+        code.contains("crate::a") && code.contains("crate::after") && code.contains("crate::last"),
+        "{code}"
+    );
+    assert!(
+        !code.contains("hidden") && !code.contains("mod x"),
+        "{code}"
+    );
+}
+
 /// A module folder's graph: its modules (each `.rs` file but `lib.rs`,
 /// `main.rs` and `mod.rs`, and each subfolder) and, for each, the sibling
 /// modules its code names. `prefixes` are how a file names a sibling:
@@ -115,13 +206,15 @@ fn folder_graph(dir: &Path, module_path: &str) -> BTreeMap<String, BTreeSet<Stri
         if !names.contains(&first) || file_name.contains("test") {
             continue;
         }
-        let direct = rel.components().count() == 1;
+        // How deep the file's module is under the folder: `super::` that
+        // many times names the folder's own modules.
+        let depth = rel.components().count() - usize::from(file_name == "mod.rs");
         let mut prefixes = vec![own.clone()];
-        if direct && !module_path.is_empty() {
-            prefixes.push("super::".to_string());
+        if depth >= 1 && !module_path.is_empty() {
+            prefixes.push("super::".repeat(depth));
         }
         let text = std::fs::read_to_string(&f).unwrap_or_default();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = non_test_code(&text);
         let code: String = code
             .lines()
             .filter(|l| !l.trim_start().starts_with("//"))
@@ -291,7 +384,7 @@ const FORMAT_AND_API_NAMES: &[&str] = &[
 /// The lines of a file's code (not its comments, not its tests) that name
 /// a provider format or an inbound API.
 fn naming_lines(text: &str) -> Vec<String> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let code = non_test_code(text);
     code.lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .map(|l| l.split("//").next().unwrap_or("").to_ascii_lowercase())

@@ -56,6 +56,33 @@ pub struct SemanticTier {
     pub cluster: String,
     /// How long the embedding may take before the request goes on (a miss).
     pub timeout_ms: u64,
+    /// Whose stored prompts a request is compared with.
+    pub scope: SemanticScope,
+}
+
+/// `cache.semantic.scope`: whose near-duplicates answer a request (#61).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SemanticScope {
+    /// Its own key's only (the default).
+    #[default]
+    Client,
+    /// Its team's keys' (a key without a team: its own).
+    Team,
+    /// Every key's, as the exact tiers' `cache.scope` says.
+    Shared,
+}
+
+impl SemanticScope {
+    /// The space's owner for a request of key `client` in `team`
+    /// (`per_client`: the exact tiers are kept per key): `None` shares
+    /// across keys. Keys and teams never share a name space.
+    pub fn owner(self, client: &str, team: Option<&str>, per_client: bool) -> Option<String> {
+        match (self, team) {
+            (SemanticScope::Team, Some(t)) => Some(format!("team:{t}")),
+            (SemanticScope::Client | SemanticScope::Team, _) => Some(format!("key:{client}")),
+            (SemanticScope::Shared, _) => per_client.then(|| format!("key:{client}")),
+        }
+    }
 }
 
 /// `cache.shared`: where the fleet's entries are asked for and sent.

@@ -142,6 +142,19 @@ pub fn response_slot(slot: u32) -> String {
     format!("portcullis:resp:{slot}")
 }
 
+/// The client keys stamped so far (their hashes, 32 bytes each, sorted).
+pub const CLIENT_STAMPS: &str = "portcullis:keys";
+
+/// A client key's stamp: what the serving config says of it, in a few
+/// bytes ([`crate::config::Gateway::client_stamp`]); empty once the key is revoked. An open
+/// Realtime session compares it with the one it began with (#61).
+pub fn client_stamp_key(hash: &[u8; 32]) -> String {
+    let mut out = String::with_capacity(40);
+    out.push_str("portcullis:key:");
+    out.push_str(&crate::seal::hex(hash.get(..12).unwrap_or_default()));
+    out
+}
+
 /// A batch whose cost was charged (once, when its usage was first seen).
 pub fn batch_charged(provider: &str, id: &str) -> String {
     format!("portcullis:batch:{provider}:{id}")

@@ -43,6 +43,7 @@ pub mod request;
 pub mod rls;
 mod robustness;
 pub mod routing;
+pub mod seal;
 pub mod secrets;
 pub mod share;
 pub mod sigv4;

@@ -3,7 +3,8 @@
 //! on come out. Text messages are held until whole (up to a cap) so that
 //! the caller reads them (and may replace or drop them), and so are
 //! control frames (at most 125 bytes: a close may be dropped); binary
-//! messages and text past the cap pass as they come.
+//! messages pass as they come, and a text message past the cap stops the
+//! reader (it never passes unread).
 //!
 //! Written by hand rather than with a WebSocket crate: the crates read
 //! frames from a socket they own, where the gateway sees someone else's
@@ -45,9 +46,14 @@ pub enum Verdict {
     Drop,
 }
 
-/// Text messages are held and read up to this size; a larger one passes
-/// unread (a Realtime audio append can be 15 MB of base64).
-pub const DEFAULT_CAP: usize = 1 << 20;
+/// Text messages are held and read whole up to a cap (the Realtime
+/// gateway's: the key's `limits.max_body_bytes`, 32 MiB by default, over
+/// the 15 MiB an audio append may carry); a larger one breaks the session
+/// ([`OVERSIZED`]), never passes unread (#61).
+pub const DEFAULT_CAP: usize = 32 << 20;
+
+/// The frame error of a text message past the cap.
+pub const OVERSIZED: &str = "a text message is larger than the gateway reads whole";
 
 const OP_CONT: u8 = 0x0;
 const OP_TEXT: u8 = 0x1;
@@ -365,13 +371,13 @@ impl Frames {
                     .ok()
                     .and_then(|n| n.checked_add(self.text.len()))
                     .is_some_and(|n| n <= self.cap);
-                if fits {
-                    held = true;
-                } else {
-                    // Past the cap: what was held goes, the rest passes.
+                if !fits {
+                    // Past the cap: nothing of it passes unread.
                     self.reading = false;
                     self.text = Vec::new();
+                    return Err(FrameError(OVERSIZED));
                 }
+                held = true;
             }
         }
         self.frame = Some(Frame {

@@ -8,13 +8,17 @@
 //! sees carries that provider and who owns it, so any replica routes a
 //! later call with the id alone and no other client can use it:
 //! `{provider's id}~{tag}{mac}{n}` where `tag` names the provider (8 hex
-//! digits of its name's SHA-256), `mac` seals the rest (12 hex digits of
-//! the SHA-256 of the provider's credential, the client's name, the
-//! provider and the id) and `n` (decimal) is the requests a batch file
-//! holds. A batch the gateway creates carries its owner in its metadata
-//! (`portcullis_owner`), so a list shows each client its own.
+//! digits of its name's SHA-256), `mac` seals the rest (32 hex digits: the
+//! gateway's seal, [`crate::seal`], over the client's name, the provider,
+//! the id and `n`) and `n` (decimal) is the requests a batch file holds.
+//! The seal is the gateway's own secret, not a provider's credential: a
+//! provider without a key is as safe as one with, and rotating a
+//! provider's key leaves every id valid (#61). A batch the gateway creates
+//! carries its owner in its metadata (`portcullis_owner`, a MAC of the
+//! owner's name), so a list shows each client its own.
 
 use crate::error::GatewayError;
+use crate::seal::Seal;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -168,60 +172,76 @@ impl<'a> Call<'a> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A provider's tag in ids.
 pub fn tag(provider: &str) -> String {
-    hex(Sha256::digest(provider.as_bytes())
-        .get(..4)
-        .unwrap_or_default())
+    crate::seal::hex(
+        Sha256::digest(provider.as_bytes())
+            .get(..4)
+            .unwrap_or_default(),
+    )
 }
 
-fn mac(secret: &str, owner: &str, provider: &str, id: &str, n: u64) -> String {
-    let mut h = Sha256::new();
-    for part in [secret, owner, provider, id, &n.to_string()] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    hex(h.finalize().get(..6).unwrap_or_default())
+/// Hex digits of the MAC in an id.
+const MAC_HEX: usize = crate::seal::MAC_BYTES * 2;
+
+fn parts<'a>(owner: &'a str, provider: &'a str, id: &'a str, n: &'a str) -> [&'a [u8]; 4] {
+    [
+        owner.as_bytes(),
+        provider.as_bytes(),
+        id.as_bytes(),
+        n.as_bytes(),
+    ]
 }
 
 /// The id a client sees for a provider's id.
-pub fn seal(id: &str, provider: &str, owner: &str, secret: &str, n: u64) -> String {
+pub fn seal(id: &str, provider: &str, owner: &str, seal: &Seal, n: u64) -> String {
+    let count = n.to_string();
     format!(
-        "{id}~{}{}{n}",
+        "{id}~{}{}{count}",
         tag(provider),
-        mac(secret, owner, provider, id, n)
+        seal.mac_hex(&parts(owner, provider, id, &count))
     )
 }
 
 /// A sealed id opened: the provider's id, the provider's index among
-/// `providers` (name, credential), the requests it holds; `None` for an id
-/// the gateway did not give this owner.
+/// `providers` (their names), the requests it holds; `None` for an id the
+/// gateway did not give this owner.
 pub fn open<'i>(
     id: &'i str,
-    providers: &[(&str, &str)],
+    providers: &[&str],
     owner: &str,
+    seal: &Seal,
 ) -> Option<(&'i str, usize, u64)> {
-    let (inner, seal) = id.rsplit_once('~')?;
-    let tag_of = seal.get(..8)?;
-    let mac_of = seal.get(8..20)?;
-    let n: u64 = seal.get(20..)?.parse().ok()?;
+    let (inner, sealed) = id.rsplit_once('~')?;
+    let tag_of = sealed.get(..8)?;
+    let mac_of = sealed.get(8..8usize.checked_add(MAC_HEX)?)?;
+    let count = sealed.get(8usize.checked_add(MAC_HEX)?..)?;
+    let n: u64 = count.parse().ok()?;
+    if n.to_string() != count {
+        return None;
+    }
     providers
         .iter()
         .enumerate()
-        .find(|(_, (name, secret))| {
-            tag(name) == tag_of && mac(secret, owner, name, inner, n) == mac_of
+        .find(|(_, name)| {
+            tag(name) == tag_of && seal.verify_hex(&parts(owner, name, inner, count), mac_of)
         })
         .map(|(i, _)| (inner, i, n))
 }
 
-/// The owner's mark in a batch's metadata (not its name: a hash of it
-/// and the provider's credential).
-pub fn owner_mark(owner: &str, secret: &str) -> String {
-    mac(secret, owner, "", "", 0)
+/// The owner's mark in a batch's metadata (not its name: the seal's MAC
+/// of it).
+pub fn owner_mark(owner: &str, seal: &Seal) -> String {
+    seal.mac_hex(&parts(owner, "", "", "owner"))
+}
+
+/// Every mark `owner`'s batches may carry (one per key of the seal, the
+/// current key's first): a batch marked before a rotation is still listed.
+pub fn owner_marks(owner: &str, seal: &Seal) -> Vec<String> {
+    seal.macs(&parts(owner, "", "", "owner"))
+        .iter()
+        .map(|m| crate::seal::hex(m))
+        .collect()
 }
 
 /// A batch file's requests: its non-empty lines, and the model the first
@@ -376,7 +396,7 @@ pub fn message_batch_body(
 /// the model id it names, its usage.
 pub fn finished_batches(
     body: &[u8],
-    keep: Option<&str>,
+    keep: Option<&[String]>,
 ) -> Vec<(String, String, crate::usage::Usage)> {
     #[derive(serde::Deserialize)]
     struct Batch {
@@ -406,12 +426,12 @@ pub fn finished_batches(
                 && matches!(b.status.as_str(), "completed" | "cancelled" | "expired")
         })
         .filter(|b| {
-            keep.is_none_or(|mark| {
+            keep.is_none_or(|marks| {
                 b.metadata
                     .as_ref()
                     .and_then(|m| m.get(OWNER_KEY))
                     .and_then(Value::as_str)
-                    == Some(mark)
+                    .is_some_and(|mark| marks.iter().any(|m| m == mark))
             })
         })
         .filter_map(|b| {
@@ -514,19 +534,19 @@ pub fn seal_answer(
     body: &[u8],
     seal: &dyn Fn(&str, u64) -> String,
     file_n: u64,
-    keep: Option<&str>,
+    keep: Option<&[String]>,
     origin: &str,
 ) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(body).ok()?;
     let obj = v.as_object_mut()?;
     if obj.get("object").and_then(Value::as_str) == Some("list") {
         if let Some(Value::Array(items)) = obj.get_mut("data") {
-            if let Some(mark) = keep {
+            if let Some(marks) = keep {
                 items.retain(|i| {
                     i.get("metadata")
                         .and_then(|m| m.get(OWNER_KEY))
                         .and_then(Value::as_str)
-                        == Some(mark)
+                        .is_some_and(|mark| marks.iter().any(|m| m == mark))
                 });
             }
             for i in items.iter_mut() {
@@ -626,24 +646,38 @@ mod tests {
 
     #[test]
     fn a_sealed_id_opens_only_for_its_owner_and_provider() {
-        let providers = [("primary", "sk-1"), ("backup", "sk-2")];
-        let id = seal("file-abc", "backup", "team-a", "sk-2", 12);
-        assert_eq!(open(&id, &providers, "team-a"), Some(("file-abc", 1, 12)));
-        assert_eq!(open(&id, &providers, "team-b"), None, "another owner");
-        assert_eq!(open("file-abc", &providers, "team-a"), None);
+        let providers = ["primary", "backup"];
+        let gw = Seal::with_secret("the gateway's secret");
+        let id = seal("file-abc", "backup", "team-a", &gw, 12);
+        assert_eq!(
+            open(&id, &providers, "team-a", &gw),
+            Some(("file-abc", 1, 12))
+        );
+        assert_eq!(open(&id, &providers, "team-b", &gw), None, "another owner");
+        assert_eq!(open("file-abc", &providers, "team-a", &gw), None);
         // Any change of the id, the count or the seal is refused.
         for forged in [
             id.replacen("abc", "abd", 1),
             id.replace("~", "~0").chars().take(id.len()).collect(),
             format!("{}3", id.trim_end_matches("12")),
+            format!("{}012", id.trim_end_matches("12")),
         ] {
-            assert_eq!(open(&forged, &providers, "team-a"), None, "{forged}");
+            assert_eq!(open(&forged, &providers, "team-a", &gw), None, "{forged}");
         }
-        // The provider's credential is part of the seal.
+        // The gateway's secret is the seal: another gateway's (or a guess
+        // made knowing the raw id, the owner and the provider) opens nothing.
         assert_eq!(
-            open(&id, &[("primary", "x"), ("backup", "sk-other")], "team-a"),
+            open(
+                &id,
+                &providers,
+                "team-a",
+                &Seal::with_secret("another gateway's")
+            ),
             None
         );
+        // A batch's owner mark: the owner's, under the seal's keys.
+        assert_eq!(owner_marks("team-a", &gw), vec![owner_mark("team-a", &gw)]);
+        assert_ne!(owner_mark("team-a", &gw), owner_mark("team-b", &gw));
     }
 
     #[test]
@@ -671,8 +705,10 @@ mod tests {
         assert_eq!(v["id"], "file-1~S3");
         assert!(v["output_file_id"].is_null());
         let list = br#"{"object":"list","data":[{"object":"batch","id":"b1","metadata":{"portcullis_owner":"me"}},{"object":"batch","id":"b2","metadata":null}],"first_id":"b1","last_id":"b2","has_more":false}"#;
-        let v: Value =
-            serde_json::from_slice(&seal_answer(list, &s, 0, Some("me"), "").unwrap()).unwrap();
+        let v: Value = serde_json::from_slice(
+            &seal_answer(list, &s, 0, Some(&["other".into(), "me".into()]), "").unwrap(),
+        )
+        .unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 1);
         assert_eq!(
             (v["first_id"].as_str(), v["last_id"].as_str()),
@@ -792,7 +828,10 @@ mod tests {
         assert_eq!((found[0].2.prompt, found[0].2.completion), (10, 4));
         let running = json!({"id": "batch_2", "object": "batch", "status": "in_progress", "usage": {"input_tokens": 1}});
         let list = json!({"object": "list", "data": [done("batch_1", "a"), done("batch_3", "b"), running]});
-        let found = finished_batches(&serde_json::to_vec(&list).unwrap(), Some("a"));
+        let found = finished_batches(
+            &serde_json::to_vec(&list).unwrap(),
+            Some(&["a".to_string()]),
+        );
         assert_eq!(
             found.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(),
             vec!["batch_1"]

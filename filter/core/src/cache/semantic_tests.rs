@@ -11,7 +11,45 @@ fn tier() -> SemanticTier {
         multi_turn: false,
         cluster: "self".into(),
         timeout_ms: 1000,
+        scope: crate::cache::SemanticScope::default(),
     }
+}
+
+/// The default keeps each key's near-duplicates its own; a team scope
+/// joins a team's keys; only `shared` crosses keys (and then only as the
+/// exact tiers do). Keys and teams never share an owner.
+#[test]
+fn a_semantic_scope_names_whose_prompts_are_compared() {
+    use crate::cache::SemanticScope::*;
+    assert_eq!(crate::cache::SemanticScope::default(), Client);
+    let owner =
+        |s: crate::cache::SemanticScope, c: &str, t: Option<&str>, per: bool| s.owner(c, t, per);
+    assert_eq!(
+        owner(Client, "a", Some("t"), false).as_deref(),
+        Some("key:a")
+    );
+    assert_ne!(
+        owner(Client, "a", None, false),
+        owner(Client, "b", None, false)
+    );
+    assert_eq!(
+        owner(Team, "a", Some("t"), false),
+        owner(Team, "b", Some("t"), false)
+    );
+    assert_ne!(
+        owner(Team, "a", Some("t"), false),
+        owner(Team, "a", Some("u"), false)
+    );
+    assert_eq!(owner(Team, "a", None, false).as_deref(), Some("key:a"));
+    assert_ne!(
+        owner(Team, "x", Some("x"), false),
+        owner(Client, "x", None, false)
+    );
+    assert_eq!(owner(Shared, "a", Some("t"), false), None);
+    assert_eq!(
+        owner(Shared, "a", Some("t"), true).as_deref(),
+        Some("key:a")
+    );
 }
 
 fn req(body: &str) -> ChatRequest {

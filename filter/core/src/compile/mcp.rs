@@ -10,9 +10,13 @@ use hashbrown::HashMap;
 /// Five minutes: a tool may run long and stream progress meanwhile.
 const DEFAULT_TIMEOUT_MS: u64 = 300_000;
 
+/// A server's name: it prefixes its tools' qualified names
+/// (`server__tool`), so it may hold no `__` and may not end with `_`
+/// (`alpha_` beside `alpha` would make `alpha___echo` read as either's).
 fn name_ok(name: &str) -> bool {
     !name.is_empty()
         && !name.contains(SEPARATOR)
+        && !name.ends_with('_')
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -57,7 +61,7 @@ pub(super) fn mcp(raw: &RawConfig, problems: &mut Vec<String>) -> Option<McpGate
         let at = format!("mcp.servers[{i}] ({})", s.name);
         if !name_ok(&s.name) {
             problems.push(format!(
-                "{at}: `name` must be letters, digits, `-` and `_`, without `{SEPARATOR}` (it prefixes the server's tools)"
+                "{at}: `name` must be letters, digits, `-` and `_`, without `{SEPARATOR}` and not ending with `_` (it prefixes the server's tools: `{{server}}{SEPARATOR}{{tool}}` must read one way only)"
             ));
         } else if servers.iter().any(|o| o.name == s.name) {
             problems.push(format!("{at}: duplicate server name"));

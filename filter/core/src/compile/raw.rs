@@ -480,6 +480,13 @@ pub(super) struct RawSemanticCache {
     /// How long the embedding may take, in ms (default 2000); beyond, the request goes to its provider.
     #[serde(default = "default_semantic_timeout")]
     pub(super) timeout_ms: u64,
+    /// Whose near-duplicates a request may be answered with: `client` (default: its own key's), `team` (its team's keys; a key without a team, its own), or `shared` (every key's, as `cache.scope` says). Near-identical prompts can differ in exactly the detail that matters (a name, an account number): `shared` hands one tenant's answer to another.
+    #[serde(default = "default_semantic_scope")]
+    pub(super) scope: String,
+}
+
+fn default_semantic_scope() -> String {
+    "client".into()
 }
 
 fn default_semantic_threshold() -> f64 {

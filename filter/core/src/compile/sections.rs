@@ -4,7 +4,7 @@
 use super::models::is_label;
 use super::raw::{RawCache, RawConfig, RawExperiment};
 use super::{Applies, Arm, Experiment, LogConfig, AUTO_MODEL};
-use crate::cache::{CacheConfig, SemanticTier, SharedTier};
+use crate::cache::{CacheConfig, SemanticScope, SemanticTier, SharedTier};
 use hashbrown::HashMap;
 
 pub(super) fn experiments(
@@ -178,7 +178,19 @@ pub(super) fn cache(c: &RawCache, problems: &mut Vec<String>) -> Option<CacheCon
         if s.cluster.trim().is_empty() || s.timeout_ms == 0 || s.timeout_ms > 60_000 {
             problems.push("cache.semantic: `cluster` must be named and `timeout_ms` be from 1 to 60000".into());
         }
+        let scope = match s.scope.as_str() {
+            "client" => SemanticScope::Client,
+            "team" => SemanticScope::Team,
+            "shared" => SemanticScope::Shared,
+            other => {
+                problems.push(format!(
+                    "cache.semantic.scope must be `client`, `team` or `shared` (got `{other}`)"
+                ));
+                SemanticScope::Client
+            }
+        };
         SemanticTier {
+            scope,
             embedding_model: s.embedding_model.clone(),
             threshold_ppm: (s.threshold.clamp(0.0, 1.0) * 1e6).round() as u32,
             models: s.models.clone(),

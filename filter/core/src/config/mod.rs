@@ -539,3 +539,41 @@ pub fn max_config_bytes(env: Option<&str>) -> usize {
         .filter(|&n: &usize| n > 0)
         .unwrap_or(DEFAULT_MAX_CONFIG_BYTES)
 }
+
+impl Gateway {
+    /// The stamp of a client as this config has it: its name, team, the
+    /// models it may use (by name) and its limits; any change of them
+    /// changes it (`crate::keys::client_stamp_key` says where it is kept).
+    pub fn client_stamp(&self, c: &Client) -> Vec<u8> {
+        let mut h = blake3::Hasher::new();
+        h.update(c.name.as_bytes());
+        h.update(&[0]);
+        if let Some(t) = c.team.and_then(|t| self.teams.get(t)) {
+            h.update(t.name.as_bytes());
+            h.update(format!("{:?}", t.limits).as_bytes());
+        }
+        h.update(&[0]);
+        match &c.allowed {
+            None => {
+                h.update(b"*");
+            }
+            Some(models) => {
+                let mut names: Vec<&str> = models
+                    .iter()
+                    .filter_map(|i| self.models.get(*i).map(|m| m.name.as_str()))
+                    .collect();
+                names.sort_unstable();
+                for n in names {
+                    h.update(n.as_bytes());
+                    h.update(&[0]);
+                }
+            }
+        }
+        h.update(format!("{:?}{}", c.limits, c.allow_overrides).as_bytes());
+        h.finalize()
+            .as_bytes()
+            .get(..8)
+            .unwrap_or_default()
+            .to_vec()
+    }
+}

@@ -70,7 +70,10 @@ pub struct Access {
     /// The servers it may reach (`None`: every server).
     pub servers: Option<Vec<String>>,
     /// Patterns over qualified tool names, `server__tool`, `*` for any run
-    /// of characters (`None`: every tool of the servers it may reach).
+    /// of characters (`None`: every tool of the servers it may reach). A
+    /// pattern is read as a (server, tool) pair split at its first `__`
+    /// and matched against the server's name and the tool's apart, never
+    /// against the joined string.
     pub tools: Option<Vec<String>>,
     pub calls_per_minute: Option<u64>,
     pub max_concurrent_calls: Option<u64>,
@@ -144,8 +147,17 @@ impl Access {
         let Some(patterns) = &self.tools else {
             return true;
         };
-        let q = super::qualified(server, tool);
-        patterns.iter().any(|p| matches(p, &q))
+        patterns.iter().any(|p| pair_matches(p, server, tool))
+    }
+}
+
+/// Whether a tool pattern (`server__tool`, or `*` for every tool) matches
+/// `tool` of `server`: the pattern's server part against the server's name
+/// and its tool part against the tool's, each whole.
+pub fn pair_matches(pattern: &str, server: &str, tool: &str) -> bool {
+    match pattern.split_once(super::SEPARATOR) {
+        Some((sp, tp)) => matches(sp, server) && matches(tp, tool),
+        None => pattern == "*",
     }
 }
 

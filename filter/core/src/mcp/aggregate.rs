@@ -8,45 +8,88 @@
 
 use super::answer::Message;
 use super::SEPARATOR;
+use crate::seal::Seal;
 use serde_json::{json, Map, Value};
 
-/// The start of a gateway session id (`Mcp-Session-Id`): what follows is
-/// the hex of `[[server, its session], ...]` as JSON.
-const SESSION_PREFIX: &str = "pcs1-";
+/// The start of a gateway session id (`Mcp-Session-Id`).
+const SESSION_PREFIX: &str = "pcs2-";
 
-/// The session id the client holds for its servers' sessions.
-pub fn session_id(sessions: &[(String, String)]) -> String {
+/// How long a session the gateway hands out lives, by default (a client
+/// past it gets MCP's 404 and starts a new one).
+pub const SESSION_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// What a session id is sealed to: the client's key (its name) and, for a
+/// caller that logged in, the user its login names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    pub key: &'a str,
+    pub user: Option<&'a str>,
+}
+
+/// The session id the client holds for its servers' sessions (`[server,
+/// its session]` pairs; one pair at `{path}/{server}`), sealed to its
+/// holder until `expires_ms` (#61):
+/// `pcs2-{hex of the pairs' JSON}.{expiry}.{MAC}`, the MAC the gateway's
+/// seal over the pairs, the expiry and the holder. The client reads its
+/// servers' session ids, but nothing it changes, and no other caller,
+/// gets past [`sessions_of`].
+pub fn session_id(
+    sessions: &[(String, String)],
+    holder: Holder<'_>,
+    expires_ms: u64,
+    seal: &Seal,
+) -> String {
     let json = serde_json::to_vec(sessions).unwrap_or_default();
-    let mut out = String::with_capacity(SESSION_PREFIX.len() + json.len() * 2);
+    let expiry = expires_ms.to_string();
+    let mac = seal.mac_hex(&session_parts(&json, &expiry, holder));
+    let mut out = String::with_capacity(
+        SESSION_PREFIX
+            .len()
+            .saturating_add(json.len().saturating_mul(2))
+            .saturating_add(expiry.len())
+            .saturating_add(mac.len())
+            .saturating_add(2),
+    );
     out.push_str(SESSION_PREFIX);
-    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
-    for b in json {
-        out.push(digit(b >> 4));
-        out.push(digit(b & 15));
-    }
+    out.push_str(&crate::seal::hex(&json));
+    out.push('.');
+    out.push_str(&expiry);
+    out.push('.');
+    out.push_str(&mac);
     out
 }
 
-/// The servers' sessions a client's session id holds (`None`: not one the
-/// gateway made, so no server is asked with it).
-pub fn sessions_of(id: &str) -> Option<Vec<(String, String)>> {
-    let hex = id.strip_prefix(SESSION_PREFIX)?.as_bytes();
-    if hex.len() % 2 != 0 {
+fn session_parts<'a>(json: &'a [u8], expiry: &'a str, holder: Holder<'a>) -> [&'a [u8]; 5] {
+    [
+        b"mcp-session",
+        json,
+        expiry.as_bytes(),
+        holder.key.as_bytes(),
+        holder.user.unwrap_or("\0").as_bytes(),
+    ]
+}
+
+/// The servers' sessions a client's session id holds, when the gateway
+/// sealed it to this holder and it has not expired (`None`: no server is
+/// asked with it; MCP's 404 tells the client to start again).
+pub fn sessions_of(
+    id: &str,
+    holder: Holder<'_>,
+    now_ms: u64,
+    seal: &Seal,
+) -> Option<Vec<(String, String)>> {
+    let rest = id.strip_prefix(SESSION_PREFIX)?;
+    let (hex, rest) = rest.split_once('.')?;
+    let (expiry, mac) = rest.split_once('.')?;
+    let expires_ms: u64 = expiry.parse().ok()?;
+    if expires_ms.to_string() != expiry || now_ms >= expires_ms {
         return None;
     }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let bytes: Option<Vec<u8>> = hex
-        .chunks_exact(2)
-        .map(|p| match p {
-            [hi, lo] => Some((nibble(*hi)? << 4) | nibble(*lo)?),
-            _ => None,
-        })
-        .collect();
-    serde_json::from_slice(&bytes?).ok()
+    let json = crate::seal::unhex(hex)?;
+    if !seal.verify_hex(&session_parts(&json, expiry, holder), mac) {
+        return None;
+    }
+    serde_json::from_slice(&json).ok()
 }
 
 /// A qualified name's server and name (`alpha__echo`: `alpha`, `echo`).

@@ -148,6 +148,76 @@ fn a_caller_passes_only_what_every_level_allows() {
     assert!(none.calls("gamma", "anything"));
 }
 
+/// A pattern is a (server, tool) pair: `alpha__*` is alpha's tools and no
+/// other server's, whatever the joined names would spell.
+#[test]
+fn a_tool_pattern_matches_the_server_and_the_tool_apart() {
+    let key = Access {
+        tools: Some(vec![
+            "alpha__*".into(),
+            "*__read".into(),
+            "gamma__a*b".into(),
+        ]),
+        ..Access::default()
+    };
+    // `alpha_` + `__` + `echo` spells `alpha___echo`, which the joined
+    // pattern `alpha__*` matched.
+    assert!(!key.calls("alpha_", "echo"));
+    assert!(!key.calls("alphabet", "echo"));
+    assert!(key.calls("alpha", "_echo") && key.calls("alpha", "x__y"));
+    assert!(key.calls("beta", "read") && !key.calls("beta", "read2"));
+    assert!(key.calls("gamma", "a__b") && !key.calls("gamma__a", "b"));
+    for (pattern, server, tool, want) in [
+        ("*", "any", "thing", true),
+        ("alpha", "alpha", "", false),
+        ("alpha__", "alpha", "", true),
+        ("alpha__", "alpha", "x", false),
+        ("a*__*", "alpha", "x", true),
+        ("a*__*", "beta", "x", false),
+    ] {
+        assert_eq!(
+            super::access::pair_matches(pattern, server, tool),
+            want,
+            "{pattern} against ({server}, {tool})"
+        );
+    }
+}
+
+/// Server names that could make two qualified names read alike are
+/// refused at load, each with the reason.
+#[test]
+fn server_names_that_make_qualified_names_ambiguous_are_refused() {
+    for bad in ["alpha_", "al__pha", "_", "a b"] {
+        let config = CONFIG.replace(
+            "{name: alpha, cluster: mcp_alpha}",
+            &format!("{{name: \"{bad}\", cluster: mcp_alpha}}"),
+        );
+        let e = crate::compile::compile(config.as_bytes()).unwrap_err();
+        assert!(
+            e.contains(&format!("mcp.servers[0] ({bad}): `name` must be"))
+                && e.contains("not ending with `_`"),
+            "{bad}: {e}"
+        );
+    }
+    let beside = CONFIG.replace(
+        "{name: alpha, cluster: mcp_alpha}",
+        "{name: alpha, cluster: mcp_alpha}\n    - {name: alpha_, cluster: mcp_alpha}",
+    );
+    let e = crate::compile::compile(beside.as_bytes()).unwrap_err();
+    assert!(e.contains("(alpha_): `name` must be"), "{e}");
+    let fine = CONFIG.replace(
+        "{name: alpha, cluster: mcp_alpha}",
+        "{name: _alpha-1_b, cluster: mcp_alpha}",
+    );
+    assert!(
+        !crate::compile::compile(fine.as_bytes())
+            .err()
+            .unwrap_or_default()
+            .contains("`name` must be"),
+        "a name with inner `_` and a leading one reads one way"
+    );
+}
+
 #[test]
 fn a_tools_list_answer_keeps_only_the_callers_tools() {
     let body = br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo","inputSchema":{}},{"name":"secret"},{"noname":1}]}}"#;
@@ -314,21 +384,83 @@ fn every_problem_of_the_mcp_section_is_listed_at_once() {
 }
 
 #[test]
-fn a_gateway_session_holds_each_servers_session_and_nothing_else_reads_as_one() {
-    use super::aggregate::{session_id, sessions_of};
+fn a_gateway_session_holds_each_servers_session_for_its_holder_alone() {
+    use super::aggregate::{session_id, sessions_of, Holder};
+    use crate::seal::Seal;
+    let seal = Seal::with_secret("the gateway's own secret");
     let pairs = vec![
         ("alpha".to_string(), "s-1~=x".to_string()),
         ("beta".to_string(), "2".to_string()),
     ];
-    let id = session_id(&pairs);
+    let alice = Holder {
+        key: "alice",
+        user: None,
+    };
+    let id = session_id(&pairs, alice, 5_000, &seal);
     assert!(
         id.bytes().all(|b| (0x21..=0x7e).contains(&b)),
         "visible ASCII: {id}"
     );
-    assert_eq!(sessions_of(&id), Some(pairs));
-    for forged in ["", "pcs1-", "pcs1-zz", "pcs1-7", "abc", "pcs1-7b7d"] {
-        assert_eq!(sessions_of(forged), None, "{forged}");
+    assert_eq!(sessions_of(&id, alice, 4_999, &seal), Some(pairs.clone()));
+    // Another key, another user of a login, the same key logged in as a
+    // user: none opens it.
+    for other in [
+        Holder {
+            key: "bob",
+            user: None,
+        },
+        Holder {
+            key: "alice",
+            user: Some("u1"),
+        },
+    ] {
+        assert_eq!(sessions_of(&id, other, 1, &seal), None, "{other:?}");
     }
+    let u1 = Holder {
+        key: "login",
+        user: Some("u1"),
+    };
+    let logged = session_id(&pairs, u1, 5_000, &seal);
+    assert_eq!(sessions_of(&logged, u1, 1, &seal), Some(pairs.clone()));
+    assert_eq!(
+        sessions_of(
+            &logged,
+            Holder {
+                key: "login",
+                user: Some("u2")
+            },
+            1,
+            &seal
+        ),
+        None
+    );
+    // Expired; another gateway's secret.
+    assert_eq!(sessions_of(&id, alice, 5_000, &seal), None);
+    assert_eq!(
+        sessions_of(&id, alice, 1, &Seal::with_secret("another gateway secret")),
+        None
+    );
+    // A client that changes its servers' sessions, or the expiry, is refused.
+    let (head, mac) = id.rsplit_once('.').unwrap();
+    let (hex, expiry) = head.rsplit_once('.').unwrap();
+    let other_pairs = portcullis_hex(br#"[["alpha","s-2"]]"#);
+    for forged in [
+        format!("pcs2-{other_pairs}.{expiry}.{mac}"),
+        format!("{hex}.9999999.{mac}"),
+        format!("{hex}.05000.{mac}"),
+        format!("{head}.{}", "0".repeat(mac.len())),
+        "".into(),
+        "pcs2-".into(),
+        "pcs2-zz.1.00".into(),
+        "pcs1-7b7d".into(),
+    ] {
+        assert_eq!(sessions_of(&forged, alice, 1, &seal), None, "{forged}");
+    }
+}
+
+/// Hex written here, not by the code under test.
+fn portcullis_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]

@@ -105,7 +105,8 @@ const STOP_WORDS: &[&str] = &[
 ];
 
 /// The model `mock-semantic` (the tests' embedding model for the semantic
-/// cache, `tests/MOCK.md`): a bag of the text's content words (lowercased,
+/// cache, `tests/MOCK.md`): the vector a test set for the text
+/// (`POST /__mock/vectors`, `{text: [numbers]}`), else a bag of the text's content words (lowercased,
 /// punctuation and a trailing `'s` dropped, stop words left out), each
 /// hashed to one of `dims` dimensions with a sign. Texts with the same
 /// content words get the same vector whatever their order, case,
@@ -194,7 +195,15 @@ pub async fn embeddings(
         .iter()
         .enumerate()
         .map(|(i, (text, _))| {
-            let v = if semantic {
+            let set = state
+                .vectors
+                .lock()
+                .ok()
+                .and_then(|v| v.get(text.trim()).cloned());
+            let v = if let (true, Some(mut set)) = (semantic, set) {
+                set.resize(dims, 0.0);
+                set
+            } else if semantic {
                 words_vector(text, dims)
             } else {
                 vector(text, dims)

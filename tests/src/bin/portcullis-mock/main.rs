@@ -133,6 +133,11 @@ struct Step {
     /// asked for it (as vLLM by default).
     #[serde(default)]
     no_usage: bool,
+    /// OpenAI mode: a stream framed by `Content-Length` (the whole stream
+    /// sent at once, as some OpenAI-compatible servers and proxies do)
+    /// instead of chunked.
+    #[serde(default)]
+    content_length: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -283,6 +288,9 @@ struct State {
     kept: Mutex<files::Kept>,
     /// Anthropic's Message Batches (`message_batches.rs`).
     msg_batches: Mutex<message_batches::Kept>,
+    /// `mock-semantic`'s vectors a test set for given texts
+    /// (`/__mock/vectors`), over the bag of words.
+    vectors: Mutex<std::collections::HashMap<String, Vec<f32>>>,
 }
 
 /// An empty body.
@@ -573,6 +581,19 @@ async fn chat(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         events.push(Bytes::from(format!("data: {v}\n\n")));
     }
     events.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    if step.content_length {
+        let whole: Vec<u8> = events.iter().flat_map(|e| e.iter().copied()).collect();
+        return Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .header("content-length", whole.len())
+            .body(
+                Full::new(Bytes::from(whole))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .map_err(io::Error::other);
+    }
     let (tx, rx) = mpsc::channel(8);
     let chunk_delay = step.chunk_delay_ms.unwrap_or(0);
     let first_delay = step.first_chunk_delay_ms.unwrap_or(0);
@@ -635,6 +656,17 @@ async fn control(state: Arc<State>, req: Request<Incoming>) -> Result<Response<B
             }
             Err(e) => json_response(400, &json!({"error": e.to_string()})),
         },
+        ("POST", "/__mock/vectors") => {
+            match serde_json::from_slice::<std::collections::HashMap<String, Vec<f32>>>(&body) {
+                Ok(set) => {
+                    if let Ok(mut v) = state.vectors.lock() {
+                        v.extend(set.into_iter().map(|(k, x)| (k.trim().to_string(), x)));
+                    }
+                    json_response(200, &json!({"ok": true}))
+                }
+                Err(e) => json_response(400, &json!({"error": e.to_string()})),
+            }
+        }
         ("POST", "/__mock/release") => {
             state.release.notify_waiters();
             state.release.notify_one();
@@ -886,6 +918,7 @@ fn main() -> io::Result<()> {
             mcp_sessions: Mutex::new(std::collections::HashSet::new()),
             kept: Mutex::new(files::Kept::default()),
             msg_batches: Mutex::new(message_batches::Kept::default()),
+            vectors: Mutex::new(std::collections::HashMap::new()),
         });
         loop {
             let (sock, _) = listener.accept().await?;

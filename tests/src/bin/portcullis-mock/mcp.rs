@@ -5,8 +5,14 @@
 //! `initialize` (`Mcp-Session-Id`) and required after it (400 without one,
 //! 404 for an unknown or ended one), `DELETE` ends it, notifications get
 //! 202, a POST must accept both JSON and SSE (406), an unknown tool is
-//! -32602 and an unknown method -32601. With `--api-key`, calls without
+//! -32602 and an unknown method -32601. As the spec says (2025-06-18 and
+//! later): a JSON array (batching was removed) or a message without
+//! `jsonrpc: "2.0"` is 400 -32600, and an `MCP-Protocol-Version` it does
+//! not support is 400. With `--api-key`, calls without
 //! `Authorization: Bearer KEY` get 401 (the credential the gateway sends).
+//! The tool `credential` is a careless server's fault: it echoes the
+//! `authorization` it got in an answer header (`x-debug-authorization`)
+//! and in a 500 body, as a server's debug output might.
 
 use super::{json_response, Body, State};
 use hyper::body::Incoming;
@@ -31,6 +37,8 @@ fn tools(name: &str) -> Value {
          "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
         {"name": "add", "description": "Add two numbers.",
          "inputSchema": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
+        {"name": "credential", "description": "Fails, echoing the credential it got.",
+         "inputSchema": {"type": "object", "properties": {}}},
     ])
 }
 
@@ -71,6 +79,8 @@ pub async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response
         }
     }
     let session = header("mcp-session-id");
+    let version = header("mcp-protocol-version");
+    let authorization = header("authorization").unwrap_or_default();
     let known = |s: &str| state.mcp_sessions.lock().is_ok_and(|set| set.contains(s));
     if req.method() == hyper::Method::DELETE {
         let removed = session
@@ -98,6 +108,24 @@ pub async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response
     let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
         return Ok(rpc_error(400, &Value::Null, -32700, "Parse error"));
     };
+    if !msg.is_object() || msg["jsonrpc"] != "2.0" {
+        return Ok(rpc_error(
+            400,
+            &Value::Null,
+            -32600,
+            "Invalid Request: one JSON-RPC 2.0 message (`jsonrpc: \"2.0\"`), not a batch",
+        ));
+    }
+    if let Some(v) = version {
+        if !VERSIONS.contains(&v.as_str()) {
+            return Ok(rpc_error(
+                400,
+                &Value::Null,
+                -32600,
+                &format!("Bad Request: Unsupported protocol version: {v}"),
+            ));
+        }
+    }
     let id = msg.get("id").cloned();
     let method = msg["method"].as_str().unwrap_or_default();
     if method == "initialize" {
@@ -144,6 +172,19 @@ pub async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response
             .body(super::empty_body())
             .unwrap_or_else(|_| json_response(202, &Value::Null)));
     };
+    if method == "tools/call" && msg["params"]["name"] == "credential" {
+        let got = authorization;
+        let mut r = rpc_error(
+            500,
+            &id,
+            -32603,
+            &format!("Internal error: the upstream refused authorization `{got}`"),
+        );
+        if let Ok(v) = got.parse() {
+            r.headers_mut().insert("x-debug-authorization", v);
+        }
+        return Ok(r);
+    }
     let result = match method {
         "ping" => Ok(json!({})),
         "tools/list" => Ok(json!({"tools": tools(&state.name)})),

@@ -5,7 +5,8 @@
 //! refuses: a wrong key (401), no model (400), not an upgrade (400).
 //!
 //! A session: `session.created` first; `session.update` answers
-//! `session.updated`; `conversation.item.create` adds a text item
+//! `session.updated` (without `session.type`: the `error` event of a
+//! missing parameter, as the GA API); `conversation.item.create` adds a text item
 //! (`conversation.item.added`, `.done`); `input_audio_buffer.append` and
 //! `.commit` add audio (a token per 4 base64 characters);
 //! `response.create` answers "You said: <last text>" (or the text after
@@ -15,6 +16,8 @@
 //! the answer's (or N when the last text holds `usage:N`). An event that
 //! is not JSON, of an unknown type, or a binary message gets an `error`
 //! event and the session goes on, as OpenAI's does. A close is answered.
+//! Every text event the mock hears is logged (`/__mock/requests`, path
+//! `/v1/realtime#event`), so a test can say what reached the provider.
 
 use super::{empty_body, json_response, log_request, request_facts, wrong_key, Body, State};
 use futures_util::{SinkExt, StreamExt};
@@ -101,6 +104,7 @@ pub(crate) async fn serve(
         .filter(|v| v.split(',').any(|p| p.trim() == "realtime"))
         .map(|_| "realtime");
     let on = hyper::upgrade::on(&mut req);
+    let st = state.clone();
     tokio::spawn(async move {
         if let Ok(up) = on.await {
             let ws = WebSocketStream::from_raw_socket(
@@ -109,7 +113,7 @@ pub(crate) async fn serve(
                 None,
             )
             .await;
-            session(ws, model).await;
+            session(ws, model, st).await;
         }
     });
     let mut r = Response::builder()
@@ -145,7 +149,7 @@ fn err_event(h: &mut Heard, code: &str, message: &str, param: Option<&str>) -> V
     json!({"type": "error", "event_id": h.id("event"), "error": {"type": "invalid_request_error", "code": code, "message": message, "param": param, "event_id": null}})
 }
 
-async fn session<S>(ws: WebSocketStream<S>, model: String)
+async fn session<S>(ws: WebSocketStream<S>, model: String, state: Arc<State>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -163,7 +167,17 @@ where
     }
     while let Some(m) = rx.next().await {
         let out = match m {
-            Ok(Message::Text(t)) => on_event(&mut h, t.as_str()),
+            Ok(Message::Text(t)) => {
+                // Every event heard is in the request log, so a test can
+                // say what reached the provider.
+                log_request(
+                    &state,
+                    "/v1/realtime#event",
+                    serde_json::Map::new(),
+                    &json!({"event": t.as_str()}),
+                );
+                on_event(&mut h, t.as_str())
+            }
             Ok(Message::Binary(_)) => vec![err_event(
                 &mut h,
                 "invalid_value",
@@ -216,6 +230,14 @@ fn on_event(h: &mut Heard, t: &str) -> Vec<Value> {
         .to_string();
     match kind.as_str() {
         "session.update" => {
+            if !ev["session"]["type"].is_string() {
+                return vec![err_event(
+                    h,
+                    "missing_required_parameter",
+                    "Missing required parameter: 'session.type'.",
+                    Some("session.type"),
+                )];
+            }
             if let Some(s) = ev.get("session").and_then(Value::as_object) {
                 for (k, v) in s {
                     h.session[k] = v.clone();

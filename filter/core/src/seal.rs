@@ -1,0 +1,265 @@
+//! The gateway's seal (#61): a keyed MAC over what a caller may hand back
+//! later (an MCP session, a file's or a batch's id), so the gateway knows
+//! it made that value for that caller and nobody forged or moved it.
+//!
+//! The key comes from the gateway's own secret, never from a provider's
+//! credential: `PORTCULLIS_SEAL_SECRET` in the VM's environment (listed in
+//! `host_env_keys`; at least [`MIN_SECRET_BYTES`] bytes), the same on every
+//! Envoy of a fleet so any replica opens what another sealed. Rotation
+//! without dropping what callers hold: the new secret goes to
+//! `PORTCULLIS_SEAL_SECRET`, the old one to
+//! `PORTCULLIS_SEAL_SECRET_PREVIOUS`; the gateway seals with the new one
+//! and opens with either until the old one is removed.
+//!
+//! The MAC is BLAKE3 in keyed mode (a PRF by design, one pass, no HMAC
+//! construction needed) over length-prefixed parts, so two different part
+//! lists never hash the same bytes; the key is derived from the secret with
+//! BLAKE3's `derive_key` and a context of its own.
+
+/// The variable holding the secret.
+pub const SECRET_ENV: &str = "PORTCULLIS_SEAL_SECRET";
+/// The variable holding the secret being rotated out (opens, never seals).
+pub const PREVIOUS_ENV: &str = "PORTCULLIS_SEAL_SECRET_PREVIOUS";
+/// The shortest secret taken (a shorter one is refused with a warning).
+pub const MIN_SECRET_BYTES: usize = 16;
+/// Bytes of MAC kept (128 bits).
+pub const MAC_BYTES: usize = 16;
+
+const CONTEXT: &str = "portcullis 2026-12-07 gateway seal v1";
+
+/// The keys a gateway seals with (the first) and opens with (any).
+#[derive(Clone)]
+pub struct Seal {
+    keys: Vec<[u8; 32]>,
+}
+
+impl std::fmt::Debug for Seal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Seal({} keys)", self.keys.len())
+    }
+}
+
+/// Why the environment gave no seal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    Unset,
+    TooShort(&'static str),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Unset => write!(f, "{SECRET_ENV} is not set in the VM"),
+            Missing::TooShort(name) => {
+                write!(f, "{name} is shorter than {MIN_SECRET_BYTES} bytes")
+            }
+        }
+    }
+}
+
+fn derive(secret: &str) -> [u8; 32] {
+    blake3::derive_key(CONTEXT, secret.as_bytes())
+}
+
+impl Seal {
+    /// The seal from the environment (`var` reads one variable): the
+    /// current secret, and the previous one while it is rotated out. A
+    /// previous secret too short is left out (the current one still seals).
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Seal, Missing> {
+        let current = var(SECRET_ENV)
+            .filter(|s| !s.is_empty())
+            .ok_or(Missing::Unset)?;
+        if current.len() < MIN_SECRET_BYTES {
+            return Err(Missing::TooShort(SECRET_ENV));
+        }
+        let mut keys = vec![derive(&current)];
+        if let Some(previous) = var(PREVIOUS_ENV).filter(|s| s.len() >= MIN_SECRET_BYTES) {
+            keys.push(derive(&previous));
+        }
+        Ok(Seal { keys })
+    }
+
+    /// A seal over one secret (tests, benchmarks).
+    pub fn with_secret(secret: &str) -> Seal {
+        Seal {
+            keys: vec![derive(secret)],
+        }
+    }
+
+    fn mac_with(key: &[u8; 32], parts: &[&[u8]]) -> [u8; MAC_BYTES] {
+        let mut h = blake3::Hasher::new_keyed(key);
+        for part in parts {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        let mut out = [0u8; MAC_BYTES];
+        h.finalize_xof().fill(&mut out);
+        out
+    }
+
+    /// The MAC of `parts` with the current key.
+    pub fn mac(&self, parts: &[&[u8]]) -> [u8; MAC_BYTES] {
+        self.keys
+            .first()
+            .map(|k| Self::mac_with(k, parts))
+            .unwrap_or_default()
+    }
+
+    /// Each key's MAC of `parts` (the current key's first): what a value
+    /// sealed before a rotation may carry.
+    pub fn macs(&self, parts: &[&[u8]]) -> Vec<[u8; MAC_BYTES]> {
+        self.keys.iter().map(|k| Self::mac_with(k, parts)).collect()
+    }
+
+    /// Whether `mac` is the MAC of `parts` under any key (compared in
+    /// constant time).
+    pub fn verify(&self, parts: &[&[u8]], mac: &[u8]) -> bool {
+        let mut ok = false;
+        for key in &self.keys {
+            ok |= constant_eq(&Self::mac_with(key, parts), mac);
+        }
+        ok
+    }
+
+    /// The MAC of `parts` as lower-case hex (ids carry it as text).
+    pub fn mac_hex(&self, parts: &[&[u8]]) -> String {
+        hex(&self.mac(parts))
+    }
+
+    /// Whether `mac_hex` is the hex MAC of `parts` under any key.
+    pub fn verify_hex(&self, parts: &[&[u8]], mac_hex: &str) -> bool {
+        unhex(mac_hex).is_some_and(|m| self.verify(parts, &m))
+    }
+}
+
+fn constant_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len().saturating_mul(2));
+    for b in bytes {
+        for nibble in [b >> 4, b & 0x0f] {
+            out.push(char::from(
+                DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0'),
+            ));
+        }
+    }
+    out
+}
+
+/// The bytes of lower-case or upper-case hex (`None`: odd length or not hex).
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    let b = text.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|pair| {
+            let hi = char::from(*pair.first()?).to_digit(16)?;
+            let lo = char::from(*pair.get(1)?).to_digit(16)?;
+            u8::try_from(hi * 16 + lo).ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn a_mac_verifies_under_its_key_and_no_other_nor_other_parts() {
+        let s = Seal::with_secret("a secret of sixteen+");
+        let m = s.mac(&[b"owner", b"id"]);
+        assert!(s.verify(&[b"owner", b"id"], &m));
+        assert!(!s.verify(&[b"owner", b"id2"], &m));
+        // Length prefixes: the same bytes cut elsewhere are other parts.
+        assert!(!s.verify(&[b"ownerid"], &m));
+        assert!(!s.verify(&[b"owne", b"rid"], &m));
+        assert!(!Seal::with_secret("another secret, 16+").verify(&[b"owner", b"id"], &m));
+        let mut flipped = m;
+        flipped[0] ^= 1;
+        assert!(!s.verify(&[b"owner", b"id"], &flipped));
+        assert!(!s.verify(&[b"owner", b"id"], &m[..15]));
+        assert!(s.verify_hex(&[b"owner", b"id"], &s.mac_hex(&[b"owner", b"id"])));
+        assert!(!s.verify_hex(&[b"owner", b"id"], "zz"));
+    }
+
+    /// The MAC is BLAKE3's keyed hash with the derived key, checked against
+    /// the crate's own one-shot functions (not this module's code).
+    #[test]
+    fn the_mac_is_blake3_keyed_with_the_derived_key() {
+        let s = Seal::with_secret("0123456789abcdef");
+        let key = blake3::derive_key(CONTEXT, b"0123456789abcdef");
+        let mut msg = Vec::new();
+        for p in [&b"a"[..], b"bc"] {
+            msg.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            msg.extend_from_slice(p);
+        }
+        let want = blake3::keyed_hash(&key, &msg);
+        assert_eq!(s.mac(&[b"a", b"bc"]), want.as_bytes()[..MAC_BYTES]);
+    }
+
+    #[test]
+    fn a_rotated_secret_still_opens_what_it_sealed_and_seals_no_more() {
+        let old = Seal::from_env(env(&[(SECRET_ENV, "the old secret, long")])).unwrap();
+        let sealed = old.mac(&[b"x"]);
+        let rotated = Seal::from_env(env(&[
+            (SECRET_ENV, "the new secret, long"),
+            (PREVIOUS_ENV, "the old secret, long"),
+        ]))
+        .unwrap();
+        assert!(rotated.verify(&[b"x"], &sealed));
+        assert_ne!(rotated.mac(&[b"x"]), sealed, "seals with the new one");
+        assert_eq!(rotated.macs(&[b"x"]).len(), 2);
+        let done = Seal::from_env(env(&[(SECRET_ENV, "the new secret, long")])).unwrap();
+        assert!(!done.verify(&[b"x"], &sealed));
+        assert!(done.verify(&[b"x"], &rotated.mac(&[b"x"])));
+    }
+
+    #[test]
+    fn no_secret_or_a_short_one_is_no_seal() {
+        assert_eq!(Seal::from_env(env(&[])).unwrap_err(), Missing::Unset);
+        assert_eq!(
+            Seal::from_env(env(&[(SECRET_ENV, "")])).unwrap_err(),
+            Missing::Unset
+        );
+        assert_eq!(
+            Seal::from_env(env(&[(SECRET_ENV, "short")])).unwrap_err(),
+            Missing::TooShort(SECRET_ENV)
+        );
+        let s = Seal::from_env(env(&[
+            (SECRET_ENV, "long enough secret"),
+            (PREVIOUS_ENV, "short"),
+        ]))
+        .unwrap();
+        assert_eq!(s.macs(&[]).len(), 1, "a short previous secret is left out");
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
+        assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
+        assert_eq!(unhex("0FA0"), Some(vec![0x0f, 0xa0]));
+        for bad in ["0", "0g", "é0"] {
+            assert_eq!(unhex(bad), None, "{bad}");
+        }
+    }
+}
