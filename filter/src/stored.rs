@@ -15,6 +15,7 @@ use crate::upstream::UpstreamRequest;
 use portcullis_core::api::files::{self, Call};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
+use portcullis_core::guard::{self, Kind, Stage};
 use portcullis_core::record::Record;
 use portcullis_core::routing::resolve;
 use portcullis_core::{form, pricing, translate};
@@ -108,6 +109,68 @@ impl<H: Host> RequestContext<H> {
                 ),
             )
         })
+    }
+
+    /// Each request line of a batch file checked as the request it will be
+    /// (#61): its model one the key may use, its texts through the key's
+    /// input guardrails for that model. The first line that fails is the
+    /// error, naming it (line number, `custom_id`); `Some`: the file with
+    /// the lines a check redacted rewritten.
+    fn check_batch_lines(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        file: &[u8],
+    ) -> Result<Option<Vec<u8>>, GatewayError> {
+        let mut out: Option<Vec<u8>> = None;
+        let mut passed = 0usize;
+        for line in files::batch_lines(file) {
+            let line = line?;
+            let model = line.model.as_deref().ok_or_else(|| {
+                line.error(GatewayError::bad_request(
+                    "missing_model",
+                    "the request's body names no `model`.",
+                ))
+            })?;
+            let route = resolve(gw, client, model, self.roll).map_err(|e| line.error(e))?;
+            let Some(g) = gw.guardrails.as_ref() else {
+                continue;
+            };
+            let active = g.active(Stage::Input, &client.name, route.model);
+            if active.is_empty() {
+                continue;
+            }
+            if active
+                .iter()
+                .any(|&i| matches!(g.input.get(i).map(|c| &c.kind), Some(Kind::External(_))))
+            {
+                return Err(line.error(GatewayError::new(
+                    403,
+                    "permission_error",
+                    "batch_unavailable",
+                    "an external guardrail checks this key's prompts, and a batch's lines cannot wait for it: send them as requests.",
+                )));
+            }
+            let outcome = guard::check_input(g, &active, route.model, line.body);
+            self.note_verdicts(&outcome.verdicts);
+            if let Some(e) = outcome.denied {
+                return Err(line.error(e));
+            }
+            if let Some(doc) = outcome.rewritten {
+                let new_line = files::line_with_body(line.line, &doc)
+                    .ok_or_else(|| GatewayError::internal("cannot rewrite a batch line"))?;
+                // The file up to this line as it came, then this line anew.
+                let at = line.at;
+                let o = out.get_or_insert_with(|| Vec::with_capacity(file.len()));
+                o.extend_from_slice(file.get(passed..at).unwrap_or_default());
+                o.extend_from_slice(&new_line);
+                passed = at.saturating_add(line.line.len());
+            }
+        }
+        Ok(out.map(|mut o| {
+            o.extend_from_slice(file.get(passed..).unwrap_or_default());
+            o
+        }))
     }
 
     /// A files or batches call at its headers: the key, the request rate;
@@ -267,17 +330,33 @@ impl<H: Host> RequestContext<H> {
                         "Missing required parameter: `purpose`.",
                     )
                 })?;
-            let (requests, model) = if purpose == b"batch" {
+            let batch = purpose == b"batch";
+            let (requests, model) = if batch {
                 files::batch_file(f.value(&body, file))
             } else {
                 (0, None)
             };
             let provider = self.stored_provider(gw, client, model.as_deref(), "/files")?;
+            // Every line of a batch file: its model the key's, its prompts
+            // through the input guardrails (a redaction rewrites the file).
+            let rewritten = if batch {
+                self.check_batch_lines(gw, client, f.value(&body, file))?
+                    .map(|file_bytes| {
+                        let (start, end) = file.value;
+                        let mut out = Vec::with_capacity(body.len());
+                        out.extend_from_slice(body.get(..start).unwrap_or_default());
+                        out.extend_from_slice(&file_bytes);
+                        out.extend_from_slice(body.get(end..).unwrap_or_default());
+                        (out, body_size)
+                    })
+            } else {
+                None
+            };
             if let Some(s) = self.stored.as_mut() {
                 s.requests = requests;
                 s.model = model.unwrap_or_default();
             }
-            return self.send_stored(gw, provider, "/files", "", None);
+            return self.send_stored(gw, provider, "/files", "", rewritten);
         }
         if batch {
             let seal = loaded.sealer()?;
@@ -298,7 +377,36 @@ impl<H: Host> RequestContext<H> {
         if message_batch {
             let (requests, model) = files::message_batch_requests(&body)?;
             let provider = self.stored_provider(gw, client, Some(&model), "/messages/batches")?;
+            // Every request as the request it will be: its model the key's,
+            // its texts through the input guardrails (#61).
             let roll = self.roll;
+            let mut verdicts = Vec::new();
+            let checked = files::message_batch_checked(&body, &mut |model, params| {
+                let route = resolve(gw, client, model, roll)?;
+                let Some(g) = gw.guardrails.as_ref() else {
+                    return Ok(None);
+                };
+                let active = g.active(Stage::Input, &client.name, route.model);
+                if active
+                    .iter()
+                    .any(|&i| matches!(g.input.get(i).map(|c| &c.kind), Some(Kind::External(_))))
+                {
+                    return Err(GatewayError::new(
+                        403,
+                        "permission_error",
+                        "batch_unavailable",
+                        "an external guardrail checks this key's prompts, and a batch's requests cannot wait for it: send them one by one.",
+                    ));
+                }
+                let outcome = guard::check_input(g, &active, route.model, params);
+                verdicts.extend(outcome.verdicts);
+                match outcome.denied {
+                    Some(e) => Err(e),
+                    None => Ok(outcome.rewritten),
+                }
+            });
+            self.note_verdicts(&verdicts);
+            let body = checked?.unwrap_or(body);
             // Each request's model as that provider names it.
             let map = |name: &str| {
                 resolve(gw, client, name, roll)

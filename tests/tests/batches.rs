@@ -488,3 +488,117 @@ fn ids_are_sealed_by_the_gateways_secret_whatever_the_providers_key() {
     assert_openai_error(&r, 503, "seal_secret_missing");
     assert!(r.body.contains("PORTCULLIS_SEAL_SECRET"), "{}", r.body);
 }
+
+/// A batch file with `lines` (custom_id `r{i}`, one line each), uploaded
+/// as the key.
+fn upload_lines(s: &Stack, key: &str, lines: &[Value]) -> Resp {
+    let b = "batchboundary";
+    let file: String = lines.iter().map(|l| l.to_string() + "\n").collect();
+    let body = format!("--{b}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n{file}\r\n--{b}--\r\n");
+    post(
+        &s.envoy.url("/v1/files"),
+        &[
+            ("authorization", &format!("Bearer {key}")),
+            (
+                "content-type",
+                &format!("multipart/form-data; boundary={b}"),
+            ),
+        ],
+        &body,
+    )
+}
+
+fn line(i: usize, model: &str, text: &str) -> Value {
+    json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": model, "messages": [{"role": "user", "content": text}]}})
+}
+
+/// Every line of a batch file is checked as the request it will be (#61):
+/// its model one the key may use, its prompt through the key's input
+/// guardrails; the first line that fails is named (number, custom_id) in
+/// an error of OpenAI's shape and nothing reaches the provider; a
+/// redaction rewrites the line in the file the provider keeps.
+#[test]
+fn every_line_of_a_batch_file_is_checked_and_a_failing_line_is_named() {
+    let p = plugin()
+        + "guardrails:\n  input:\n    - {name: secrets, regex: '(?i)password\\s*[:=]', action: deny}\n    - {name: cards, pii: [card], action: redact}\n";
+    let s = Stack::start(&p, 1);
+    let hits = s.primary.hits();
+    // mini-only may use gpt-4o-mini alone: its third line names gpt-4o.
+    let lines: Vec<Value> = (0..5)
+        .map(|i| line(i, if i == 2 { "gpt-4o" } else { "gpt-4o-mini" }, "hi"))
+        .collect();
+    let r = upload_lines(&s, MINI_KEY, &lines);
+    assert_openai_error(&r, 403, "model_not_allowed");
+    assert!(
+        r.body.contains("Batch file line 3 (custom_id `r2`)"),
+        "{}",
+        r.body
+    );
+    // Its fifth line holds a secret.
+    let lines: Vec<Value> = (0..5)
+        .map(|i| {
+            line(
+                i,
+                "gpt-4o-mini",
+                if i == 4 { "my password: hunter2" } else { "hi" },
+            )
+        })
+        .collect();
+    let r = upload_lines(&s, MINI_KEY, &lines);
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert!(
+        r.body.contains("Batch file line 5 (custom_id `r4`)"),
+        "{}",
+        r.body
+    );
+    // A line that is no request.
+    let mut lines: Vec<Value> = (0..2).map(|i| line(i, "gpt-4o-mini", "hi")).collect();
+    lines.push(json!("not a request"));
+    let r = upload_lines(&s, MINI_KEY, &lines);
+    assert_openai_error(&r, 400, "invalid_batch_line");
+    assert!(r.body.contains("Batch file line 3"), "{}", r.body);
+    assert_eq!(
+        s.primary.hits(),
+        hits,
+        "no refused file reached the provider"
+    );
+    // A card number in the second line: redacted in the file the
+    // provider keeps, the other lines as they were.
+    let lines: Vec<Value> = (0..3)
+        .map(|i| {
+            line(
+                i,
+                "gpt-4o-mini",
+                if i == 1 {
+                    "card 4111 1111 1111 1111"
+                } else {
+                    "hi"
+                },
+            )
+        })
+        .collect();
+    let r = upload_lines(&s, MINI_KEY, &lines);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let content = get(
+        &s.envoy.url(&format!("/v1/files/{id}/content")),
+        &[("authorization", &format!("Bearer {MINI_KEY}"))],
+    );
+    assert_eq!(content.status, 200, "{}", content.body);
+    let kept: Vec<Value> = content
+        .body
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(kept.len(), 3, "{}", content.body);
+    assert_eq!(kept[0], lines[0]);
+    assert_eq!(kept[2], lines[2]);
+    let text = kept[1]["body"]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        !text.contains("4111") && text.contains("[REDACTED:card]"),
+        "{text}"
+    );
+    assert_eq!(kept[1]["custom_id"], "r1");
+}

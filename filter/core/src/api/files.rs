@@ -272,6 +272,148 @@ pub fn batch_file(bytes: &[u8]) -> (u64, Option<String>) {
     (n, model)
 }
 
+/// One request line of a batch file (#61): where it is, what it names.
+#[derive(Debug)]
+pub struct BatchLine<'a> {
+    /// 1-based, counting every line of the file (blank ones too), as an
+    /// editor shows it.
+    pub number: u64,
+    /// Its bytes (without the line break), and where they start in the file.
+    pub line: &'a [u8],
+    pub at: usize,
+    pub custom_id: Option<String>,
+    /// `body.model`.
+    pub model: Option<String>,
+    /// `body`, as sent.
+    pub body: &'a [u8],
+}
+
+impl BatchLine<'_> {
+    /// An error about this line: `e`'s status and code, the message naming
+    /// the line and its `custom_id`.
+    pub fn error(&self, e: GatewayError) -> GatewayError {
+        let at = match &self.custom_id {
+            Some(id) => format!("Batch file line {} (custom_id `{id}`)", self.number),
+            None => format!("Batch file line {}", self.number),
+        };
+        GatewayError {
+            message: format!("{at}: {}", e.message),
+            ..e
+        }
+    }
+}
+
+/// Every request line of a batch file, read (a line that is not a JSON
+/// object with a `body` object is an error naming it).
+pub fn batch_lines(bytes: &[u8]) -> Vec<Result<BatchLine<'_>, GatewayError>> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(default)]
+        custom_id: Option<String>,
+        #[serde(borrow)]
+        body: Option<&'a serde_json::value::RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(default)]
+        model: Option<Value>,
+    }
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    let mut number = 0u64;
+    let ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
+    for end in ends {
+        let at = start;
+        let line = bytes.get(start..end).unwrap_or_default();
+        start = end.saturating_add(1);
+        number = number.saturating_add(1);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let read = serde_json::from_slice::<Line<'_>>(line).ok().and_then(|l| {
+            let body = l.body.filter(|b| b.get().trim_start().starts_with('{'))?;
+            let model = serde_json::from_str::<Body>(body.get()).ok()?.model;
+            Some(BatchLine {
+                number,
+                line,
+                at,
+                custom_id: l.custom_id,
+                model: model.and_then(|m| m.as_str().map(str::to_string)),
+                body: body.get().as_bytes(),
+            })
+        });
+        out.push(read.ok_or_else(|| {
+            bad(
+                "invalid_batch_line",
+                format!("Batch file line {number}: not a request (a JSON object with `custom_id`, `method`, `url` and a `body` object)."),
+            )
+        }));
+    }
+    out
+}
+
+/// A batch file's line with its `body` replaced (a redaction).
+pub fn line_with_body(line: &[u8], body: &Map<String, Value>) -> Option<Vec<u8>> {
+    let mut v: Map<String, Value> = serde_json::from_slice(line).ok()?;
+    v.insert("body".into(), Value::Object(body.clone()));
+    serde_json::to_vec(&v).ok()
+}
+
+/// Each request of a Message Batch body checked by `check` (its index,
+/// `custom_id`, `params.model` and `params` as JSON), which may refuse it
+/// (the error then names the request) or give its `params` redacted;
+/// `Some`: the body with those `params` replaced.
+#[allow(clippy::type_complexity)]
+pub fn message_batch_checked(
+    body: &[u8],
+    check: &mut dyn FnMut(&str, &[u8]) -> Result<Option<Map<String, Value>>, GatewayError>,
+) -> Result<Option<Vec<u8>>, GatewayError> {
+    let mut doc: Value = serde_json::from_slice(body).map_err(|e| {
+        bad(
+            "invalid_json",
+            format!("Request body is not a JSON object ({e})."),
+        )
+    })?;
+    let requests = doc
+        .get_mut("requests")
+        .and_then(Value::as_array_mut)
+        .ok_or_else(|| bad("invalid_requests", "`requests` must be an array."))?;
+    let mut changed = false;
+    for (i, r) in requests.iter_mut().enumerate() {
+        let at = match r.get("custom_id").and_then(Value::as_str) {
+            Some(id) => format!("requests.{i} (custom_id `{id}`)"),
+            None => format!("requests.{i}"),
+        };
+        let name = |e: GatewayError| GatewayError {
+            message: format!("{at}: {}", e.message),
+            ..e
+        };
+        let Some(params) = r.get_mut("params") else {
+            return Err(bad(
+                "missing_params",
+                format!("{at}.params: Field required"),
+            ));
+        };
+        let model = params
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let bytes = serde_json::to_vec(params).unwrap_or_default();
+        if let Some(redacted) = check(&model, &bytes).map_err(name)? {
+            *params = Value::Object(redacted);
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    serde_json::to_vec(&doc)
+        .map(Some)
+        .map_err(|e| GatewayError::internal(format!("batch rewrite: {e}")))
+}
+
 /// A sealed id opened: the provider's id, the provider, the requests.
 pub type Opened = (String, usize, u64);
 
@@ -678,6 +820,114 @@ mod tests {
         // A batch's owner mark: the owner's, under the seal's keys.
         assert_eq!(owner_marks("team-a", &gw), vec![owner_mark("team-a", &gw)]);
         assert_ne!(owner_mark("team-a", &gw), owner_mark("team-b", &gw));
+    }
+
+    #[test]
+    fn every_line_of_a_batch_file_is_read_with_its_number_and_custom_id() {
+        let f = b"{\"custom_id\":\"a\",\"body\":{\"model\":\"m1\",\"messages\":[]}}\r\n\n{\"custom_id\":\"b\",\"body\":{\"model\":\"m2\"}}\nnot json\n{\"custom_id\":\"c\"}\n{\"body\":{\"model\":7}}";
+        let lines = batch_lines(f);
+        assert_eq!(lines.len(), 5);
+        let first = lines[0].as_ref().unwrap();
+        assert_eq!(
+            (
+                first.number,
+                first.custom_id.as_deref(),
+                first.model.as_deref()
+            ),
+            (1, Some("a"), Some("m1"))
+        );
+        assert_eq!(first.body, br#"{"model":"m1","messages":[]}"#);
+        let second = lines[1].as_ref().unwrap();
+        assert_eq!(
+            (second.number, second.model.as_deref()),
+            (3, Some("m2")),
+            "blank lines count"
+        );
+        assert_eq!(&f[second.at..second.at + second.line.len()], second.line);
+        for (i, n) in [(2, 4), (3, 5)] {
+            let e = lines[i].as_ref().unwrap_err();
+            assert_eq!((e.status, e.code), (400, "invalid_batch_line"));
+            assert!(
+                e.message.starts_with(&format!("Batch file line {n}:")),
+                "{}",
+                e.message
+            );
+        }
+        let last = lines[4].as_ref().unwrap();
+        assert_eq!(
+            (last.custom_id.as_deref(), last.model.as_deref()),
+            (None, None)
+        );
+        let e = second.error(GatewayError::new(
+            403,
+            "permission_error",
+            "model_not_allowed",
+            "no",
+        ));
+        assert_eq!(
+            (e.status, e.code, e.message.as_str()),
+            (
+                403,
+                "model_not_allowed",
+                "Batch file line 3 (custom_id `b`): no"
+            )
+        );
+        let body: Map<String, Value> = serde_json::from_str(r#"{"model":"m2","x":1}"#).unwrap();
+        let v: Value =
+            serde_json::from_slice(&line_with_body(second.line, &body).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            json!({"custom_id": "b", "body": {"model": "m2", "x": 1}})
+        );
+    }
+
+    #[test]
+    fn each_message_batch_request_is_checked_and_a_refusal_names_it() {
+        let body = br#"{"requests":[{"custom_id":"a","params":{"model":"m","messages":[{"role":"user","content":"hi"}]}},{"custom_id":"b","params":{"model":"m","messages":[{"role":"user","content":"secret"}]}}]}"#;
+        let mut seen = Vec::new();
+        let out = message_batch_checked(body, &mut |model, params| {
+            seen.push(model.to_string());
+            let v: Value = serde_json::from_slice(params).unwrap();
+            Ok((v["messages"][0]["content"] == "secret").then(|| {
+                serde_json::from_value(
+                    json!({"model": "m", "messages": [{"role": "user", "content": "[REDACTED]"}]}),
+                )
+                .unwrap()
+            }))
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(seen, ["m", "m"]);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["requests"][1]["params"]["messages"][0]["content"],
+            "[REDACTED]"
+        );
+        assert_eq!(v["requests"][1]["custom_id"], "b");
+        assert_eq!(v["requests"][0]["params"]["messages"][0]["content"], "hi");
+        let e = message_batch_checked(body, &mut |_, params| {
+            if serde_json::from_slice::<Value>(params).unwrap()["messages"][0]["content"]
+                == "secret"
+            {
+                Err(GatewayError::new(
+                    400,
+                    "invalid_request_error",
+                    "guardrail_denied",
+                    "denied",
+                ))
+            } else {
+                Ok(None)
+            }
+        })
+        .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("guardrail_denied", "requests.1 (custom_id `b`): denied")
+        );
+        assert_eq!(
+            message_batch_checked(body, &mut |_, _| Ok(None)).unwrap(),
+            None
+        );
     }
 
     #[test]
