@@ -55,12 +55,23 @@ impl<H: Host> RequestContext<H> {
             .collect()
     }
 
-    /// An error body that quotes the provider's key, scrubbed.
-    fn scrubbed_error(&self, status: u16, body: &[u8]) -> Option<Vec<u8>> {
-        if status < 400 {
-            return None;
-        }
+    /// A whole body (an error, a held answer, a fallback's) that quotes
+    /// the provider's key, scrubbed.
+    fn scrubbed_body(&self, body: &[u8]) -> Option<Vec<u8>> {
         secrets::scrub(body, self.answering_secret()?)
+    }
+
+    /// A chunk of an answer passing through, the provider's key scrubbed
+    /// (each key by as many bytes: a `Content-Length` stays true); `None`:
+    /// the chunk as it came.
+    fn scrubbed_chunk(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+        let loaded = self.loaded.clone()?;
+        let f = self.flight.as_mut()?;
+        let secret = loaded
+            .secrets
+            .get(f.current.as_ref()?.provider)?
+            .as_deref()?;
+        f.scrubber.as_mut()?.chunk(chunk, &[secret], end)
     }
 
     /// An answer's status and headers arrived; decide how to read it.
@@ -112,6 +123,10 @@ impl<H: Host> RequestContext<H> {
                 }
             }
         }
+        // A success passing through is scrubbed of the provider's key as it
+        // goes (an error is held whole for it, below).
+        f.scrubber = (status == 200 && !encoded && has_secret)
+            .then(portcullis_core::secrets::Scrubber::same_length);
         if status != 200 || encoded {
             // Not read: an error, or compressed (passed on untouched, the
             // reservation stands). An error is held whole to scrub the
@@ -411,19 +426,34 @@ impl<H: Host> RequestContext<H> {
         if self.holds_answer() {
             return self.held_answer_body(body_size, end_of_stream);
         }
-        let reads = self.flight.as_ref().is_some_and(|f| {
-            f.reader.is_some()
-                || f.remember_response
-                || f.translation.is_some()
-                || f.stream_cap.is_some()
-                || f.output.as_ref().is_some_and(|o| o.stream.is_some())
+        let (reads, scrubs) = self.flight.as_ref().map_or((false, false), |f| {
+            (
+                f.reader.is_some()
+                    || f.remember_response
+                    || f.translation.is_some()
+                    || f.stream_cap.is_some()
+                    || f.output.as_ref().is_some_and(|o| o.stream.is_some()),
+                f.scrubber.is_some(),
+            )
         });
-        if reads {
+        if reads || scrubs {
             let chunk = self
                 .host
                 .body(Part::Response, body_size)
                 .unwrap_or_default();
-            if let Some(out) = self.answer_chunk(&chunk, end_of_stream) {
+            // Scrubbed first: what is read, cached and translated has no key.
+            let scrubbed = if scrubs {
+                self.scrubbed_chunk(&chunk, end_of_stream)
+            } else {
+                None
+            };
+            let input = scrubbed.as_deref().unwrap_or(&chunk);
+            let out = if reads {
+                self.answer_chunk(input, end_of_stream)
+            } else {
+                None
+            };
+            if let Some(out) = out.or(scrubbed) {
                 let _ = self.host.set_body(Part::Response, body_size, &out);
             }
         }
@@ -490,7 +520,7 @@ impl<H: Host> RequestContext<H> {
             body.clone_from(new);
             changed = true;
         }
-        if let Some(clean) = self.scrubbed_error(self.log.status, &body) {
+        if let Some(clean) = self.scrubbed_body(&body) {
             body = clean;
             changed = true;
         }
@@ -558,7 +588,7 @@ impl<H: Host> RequestContext<H> {
         if let Ok(Some(new)) = &checked {
             body.clone_from(new);
         }
-        if let Some(clean) = self.scrubbed_error(status, &body) {
+        if let Some(clean) = self.scrubbed_body(&body) {
             body = clean;
         }
         let translated_stream = self.translates_stream();

@@ -140,6 +140,9 @@ pub struct Flight {
     pub budget_routed: bool,
     /// A stream held to `cap` as it passes.
     pub stream_cap: Option<portcullis_core::stream_cap::StreamCap>,
+    /// A success passing through, scrubbed of the provider's key as it
+    /// goes (`secrets::Scrubber`, same length).
+    pub scrubber: Option<portcullis_core::secrets::Scrubber>,
 }
 
 impl Flight {
@@ -188,6 +191,7 @@ impl Flight {
             cap: None,
             budget_routed: false,
             stream_cap: None,
+            scrubber: None,
         }
     }
 

@@ -700,9 +700,11 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let bytes = out.as_deref().unwrap_or(chunk);
-        let sent = call.scrubber.chunk(bytes, &[secret], end);
-        if out.is_some() || sent != chunk {
-            let _ = self.host.set_body(Part::Response, chunk.len(), &sent);
+        match (call.scrubber.chunk(bytes, &[secret], end), out) {
+            (Some(sent), _) | (None, Some(sent)) => {
+                let _ = self.host.set_body(Part::Response, chunk.len(), &sent);
+            }
+            (None, None) => {}
         }
     }
 }

@@ -1,7 +1,8 @@
 //! What the gateway never hands back: the credential it injected for a
 //! provider, echoed by that provider in an error body or a header, arrives
 //! at the client as `[REDACTED]`, on the first attempt (through Envoy's
-//! router) and on a fallback (by callout).
+//! router) and on a fallback (by callout); echoed in a success, whole or
+//! streamed, as a mask of its own length.
 mod common;
 use common::*;
 use portcullis_tests::*;
@@ -40,4 +41,28 @@ fn a_provider_that_echoes_its_key_has_it_redacted_in_bodies_and_headers() {
     let r = s.chat(DEMO_KEY, &chat_body("gpt-4o", "hi"));
     assert_eq!(r.status, 200);
     assert!(!r.body.contains("REDACTED"));
+    // A success that quotes the key (#61), whole and streamed: scrubbed as
+    // it passes, each key by as many bytes, so a `Content-Length` stays
+    // true.
+    let masked = format!("[REDACTED{}]", "*".repeat(PRIMARY_KEY.len() - 10));
+    assert_eq!(masked.len(), PRIMARY_KEY.len());
+    let said = format!("your key is {PRIMARY_KEY} indeed");
+    s.primary
+        .script(json!([{"content": said}, {"content": said}]));
+    let r = s.chat(DEMO_KEY, &chat_body("gpt-4o", "hi"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains(PRIMARY_KEY), "{}", r.body);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        format!("your key is {masked} indeed")
+    );
+    if let Some(n) = r.header("content-length") {
+        assert_eq!(n.parse::<usize>().unwrap(), r.body.len());
+    }
+    let stream =
+        json!({"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = s.chat(DEMO_KEY, &stream.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains(PRIMARY_KEY), "{}", r.body);
+    assert!(r.body.contains(&masked), "{}", r.body);
 }
