@@ -415,7 +415,7 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
     assert_eq!(r.status, 200, "{}", r.body);
     let own_alpha = r.header("mcp-session-id").expect("a session").to_string();
     assert!(
-        own_alpha.starts_with("pcs2-"),
+        own_alpha.starts_with("pcs3-"),
         "sealed by the gateway: {own_alpha}"
     );
     let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
@@ -425,21 +425,20 @@ fn the_gateway_puts_keys_tools_limits_and_guardrails_in_front_of_mcp_servers() {
             .unwrap_or(0)
     };
     let before = (upstream("mcp_alpha"), upstream("mcp_beta"));
-    // The server's own session id, as the gateway read it from its answer.
+    // The server's own session id, as the gateway read it from its answer
+    // (the id's bytes: the name and the session, each after two bytes of
+    // length, then the expiry and the MAC).
     let raw = {
-        let hex = own_alpha
-            .trim_start_matches("pcs2-")
-            .split('.')
-            .next()
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(own_alpha.trim_start_matches("pcs3-"))
             .unwrap();
-        let bytes: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-            .collect();
-        let pairs: Vec<(String, String)> = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(pairs.len(), 1, "{pairs:?}");
-        assert_eq!(pairs[0].0, "alpha");
-        pairs[0].1.clone()
+        let name_len = u16::from_le_bytes([bytes[0], bytes[1]]) as usize;
+        assert_eq!(&bytes[2..2 + name_len], b"alpha");
+        let at = 2 + name_len;
+        let len = u16::from_le_bytes([bytes[at], bytes[at + 1]]) as usize;
+        assert_eq!(bytes.len(), at + 2 + len + 8 + 16, "one pair");
+        String::from_utf8(bytes[at + 2..at + 2 + len].to_vec()).unwrap()
     };
     for (what, url, key, session, body) in [
         (

@@ -12,7 +12,8 @@
 //! and opens with either until the old one is removed.
 //!
 //! The MAC is BLAKE3 in keyed mode (a PRF by design, one pass, no HMAC
-//! construction needed) over length-prefixed parts, so two different part
+//! construction needed) over length-prefixed parts (two bytes of length:
+//! a session's parts fit one 64-byte block), so two different part
 //! lists never hash the same bytes; the key is derived from the secret with
 //! BLAKE3's `derive_key` and a context of its own.
 
@@ -89,7 +90,18 @@ impl Seal {
     fn mac_with(key: &[u8; 32], parts: &[&[u8]]) -> [u8; MAC_BYTES] {
         let mut h = blake3::Hasher::new_keyed(key);
         for part in parts {
-            h.update(&(part.len() as u64).to_le_bytes());
+            // Two bytes of length (the usual case fits one BLAKE3 block);
+            // 0xFFFF then eight for a longer part: no two part lists hash
+            // the same bytes.
+            match u16::try_from(part.len()) {
+                Ok(n) if n < u16::MAX => {
+                    h.update(&n.to_le_bytes());
+                }
+                _ => {
+                    h.update(&u16::MAX.to_le_bytes());
+                    h.update(&(part.len() as u64).to_le_bytes());
+                }
+            }
             h.update(part);
         }
         let mut out = [0u8; MAC_BYTES];
@@ -192,6 +204,10 @@ mod tests {
         // Length prefixes: the same bytes cut elsewhere are other parts.
         assert!(!s.verify(&[b"ownerid"], &m));
         assert!(!s.verify(&[b"owne", b"rid"], &m));
+        // A part past 0xFFFE bytes is told apart by its long length.
+        let long = vec![7u8; 70_000];
+        assert!(s.verify(&[&long, b"x"], &s.mac(&[&long, b"x"])));
+        assert!(!s.verify(&[&long[..69_999], b"x"], &s.mac(&[&long, b"x"])));
         assert!(!Seal::with_secret("another secret, 16+").verify(&[b"owner", b"id"], &m));
         let mut flipped = m;
         flipped[0] ^= 1;
@@ -209,7 +225,7 @@ mod tests {
         let key = blake3::derive_key(CONTEXT, b"0123456789abcdef");
         let mut msg = Vec::new();
         for p in [&b"a"[..], b"bc"] {
-            msg.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            msg.extend_from_slice(&(p.len() as u16).to_le_bytes());
             msg.extend_from_slice(p);
         }
         let want = blake3::keyed_hash(&key, &msg);

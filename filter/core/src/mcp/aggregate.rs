@@ -9,10 +9,12 @@
 use super::answer::Message;
 use super::SEPARATOR;
 use crate::seal::Seal;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 /// The start of a gateway session id (`Mcp-Session-Id`).
-const SESSION_PREFIX: &str = "pcs2-";
+const SESSION_PREFIX: &str = "pcs3-";
 
 /// How long a session the gateway hands out lives, by default (a client
 /// past it gets MCP's 404 and starts a new one).
@@ -26,47 +28,65 @@ pub struct Holder<'a> {
     pub user: Option<&'a str>,
 }
 
+/// The servers' sessions as bytes: for each, its name and its session,
+/// each after two bytes of length.
+fn pairs_bytes(sessions: &[(String, String)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, session) in sessions {
+        for part in [name, session] {
+            let n = u16::try_from(part.len()).unwrap_or(u16::MAX);
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(part.as_bytes().get(..usize::from(n)).unwrap_or_default());
+        }
+    }
+    out
+}
+
+fn pairs_of(mut bytes: &[u8]) -> Option<Vec<(String, String)>> {
+    let mut take = || -> Option<String> {
+        let n = usize::from(u16::from_le_bytes([*bytes.first()?, *bytes.get(1)?]));
+        let part = bytes.get(2..n.checked_add(2)?)?;
+        bytes = bytes.get(n.checked_add(2)?..)?;
+        String::from_utf8(part.to_vec()).ok()
+    };
+    // The bytes are the gateway's (their MAC was checked first).
+    let mut out = Vec::new();
+    while let Some(name) = take() {
+        out.push((name, take()?));
+    }
+    Some(out)
+}
+
+fn session_parts<'a>(pairs: &'a [u8], expiry: &'a [u8; 8], holder: Holder<'a>) -> [&'a [u8]; 5] {
+    [
+        b"s",
+        pairs,
+        expiry,
+        holder.key.as_bytes(),
+        holder.user.unwrap_or("\0").as_bytes(),
+    ]
+}
+
 /// The session id the client holds for its servers' sessions (`[server,
 /// its session]` pairs; one pair at `{path}/{server}`), sealed to its
-/// holder until `expires_ms` (#61):
-/// `pcs2-{hex of the pairs' JSON}.{expiry}.{MAC}`, the MAC the gateway's
-/// seal over the pairs, the expiry and the holder. The client reads its
-/// servers' session ids, but nothing it changes, and no other caller,
-/// gets past [`sessions_of`].
+/// holder until `expires_ms` (#61): `pcs3-` and the base64url of the
+/// pairs, the expiry and the gateway's MAC over them and the holder. The
+/// client can read its servers' session ids, but nothing it changes, and
+/// no other caller, gets past [`sessions_of`].
 pub fn session_id(
     sessions: &[(String, String)],
     holder: Holder<'_>,
     expires_ms: u64,
     seal: &Seal,
 ) -> String {
-    let json = serde_json::to_vec(sessions).unwrap_or_default();
-    let expiry = expires_ms.to_string();
-    let mac = seal.mac_hex(&session_parts(&json, &expiry, holder));
-    let mut out = String::with_capacity(
-        SESSION_PREFIX
-            .len()
-            .saturating_add(json.len().saturating_mul(2))
-            .saturating_add(expiry.len())
-            .saturating_add(mac.len())
-            .saturating_add(2),
-    );
-    out.push_str(SESSION_PREFIX);
-    out.push_str(&crate::seal::hex(&json));
-    out.push('.');
-    out.push_str(&expiry);
-    out.push('.');
-    out.push_str(&mac);
+    let mut bytes = pairs_bytes(sessions);
+    let expiry = expires_ms.to_le_bytes();
+    let mac = seal.mac(&session_parts(&bytes, &expiry, holder));
+    bytes.extend_from_slice(&expiry);
+    bytes.extend_from_slice(&mac);
+    let mut out = String::from(SESSION_PREFIX);
+    URL_SAFE_NO_PAD.encode_string(&bytes, &mut out);
     out
-}
-
-fn session_parts<'a>(json: &'a [u8], expiry: &'a str, holder: Holder<'a>) -> [&'a [u8]; 5] {
-    [
-        b"mcp-session",
-        json,
-        expiry.as_bytes(),
-        holder.key.as_bytes(),
-        holder.user.unwrap_or("\0").as_bytes(),
-    ]
 }
 
 /// The servers' sessions a client's session id holds, when the gateway
@@ -78,18 +98,20 @@ pub fn sessions_of(
     now_ms: u64,
     seal: &Seal,
 ) -> Option<Vec<(String, String)>> {
-    let rest = id.strip_prefix(SESSION_PREFIX)?;
-    let (hex, rest) = rest.split_once('.')?;
-    let (expiry, mac) = rest.split_once('.')?;
-    let expires_ms: u64 = expiry.parse().ok()?;
-    if expires_ms.to_string() != expiry || now_ms >= expires_ms {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(id.strip_prefix(SESSION_PREFIX)?)
+        .ok()?;
+    let mac_at = bytes.len().checked_sub(crate::seal::MAC_BYTES)?;
+    let expiry_at = mac_at.checked_sub(8)?;
+    let pairs = bytes.get(..expiry_at)?;
+    let expiry: [u8; 8] = bytes.get(expiry_at..mac_at)?.try_into().ok()?;
+    if now_ms >= u64::from_le_bytes(expiry) {
         return None;
     }
-    let json = crate::seal::unhex(hex)?;
-    if !seal.verify_hex(&session_parts(&json, expiry, holder), mac) {
+    if !seal.verify(&session_parts(pairs, &expiry, holder), bytes.get(mac_at..)?) {
         return None;
     }
-    serde_json::from_slice(&json).ok()
+    pairs_of(pairs)
 }
 
 /// A qualified name's server and name (`alpha__echo`: `alpha`, `echo`).
