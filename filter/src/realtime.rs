@@ -28,6 +28,7 @@ use portcullis_core::routing::resolve;
 use portcullis_core::usage::Usage;
 use portcullis_core::websocket::{Message, Verdict};
 use portcullis_core::{pricing, translate};
+use std::sync::atomic::Ordering;
 
 /// Close codes (RFC 6455): a policy ends the session, a frame broke the
 /// protocol, the server side failed.
@@ -153,6 +154,7 @@ impl<H: Host> RequestContext<H> {
             [key[0], key[1], key[2], key[3]],
             client.limits.max_body_bytes,
         );
+        session.configs_seen = crate::root::CONFIGS_APPLIED.load(Ordering::Acquire);
         session.stamp = self.key_stamp();
         session.price = priced.map(|(p, _)| p);
         session.price_source = priced.map_or("", |(_, s)| s.as_str());
@@ -250,11 +252,15 @@ impl<H: Host> RequestContext<H> {
             return Action::Continue;
         };
         let gw = &loaded.gw;
-        let stamp_now = if body_size > 0 {
-            self.key_stamp()
-        } else {
-            None
-        };
+        // The key's stamp is read again only when a config was applied
+        // since the session last looked (an atomic load otherwise).
+        let applied = crate::root::CONFIGS_APPLIED.load(Ordering::Acquire);
+        let looks = body_size > 0
+            && self
+                .realtime
+                .as_ref()
+                .is_some_and(|s| s.configs_seen != applied);
+        let stamp_now = if looks { self.key_stamp() } else { None };
         let client_cap = gw
             .clients
             .get(self.request.key.as_ref().unwrap_or(&[0; 32]))
@@ -262,7 +268,10 @@ impl<H: Host> RequestContext<H> {
         let Some(s) = self.realtime.as_deref_mut() else {
             return Action::Continue;
         };
-        if body_size > 0 && s.stamp.is_some() && s.stamp != stamp_now {
+        if looks {
+            s.configs_seen = applied;
+        }
+        if looks && s.stamp.is_some() && s.stamp != stamp_now {
             // The key was revoked or changed by a config applied since the
             // session began (the config it began with would let it go on).
             let revoked = stamp_now.as_ref().is_none_or(Vec::is_empty);

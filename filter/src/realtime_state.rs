@@ -45,6 +45,8 @@ pub struct Session {
     /// (`portcullis_core::keys::client_stamp`): another one later means
     /// the key was revoked or changed, and the session ends.
     pub stamp: Option<Vec<u8>>,
+    /// `root::CONFIGS_APPLIED` when the stamp was last read.
+    pub configs_seen: u64,
 }
 
 impl Session {
@@ -66,6 +68,7 @@ impl Session {
             client: Frames::new(Side::Client, cap, key),
             server: Frames::new(Side::Server, cap.max(DEFAULT_CAP), key),
             stamp: None,
+            configs_seen: 0,
             usage: Usage::default(),
             cost_micros: 0,
             statuses: Vec::new(),

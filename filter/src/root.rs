@@ -195,6 +195,8 @@ impl<H: Host + Clone> Root<H> {
         self.tick_ms = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         host.gauge(metrics::CONFIG_GENERATION, bump_generation(&host, bytes));
         stamp_clients(&host, &gw);
+        // After the stamps: a session that sees the count move reads them.
+        CONFIGS_APPLIED.fetch_add(1, std::sync::atomic::Ordering::Release);
         host.log(
             LogLevel::Info,
             &format!(
@@ -315,6 +317,11 @@ pub fn accept(bytes: &[u8]) -> Result<Gateway, String> {
 fn testing_allowed() -> bool {
     std::env::var("PORTCULLIS_TESTING").is_ok_and(|v| v == "1")
 }
+
+/// Configs applied by this VM (Wasm: this worker's; native: the
+/// process's): an open Realtime session reads its key's stamp again only
+/// when this moved, not at every chunk (#61).
+pub static CONFIGS_APPLIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Each client key's stamp in shared data (`Gateway::client_stamp`), and an
 /// empty one for each key stamped before (by any config of this Envoy, the

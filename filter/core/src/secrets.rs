@@ -159,18 +159,15 @@ impl Scrubber {
     }
 }
 
-/// Where `needle` first occurs: a scan for its first byte, compared whole
-/// only there (every answer's headers are scanned: this keeps it cheap).
+/// Where `needle` first occurs: a scan for its first byte (`memchr`),
+/// compared whole only there (every answer's headers and bodies are
+/// scanned: this keeps it cheap).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let (&first, rest) = needle.split_first()?;
     let last_start = hay.len().checked_sub(needle.len())?;
     let mut from = 0;
     while from <= last_start {
-        let at = from.checked_add(
-            hay.get(from..=last_start)?
-                .iter()
-                .position(|&b| b == first)?,
-        )?;
+        let at = from.checked_add(memchr::memchr(first, hay.get(from..=last_start)?)?)?;
         let after = at.checked_add(1)?;
         if hay.get(after..after.checked_add(rest.len())?) == Some(rest) {
             return Some(at);
