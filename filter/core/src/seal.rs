@@ -88,24 +88,45 @@ impl Seal {
     }
 
     fn mac_with(key: &[u8; 32], parts: &[&[u8]]) -> [u8; MAC_BYTES] {
-        let mut h = blake3::Hasher::new_keyed(key);
+        // The message laid out once and hashed in one call (BLAKE3's
+        // one-shot keyed hash: a session's fits one block; no streaming
+        // state per part), on the stack when it is small.
+        let mut stack = [0u8; 192];
+        let mut heap = Vec::new();
+        let len: usize = parts
+            .iter()
+            .map(|p| p.len().saturating_add(10))
+            .fold(0, usize::saturating_add);
+        let buf: &mut [u8] = if len <= stack.len() {
+            &mut stack
+        } else {
+            heap.resize(len, 0);
+            &mut heap
+        };
+        let mut at = 0usize;
+        let mut put = |bytes: &[u8]| {
+            let end = at.saturating_add(bytes.len());
+            if let Some(dst) = buf.get_mut(at..end) {
+                dst.copy_from_slice(bytes);
+            }
+            at = end;
+        };
         for part in parts {
             // Two bytes of length (the usual case fits one BLAKE3 block);
             // 0xFFFF then eight for a longer part: no two part lists hash
             // the same bytes.
             match u16::try_from(part.len()) {
-                Ok(n) if n < u16::MAX => {
-                    h.update(&n.to_le_bytes());
-                }
+                Ok(n) if n < u16::MAX => put(&n.to_le_bytes()),
                 _ => {
-                    h.update(&u16::MAX.to_le_bytes());
-                    h.update(&(part.len() as u64).to_le_bytes());
+                    put(&u16::MAX.to_le_bytes());
+                    put(&(part.len() as u64).to_le_bytes());
                 }
             }
-            h.update(part);
+            put(part);
         }
+        let hash = blake3::keyed_hash(key, buf.get(..at).unwrap_or_default());
         let mut out = [0u8; MAC_BYTES];
-        h.finalize_xof().fill(&mut out);
+        out.copy_from_slice(hash.as_bytes().get(..MAC_BYTES).unwrap_or(&[0; MAC_BYTES]));
         out
     }
 
@@ -230,6 +251,14 @@ mod tests {
         }
         let want = blake3::keyed_hash(&key, &msg);
         assert_eq!(s.mac(&[b"a", b"bc"]), want.as_bytes()[..MAC_BYTES]);
+        // And on the heap, past the stack buffer.
+        let big = vec![9u8; 300];
+        let mut msg = (300u16).to_le_bytes().to_vec();
+        msg.extend_from_slice(&big);
+        assert_eq!(
+            s.mac(&[&big]),
+            blake3::keyed_hash(&key, &msg).as_bytes()[..MAC_BYTES]
+        );
     }
 
     #[test]
