@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate filter/core/src/price_table.rs from filter/core/data/prices.csv.
+"""Generate filter/core/src/pricing/price_table.rs from filter/core/data/prices.csv.
 
     python3 scripts/gen-prices.py          # write the table
     python3 scripts/gen-prices.py --check  # fail when it is out of date
@@ -12,7 +12,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "filter/core/data/prices.csv"
-OUT = ROOT / "filter/core/src/price_table.rs"
+OUT = ROOT / "filter/core/src/pricing/price_table.rs"
 FORMATS = {"openai", "anthropic", "gemini"}
 
 

@@ -7,7 +7,7 @@
 //! the view of what the records say was spent.
 
 use crate::db::{Db, Result};
-use portcullis_core::period::Period;
+use portcullis_core::limits::period::Period;
 use portcullis_core::{
     compile::compile,
     config::{Gateway, Limits},

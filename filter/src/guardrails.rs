@@ -5,11 +5,11 @@
 //! [`portcullis_core::guard::stream`]). The checks themselves are pure
 //! ([`portcullis_core::guard`]); this file reads the host and acts.
 
-use crate::context::{Phase, RequestContext};
-use crate::guard_state::{GuardCalls, OutputGuard};
+use crate::host::metrics;
 use crate::host::{Action, LogLevel};
 use crate::host::{Host, Part};
-use crate::metrics;
+use crate::request::guard::{GuardCalls, OutputGuard};
+use crate::request::{Phase, RequestContext};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
 use portcullis_core::guard::{

@@ -2,17 +2,17 @@
 //! and host answers in, the host calls and the reply out. Real Envoy runs
 //! the same paths in `tests/`; these pin each step's decisions natively.
 
-use crate::context::RequestContext;
-use crate::fake::FakeHost;
+use crate::bindings::fake::FakeHost;
 use crate::host::Action;
 use crate::host::{Host, Part};
 use crate::loaded::Loaded;
+use crate::request::RequestContext;
 use portcullis_core::compile::compile;
-use portcullis_core::counters::Counters;
-use portcullis_core::keys::{self, Owner};
-use portcullis_core::period::Period;
-use portcullis_core::ratelimit::decode_u32;
-use portcullis_core::store::Store;
+use portcullis_core::limits::counters::Counters;
+use portcullis_core::limits::period::Period;
+use portcullis_core::limits::ratelimit::decode_u32;
+use portcullis_core::shared::keys::{self, Owner};
+use portcullis_core::shared::store::Store;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -82,7 +82,7 @@ impl Gateway {
                 limiter_credential: Some(b"Bearer limiter-token".to_vec()),
                 signing: Vec::new(),
                 mcp_credentials: Vec::new(),
-                seal: Ok(portcullis_core::seal::Seal::with_secret(
+                seal: Ok(portcullis_core::credentials::seal::Seal::with_secret(
                     "the lifecycle tests' seal secret",
                 )),
             }),
@@ -92,7 +92,7 @@ impl Gateway {
     /// A new request: its headers and body are the host's request.
     fn context(&self) -> RequestContext<FakeHost> {
         let host = FakeHost {
-            state: Rc::new(std::cell::RefCell::new(crate::fake::State {
+            state: Rc::new(std::cell::RefCell::new(crate::bindings::fake::State {
                 now_ms: self.host.now_ms(),
                 ..Default::default()
             })),
@@ -304,7 +304,7 @@ fn a_stream_is_bounded_until_it_starts_and_its_fallback_by_the_stream_timeout() 
     let (mut ctx, a) = g.chat(&[], &stream_body);
     assert_eq!(a, Action::Continue);
     let h =
-        |ctx: &crate::context::RequestContext<FakeHost>, n: &str| ctx.host.header(Part::Request, n);
+        |ctx: &crate::request::RequestContext<FakeHost>, n: &str| ctx.host.header(Part::Request, n);
     assert_eq!(
         h(&ctx, "x-envoy-upstream-rq-timeout-ms").as_deref(),
         Some("0")
@@ -586,7 +586,7 @@ fn each_attempt_sends_its_own_span_of_the_clients_trace_and_the_record_has_them(
     ctx.on_call_response(1, ANSWER.len());
     ctx.on_log();
     let r = ctx.host.state.borrow().records[0].clone();
-    let hex = |b: &[u8]| portcullis_core::trace::hex(b);
+    let hex = |b: &[u8]| portcullis_core::telemetry::trace::hex(b);
     assert_eq!(hex(&r.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_eq!(hex(&r.parent_span_id), "00f067aa0ba902b7");
     assert_eq!((r.trace_flags, r.tracestate.as_str()), (1, "v=1"));
@@ -628,8 +628,10 @@ fn a_trace_is_started_only_when_the_config_samples() {
     let r = ctx.host.state.borrow().records[0].clone();
     assert_eq!(r.trace_id.len(), 16);
     assert!(r.parent_span_id.is_empty());
-    assert!(sent.contains(&portcullis_core::trace::hex(&r.trace_id)));
-    assert!(sent.contains(&portcullis_core::trace::hex(&r.attempts[0].span_id)));
+    assert!(sent.contains(&portcullis_core::telemetry::trace::hex(&r.trace_id)));
+    assert!(sent.contains(&portcullis_core::telemetry::trace::hex(
+        &r.attempts[0].span_id
+    )));
 }
 
 /// Shared data has no atomic create: a key two workers create at once on
@@ -644,13 +646,13 @@ fn limit_keys_exist_before_traffic_so_a_racing_reservation_is_never_lost() {
     ));
     let now = g.host.now_ms();
     let day = Period::Day.index(now, 0);
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     let key = keys::counters(Owner::Key("demo"));
     assert!(g.host.store.get(&key).unwrap().0.is_some(), "{key}");
     // A budget alone: its reservation is the request's first write. Another
     // worker reserves 500 micro-USD between our read and our write.
     let g = Gateway::new(&config("{budget_usd_per_day: 1}", ""));
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     g.host.store.inject_conflicts(1, move |v| {
         let mut c = Counters::decode(Some(v));
         c.spend(Period::Day, day, i64::MAX, 500).unwrap();
@@ -708,7 +710,7 @@ const GLOBAL: &str = "limits:\n  global: {cluster: rls, timeout_ms: 25}\n";
 /// The descriptors of a `RateLimitRequest`: each one's `limit` entry and
 /// its own `hits_addend` (0 when it has none).
 fn rls_request(bytes: &[u8]) -> Vec<(String, u64)> {
-    use portcullis_core::pb::{Reader, Value as Pb};
+    use portcullis_core::wire::pb::{Reader, Value as Pb};
     let mut out = Vec::new();
     let mut r = Reader::new(bytes);
     while let Ok(Some((n, v))) = r.field() {
@@ -1116,7 +1118,7 @@ fn an_external_guard_is_asked_and_its_verdict_or_failure_mode_decides() {
         (status, v["error"]["code"].as_str()),
         (503, Some("guardrail_unavailable"))
     );
-    assert_eq!(ctx.host.counter(crate::metrics::GUARD_ERRORS), 1);
+    assert_eq!(ctx.host.counter(crate::host::metrics::GUARD_ERRORS), 1);
     assert!(ctx.log.guardrails[0]
         .reason
         .contains("no answer within 50 ms"));
@@ -1128,7 +1130,7 @@ fn an_external_guard_is_asked_and_its_verdict_or_failure_mode_decides() {
 /// waits end, and Envoy is told to resume once.
 #[test]
 fn the_steps_pause_for_the_guard_then_the_rate_limit_service_and_resume_where_each_said() {
-    use crate::exchange::Step;
+    use crate::request::exchange::Step;
     let moderation =
         "    - {name: moderation, external: {cluster: guard, timeout_ms: 50, failure_mode: deny}}";
     let g = Gateway::new(&config(
@@ -1298,7 +1300,7 @@ fn a_routed_request_of_the_shipped_config_makes_these_host_calls() {
     trusted.remove(4);
     assert_eq!(traced(&g), trusted, "the breaker's clean read is trusted");
     // For 100 ms: then it is read again.
-    g.host.state.borrow_mut().now_ms += crate::breakers::CLEAN_TTL_MS;
+    g.host.state.borrow_mut().now_ms += crate::health::breakers::CLEAN_TTL_MS;
     assert_eq!(traced(&g), first, "read again after 100 ms");
     assert_eq!(traced(&g), trusted);
     // A failure this worker sees ends the trust at once.
@@ -1333,7 +1335,7 @@ fn primary_fails_backup_answers(g: &Gateway) {
 fn a_miss_reads_the_cache_index_once_and_a_repeat_reads_no_shared_data() {
     let g = shipped(true);
     let cfg = g.loaded.gw.cache.as_ref().unwrap();
-    crate::prompt_cache::configure(&g.host, Some(cfg));
+    crate::cache::configure(&g.host, Some(cfg));
     let miss = traced(&g);
     let shared: Vec<&String> = miss.iter().filter(|c| c.contains("shared_data")).collect();
     assert_eq!(shared.len(), 5, "{miss:#?}");
@@ -1354,7 +1356,7 @@ fn a_miss_reads_the_cache_index_once_and_a_repeat_reads_no_shared_data() {
 fn profile_routed_requests() {
     // PROFILE_CACHE=1: the cache on, so all but the first are hits.
     let g = shipped(std::env::var("PROFILE_CACHE").is_ok_and(|v| v == "1"));
-    crate::prompt_cache::configure(&g.host, g.loaded.gw.cache.as_ref());
+    crate::cache::configure(&g.host, g.loaded.gw.cache.as_ref());
     for _ in 0..2000 {
         serve(&g, false);
     }
@@ -1372,7 +1374,7 @@ fn without_worker_copies_a_repeat_reads_the_shared_table() {
     let g = Gateway::new(&yaml);
     let cfg = g.loaded.gw.cache.as_ref().unwrap();
     assert_eq!(cfg.worker_bytes, 0);
-    crate::prompt_cache::configure(&g.host, Some(cfg));
+    crate::cache::configure(&g.host, Some(cfg));
     traced(&g);
     let hit = traced(&g);
     let reads = hit
@@ -1395,18 +1397,18 @@ fn a_success_on_one_worker_ends_a_run_of_failures_counted_on_another() {
     let a = shipped(false);
     let b = Gateway {
         host: FakeHost {
-            state: Rc::new(std::cell::RefCell::new(crate::fake::State {
+            state: Rc::new(std::cell::RefCell::new(crate::bindings::fake::State {
                 now_ms: a.host.now_ms(),
                 ..Default::default()
             })),
             store: a.host.store.clone(),
-            worker: Rc::new(crate::worker::Worker::default()),
+            worker: Rc::new(crate::host::worker::Worker::default()),
         },
         loaded: a.loaded.clone(),
     };
     let breaker = || {
         let v = a.host.store.get(&keys::breaker("primary")).unwrap().0;
-        portcullis_core::breaker::Breaker::decode(v.as_deref())
+        portcullis_core::health::breaker::Breaker::decode(v.as_deref())
     };
     serve(&a, false);
     assert!(
@@ -1426,7 +1428,7 @@ fn a_success_on_one_worker_ends_a_run_of_failures_counted_on_another() {
     let after = breaker();
     assert_eq!(
         (after.state, after.consecutive_failures),
-        (portcullis_core::breaker::State::Closed, 1),
+        (portcullis_core::health::breaker::State::Closed, 1),
         "one failure since the success, not five in a row"
     );
 }

@@ -4,10 +4,10 @@
 use crate::host::Host;
 use crate::host::LogLevel;
 use portcullis_core::config::Gateway;
+use portcullis_core::credentials::sigv4;
 use portcullis_core::error::GatewayError;
 use portcullis_core::mcp::Credential;
 use portcullis_core::providers::{self, Auth};
-use portcullis_core::sigv4;
 
 /// A compiled config plus what it needs from the VM environment.
 pub struct Loaded {
@@ -17,7 +17,7 @@ pub struct Loaded {
     /// config), by provider index.
     pub credentials: Vec<Option<(&'static str, String)>>,
     /// Each provider's key as read, to scrub from what it answers
-    /// (`portcullis_core::secrets`), by provider index.
+    /// (`portcullis_core::credentials::secrets`), by provider index.
     pub secrets: Vec<Option<String>>,
     /// `Bearer <token>` for the rate limit service, from the VM
     /// environment's `PORTCULLIS_LIMITER_TOKEN` (never the plugin config).
@@ -33,7 +33,10 @@ pub struct Loaded {
     /// and batch ids), from the VM environment's `PORTCULLIS_SEAL_SECRET`
     /// (and `_PREVIOUS` while rotating); without it those calls are
     /// refused, never sealed with something guessable.
-    pub seal: Result<portcullis_core::seal::Seal, portcullis_core::seal::Missing>,
+    pub seal: Result<
+        portcullis_core::credentials::seal::Seal,
+        portcullis_core::credentials::seal::Missing,
+    >,
 }
 
 impl Loaded {
@@ -57,7 +60,7 @@ impl Loaded {
     }
 
     /// The gateway's seal, or the 503 that tells the operator what to set.
-    pub fn sealer(&self) -> Result<&portcullis_core::seal::Seal, GatewayError> {
+    pub fn sealer(&self) -> Result<&portcullis_core::credentials::seal::Seal, GatewayError> {
         self.seal.as_ref().map_err(|missing| {
             GatewayError::new(
                 503,
@@ -65,7 +68,7 @@ impl Loaded {
                 "seal_secret_missing",
                 format!(
                     "The gateway cannot seal the ids and sessions it hands out: {missing}. Its operator sets {} (16 bytes or more, the same on every Envoy) in Envoy's environment and lists it in host_env_keys.",
-                    portcullis_core::seal::SECRET_ENV
+                    portcullis_core::credentials::seal::SECRET_ENV
                 ),
             )
         })
@@ -148,7 +151,8 @@ impl Loaded {
             .filter(|t| !t.trim().is_empty())
             .map(|t| format!("Bearer {}", t.trim()).into_bytes());
         let mcp_credentials = mcp_credentials(&gw, host);
-        let seal = portcullis_core::seal::Seal::from_env(|name| std::env::var(name).ok());
+        let seal =
+            portcullis_core::credentials::seal::Seal::from_env(|name| std::env::var(name).ok());
         if let Err(missing) = &seal {
             host.log(
                 LogLevel::Warn,
@@ -209,3 +213,8 @@ pub fn limiter_metadata(loaded: Option<&Loaded>) -> Vec<(&'static str, Vec<u8>)>
         .map(|c| vec![("authorization", c)])
         .unwrap_or_default()
 }
+
+/// Configs applied by this VM (Wasm: this worker's; native: the
+/// process's): an open Realtime session reads its key's stamp again only
+/// when this moved, not at every chunk (#61).
+pub static CONFIGS_APPLIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -4,29 +4,29 @@
 //! rate, the model's route, a hold on the key's limits; then Envoy's
 //! router takes the upgrade to the provider with the provider's
 //! credential. Once the provider answers `101`, both directions pass as
-//! body callbacks ([`portcullis_core::websocket`] reads the frames):
+//! body callbacks ([`portcullis_core::wire::websocket`] reads the frames):
 //! each `response.done`'s usage is taken from the key's token limits and
 //! budgets as it passes, text is checked by the guardrails, and when a
 //! limit runs out, a check denies or a frame breaks the protocol the
 //! gateway ends the session (an `error` event and a close frame to the
 //! client, a close frame to the provider). One record per session.
 
-use crate::admission::{self, Finish};
-use crate::context::{Phase, RequestContext};
-use crate::global_limits::{self, Ask};
 use crate::host::{Action, Host, Part};
-use crate::realtime_state::Session;
+use crate::limits::admission::{self, Finish};
+use crate::limits::global::{self, Ask};
+use crate::request::realtime::Session;
+use crate::request::{Phase, RequestContext};
 use crate::upstream::UpstreamRequest;
 use portcullis_core::api::realtime::{self, Checked, ServerEvent};
 use portcullis_core::api::Api;
 use portcullis_core::config::Gateway;
 use portcullis_core::error::GatewayError;
 use portcullis_core::guard::{self, Kind, Stage};
-use portcullis_core::record::Record;
-use portcullis_core::rls;
+use portcullis_core::limits::rls;
 use portcullis_core::routing::resolve;
+use portcullis_core::telemetry::record::Record;
 use portcullis_core::usage::Usage;
-use portcullis_core::websocket::{Message, Verdict};
+use portcullis_core::wire::websocket::{Message, Verdict};
 use portcullis_core::{pricing, translate};
 use std::sync::atomic::Ordering;
 
@@ -35,13 +35,6 @@ use std::sync::atomic::Ordering;
 const POLICY: u16 = 1008;
 const PROTOCOL: u16 = 1002;
 const SERVER_ERROR: u16 = 1011;
-
-/// The headers of an upgrade the gateway reads.
-pub(crate) struct Upgrade<'a> {
-    pub query: &'a str,
-    pub websocket: bool,
-    pub protocols: Option<String>,
-}
 
 /// The checks a session's texts go through: text-scanning and bounds
 /// checks (a model's allow and deny lists are read at the upgrade; schema
@@ -63,7 +56,7 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn realtime_headers(
         &mut self,
         gw: &Gateway,
-        up: Upgrade<'_>,
+        up: crate::request::realtime::Upgrade<'_>,
         authorization: Option<&str>,
     ) -> Result<Action, GatewayError> {
         let now = self.host.now_ms();
@@ -154,7 +147,7 @@ impl<H: Host> RequestContext<H> {
             [key[0], key[1], key[2], key[3]],
             client.limits.max_body_bytes,
         );
-        session.configs_seen = crate::root::CONFIGS_APPLIED.load(Ordering::Acquire);
+        session.configs_seen = crate::loaded::CONFIGS_APPLIED.load(Ordering::Acquire);
         session.stamp = self.key_stamp();
         session.price = priced.map(|(p, _)| p);
         session.price_source = priced.map_or("", |(_, s)| s.as_str());
@@ -163,7 +156,7 @@ impl<H: Host> RequestContext<H> {
             // and a token (and its cost) asked now, its responses' usage
             // as they pass; a refusal ends the session.
             let mut scratch = admission::Held::default();
-            session.global = global_limits::asks(
+            session.global = global::asks(
                 gw,
                 (client, self.request.user.as_deref()),
                 Some(((1, 0), session.price)),
@@ -200,7 +193,7 @@ impl<H: Host> RequestContext<H> {
         let hash = self.request.key.as_ref()?;
         let (v, _) = self
             .host
-            .get(&portcullis_core::keys::client_stamp_key(hash))
+            .get(&portcullis_core::shared::keys::client_stamp_key(hash))
             .ok()?;
         v
     }
@@ -254,7 +247,7 @@ impl<H: Host> RequestContext<H> {
         let gw = &loaded.gw;
         // The key's stamp is read again only when a config was applied
         // since the session last looked (an atomic load otherwise).
-        let applied = crate::root::CONFIGS_APPLIED.load(Ordering::Acquire);
+        let applied = crate::loaded::CONFIGS_APPLIED.load(Ordering::Acquire);
         let looks = body_size > 0
             && self
                 .realtime
@@ -346,7 +339,7 @@ impl<H: Host> RequestContext<H> {
             }
         });
         if let Some(e) = client.error.clone() {
-            let err = if e.0 == portcullis_core::websocket::OVERSIZED {
+            let err = if e.0 == portcullis_core::wire::websocket::OVERSIZED {
                 GatewayError::new(
                     413,
                     "invalid_request_error",
@@ -524,9 +517,9 @@ impl<H: Host> RequestContext<H> {
             .iter()
             .filter_map(|a| {
                 let hits = match a.kind {
-                    global_limits::Kind::Requests => return None,
-                    global_limits::Kind::Tokens => u.total(),
-                    global_limits::Kind::Budgets => rls::budget_units(cost),
+                    global::Kind::Requests => return None,
+                    global::Kind::Tokens => u.total(),
+                    global::Kind::Budgets => rls::budget_units(cost),
                 };
                 (hits > 0).then(|| Ask {
                     hits: u32::try_from(hits).unwrap_or(u32::MAX),
@@ -584,18 +577,18 @@ impl<H: Host> RequestContext<H> {
             match v {
                 rls::Verdict::OverLimit(status) => {
                     let (i, st) = status.map_or((0, None), |(i, st)| (i, Some(st)));
-                    refused.get_or_insert_with(|| global_limits::refusal(ask, i, st));
+                    refused.get_or_insert_with(|| global::refusal(ask, i, st));
                 }
                 rls::Verdict::Unusable(_) => failed = true,
                 rls::Verdict::Ok(_) => {}
             }
         }
         if refused.is_some() {
-            self.host.count(crate::metrics::GLOBAL_OVER_LIMIT, 1);
+            self.host.count(crate::host::metrics::GLOBAL_OVER_LIMIT, 1);
             self.log.limited_by = "global";
         }
         // The upgrade's own call asks the request rate.
-        let upgrade = asks.iter().any(|a| a.kind == global_limits::Kind::Requests);
+        let upgrade = asks.iter().any(|a| a.kind == global::Kind::Requests);
         let deny = self
             .loaded
             .as_ref()

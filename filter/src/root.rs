@@ -5,17 +5,17 @@
 //! `wasm` drives it from proxy-wasm's root context, `native` from the
 //! dynamic module's hooks.
 
-use crate::admission;
-use crate::breakers;
-use crate::context::RequestContext;
+use crate::health::breakers;
+use crate::host::metrics;
 use crate::host::{Host, LogLevel};
+use crate::limits::admission;
 use crate::loaded::Loaded;
-use crate::metrics;
-use crate::shipper::{self, Shipper};
+use crate::request::RequestContext;
+use crate::telemetry::shipper::{self, Shipper};
 use portcullis_core::cache::fleet;
-use portcullis_core::keys;
-use portcullis_core::rls;
-use portcullis_core::store::update;
+use portcullis_core::limits::rls;
+use portcullis_core::shared::keys;
+use portcullis_core::shared::store::update;
 use portcullis_core::{compile::compile, config::Gateway};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -61,7 +61,7 @@ fn bump_generation(host: &impl Host, config: &[u8]) -> u64 {
     let mut h = fnv::FnvHasher::default();
     h.write(config);
     let hash = h.finish();
-    let read = |c: &[u8], at| portcullis_core::le::u64_at(c, at).unwrap_or(0);
+    let read = |c: &[u8], at| portcullis_core::wire::le::u64_at(c, at).unwrap_or(0);
     update(host, keys::CONFIG_GENERATION, |cur| {
         let (old_hash, gen) = cur
             .filter(|c| c.len() == 16)
@@ -185,18 +185,18 @@ impl<H: Host + Clone> Root<H> {
     fn apply(&mut self, gw: Gateway, bytes: &[u8]) {
         let host = self.host.clone();
         breakers::prepare(&host, &gw);
-        crate::policy_state::prepare(&host, &gw);
-        crate::concurrency::prepare(&host, &gw);
-        crate::mcp_state::prepare(&host, &gw);
+        crate::health::load::prepare(&host, &gw);
+        crate::health::concurrency::prepare(&host, &gw);
+        crate::request::mcp::prepare(&host, &gw);
         host.worker().clock_offset_ms.set(gw.clock_offset_ms);
         admission::prepare(&host, &gw);
         shipper::configure(host.worker(), gw.log.as_ref());
-        crate::prompt_cache::configure(&host, gw.cache.as_ref());
+        crate::cache::configure(&host, gw.cache.as_ref());
         self.tick_ms = gw.log.as_ref().map_or(1000, |l| l.flush_interval_ms);
         host.gauge(metrics::CONFIG_GENERATION, bump_generation(&host, bytes));
         stamp_clients(&host, &gw);
         // After the stamps: a session that sees the count move reads them.
-        CONFIGS_APPLIED.fetch_add(1, std::sync::atomic::Ordering::Release);
+        crate::loaded::CONFIGS_APPLIED.fetch_add(1, std::sync::atomic::Ordering::Release);
         host.log(
             LogLevel::Info,
             &format!(
@@ -296,11 +296,11 @@ impl<H: Host + Clone> Root<H> {
     pub fn tick_local(&mut self) -> bool {
         let now = self.host.now_ms();
         if let Some(l) = self.loaded.as_ref() {
-            crate::policy_state::publish_busy(&self.host, &l.gw, now, self.next_roll());
+            crate::health::load::publish_busy(&self.host, &l.gw, now, self.next_roll());
         }
         self.loaded
             .as_ref()
-            .is_some_and(|l| crate::tokens::wake_ready(&self.host, l, now))
+            .is_some_and(|l| crate::upstream::access_tokens::wake_ready(&self.host, l, now))
     }
 }
 
@@ -317,11 +317,6 @@ pub fn accept(bytes: &[u8]) -> Result<Gateway, String> {
 fn testing_allowed() -> bool {
     std::env::var("PORTCULLIS_TESTING").is_ok_and(|v| v == "1")
 }
-
-/// Configs applied by this VM (Wasm: this worker's; native: the
-/// process's): an open Realtime session reads its key's stamp again only
-/// when this moved, not at every chunk (#61).
-pub static CONFIGS_APPLIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Each client key's stamp in shared data (`Gateway::client_stamp`), and an
 /// empty one for each key stamped before (by any config of this Envoy, the

@@ -6,7 +6,7 @@
 //! would wrap in release panics here and is found.
 
 use portcullis_core::request::ChatRequest;
-use portcullis_core::{cache, compile, config, headers, ratelimit, sse, strict, usage};
+use portcullis_core::{cache, compile, config, wire::headers, limits::ratelimit, wire::sse, wire::strict, usage};
 use serde_json::Value;
 
 #[path = "../../collector/src/since.rs"]
@@ -244,9 +244,9 @@ pub fn since(data: &[u8]) {
 /// client name and numbers, and decodes to the descriptors and hits it was
 /// made of.
 pub fn rls(data: &[u8]) {
-    use portcullis_core::keys::Owner;
-    use portcullis_core::period::Period;
-    use portcullis_core::rls::{self, Limit, Verdict};
+    use portcullis_core::shared::keys::Owner;
+    use portcullis_core::limits::period::Period;
+    use portcullis_core::limits::rls::{self, Limit, Verdict};
     let descriptors = usize::from(data.first().copied().unwrap_or(0) % 4);
     let answer = data.get(1..).unwrap_or_default();
     let v = rls::verdict(answer, descriptors);
@@ -290,7 +290,7 @@ type RlsDescriptor = (Vec<(Vec<u8>, Vec<u8>)>, u64, u64);
 /// `RateLimitRequest` read with the wire reader alone, independently of the
 /// encoder: (domain, descriptors, hits_addend).
 fn decode_rls_request(m: &[u8]) -> Option<(Vec<u8>, Vec<RlsDescriptor>, u64)> {
-    use portcullis_core::pb::{Reader, Value as W};
+    use portcullis_core::wire::pb::{Reader, Value as W};
     fn fields(b: &[u8]) -> Option<Vec<(u64, W<'_>)>> {
         let mut r = Reader::new(b);
         let mut out = Vec::new();
@@ -679,7 +679,7 @@ guardrails:
 /// stream (as they are, and framed as events) translate without a panic,
 /// the stream the same whether split or not.
 pub fn bedrock(data: &[u8]) {
-    use portcullis_core::eventstream;
+    use portcullis_core::wire::eventstream;
     use portcullis_core::providers::bedrock::{self, Stream};
     let (a, b) = two(data);
     if let Ok(r) = ChatRequest::parse(a) {
@@ -778,7 +778,7 @@ pub fn mcp(data: &[u8]) {
 /// a request read from it splices a model id into the `model` part alone.
 pub fn form(data: &[u8]) {
     use portcullis_core::api::Api;
-    use portcullis_core::form;
+    use portcullis_core::wire::form;
     use portcullis_core::request::ChatRequest;
     let boundary = match data.first().copied().unwrap_or(0) % 3 {
         0 => "b",
@@ -811,7 +811,7 @@ pub fn form(data: &[u8]) {
 /// as an event without a panic.
 pub fn websocket(data: &[u8]) {
     use portcullis_core::api::realtime;
-    use portcullis_core::websocket::{Frames, Message, Side, Verdict};
+    use portcullis_core::wire::websocket::{Frames, Message, Side, Verdict};
     let side = if data.first().copied().unwrap_or(0) & 1 == 0 {
         Side::Client
     } else {

@@ -42,8 +42,10 @@ pub fn native_stat_name(name: &str) -> String {
     let Some(rest) = name.strip_prefix("wasmcustom.") else {
         return name.to_string();
     };
-    match portcullis_core::metric_tags::split(rest) {
-        Some((base, labels)) => portcullis_core::metric_tags::labelled_name(&base, &labels),
+    match portcullis_core::telemetry::metric_tags::split(rest) {
+        Some((base, labels)) => {
+            portcullis_core::telemetry::metric_tags::labelled_name(&base, &labels)
+        }
         None => rest.to_string(),
     }
 }
@@ -1295,7 +1297,7 @@ impl Envoy {
     /// A counter or gauge from `/stats`, if present. Names are the Wasm
     /// build's; on the native build a name with labels spelled in is
     /// Envoy's name for the same metric declared with labels
-    /// (`portcullis_core::metric_tags`).
+    /// (`portcullis_core::telemetry::metric_tags`).
     pub fn stat(&self, name: &str) -> Option<u64> {
         let name = native_stat_name(name);
         let name = name.as_str();

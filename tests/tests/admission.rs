@@ -304,8 +304,8 @@ fn experiment_arms_are_sticky_per_key_across_workers_and_reloads_and_follow_weig
     // The arm is a pure function of salt and client name, so exactly the
     // keys whose bucket left treatment's range move, and only those.
     let arm_name = |i: usize, weights: &[u32]| {
-        let b = portcullis_core::experiment::bucket("ab-2026", &format!("key-{i}"));
-        match portcullis_core::experiment::arm_for(b, weights) {
+        let b = portcullis_core::routing::experiment::bucket("ab-2026", &format!("key-{i}"));
+        match portcullis_core::routing::experiment::arm_for(b, weights) {
             Some(0) => "ab/control",
             _ => "ab/treatment",
         }

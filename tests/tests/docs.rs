@@ -107,6 +107,47 @@ fn the_readme_is_short() {
     );
 }
 
+/// Every source path a page names (under `filter/src` or `filter/core/src`)
+/// names a file or folder that exists: the pages say where things are, and
+/// a move must take them along (BENCHMARKS.md and the history keep the
+/// names a past session measured).
+#[test]
+fn every_source_path_a_page_quotes_exists() {
+    let root = repo_root();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for page in pages() {
+        let name = page.file_name().unwrap().to_string_lossy().to_string();
+        if name == "BENCHMARKS.md" || name.contains("history") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (at, _) in text.match_indices("filter/") {
+            let path: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "_/.-".contains(*c))
+                .collect();
+            let path = path.trim_end_matches(['.', '-']);
+            if !(path.starts_with("filter/src/") || path.starts_with("filter/core/src/")) {
+                continue;
+            }
+            seen += 1;
+            if !root.join(path).exists() {
+                missing.push(format!("{name}: {path}"));
+            }
+        }
+    }
+    assert!(
+        seen > 10,
+        "no quoted source paths found: the reader is wrong"
+    );
+    assert!(
+        missing.is_empty(),
+        "pages quote source paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
 #[test]
 fn every_relative_link_names_a_file_and_heading_that_exist() {
     let mut broken = Vec::new();

@@ -6,8 +6,8 @@
 //! answers never trap the filter.
 mod common;
 use common::*;
-use portcullis_core::ratelimit::Price;
-use portcullis_core::rls::budget_units;
+use portcullis_core::limits::ratelimit::Price;
+use portcullis_core::limits::rls::budget_units;
 use portcullis_tests::*;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -283,7 +283,7 @@ fn provider_stream(case: &Value) -> Option<Vec<u8>> {
         .map(|f| {
             f.iter()
                 .flat_map(|e| {
-                    portcullis_core::eventstream::encode(
+                    portcullis_core::wire::eventstream::encode(
                         &[
                             (":event-type", e["type"].as_str().unwrap_or("")),
                             (":content-type", "application/json"),

@@ -363,7 +363,7 @@ fn signed_at(
     region: &str,
     now_s: u64,
 ) -> Vec<(&'static str, String)> {
-    use portcullis_core::sigv4;
+    use portcullis_core::credentials::sigv4;
     let keys = sigv4::Keys {
         access_key_id: AWS_KEY_ID.into(),
         secret_access_key: secret.into(),

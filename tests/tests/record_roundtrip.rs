@@ -1,7 +1,7 @@
 //! The filter's hand-written protobuf encoder and the collector's prost
 //! types agree on every field of the one .proto.
 use portcullis_collector::proto;
-use portcullis_core::record::{encode_batch, Attempt, Record};
+use portcullis_core::telemetry::record::{encode_batch, Attempt, Record};
 use prost::Message;
 
 fn full() -> Record {

@@ -428,3 +428,135 @@ fn the_host_names_no_provider_format_and_no_inbound_api() {
         );
     }
 }
+
+/// The modules a `May use:` line names: its backticked words (`nothing`
+/// names none); `None` when the text has no such line.
+fn may_use(text: &str) -> Option<BTreeSet<String>> {
+    let line = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("//! May use:"))?;
+    Some(
+        line.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The text that states a top-level module's rules: a folder's `mod.rs`,
+/// else the file beside the folder, else the module's own file.
+fn rules_text(root: &Path, name: &str) -> Option<String> {
+    [
+        root.join(name).join("mod.rs"),
+        root.join(format!("{name}.rs")),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+}
+
+/// Every breach of the folder rules in one crate's source folder: a folder
+/// without a `May use:` line, and every import of a top-level module its
+/// line does not name (files state theirs by choice and are held to it).
+fn rule_breaches(root: &Path) -> Vec<String> {
+    let graph = folder_graph(root, "");
+    let mut out = Vec::new();
+    for (name, uses) in &graph {
+        if name.contains("test") {
+            continue;
+        }
+        let folder = root.join(name).is_dir();
+        match rules_text(root, name).as_deref().and_then(may_use) {
+            None if folder => out.push(format!(
+                "{}/{name}: no `May use:` line in its mod.rs",
+                root.display()
+            )),
+            None => {}
+            Some(allowed) => {
+                for u in uses.difference(&allowed) {
+                    out.push(format!(
+                        "{}/{name} uses `{u}`, which its `May use:` line does not name",
+                        root.display()
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A newcomer finds a capability by its folder: each folder says what it
+/// owns and which folders it may use, and the code keeps to it; at most a
+/// dozen files stay at the top of the host and of the core.
+#[test]
+fn every_folder_keeps_to_the_modules_its_rules_name() {
+    let mut found = Vec::new();
+    for dir in ["filter/src", "filter/core/src"] {
+        let root = repo_root().join(dir);
+        found.extend(rule_breaches(&root));
+        let top: Vec<String> = std::fs::read_dir(&root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .map(|p| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .to_string()
+            })
+            .collect();
+        assert!(
+            top.len() <= 12,
+            "{dir} has {} files at its top (a dozen at most): {top:?}",
+            top.len()
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "folder rules broken:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The rule check sees what it must: an import its folder does not name
+/// (through `crate::` and through `super::super::` from a nested file, and a
+/// `pub use`), and a folder that states no rules.
+#[test]
+fn the_rule_check_sees_imports_a_folder_does_not_name() {
+    let dir = std::env::temp_dir().join(format!("portcullis-rules-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("low")).unwrap();
+    std::fs::create_dir_all(dir.join("high/inner")).unwrap();
+    std::fs::create_dir_all(dir.join("bare")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "mod low; mod high; mod bare; mod leaf;").unwrap();
+    std::fs::write(dir.join("leaf.rs"), "pub fn f() {}").unwrap();
+    std::fs::write(
+        dir.join("low/mod.rs"),
+        "//! May use: nothing.\npub use crate::leaf::f;",
+    )
+    .unwrap();
+    std::fs::write(dir.join("high/mod.rs"), "//! May use: `low`.\nmod inner;").unwrap();
+    std::fs::write(
+        dir.join("high/inner/deep.rs"),
+        "use crate::low::X;\nuse crate::bare::Y;",
+    )
+    .unwrap();
+    std::fs::write(dir.join("bare/mod.rs"), "//! No rules.\nuse crate::low::Z;").unwrap();
+    let found = rule_breaches(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        found.iter().any(|b| b.contains("/low uses `leaf`")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|b| b.contains("/high uses `bare`")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|b| b.contains("/bare: no `May use:`")),
+        "{found:?}"
+    );
+    assert_eq!(found.len(), 3, "{found:?}");
+}

@@ -3,7 +3,7 @@
 //! benchmark, not a test: it shows which step of the request path costs what.
 
 use portcullis_core::guard::{self, pii::Pii, Stage};
-use portcullis_core::{cache, compile, record, request, routing, sse, usage};
+use portcullis_core::{cache, compile, request, routing, telemetry::record, usage, wire::sse};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -212,9 +212,9 @@ fn guard_checks() -> Result<(), String> {
 /// Bedrock (#26): SigV4 over a 2 KB body, and a 100-event ConverseStream
 /// (AWS's binary framing) back to chat chunks in 256-byte network chunks.
 fn bedrock() -> Result<(), String> {
-    use portcullis_core::eventstream::encode;
+    use portcullis_core::credentials::sigv4;
     use portcullis_core::providers::bedrock::Stream;
-    use portcullis_core::sigv4;
+    use portcullis_core::wire::eventstream::encode;
     let keys = sigv4::Keys {
         access_key_id: "AKIDEXAMPLE".into(),
         secret_access_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into(),

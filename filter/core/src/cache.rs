@@ -6,11 +6,13 @@
 //! and the stored completion. Keys are fixed (`sets * (ways + 1)`) and each
 //! slot holds at most `max_entry_bytes`, so memory cannot grow past the
 //! configured size whatever the traffic.
+//!
+//! May use: `api`, `error`, `request`, `shared`, `wire`.
 
 use crate::error::GatewayError;
-use crate::le;
 use crate::request::ChatRequest;
-use crate::store::{Store, StoreError, MAX_CAS_TRIES};
+use crate::shared::store::{Store, StoreError, MAX_CAS_TRIES};
+use crate::wire::le;
 use serde_json::Value;
 use std::io::Write as _;
 
@@ -349,7 +351,7 @@ pub fn choose_way(index: &[Way], hash: &Hash, now_ms: u64) -> (usize, bool) {
     (oldest, true)
 }
 
-use crate::keys::{cache_index as index_key, cache_slot as slot_key};
+use crate::shared::keys::{cache_index as index_key, cache_slot as slot_key};
 
 /// At configure time: give every set an index (empty where missing), so
 /// every store is guarded by a CAS token, the first one in a set included.

@@ -3,7 +3,7 @@
 //!
 //! One parse decides what a body is for every later step (validation, the
 //! rewrite, the cache key, the estimate): `parse` reads the whole body
-//! strictly in one pass ([`crate::strict`]: numbers in range, no lone
+//! strictly in one pass ([`crate::wire::strict`]: numbers in range, no lone
 //! surrogates, nesting within serde's limit) while borrowing the fields the
 //! gateway needs; a body it cannot read whole is a 400. The tree the cache
 //! key and the usage rewrite need is built only when they need it, from a
@@ -14,7 +14,7 @@
 
 use crate::api::{Api, Required};
 use crate::error::GatewayError;
-use crate::strict::{self, Messages};
+use crate::wire::strict::{self, Messages};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::cell::OnceCell;
@@ -45,7 +45,7 @@ pub struct ChatRequest {
     /// characters to speak, searches).
     pub units: crate::api::Units,
     /// A multipart body's parts (`None`: JSON).
-    form: Option<crate::form::Form>,
+    form: Option<crate::wire::form::Form>,
 }
 
 fn invalid_json(detail: impl std::fmt::Display) -> GatewayError {
@@ -165,7 +165,7 @@ impl ChatRequest {
     /// A multipart request of an API (`content_type` names its boundary):
     /// its text fields read, its files never; the body kept as it came.
     pub fn parse_form(api: Api, body: Vec<u8>, content_type: &str) -> Result<Self, GatewayError> {
-        let boundary = crate::form::boundary(content_type).ok_or_else(|| {
+        let boundary = crate::wire::form::boundary(content_type).ok_or_else(|| {
             GatewayError::bad_request(
                 "invalid_multipart",
                 format!(
@@ -174,7 +174,7 @@ impl ChatRequest {
                 ),
             )
         })?;
-        let form = crate::form::parse(&body, boundary)?;
+        let form = crate::wire::form::parse(&body, boundary)?;
         let missing = || {
             GatewayError::bad_request(
                 "missing_model",

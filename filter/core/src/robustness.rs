@@ -5,10 +5,10 @@
 #[cfg(test)]
 mod tests {
     use crate::compile::compile;
-    use crate::headers::{decode_pairs, encode_pairs};
     use crate::request::ChatRequest;
-    use crate::sse::{replay, Relay};
     use crate::usage::Usage;
+    use crate::wire::headers::{decode_pairs, encode_pairs};
+    use crate::wire::sse::{replay, Relay};
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 

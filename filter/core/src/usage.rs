@@ -340,7 +340,7 @@ mod tests {
             want,
             "the translation keeps the split"
         );
-        let p = crate::ratelimit::Price {
+        let p = crate::limits::ratelimit::Price {
             input: 3.0,
             output: 15.0,
             cached_input: 0.3,

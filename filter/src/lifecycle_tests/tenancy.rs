@@ -26,7 +26,7 @@ fn a_refusal_at_the_team_level_takes_nothing_from_the_keys_counters() {
         "",
     ));
     let now = g.host.now_ms();
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     let key = Owner::Key("demo");
     let (_first, a) = g.chat(&[], &body("one"));
     assert_eq!(a, Action::Continue, "the first holds the team's one slot");
@@ -66,7 +66,7 @@ fn a_team_request_rate_refusal_gives_the_keys_take_back() {
         "{requests_per_minute: 1}",
         "",
     ));
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     let (_first, a) = g.chat(&[], &body("one"));
     assert_eq!(a, Action::Continue);
     let (second, _) = g.chat(&[], &body("two"));
@@ -107,7 +107,7 @@ fn a_team_budget_is_shared_by_its_keys_and_refused_until_its_week_ends() {
         "",
     ));
     let now = g.host.now_ms();
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     let team = Owner::Team("research");
     for _ in 0..2 {
         let (ctx, a) = g.chat(&[], &body("hello"));
@@ -159,7 +159,7 @@ fn the_tightest_budget_is_in_the_answers_headers() {
         "{budgets: [{usd: 3, period: total}]}",
         "",
     ));
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     let (mut ctx, a) = g.chat(&[], &body("hello"));
     assert_eq!(a, Action::Continue);
     router_answers(&mut ctx, "200", ANSWER);
@@ -387,7 +387,7 @@ fn a_header_names_the_end_user_before_the_body() {
 fn a_request_at_two_levels_of_five_limits_makes_one_read_and_one_write_per_level_and_step() {
     let five = "{requests_per_minute: 1000, tokens_per_minute: 1000000, max_concurrent: 10, budgets: [{usd: 100, period: day}, {usd: 1000, period: month}]}";
     let g = Gateway::new(&team_config(five, five, ""));
-    crate::admission::prepare(&g.host, &g.loaded.gw);
+    crate::limits::admission::prepare(&g.host, &g.loaded.gw);
     let (mut ctx, a) = g.send_chat(&[], &body("hello"), true);
     assert_eq!(a, Action::Continue);
     router_answers(&mut ctx, "200", ANSWER);

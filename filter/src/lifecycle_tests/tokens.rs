@@ -4,7 +4,7 @@
 //! again; a kept token serves later requests without a fetch.
 
 use super::*;
-use crate::metrics;
+use crate::host::metrics;
 
 fn vertex() -> String {
     format!(
@@ -174,7 +174,11 @@ fn the_tick_wakes_waiters_with_another_workers_token_or_at_the_timeout() {
     assert_eq!(act, Action::Pause);
     let now = g.host.now_ms();
     // Nothing kept yet, not yet timed out: nobody woken.
-    assert!(!crate::tokens::wake_ready(&g.host, &g.loaded, now + 1_000));
+    assert!(!crate::upstream::access_tokens::wake_ready(
+        &g.host,
+        &g.loaded,
+        now + 1_000
+    ));
     assert!(g.host.state.borrow().woken.is_empty());
     // Another worker kept a token: both waiters go on with it.
     let expires = now + 3_600_000;
@@ -185,7 +189,11 @@ fn the_tick_wakes_waiters_with_another_workers_token_or_at_the_timeout() {
             None,
         )
         .unwrap();
-    assert!(crate::tokens::wake_ready(&g.host, &g.loaded, now + 1_000));
+    assert!(crate::upstream::access_tokens::wake_ready(
+        &g.host,
+        &g.loaded,
+        now + 1_000
+    ));
     assert_eq!(
         g.host.state.borrow().woken,
         vec![
@@ -214,8 +222,16 @@ fn the_tick_wakes_waiters_with_another_workers_token_or_at_the_timeout() {
     let g = Gateway::new(&vertex());
     let (_c, _) = request(&g, 43);
     let now = g.host.now_ms();
-    assert!(!crate::tokens::wake_ready(&g.host, &g.loaded, now + 10_000));
-    assert!(crate::tokens::wake_ready(&g.host, &g.loaded, now + 10_001));
+    assert!(!crate::upstream::access_tokens::wake_ready(
+        &g.host,
+        &g.loaded,
+        now + 10_000
+    ));
+    assert!(crate::upstream::access_tokens::wake_ready(
+        &g.host,
+        &g.loaded,
+        now + 10_001
+    ));
     assert_eq!(g.host.state.borrow().woken, vec![(43, None)]);
     assert_eq!(g.host.counter(metrics::TOKEN_FAILURES), 1);
 }

@@ -50,7 +50,7 @@ pub fn speech_units(doc: &Map<String, Value>) -> Result<Units, GatewayError> {
 /// the answer (`usage.seconds`); a WAV file's are read from its header
 /// too, for answers that do not say (`response_format: text`, and
 /// translations, whose answers carry no usage).
-pub fn file_units(form: &crate::form::Form, body: &[u8]) -> Result<Units, GatewayError> {
+pub fn file_units(form: &crate::wire::form::Form, body: &[u8]) -> Result<Units, GatewayError> {
     let Some(file) = form.part("file") else {
         return Err(GatewayError::bad_request(
             "missing_file",

@@ -9,7 +9,7 @@
 //! later call with the id alone and no other client can use it:
 //! `{provider's id}~{tag}{mac}{n}` where `tag` names the provider (8 hex
 //! digits of its name's SHA-256), `mac` seals the rest (32 hex digits: the
-//! gateway's seal, [`crate::seal`], over the client's name, the provider,
+//! gateway's seal, [`crate::credentials::seal`], over the client's name, the provider,
 //! the id and `n`) and `n` (decimal) is the requests a batch file holds.
 //! The seal is the gateway's own secret, not a provider's credential: a
 //! provider without a key is as safe as one with, and rotating a
@@ -17,8 +17,8 @@
 //! carries its owner in its metadata (`portcullis_owner`, a MAC of the
 //! owner's name), so a list shows each client its own.
 
+use crate::credentials::seal::Seal;
 use crate::error::GatewayError;
-use crate::seal::Seal;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -174,7 +174,7 @@ impl<'a> Call<'a> {
 
 /// A provider's tag in ids.
 pub fn tag(provider: &str) -> String {
-    crate::seal::hex(
+    crate::wire::text::hex(
         Sha256::digest(provider.as_bytes())
             .get(..4)
             .unwrap_or_default(),
@@ -182,7 +182,7 @@ pub fn tag(provider: &str) -> String {
 }
 
 /// Hex digits of the MAC in an id.
-const MAC_HEX: usize = crate::seal::MAC_BYTES * 2;
+const MAC_HEX: usize = crate::credentials::seal::MAC_BYTES * 2;
 
 fn parts<'a>(owner: &'a str, provider: &'a str, id: &'a str, n: &'a str) -> [&'a [u8]; 4] {
     [
@@ -240,7 +240,7 @@ pub fn owner_mark(owner: &str, seal: &Seal) -> String {
 pub fn owner_marks(owner: &str, seal: &Seal) -> Vec<String> {
     seal.macs(&parts(owner, "", "", "owner"))
         .iter()
-        .map(|m| crate::seal::hex(m))
+        .map(|m| crate::wire::text::hex(m))
         .collect()
 }
 

@@ -6,6 +6,8 @@
 //!
 //! Adding an inbound API: a module here, a variant of [`Api`] and its line
 //! in each `match` below, its line in the reach table.
+//!
+//! May use: `credentials`, `error`, `guard`, `limits`, `units`, `usage`, `wire`.
 
 pub mod audio;
 pub mod chat_completions;
@@ -201,7 +203,7 @@ impl Api {
     }
 
     /// Whether the body is `multipart/form-data` (files with text fields),
-    /// read by [`crate::form`]; every other API's is JSON.
+    /// read by [`crate::wire::form`]; every other API's is JSON.
     pub fn multipart(self) -> bool {
         matches!(
             self,
@@ -285,8 +287,8 @@ impl Api {
     /// The shape a stream of this API is read in when the gateway caps its
     /// output tokens (`max_tokens: cap`): chat chunks and Messages events;
     /// `None`: not capped in flight.
-    pub fn capped_stream_shape(self) -> Option<crate::stream_cap::Shape> {
-        use crate::stream_cap::Shape;
+    pub fn capped_stream_shape(self) -> Option<crate::limits::stream_cap::Shape> {
+        use crate::limits::stream_cap::Shape;
         match self {
             Api::ChatCompletions => Some(Shape::Chat),
             Api::Messages => Some(Shape::Messages),
@@ -315,7 +317,7 @@ pub mod kept {
 /// [`push_chat`] reads the chunks and [`finish_chat`] ends the stream the
 /// same way for every API.
 pub(crate) trait FromChat {
-    fn parser(&mut self) -> &mut crate::sse::SseParser;
+    fn parser(&mut self) -> &mut crate::wire::sse::SseParser;
     fn ended(&self) -> bool;
     fn started(&self) -> bool;
     /// A finish reason was seen (the answer is whole).

@@ -1,6 +1,6 @@
 //! OpenAI's Realtime API (and Azure OpenAI's): `GET /v1/realtime?model=...`
 //! upgraded to a WebSocket, then JSON events both ways in text messages
-//! ([`crate::websocket`] reads the frames). The gateway reads the events
+//! ([`crate::wire::websocket`] reads the frames). The gateway reads the events
 //! it counts and checks: the server's `response.done` (its usage), its
 //! text deltas (output guardrails), the client's text items and
 //! instructions (input guardrails); every other event passes unread.

@@ -8,8 +8,8 @@
 //! is a 400 naming it. Usage comes from the answer's `usage` or the
 //! `response.completed` event ([`StreamUsage`]).
 
-use crate::borrowed::{self, Count};
 use crate::error::GatewayError;
+use crate::wire::borrowed::{self, Count};
 use crate::wire::chat::{self, Completion};
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -4,7 +4,7 @@
 //! is the one serde_json's `Value` would print, object keys sorted: the
 //! same bytes go into the hash, so keys made either way are equal.
 
-use crate::borrowed::Key;
+use crate::wire::borrowed::Key;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
 use std::borrow::Cow;

@@ -1,13 +1,13 @@
 //! The fleet's tier of the prompt cache on the wire: the calls to the cache
 //! service (`portcullis.cache.v1.Cache`, proto/cache.proto, served by
 //! `portcullis-limiter` over Redis), written and read by hand as the
-//! rate-limit protocol is ([`crate::pb`]). A reply that does not read
+//! rate-limit protocol is ([`crate::wire::pb`]). A reply that does not read
 //! whole, answers for another key, has expired or is larger than an entry
 //! may be is a miss: the service is trusted to keep entries, never to
 //! decide what a client is answered.
 
 use super::{Found, Hash};
-use crate::pb::{self, Reader, Value};
+use crate::wire::pb::{self, Reader, Value};
 
 pub const SERVICE: &str = "portcullis.cache.v1.Cache";
 pub const GET: &str = "Get";

@@ -14,8 +14,8 @@
 //! embeddings.
 
 use super::{Hash, SemanticTier};
-use crate::pb::{self, Reader, Value};
 use crate::request::ChatRequest;
+use crate::wire::pb::{self, Reader, Value};
 use serde_json::Value as Json;
 
 pub const NEAREST: &str = "Nearest";

@@ -6,7 +6,7 @@ use super::*;
 fn key(p: &str, m: &str, r: &ChatRequest, normalize: bool, client: Option<&str>) -> Hash {
     super::key(p, m, r, normalize, client).unwrap()
 }
-use crate::store::MemStore;
+use crate::shared::store::MemStore;
 use sha2::{Digest, Sha256};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

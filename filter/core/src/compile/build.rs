@@ -4,7 +4,7 @@
 
 use super::raw::{check_breaker, RawConfig, DEFAULT_MAX_ATTEMPTS};
 use super::{clients, guardrails, mcp, models, policy, sections, Gateway};
-use crate::breaker::BreakerConfig;
+use crate::health::breaker::BreakerConfig;
 
 pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Gateway> {
     for (i, p) in raw.providers.iter_mut().enumerate() {
@@ -36,7 +36,7 @@ pub(super) fn build(mut raw: RawConfig, problems: &mut Vec<String>) -> Option<Ga
     }
     let budget_offset_ms = match raw.limits.budget_utc_offset.as_deref() {
         None => 0,
-        Some(s) => crate::period::parse_offset(s).unwrap_or_else(|| {
+        Some(s) => crate::limits::period::parse_offset(s).unwrap_or_else(|| {
             problems.push(format!(
                 "limits.budget_utc_offset: `{s}` is not an offset from UTC (expected UTC, +HH:MM or -HH:MM, within 14 hours)"
             ));

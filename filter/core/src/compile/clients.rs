@@ -5,8 +5,8 @@ use super::raw::{check_limits, RawClient, RawConfig, DEFAULT_MAX_TOKENS};
 use super::{
     parse_sha256_hex, Client, GlobalFailure, GlobalLimits, Limits, Model, PreviousKey, Team,
 };
-use crate::ratelimit::Price;
-use crate::rls;
+use crate::limits::ratelimit::Price;
+use crate::limits::rls;
 use hashbrown::HashMap;
 
 /// Teams: their names and their own limits (a team does not inherit the
@@ -35,7 +35,7 @@ pub(super) fn teams(raw: &RawConfig, problems: &mut Vec<String>) -> Vec<Team> {
         out.push(Team {
             name: t.name.clone(),
             limits,
-            counters_key: crate::keys::counters(crate::keys::Owner::Team(&t.name)),
+            counters_key: crate::shared::keys::counters(crate::shared::keys::Owner::Team(&t.name)),
         });
     }
     out
@@ -92,7 +92,7 @@ pub(super) fn clients(
             limits,
             allow_overrides: c.allow_overrides,
             team,
-            counters_key: crate::keys::counters(crate::keys::Owner::Key(&c.name)),
+            counters_key: crate::shared::keys::counters(crate::shared::keys::Owner::Key(&c.name)),
         };
         if clients.insert(hash, client).is_some() {
             problems.push(format!(

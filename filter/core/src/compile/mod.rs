@@ -10,6 +10,8 @@
 //! It sits above the provider formats, the translation matrix and the price
 //! table (it checks a model's API against [`crate::translate::reach`] and
 //! its prices against [`crate::pricing`]); none of them imports it.
+//!
+//! May use: `api`, `cache`, `config`, `guard`, `health`, `limits`, `mcp`, `pricing`, `providers`, `shared`, `translate`, `wire`.
 
 mod build;
 mod clients;

@@ -4,7 +4,7 @@
 use super::raw::{check_breaker, RawConfig, RawProvider};
 use super::{valid_env_name, Model, Provider, Schema, Serving, AUTO_MODEL};
 use crate::api::Api;
-use crate::breaker::BreakerConfig;
+use crate::health::breaker::BreakerConfig;
 use hashbrown::HashMap;
 
 /// A name that labels metrics: letters, digits, `_` and `-`.

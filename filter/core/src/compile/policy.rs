@@ -4,8 +4,8 @@
 
 use super::raw::RawConfig;
 use super::{Policy, AUTO_MODEL};
-use crate::attempt::Class;
-use crate::strategy::{Fastest, Rule, Strategy};
+use crate::health::attempt::Class;
+use crate::health::strategy::{Fastest, Rule, Strategy};
 use hashbrown::HashMap;
 
 const DEFAULT_OUTPUT_SHARE: f64 = 0.3;

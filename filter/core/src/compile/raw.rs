@@ -3,9 +3,9 @@
 //! keys each section accepts (see `known_keys`).
 
 use super::{Budget, BudgetLow, Limits, MaxTokensMode, Scope, Scopes};
-use crate::breaker::BreakerConfig;
-use crate::period::Period;
-use crate::ratelimit::Micros;
+use crate::health::breaker::BreakerConfig;
+use crate::limits::period::Period;
+use crate::limits::ratelimit::Micros;
 use serde::Deserialize;
 
 pub(super) const DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -769,8 +769,12 @@ pub(super) struct RawConcurrency {
 }
 
 impl RawConcurrency {
-    pub(super) fn compile(&self, at: &str, problems: &mut Vec<String>) -> crate::aimd::AimdConfig {
-        let c = crate::aimd::AimdConfig {
+    pub(super) fn compile(
+        &self,
+        at: &str,
+        problems: &mut Vec<String>,
+    ) -> crate::health::aimd::AimdConfig {
+        let c = crate::health::aimd::AimdConfig {
             initial: self.initial,
             min: self.min.unwrap_or(1),
             max: self.max.unwrap_or_else(|| self.initial.saturating_mul(4)),

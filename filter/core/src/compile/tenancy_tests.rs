@@ -1,8 +1,8 @@
 //! Teams, budget periods and the test clock in the config compiler.
 use super::tests::{day_budget, GOOD};
 use super::*;
-use crate::keys::Owner;
-use crate::period::Period;
+use crate::limits::period::Period;
+use crate::shared::keys::Owner;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -52,7 +52,10 @@ fn a_key_in_a_team_passes_both_levels_in_order() {
     // The counters' keys the config holds are the names a reload keeps (a
     // key's and a team's), and an end user's is built the same way.
     for level in &levels {
-        assert_eq!(level.counters_key(), crate::keys::counters(level.owner));
+        assert_eq!(
+            level.counters_key(),
+            crate::shared::keys::counters(level.owner)
+        );
     }
     assert_eq!(levels[0].counters_key(), "portcullis:level:limited");
     assert_eq!(levels[1].counters_key(), "portcullis:team:level:research");

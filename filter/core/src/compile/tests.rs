@@ -1,6 +1,6 @@
 //! The config compiler's tests.
 use super::*;
-use crate::breaker::BreakerConfig;
+use crate::health::breaker::BreakerConfig;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -8,7 +8,7 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 pub(crate) fn day_budget(micros: i64) -> Budget {
     Budget {
         micros,
-        period: crate::period::Period::Day,
+        period: crate::limits::period::Period::Day,
     }
 }
 

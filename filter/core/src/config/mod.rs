@@ -2,10 +2,12 @@
 //! ([`Gateway`] and what it holds). Parsing and compiling them from the
 //! YAML is [`crate::compile`], which sits above the provider formats and
 //! the price table; this module imports neither.
+//!
+//! May use: `api`, `cache`, `guard`, `health`, `limits`, `mcp`, `shared`, `wire`.
 
-use crate::breaker::BreakerConfig;
 use crate::cache::CacheConfig;
-use crate::ratelimit::{Micros, Price};
+use crate::health::breaker::BreakerConfig;
+use crate::limits::ratelimit::{Micros, Price};
 use hashbrown::HashMap;
 
 /// The name a client sends to let the gateway pick a model.
@@ -48,7 +50,7 @@ pub struct Provider {
     /// Envoy's retries of the first attempt, when configured.
     pub retries: Option<Retries>,
     /// Adaptive concurrency, when configured.
-    pub concurrency: Option<crate::aimd::AimdConfig>,
+    pub concurrency: Option<crate::health::aimd::AimdConfig>,
     /// The Envoy cluster the control plane makes for it (CDS), when asked.
     pub upstream: Option<Upstream>,
 }
@@ -237,7 +239,7 @@ pub struct BudgetLow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub micros: Micros,
-    pub period: crate::period::Period,
+    pub period: crate::limits::period::Period,
 }
 
 /// Where a limit is counted.
@@ -326,7 +328,7 @@ pub struct Client {
     pub allow_overrides: bool,
     /// The team whose limits the key shares (an index of `Gateway::teams`).
     pub team: Option<usize>,
-    /// Its level's shared-data key ([`crate::keys::counters`]), built once
+    /// Its level's shared-data key ([`crate::shared::keys::counters`]), built once
     /// with the config rather than on each request's three steps.
     pub counters_key: String,
 }
@@ -351,7 +353,7 @@ pub struct Team {
 /// One level of limits a request must pass: its key's, then its team's.
 #[derive(Debug, Clone, Copy)]
 pub struct Level<'a> {
-    pub owner: crate::keys::Owner<'a>,
+    pub owner: crate::shared::keys::Owner<'a>,
     pub limits: &'a Limits,
     /// The key of its counters when the config holds it (a key's, a
     /// team's); an end user's is built when asked.
@@ -360,7 +362,7 @@ pub struct Level<'a> {
 
 impl<'a> Level<'a> {
     /// A level whose counters' key is built when asked.
-    pub fn new(owner: crate::keys::Owner<'a>, limits: &'a Limits) -> Level<'a> {
+    pub fn new(owner: crate::shared::keys::Owner<'a>, limits: &'a Limits) -> Level<'a> {
         Level {
             owner,
             limits,
@@ -371,7 +373,7 @@ impl<'a> Level<'a> {
     /// A client key's own level.
     pub fn of_client(c: &'a Client) -> Level<'a> {
         Level {
-            owner: crate::keys::Owner::Key(&c.name),
+            owner: crate::shared::keys::Owner::Key(&c.name),
             limits: &c.limits,
             counters_key: Some(&c.counters_key),
         }
@@ -380,17 +382,17 @@ impl<'a> Level<'a> {
     /// A team's level.
     pub fn of_team(t: &'a Team) -> Level<'a> {
         Level {
-            owner: crate::keys::Owner::Team(&t.name),
+            owner: crate::shared::keys::Owner::Team(&t.name),
             limits: &t.limits,
             counters_key: Some(&t.counters_key),
         }
     }
 
-    /// The shared-data key of its counters ([`crate::keys::counters`]).
+    /// The shared-data key of its counters ([`crate::shared::keys::counters`]).
     pub fn counters_key(&self) -> std::borrow::Cow<'a, str> {
         match self.counters_key {
             Some(k) => std::borrow::Cow::Borrowed(k),
-            None => std::borrow::Cow::Owned(crate::keys::counters(self.owner)),
+            None => std::borrow::Cow::Owned(crate::shared::keys::counters(self.owner)),
         }
     }
 }
@@ -404,7 +406,7 @@ impl Gateway {
     }
 
     /// The levels of a request: its key's, its team's, and its end user's
-    /// (`user`: [`crate::keys::user_owner`]) when the key has `per_user`
+    /// (`user`: [`crate::shared::keys::user_owner`]) when the key has `per_user`
     /// limits.
     pub fn levels_of<'a>(
         &'a self,
@@ -413,7 +415,7 @@ impl Gateway {
     ) -> impl Iterator<Item = Level<'a>> + Clone {
         let user = user
             .zip(c.limits.per_user.as_deref())
-            .map(|(u, limits)| Level::new(crate::keys::Owner::User(u), limits));
+            .map(|(u, limits)| Level::new(crate::shared::keys::Owner::User(u), limits));
         self.levels(c).chain(user)
     }
 }
@@ -504,19 +506,19 @@ pub struct Gateway {
 /// How each model's traffic is spread, and the conditional routes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Policy {
-    pub default: crate::strategy::Strategy,
+    pub default: crate::health::strategy::Strategy,
     /// By requested name (model, alias, `auto`).
-    pub by_name: HashMap<String, crate::strategy::Strategy>,
+    pub by_name: HashMap<String, crate::health::strategy::Strategy>,
     pub output_share: f64,
-    pub fastest: crate::strategy::Fastest,
-    pub rules: Vec<crate::strategy::Rule>,
+    pub fastest: crate::health::strategy::Fastest,
+    pub rules: Vec<crate::health::strategy::Rule>,
     /// Request headers the rules read.
     pub rule_headers: Vec<String>,
     /// Some strategy needs latencies / requests in flight.
     pub uses_latency: bool,
     pub uses_busy: bool,
     /// Error classes that move a request to the next candidate.
-    pub fallback_on: Vec<crate::attempt::Class>,
+    pub fallback_on: Vec<crate::health::attempt::Class>,
 }
 
 /// Largest plugin config compiled unless the VM's environment says
@@ -543,7 +545,7 @@ pub fn max_config_bytes(env: Option<&str>) -> usize {
 impl Gateway {
     /// The stamp of a client as this config has it: its name, team, the
     /// models it may use (by name) and its limits; any change of them
-    /// changes it (`crate::keys::client_stamp_key` says where it is kept).
+    /// changes it (`crate::shared::keys::client_stamp_key` says where it is kept).
     pub fn client_stamp(&self, c: &Client) -> Vec<u8> {
         let mut h = blake3::Hasher::new();
         h.update(c.name.as_bytes());

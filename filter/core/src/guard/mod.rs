@@ -9,6 +9,8 @@
 //! stream side (a look-behind window over a streamed answer) is in
 //! [`stream`], the built-in PII scanners in [`pii`], the JSON Schema subset
 //! in [`schema`], the external guard's JSON contract in [`external`].
+//!
+//! May use: `error`, `wire`.
 
 pub mod external;
 pub mod pii;

@@ -12,7 +12,7 @@
 //!   same texts and seams.
 
 use super::texts::{field_rank, MESSAGE_FIELDS, TEXT_BLOCKS, TOOL_BLOCKS};
-use crate::borrowed::{Key, Str};
+use crate::wire::borrowed::{Key, Str};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -148,7 +148,7 @@ pub fn answer_texts(body: &[u8]) -> Option<(Vec<Cow<'_, str>>, usize)> {
 /// body whose only texts are a `system` and `messages` with string or
 /// text-block contents (blocks that are not text end a run, as there), read
 /// in one pass. `None`: another shape; the caller reads the body as a tree.
-/// For a body the request parser accepted (`crate::strict`), which refuses
+/// For a body the request parser accepted (`crate::wire::strict`), which refuses
 /// what a tree would not read (numbers beyond `f64`, escapes that do not
 /// unescape, nesting beyond the limit) where this pass skips it unread.
 pub fn request_texts(body: &[u8]) -> Option<Texts<'_>> {

@@ -24,7 +24,7 @@
 use super::texts::{self, Shape, Slot as TextSlot};
 use super::{check_slots, check_texts, Act, Check, Guardrails, Kind, Span, Stage, Verdict};
 use crate::error::GatewayError;
-use crate::sse::SseParser;
+use crate::wire::sse::SseParser;
 use serde_json::{json, Map, Value};
 
 /// Slots followed at most; an answer with more is refused.

@@ -3,7 +3,7 @@
 //! tool only when every level that names some (its key's, its team's)
 //! allows it.
 
-use crate::ratelimit::Micros;
+use crate::limits::ratelimit::Micros;
 use hashbrown::HashMap;
 
 /// The compiled MCP gateway: its servers, and each key's and team's

@@ -8,7 +8,7 @@
 
 use super::answer::Message;
 use super::SEPARATOR;
-use crate::seal::Seal;
+use crate::credentials::seal::Seal;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
@@ -101,7 +101,9 @@ pub fn sessions_of(
     let bytes = URL_SAFE_NO_PAD
         .decode(id.strip_prefix(SESSION_PREFIX)?)
         .ok()?;
-    let mac_at = bytes.len().checked_sub(crate::seal::MAC_BYTES)?;
+    let mac_at = bytes
+        .len()
+        .checked_sub(crate::credentials::seal::MAC_BYTES)?;
     let expiry_at = mac_at.checked_sub(8)?;
     let pairs = bytes.get(..expiry_at)?;
     let expiry: [u8; 8] = bytes.get(expiry_at..mac_at)?.try_into().ok()?;
@@ -133,7 +135,7 @@ pub fn answer_to(body: &[u8], id: &str) -> Option<Message> {
     if let Ok(m) = serde_json::from_slice::<Message>(body) {
         return is_answer(&m).then_some(m);
     }
-    let mut parser = crate::sse::SseParser::default();
+    let mut parser = crate::wire::sse::SseParser::default();
     parser.push(body);
     parser.push(b"\n\n");
     while let Some(data) = parser.next_data() {
@@ -229,7 +231,7 @@ pub fn empty(id: &str, member: &str) -> Vec<u8> {
 
 /// A request's `params.name`, if it is a string.
 pub fn param_name(params: Option<&serde_json::value::RawValue>) -> Option<String> {
-    let p = crate::borrowed::Obj::of(params?)?;
+    let p = crate::wire::borrowed::Obj::of(params?)?;
     p.str("name").map(|n| n.into_owned())
 }
 

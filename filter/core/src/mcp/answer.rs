@@ -7,7 +7,7 @@
 //! `event:`) as sent.
 
 use crate::guard::{self, Guardrails, Stage, Verdict};
-use crate::sse::SseParser;
+use crate::wire::sse::SseParser;
 use serde_json::{Map, Value};
 
 /// Every string in a JSON value, in document order (object members'

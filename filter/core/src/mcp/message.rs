@@ -9,8 +9,8 @@
 //! not a string or a number, and a `tools/call` without a tool name
 //! (`-32602`).
 
-use crate::borrowed::Str;
 use crate::error::GatewayError;
+use crate::wire::borrowed::Str;
 use serde::Deserialize;
 pub use serde_json::value::RawValue;
 use std::borrow::Cow;

@@ -15,6 +15,8 @@
 //! - [`answer`]: a server's answer as it passes back: a `tools/list`
 //!   filtered to the caller's tools, a tool's result read for the
 //!   guardrails, whole (JSON) or event by event (SSE).
+//!
+//! May use: `credentials`, `error`, `guard`, `limits`, `wire`.
 
 pub mod access;
 pub mod aggregate;

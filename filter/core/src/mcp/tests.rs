@@ -386,7 +386,7 @@ fn every_problem_of_the_mcp_section_is_listed_at_once() {
 #[test]
 fn a_gateway_session_holds_each_servers_session_for_its_holder_alone() {
     use super::aggregate::{session_id, sessions_of, Holder};
-    use crate::seal::Seal;
+    use crate::credentials::seal::Seal;
     let seal = Seal::with_secret("the gateway's own secret");
     let pairs = vec![
         ("alpha".to_string(), "s-1~=x".to_string()),

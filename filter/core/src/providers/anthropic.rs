@@ -6,7 +6,7 @@ use crate::api::Api;
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
-use crate::sse::SseParser;
+use crate::wire::sse::SseParser;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;

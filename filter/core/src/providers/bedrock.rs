@@ -1,6 +1,6 @@
 //! AWS Bedrock's Converse API as a provider format:
 //! `/model/{modelId}/converse` and `/model/{modelId}/converse-stream`,
-//! every request signed with SigV4 ([`crate::sigv4`]) over its final body
+//! every request signed with SigV4 ([`crate::credentials::sigv4`]) over its final body
 //! by the host, with credentials from the VM's environment. Chat
 //! completions are translated both ways (the request, a whole answer, a
 //! stream from AWS's binary event stream ([`stream`]), errors); Messages
@@ -8,13 +8,13 @@
 //! for Titan and Cohere models ([`embeddings`]).
 //!
 //! Like every translation, this one reads bodies in place and writes typed
-//! structs ([`crate::borrowed`]): no JSON tree.
+//! structs ([`crate::wire::borrowed`]): no JSON tree.
 
 use crate::api::Api;
-use crate::borrowed::{self, Count, Obj, Str};
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
+use crate::wire::borrowed::{self, Count, Obj, Str};
 use crate::wire::chat::{data_url, user_content, UserPart, Written};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

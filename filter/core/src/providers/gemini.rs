@@ -7,13 +7,13 @@
 //! `models/{id}:countTokens` ([`count`]).
 //!
 //! Like every translation, this one reads bodies in place and writes typed
-//! structs ([`crate::borrowed`]): no JSON tree.
+//! structs ([`crate::wire::borrowed`]): no JSON tree.
 
 use crate::api::Api;
-use crate::borrowed::{self, Count, Obj, Str};
 use crate::config::{Provider, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
+use crate::wire::borrowed::{self, Count, Obj, Str};
 use crate::wire::chat::{
     data_url, user_content, ToolCall, UserPart, Written, WrittenCompletionDetails,
     WrittenPromptDetails, WrittenUsage,

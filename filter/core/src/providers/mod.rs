@@ -14,6 +14,8 @@
 //! schema in [`crate::wire`] if it has its own, a module here implementing
 //! [`Format`], its line in [`format`], a `Schema` variant for its config,
 //! its row in [`crate::translate::reach`], a mock mode and its tests.
+//!
+//! May use: `api`, `config`, `credentials`, `error`, `request`, `usage`, `wire`.
 
 pub mod anthropic;
 pub mod azure_openai;
@@ -130,11 +132,11 @@ pub enum Auth<'a> {
     Key,
     /// Each request signed with AWS SigV4 over its final body, with the
     /// keys read from the environment under `env_prefix`
-    /// ([`crate::sigv4::keys_from_env`]); the signature's `authorization`
+    /// ([`crate::credentials::sigv4::keys_from_env`]); the signature's `authorization`
     /// is the credential, its other headers go with it.
     SigV4 {
         env_prefix: &'a str,
-        scope: crate::sigv4::Scope<'a>,
+        scope: crate::credentials::sigv4::Scope<'a>,
     },
     /// An access token fetched from a token source ([`token_answer`] reads
     /// its answer) and kept until it expires, sent as [`credential`].
@@ -148,7 +150,7 @@ pub fn auth(p: &Provider) -> Auth<'_> {
             region, env_prefix, ..
         } => Auth::SigV4 {
             env_prefix,
-            scope: crate::sigv4::Scope {
+            scope: crate::credentials::sigv4::Scope {
                 region,
                 service: bedrock::SIGNING_SERVICE,
             },
@@ -187,7 +189,7 @@ fn base(p: &Provider) -> &str {
 /// characters percent-encoded.
 fn path_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len().saturating_add(8));
-    crate::sigv4::uri_encode(s, &mut out);
+    crate::credentials::sigv4::uri_encode(s, &mut out);
     out
 }
 

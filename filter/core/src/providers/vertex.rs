@@ -13,10 +13,10 @@
 //!   body rewritten so; chat completions are translated as for Anthropic.
 
 use crate::api::Api;
-use crate::borrowed::Obj;
 use crate::config::{Provider, Publisher, Schema};
 use crate::error::GatewayError;
 use crate::request::ChatRequest;
+use crate::wire::borrowed::Obj;
 
 /// The `anthropic_version` Claude on Vertex takes in the body.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";

@@ -14,6 +14,8 @@
 //! [`pivot::local_answer`]; the per-request cells (Gemini's and Bedrock's
 //! embeddings and counts, Bedrock's answers that name no model) are the
 //! variants of [`Back`] built by [`back_for`].
+//!
+//! May use: `api`, `config`, `error`, `providers`, `request`, `usage`.
 
 pub mod pivot;
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::breaker::BreakerConfig;
+use crate::health::breaker::BreakerConfig;
 use crate::providers::anthropic::{self, Options, Stream};
 use crate::providers::{credential, extra_headers};
 use serde_json::{json, Value};
@@ -461,7 +461,7 @@ fn each_format_says_how_its_requests_are_authorized() {
         auth(&bedrock),
         Auth::SigV4 {
             env_prefix: "EU_",
-            scope: crate::sigv4::Scope {
+            scope: crate::credentials::sigv4::Scope {
                 region: "eu-west-3",
                 service: "bedrock",
             },

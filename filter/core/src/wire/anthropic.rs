@@ -1,10 +1,10 @@
 //! Whole bodies: a chat request as a Messages request, and a whole Messages
 //! answer as a chat completion. Both read the body in place
-//! ([`crate::borrowed`]) and write typed structs straight to bytes: no JSON
+//! ([`crate::wire::borrowed`]) and write typed structs straight to bytes: no JSON
 //! tree is built, copied or dropped on the way (#24).
 
-use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
+use crate::wire::borrowed::{self, Count, Obj, Str};
 use crate::wire::chat::{
     data_url, user_content, Schema, ToolCall, UserPart, Written, WrittenPromptDetails, WrittenUsage,
 };

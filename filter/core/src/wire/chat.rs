@@ -5,7 +5,7 @@
 //! ([`crate::api::chat_completions`]) and every provider format that
 //! translates to or from the pivot use these.
 
-use crate::borrowed::{self, AsString, Count, Obj, Str};
+use crate::wire::borrowed::{self, AsString, Count, Obj, Str};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;

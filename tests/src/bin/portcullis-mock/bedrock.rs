@@ -14,7 +14,7 @@
 //! CRC-32), and errors as `{"message"}` with `x-amzn-ErrorType`.
 //!
 //! The signature check here is written apart from the filter's signer
-//! (`portcullis_core::sigv4`): a shared mistake would pass both, so the
+//! (`portcullis_core::credentials::sigv4`): a shared mistake would pass both, so the
 //! filter's is also tested against AWS's published vectors.
 
 use super::{json_response, Body, State, Step};

@@ -1,12 +1,12 @@
 //! Whole bodies through the pivot: a Messages request as a chat completion,
 //! and a whole chat completion as a Messages answer. Both read the body in
-//! place ([`crate::borrowed`], typed structs read in one pass) and write
+//! place ([`crate::wire::borrowed`], typed structs read in one pass) and write
 //! typed structs straight to bytes, with no JSON tree between (#24).
 
 use super::{bad, stop_reason};
-use crate::borrowed::{self, Count, Obj, Str};
 use crate::error::GatewayError;
 use crate::wire::anthropic::{tool_use_block, AnthropicUsage, Block, MessageAnswer};
+use crate::wire::borrowed::{self, Count, Obj, Str};
 use crate::wire::chat::{Completion, Schema, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -2,7 +2,7 @@
 //! translated into Anthropic's events ([`FromChatStream`]).
 
 use super::{message_id, stop_reason, usage};
-use crate::sse::SseParser;
+use crate::wire::sse::SseParser;
 use serde_json::{json, Value};
 
 /// A chat completions stream as Messages events, chunk by chunk (an event

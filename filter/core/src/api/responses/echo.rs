@@ -10,7 +10,7 @@
 //! A `json_schema` text format is echoed with `"schema": null`, the one
 //! value the published schema allows there.
 
-use crate::borrowed::{self, Obj};
+use crate::wire::borrowed::{self, Obj};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};

@@ -1,10 +1,10 @@
 //! A Responses request as a chat completion (the pivot), read in place
-//! ([`crate::borrowed`], items read in one pass) and written from typed
+//! ([`crate::wire::borrowed`], items read in one pass) and written from typed
 //! structs: no JSON tree between (#24).
 
 use super::bad;
-use crate::borrowed::{self, Obj};
 use crate::error::GatewayError;
+use crate::wire::borrowed::{self, Obj};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;

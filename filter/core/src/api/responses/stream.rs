@@ -3,7 +3,7 @@
 //! Responses stream as it passes ([`StreamUsage`]).
 
 use super::{call_item, message_item, response, usage, Echo, End};
-use crate::sse::SseParser;
+use crate::wire::sse::SseParser;
 use serde_json::{json, Map, Value};
 
 /// One output item being streamed.

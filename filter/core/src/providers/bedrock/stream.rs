@@ -1,4 +1,4 @@
-//! A ConverseStream answer (AWS's binary event stream, [`crate::eventstream`])
+//! A ConverseStream answer (AWS's binary event stream, [`crate::wire::eventstream`])
 //! as chat-completion chunks, frame by frame, split anywhere across network
 //! chunks. `messageStart` opens the answer, `contentBlockStart` opens a
 //! tool call, `contentBlockDelta` carries text or a call's input JSON,
@@ -8,8 +8,8 @@
 //! ends before `messageStop` ends the client's stream with an error event.
 
 use super::{answer_id, finish_reason, ToolUse, Usage};
-use crate::borrowed::{Count, Str};
-use crate::eventstream::{Decoder, Message};
+use crate::wire::borrowed::{Count, Str};
+use crate::wire::eventstream::{Decoder, Message};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 

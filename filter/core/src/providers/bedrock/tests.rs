@@ -1,5 +1,5 @@
 use super::*;
-use crate::eventstream::encode;
+use crate::wire::eventstream::encode;
 use serde_json::{json, Value};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

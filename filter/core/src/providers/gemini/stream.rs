@@ -6,8 +6,8 @@
 //! ends without a `finishReason` ends with an error event.
 
 use super::{call_id, finish_reason, google_error, Answer, UsageMetadata};
-use crate::sse::SseParser;
 use crate::wire::chat::CallFunction;
+use crate::wire::sse::SseParser;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
