@@ -6,6 +6,8 @@
 //! client can use it. An upload goes to a
 //! provider that serves the model its batch file names; a batch's requests
 //! count against the key's request rate; each call is recorded.
+//!
+//! May use: `host`, `limits`, `request`, `upstream`.
 
 use crate::host::{Action, Host, Part};
 use crate::limits::admission;

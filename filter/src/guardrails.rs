@@ -4,6 +4,8 @@
 //! and checked at its end; a stream passes through the look-behind window of
 //! [`portcullis_core::guard::stream`]). The checks themselves are pure
 //! ([`portcullis_core::guard`]); this file reads the host and acts.
+//!
+//! May use: `host`, `request`.
 
 use crate::host::metrics;
 use crate::host::{Action, LogLevel};

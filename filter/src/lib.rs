@@ -9,9 +9,9 @@
 //! or take Envoy down (native, where each hook also catches one).
 //!
 //! One folder (or file) per capability, from the bottom floor up; each
-//! folder's `mod.rs` says what it owns and, on its `May use:` line, which
-//! others it may import (`tests/tests/test_declarations.rs` holds it to
-//! that):
+//! folder's `mod.rs` (and each file here) says what it owns and, on its
+//! `May use:` line, which others it may import
+//! (`tests/tests/test_declarations.rs` holds it to that):
 //!
 //! | module | capability |
 //! |---|---|

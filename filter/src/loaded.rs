@@ -1,5 +1,7 @@
 //! A compiled config as the request path holds it: each request keeps the
 //! snapshot it started with, so a reload never changes a request in flight.
+//!
+//! May use: `host`.
 
 use crate::host::Host;
 use crate::host::LogLevel;

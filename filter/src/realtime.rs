@@ -10,6 +10,8 @@
 //! limit runs out, a check denies or a frame breaks the protocol the
 //! gateway ends the session (an `error` event and a close frame to the
 //! client, a close frame to the provider). One record per session.
+//!
+//! May use: `host`, `limits`, `loaded`, `request`, `upstream`.
 
 use crate::host::{Action, Host, Part};
 use crate::limits::admission::{self, Finish};

@@ -4,6 +4,8 @@
 //! and makes one request context per HTTP stream. The same for both hosts:
 //! `wasm` drives it from proxy-wasm's root context, `native` from the
 //! dynamic module's hooks.
+//!
+//! May use: `cache`, `health`, `host`, `limits`, `loaded`, `request`, `telemetry`, `upstream`.
 
 use crate::health::breakers;
 use crate::host::metrics;
