@@ -99,7 +99,7 @@ impl Recent {
             "price_source": self.price_source,
             "budget_routed": self.budget_routed,
             "ttft_ms": self.ttft_ms,
-            "trace_id": portcullis_core::telemetry::trace::hex(&self.trace_id),
+            "trace_id": portcullis_core::wire::text::hex(&self.trace_id),
             "api": self.api,
             "mcp_method": self.mcp_method,
             "rpc_error": self.rpc_error,

@@ -586,7 +586,7 @@ fn each_attempt_sends_its_own_span_of_the_clients_trace_and_the_record_has_them(
     ctx.on_call_response(1, ANSWER.len());
     ctx.on_log();
     let r = ctx.host.state.borrow().records[0].clone();
-    let hex = |b: &[u8]| portcullis_core::telemetry::trace::hex(b);
+    let hex = |b: &[u8]| portcullis_core::wire::text::hex(b);
     assert_eq!(hex(&r.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_eq!(hex(&r.parent_span_id), "00f067aa0ba902b7");
     assert_eq!((r.trace_flags, r.tracestate.as_str()), (1, "v=1"));
@@ -628,10 +628,8 @@ fn a_trace_is_started_only_when_the_config_samples() {
     let r = ctx.host.state.borrow().records[0].clone();
     assert_eq!(r.trace_id.len(), 16);
     assert!(r.parent_span_id.is_empty());
-    assert!(sent.contains(&portcullis_core::telemetry::trace::hex(&r.trace_id)));
-    assert!(sent.contains(&portcullis_core::telemetry::trace::hex(
-        &r.attempts[0].span_id
-    )));
+    assert!(sent.contains(&portcullis_core::wire::text::hex(&r.trace_id)));
+    assert!(sent.contains(&portcullis_core::wire::text::hex(&r.attempts[0].span_id)));
 }
 
 /// Shared data has no atomic create: a key two workers create at once on

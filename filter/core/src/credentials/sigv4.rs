@@ -11,7 +11,7 @@
 //! runs five times per signed request, on the request path, and the RFC
 //! 4231 vectors test it.
 
-use crate::wire::text::push_padded;
+use crate::wire::text::{hex, push_hex, push_padded};
 use sha2::{Digest, Sha256};
 
 /// An AWS identity's credentials, read from the VM's environment (never
@@ -121,25 +121,6 @@ impl HmacKey {
 /// HMAC-SHA256 of `message` under `key`.
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     HmacKey::new(key).sign(message)
-}
-
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().saturating_mul(2));
-    push_hex(bytes, &mut out);
-    out
-}
-
-/// Lowercase hex, appended.
-fn push_hex(bytes: &[u8], out: &mut String) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        for nibble in [b >> 4, b & 0x0f] {
-            if let Some(&d) = DIGITS.get(usize::from(nibble)) {
-                out.push(char::from(d));
-            }
-        }
-    }
 }
 
 /// `YYYYMMDDTHHMMSSZ` for a Unix time in seconds.

@@ -6,6 +6,8 @@
 //! a hash of its request id, mixed (splitmix64), so a trace id is unique as
 //! long as either is.
 
+use crate::wire::text::push_hex;
+
 /// A trace as the gateway carries it through one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Trace {
@@ -88,28 +90,6 @@ pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
     Some((trace, span, flags[0]))
 }
 
-fn nibble(n: u8) -> char {
-    char::from(if n < 10 {
-        b'0' + n
-    } else {
-        b'a' + (n & 15) - 10
-    })
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    for b in bytes {
-        out.push(nibble(b >> 4));
-        out.push(nibble(b & 15));
-    }
-}
-
-/// Lower-case hex of some bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut s, bytes);
-    s
-}
-
 /// FNV-1a of some bytes (the request id's part of a new trace id).
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -159,11 +139,11 @@ impl Trace {
     pub fn traceparent(&self, n: u32) -> String {
         let mut s = String::with_capacity(55);
         s.push_str("00-");
-        push_hex(&mut s, &self.trace_id);
+        push_hex(&self.trace_id, &mut s);
         s.push('-');
-        push_hex(&mut s, &self.attempt_span(n));
+        push_hex(&self.attempt_span(n), &mut s);
         s.push('-');
-        push_hex(&mut s, &[self.flags]);
+        push_hex(&[self.flags], &mut s);
         s
     }
 }
@@ -184,6 +164,7 @@ pub fn sampled(rate: f64, roll: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::text::hex;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 

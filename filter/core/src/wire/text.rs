@@ -4,16 +4,21 @@
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len().saturating_mul(2));
+    push_hex(bytes, &mut out);
+    out
+}
+
+/// Lower-case hex of `bytes`, appended.
+pub fn push_hex(bytes: &[u8], out: &mut String) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         for nibble in [b >> 4, b & 0x0f] {
-            out.push(char::from(
-                DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0'),
-            ));
+            if let Some(&d) = DIGITS.get(usize::from(nibble)) {
+                out.push(char::from(d));
+            }
         }
     }
-    out
 }
 
 /// The bytes of lower-case or upper-case hex (`None`: odd length or not hex).
@@ -33,7 +38,7 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
 
 /// `n` in decimal, at least `width` digits (zero-padded), appended (also
 /// the rate limits' reset times: numbers on the request path unformatted).
-pub fn push_padded(n: u64, width: usize, out: &mut String) {
+pub(crate) fn push_padded(n: u64, width: usize, out: &mut String) {
     let mut digits = [b'0'; 20];
     let mut i = digits.len();
     let mut n = n;
