@@ -650,6 +650,7 @@ impl<H: Host> RequestContext<H> {
             return;
         };
         let gw = &loaded.gw;
+        let mut ended = self.ended();
         let rec = Record {
             provider: call
                 .provider
@@ -666,9 +667,8 @@ impl<H: Host> RequestContext<H> {
             cached_tokens: call.usage.map_or(0, |u| u.cached),
             cost_micros: call.cost_micros,
             price_source: call.price_source.to_string(),
-            ..self.record_base(gw, None)
+            ..ended.record_base(gw, None)
         };
-        self.request_metrics(&rec);
-        self.host.emit_record(&rec);
+        ended.emit(&rec);
     }
 }

@@ -11,9 +11,10 @@ use crate::host::metrics;
 use crate::host::{Action, LogLevel};
 use crate::host::{Host, Part};
 use crate::request::guard::{GuardCalls, OutputGuard};
-use crate::request::{Phase, RequestContext};
+use crate::request::{LogFacts, Phase, RequestContext};
 use portcullis_core::config::{Client, Gateway};
 use portcullis_core::error::GatewayError;
+use portcullis_core::guard::texts::Shape;
 use portcullis_core::guard::{
     self, external, stream::StreamGuard, Act, Guardrails, Kind, Stage, Verdict,
 };
@@ -305,85 +306,84 @@ impl<H: Host> RequestContext<H> {
 
     /// Verdicts go to the record and the metrics.
     pub(crate) fn note_verdicts(&mut self, verdicts: &[Verdict]) {
-        for v in verdicts {
-            self.host
-                .count(&metrics::guardrail(v.stage, &v.check, v.action), 1);
-        }
-        self.log.guardrails.extend(verdicts.iter().cloned());
+        note_verdicts(&self.host, &mut self.log, verdicts);
     }
+}
 
+/// Verdicts go to the record (`log`) and the metrics.
+pub(crate) fn note_verdicts(host: &impl Host, log: &mut LogFacts, verdicts: &[Verdict]) {
+    for v in verdicts {
+        host.count(&metrics::guardrail(v.stage, &v.check, v.action), 1);
+    }
+    log.guardrails.extend(verdicts.iter().cloned());
+}
+
+/// The output checks across an answer: they read only the request's output
+/// guard, the answer's shape and the record's facts, which the answer step
+/// hands them.
+impl OutputGuard {
     /// Output checks on a whole answer: `Err` when a check denies it;
     /// `Ok(Some)` when it was rewritten.
-    pub(crate) fn check_whole_answer(
+    pub(crate) fn check_whole(
         &mut self,
+        host: &impl Host,
+        g: &Guardrails,
+        shape: Option<Shape>,
+        log: &mut LogFacts,
         body: &[u8],
     ) -> Result<Option<Vec<u8>>, GatewayError> {
-        let Some(loaded) = self.loaded.clone() else {
-            return Ok(None);
-        };
-        let Some(g) = loaded.gw.guardrails.as_ref() else {
-            return Ok(None);
-        };
-        let Some(out) = self.flight.as_ref().and_then(|f| f.output.as_ref()) else {
-            return Ok(None);
-        };
-        self.host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
-        let Some(shape) = self.request.api.answer_shape() else {
+        host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
+        let Some(shape) = shape else {
             return Ok(None);
         };
         let (outcome, rewritten) =
-            guard::check_answer_of(shape, g, &out.active, out.json_wanted, body);
-        self.note_verdicts(&outcome.verdicts);
-        if let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
-            out.touched = outcome.changed || outcome.denied.is_some();
-        }
+            guard::check_answer_of(shape, g, &self.active, self.json_wanted, body);
+        note_verdicts(host, log, &outcome.verdicts);
+        self.touched = outcome.changed || outcome.denied.is_some();
         match outcome.denied {
             Some(err) => Err(err),
             None => Ok(rewritten),
         }
     }
 
-    /// A streamed answer's bytes through the output checks.
-    pub(crate) fn guard_stream(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
-        let loaded = self.loaded.clone()?;
-        let g = loaded.gw.guardrails.as_ref()?;
-        let out = self.flight.as_mut()?.output.as_mut()?;
-        let sg = out.stream.as_mut()?;
+    /// A streamed answer's bytes through the output checks (`None`: no
+    /// stream guard).
+    pub(crate) fn stream(
+        &mut self,
+        host: &impl Host,
+        g: &Guardrails,
+        log: &mut LogFacts,
+        bytes: &[u8],
+        end: bool,
+    ) -> Option<Vec<u8>> {
+        let sg = self.stream.as_mut()?;
         let mut sent = sg.chunk(g, bytes);
         if end {
             sent.extend(sg.finish(g));
         }
         let done = end || sg.denied.is_some();
-        if done && !out.noted {
-            out.noted = true;
-            out.touched = sg.changed || sg.denied.is_some();
+        if done && !self.noted {
+            self.noted = true;
+            self.touched = sg.changed || sg.denied.is_some();
             let verdicts = std::mem::take(&mut sg.verdicts);
             if sg.denied.is_some() {
-                self.log.error = "guardrail_denied";
+                log.error = "guardrail_denied";
             }
-            self.note_verdicts(&verdicts);
+            note_verdicts(host, log, &verdicts);
         }
         Some(sent)
     }
 
     /// Start the stream guard for a streamed answer.
-    pub(crate) fn start_stream_guard(&mut self) {
-        let Some(loaded) = self.loaded.clone() else {
-            return;
-        };
-        let Some(g) = loaded.gw.guardrails.as_ref() else {
-            return;
-        };
-        if let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
-            self.host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
-            if let Some(shape) = self.request.api.answer_shape() {
-                out.stream = Some(StreamGuard::new(
-                    g,
-                    shape,
-                    out.active.clone(),
-                    out.json_wanted,
-                ));
-            }
+    pub(crate) fn start_stream(&mut self, host: &impl Host, g: &Guardrails, shape: Option<Shape>) {
+        host.count(metrics::GUARD_OUTPUT_CHECKS, 1);
+        if let Some(shape) = shape {
+            self.stream = Some(StreamGuard::new(
+                g,
+                shape,
+                self.active.clone(),
+                self.json_wanted,
+            ));
         }
     }
 }

@@ -778,7 +778,7 @@ fn a_global_request_limit_waits_for_the_service_then_routes_with_its_headers() {
         Some("primary")
     );
     assert_eq!(router_answers(&mut ctx, "200", ANSWER), Action::Continue);
-    let rate = ctx.rate_headers.clone();
+    let rate = ctx.limits.headers().to_vec();
     assert!(
         rate.contains(&("x-ratelimit-remaining-requests", "9".into())),
         "{rate:?}"

@@ -136,8 +136,7 @@ impl<H: Host> RequestContext<H> {
             priced.map(|(p, _)| p),
             now,
         )?;
-        self.held = Some(held);
-        self.rate_headers = admission::headers(self.req_take, shown.tokens);
+        self.limits.hold(held, shown.tokens);
         let key = self.roll.to_le_bytes();
         // Every text event is read whole up to the key's body bound; a
         // larger one ends the session (never passes unread).
@@ -225,7 +224,7 @@ impl<H: Host> RequestContext<H> {
     /// other answer goes to the client as it is.
     pub(crate) fn realtime_answer_headers(&mut self) -> Action {
         let status = self.answer_status();
-        for (k, v) in std::mem::take(&mut self.rate_headers) {
+        for (k, v) in self.limits.take_headers() {
             let _ = self.host.set_header(Part::Response, k, Some(&v));
         }
         if status == 101 {
@@ -626,6 +625,7 @@ impl<H: Host> RequestContext<H> {
             self.log.error = e.code;
         }
         let u = s.usage;
+        let mut ended = self.ended();
         let rec = Record {
             provider: gw
                 .providers
@@ -650,10 +650,9 @@ impl<H: Host> RequestContext<H> {
             finish_reasons: s.statuses.clone(),
             request_bytes: s.client.bytes,
             response_bytes: s.server.bytes,
-            ..self.record_base(gw, None)
+            ..ended.record_base(gw, None)
         };
-        self.request_metrics(&rec);
-        self.host.emit_record(&rec);
+        ended.emit(&rec);
     }
 }
 

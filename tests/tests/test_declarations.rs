@@ -560,3 +560,25 @@ fn the_rule_check_sees_imports_a_folder_does_not_name() {
     );
     assert_eq!(found.len(), 3, "{found:?}");
 }
+
+/// The parts of a request's state that no longer hang on its holder stay
+/// off it: the record is written from what the request hands it when it
+/// ends (`request::Ended`), and a client's limits are `RequestLimits`,
+/// whose fields only `limits/` reads. Neither folder names
+/// `RequestContext`.
+#[test]
+fn the_record_and_the_limits_do_not_reach_into_the_request_holder() {
+    let mut found = Vec::new();
+    for dir in ["filter/src/telemetry", "filter/src/limits"] {
+        let mut files = Vec::new();
+        rust_files(&repo_root().join(dir), &mut files);
+        assert!(!files.is_empty(), "no files under {dir}");
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            if non_test_code(&text).contains("RequestContext") {
+                found.push(f.display().to_string());
+            }
+        }
+    }
+    assert!(found.is_empty(), "these name RequestContext: {found:?}");
+}

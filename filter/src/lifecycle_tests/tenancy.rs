@@ -163,7 +163,7 @@ fn the_tightest_budget_is_in_the_answers_headers() {
     let (mut ctx, a) = g.chat(&[], &body("hello"));
     assert_eq!(a, Action::Continue);
     router_answers(&mut ctx, "200", ANSWER);
-    let rate = ctx.rate_headers.clone();
+    let rate = ctx.limits.headers().to_vec();
     let left: f64 = rate
         .iter()
         .find(|(k, _)| *k == "x-portcullis-budget-remaining-usd")
@@ -180,7 +180,7 @@ fn the_tightest_budget_is_in_the_answers_headers() {
         "",
     ));
     let (ctx, _) = g.chat(&[], &body("hello"));
-    let rate = ctx.rate_headers.clone();
+    let rate = ctx.limits.headers().to_vec();
     assert!(
         rate.iter()
             .any(|(k, v)| *k == "x-portcullis-budget-reset" && v.ends_with('s')),
@@ -237,7 +237,8 @@ fn upstream_body(ctx: &RequestContext<FakeHost>) -> Value {
 }
 
 fn header(ctx: &RequestContext<FakeHost>, name: &str) -> Option<String> {
-    ctx.rate_headers
+    ctx.limits
+        .headers()
         .iter()
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v.clone())

@@ -627,7 +627,7 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn gateway_headers(&self) -> GatewayHeaders {
         let mut out = GatewayHeaders {
             text: String::with_capacity(256),
-            spans: Vec::with_capacity(self.rate_headers.len().saturating_add(6)),
+            spans: Vec::with_capacity(self.limits.headers().len().saturating_add(6)),
         };
         self.each_gateway_header(|k, v| {
             let start = out.text.len();
@@ -667,7 +667,7 @@ impl<H: Host> RequestContext<H> {
                 f(headers::BUDGET_ROUTED, &fl.chat.model);
             }
         }
-        for (k, v) in &self.rate_headers {
+        for (k, v) in self.limits.headers() {
             f(k, v);
         }
     }
@@ -693,4 +693,47 @@ impl GatewayHeaders {
 
 fn include_content(gw: &portcullis_core::config::Gateway) -> bool {
     gw.log.as_ref().is_some_and(|l| l.include_content)
+}
+
+/// The output checks, handed the parts they read (`guardrails`).
+impl<H: Host> RequestContext<H> {
+    /// Output checks on a whole answer: `Err` when a check denies it;
+    /// `Ok(Some)` when it was rewritten.
+    pub(crate) fn check_whole_answer(
+        &mut self,
+        body: &[u8],
+    ) -> Result<Option<Vec<u8>>, GatewayError> {
+        let Some(loaded) = self.loaded.clone() else {
+            return Ok(None);
+        };
+        let Some(g) = loaded.gw.guardrails.as_ref() else {
+            return Ok(None);
+        };
+        let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) else {
+            return Ok(None);
+        };
+        let shape = self.request.api.answer_shape();
+        out.check_whole(&self.host, g, shape, &mut self.log, body)
+    }
+
+    /// A streamed answer's bytes through the output checks.
+    fn guard_stream(&mut self, bytes: &[u8], end: bool) -> Option<Vec<u8>> {
+        let loaded = self.loaded.clone()?;
+        let g = loaded.gw.guardrails.as_ref()?;
+        let out = self.flight.as_mut()?.output.as_mut()?;
+        out.stream(&self.host, g, &mut self.log, bytes, end)
+    }
+
+    /// Start the stream guard for a streamed answer.
+    fn start_stream_guard(&mut self) {
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(g) = loaded.gw.guardrails.as_ref() else {
+            return;
+        };
+        if let Some(out) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
+            out.start_stream(&self.host, g, self.request.api.answer_shape());
+        }
+    }
 }

@@ -238,11 +238,6 @@ impl<H: Host> RequestContext<H> {
     /// The index of the provider that answered (a cache hit: the first
     /// candidate's).
     pub(crate) fn answering_index(&self) -> Option<usize> {
-        let f = self.flight.as_ref()?;
-        if f.cache_status.is_hit() {
-            Some(f.candidates.first()?.0)
-        } else {
-            Some(f.current.as_ref()?.provider)
-        }
+        self.flight.as_ref()?.answering()
     }
 }

@@ -5,7 +5,7 @@
 use crate::host::metrics;
 use crate::host::Action;
 use crate::host::Host;
-use crate::limits::admission::{self, Held};
+use crate::limits::admission;
 use crate::limits::global::{self, Ask};
 use crate::request::exchange::{Exchange, Step};
 use crate::request::flight::Flight;
@@ -147,7 +147,7 @@ impl<H: Host> RequestContext<H> {
             );
             (r, f.price)
         });
-        let held = self.held.get_or_insert_with(Held::default);
+        let held = self.limits.held_mut();
         global::asks(
             gw,
             (client, self.request.user.as_deref()),
@@ -242,7 +242,7 @@ impl<H: Host> RequestContext<H> {
     pub(crate) fn rate_headers_with_tokens(&mut self, gw: &Gateway, client: &Client, now: u64) {
         let user = self.request.user.as_deref();
         let tokens = admission::peek_tokens(&self.host, gw, client, user, now);
-        self.rate_headers = admission::headers(self.req_take, tokens);
+        self.limits.show_tokens(tokens);
     }
 
     /// The request across its attempts, from its route.
@@ -311,8 +311,8 @@ impl<H: Host> RequestContext<H> {
         let price = flight.price;
         let result = self.admit_levels(gw, client, (prompt_est, max_completion), price, now);
         if let Some(n) = clamped {
-            self.rate_headers
-                .push(("x-portcullis-max-tokens-clamped", n.to_string()));
+            self.limits
+                .add_header("x-portcullis-max-tokens-clamped", n.to_string());
         }
         result
     }
@@ -340,20 +340,13 @@ impl<H: Host> RequestContext<H> {
                     || (!l.budgets.is_empty() && s.budgets.local())
             });
         if !counted_here {
-            self.rate_headers = admission::headers(self.req_take, None);
+            self.limits.show_tokens(None);
             return Ok(());
         }
         let user = self.request.user.as_deref();
         match admission::admit(&self.host, gw, (client, user), reserve, price, now) {
             Ok((held, shown)) => {
-                let requests = shown
-                    .requests
-                    .map_or(self.req_take, |u| admission::tighter(self.req_take, u));
-                self.rate_headers = admission::headers(requests, shown.tokens);
-                if let Some(left) = shown.budget {
-                    admission::budget_headers(&mut self.rate_headers, left);
-                }
-                self.held = Some(held);
+                self.limits.admitted(held, shown);
                 Ok(())
             }
             Err(e) => {
@@ -367,7 +360,7 @@ impl<H: Host> RequestContext<H> {
     /// Whether an answer's usage must be read: reservations to settle, or
     /// the request log.
     pub(crate) fn wants_usage(&self, gw: &Gateway) -> bool {
-        self.held.as_ref().is_some_and(admission::Held::wants_usage) || gw.log.is_some()
+        self.limits.wants_usage() || gw.log.is_some()
     }
 
     /// The first candidate whose breaker admits it goes through Envoy's

@@ -236,13 +236,13 @@ impl<H: Host> RequestContext<H> {
         match admission::take_requests(&self.host, gw, client, now, n) {
             Ok(t) => {
                 if n == 1 {
-                    self.req_take = t;
+                    self.limits.took_rate(t);
                 }
                 Ok(())
             }
             Err((e, t)) => {
                 self.log.limited_by = "local";
-                self.rate_headers = admission::headers(Some(t), None);
+                self.limits.rate_refused(t);
                 Err(e)
             }
         }

@@ -55,7 +55,7 @@ impl<H: Host> RequestContext<H> {
             self.decide_global(pending)?;
             return Ok(Sent::Decided);
         }
-        self.global = Some(pending);
+        self.limits.wait_for(pending);
         self.phase = Phase::Limiting;
         Ok(Sent::Waiting)
     }
@@ -149,7 +149,7 @@ impl<H: Host> RequestContext<H> {
 
     /// A reservation the service never counted is not settled either.
     fn forget_reservation(&mut self, ask: &Ask) {
-        if let Some(h) = self.held.as_mut() {
+        if let Some(h) = self.limits.held() {
             match ask.kind {
                 Kind::Tokens => h.global_tokens = None,
                 Kind::Budgets => h.global_budget = None,
@@ -160,18 +160,14 @@ impl<H: Host> RequestContext<H> {
 
     /// One answer of the service (`on_grpc_call_response`).
     pub fn on_global_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
-        if self.realtime.is_some() {
-            self.realtime_global_answer(token, grpc_status, size);
-            return;
-        }
         if self.phase != Phase::Limiting {
             return;
         }
-        let Some(mut pending) = self.global.take() else {
+        let Some(mut pending) = self.limits.take_pending() else {
             return;
         };
         let Some(i) = pending.calls.iter().position(|(t, _)| *t == token) else {
-            self.global = Some(pending);
+            self.limits.wait_for(pending);
             return;
         };
         let (_, asks) = pending.calls.swap_remove(i);
@@ -206,12 +202,12 @@ impl<H: Host> RequestContext<H> {
             match verdict {
                 Verdict::Ok(status) => {
                     if let Some((i, s)) = status {
-                        rate_headers(&mut self.rate_headers, &ask, i, s);
+                        rate_headers(self.limits.headers_mut(), &ask, i, s);
                     }
                 }
                 Verdict::OverLimit(status) => {
                     if let Some((i, s)) = status {
-                        rate_headers(&mut self.rate_headers, &ask, i, s);
+                        rate_headers(self.limits.headers_mut(), &ask, i, s);
                     }
                     let (i, s) = status.map_or((0, None), |(i, s)| (i, Some(s)));
                     pending.refused.get_or_insert((ask, i, s));
@@ -226,7 +222,7 @@ impl<H: Host> RequestContext<H> {
             self.service_answered();
         }
         if !pending.calls.is_empty() {
-            self.global = Some(pending);
+            self.limits.wait_for(pending);
             return;
         }
         let step = self.decide_global(pending).and_then(|()| self.resume());

@@ -728,6 +728,8 @@ impl<H: Host> RequestContext<H> {
         for key in std::mem::take(&mut call.concurrency) {
             let _ = update(&self.host, &key, |cur| (ratelimit::release(cur), ()));
         }
-        self.emit_mcp_record(&call);
+        if let Some(loaded) = self.loaded.clone() {
+            self.ended().emit_mcp_record(&loaded.gw, &call);
+        }
     }
 }

@@ -146,6 +146,16 @@ pub struct Flight {
 }
 
 impl Flight {
+    /// The index of the provider that answered (a cache hit: the first
+    /// candidate's).
+    pub fn answering(&self) -> Option<usize> {
+        if self.cache_status.is_hit() {
+            Some(self.candidates.first()?.0)
+        } else {
+            Some(self.current.as_ref()?.provider)
+        }
+    }
+
     pub fn new(
         chat: ChatRequest,
         model: usize,

@@ -1,9 +1,12 @@
-//! A request's state: the holder every step is a method of
-//! ([`RequestContext`]), and one part per capability: the routed request
-//! across its attempts (`flight`), a paused run of the steps (`exchange`),
-//! an answer being read (`reading`), the guardrails' calls in flight
+//! A request's state: the holder of its parts ([`RequestContext`]), one
+//! part per capability: the routed request across its attempts (`flight`),
+//! a paused run of the steps (`exchange`), an answer being read
+//! (`reading`), the guardrails' calls in flight and output checks
 //! (`guard`), an MCP call (`mcp`), a files or batches call (`files`), a
-//! Realtime session (`realtime`).
+//! Realtime session (`realtime`); the client's limits are
+//! [`RequestLimits`](crate::limits::RequestLimits), whose fields only
+//! `limits` reads. What a request hands its record when it ends is
+//! [`Ended`] (`telemetry` reads nothing else).
 //!
 //! May use: `host`, `loaded`, `limits`, `health`.
 //!
@@ -28,7 +31,8 @@ pub mod realtime;
 
 use crate::host::Host;
 use crate::host::{Action, LogLevel};
-use crate::limits::admission::{Finish, Held};
+use crate::limits::admission::Finish;
+use crate::limits::RequestLimits;
 use crate::loaded::Loaded;
 use crate::request::flight::Flight;
 use portcullis_core::api::Api;
@@ -153,6 +157,24 @@ pub struct ClientRequest {
     pub user: Option<String>,
 }
 
+/// What a request hands its record when it ends (`telemetry`): the facts
+/// gathered along the way, the client's request, the routed request.
+pub struct Ended<'a, H: Host> {
+    pub host: &'a H,
+    pub log: &'a mut LogFacts,
+    pub request: &'a ClientRequest,
+    pub flight: Option<&'a Flight>,
+    /// The request's random number (a record id when Envoy gave none).
+    pub roll: u64,
+}
+
+impl ClientRequest {
+    /// The client the request's key names.
+    pub fn client<'g>(&self, gw: &'g Gateway) -> Option<&'g Client> {
+        gw.clients.get(self.key.as_ref()?)
+    }
+}
+
 pub struct RequestContext<H: Host> {
     pub host: H,
     /// Envoy's id of this request's context (0 in lifecycle tests).
@@ -164,14 +186,9 @@ pub struct RequestContext<H: Host> {
     pub request: ClientRequest,
     /// A routed chat request across its attempts.
     pub flight: Option<Flight>,
-    /// The request-rate take at headers (for the rate-limit headers).
-    pub req_take: Option<crate::limits::admission::Shown>,
-    /// `x-ratelimit-*` headers for every answer to this request.
-    pub rate_headers: Vec<(&'static str, String)>,
-    /// What the request holds of its client's limits until it finishes.
-    pub held: Option<Held>,
-    /// Calls to the rate limit service in flight.
-    pub global: Option<crate::limits::global::Pending>,
+    /// What the request holds of its client's limits, and the headers
+    /// that show them.
+    pub limits: RequestLimits,
     /// Calls to external guards in flight.
     pub guarding: Option<crate::request::guard::GuardCalls>,
     /// The fleet cache tier's lookup in flight (its call's token, and
@@ -201,10 +218,7 @@ impl<H: Host> RequestContext<H> {
             phase: Phase::Headers,
             request: ClientRequest::default(),
             flight: None,
-            req_take: None,
-            rate_headers: Vec::new(),
-            held: None,
-            global: None,
+            limits: RequestLimits::default(),
             guarding: None,
             shared_lookup: None,
             paused: None,
@@ -223,7 +237,18 @@ impl<H: Host> RequestContext<H> {
     }
 
     pub fn client<'g>(&self, gw: &'g Gateway) -> Option<&'g Client> {
-        gw.clients.get(self.request.key.as_ref()?)
+        self.request.client(gw)
+    }
+
+    /// The parts the record reads, handed over at the request's end.
+    pub(crate) fn ended(&mut self) -> Ended<'_, H> {
+        Ended {
+            host: &self.host,
+            log: &mut self.log,
+            request: &self.request,
+            flight: self.flight.as_ref(),
+            roll: self.roll,
+        }
     }
 
     /// The usage a capped stream counted as it passed, when the provider
@@ -262,9 +287,7 @@ impl<H: Host> RequestContext<H> {
 
     /// End the request's hold on its client's limits (once).
     pub fn finish_limits(&mut self, how: Finish) {
-        if let Some(h) = self.held.as_mut() {
-            h.finish(&self.host, how, self.host.now_ms());
-        }
+        self.limits.finish(&self.host, how);
     }
 
     /// Every answer the filter makes itself goes out here.
@@ -284,7 +307,7 @@ impl<H: Host> RequestContext<H> {
     /// used of the client's limits.
     pub fn reply(&mut self, status: u16, extra: &[(&str, &str)], body: &[u8]) -> Action {
         self.finish_limits(Finish::Release);
-        let rate = std::mem::take(&mut self.rate_headers);
+        let rate = self.limits.take_headers();
         let mut hdrs: Vec<(&str, &[u8])> = vec![("content-type", b"application/json")];
         hdrs.extend(extra.iter().map(|(k, v)| (*k, v.as_bytes())));
         hdrs.extend(rate.iter().map(|(k, v)| (*k, v.as_bytes())));
@@ -390,10 +413,12 @@ impl<H: Host> RequestContext<H> {
     }
 
     /// A gRPC call's answer: the fleet cache tier's, or the rate limit
-    /// service's.
+    /// service's (for a Realtime session's usage, or a request's limits).
     pub fn on_grpc_answer(&mut self, token: u32, grpc_status: u32, size: usize) {
         if self.phase == Phase::SharedCache {
             self.on_shared_answer(token, grpc_status, size);
+        } else if self.realtime.is_some() {
+            self.realtime_global_answer(token, grpc_status, size);
         } else {
             self.on_global_answer(token, grpc_status, size);
         }
@@ -440,7 +465,9 @@ impl<H: Host> RequestContext<H> {
             // Gone before its token fetch answered: another request may fetch.
             self.abandon_token_fetch();
         }
-        self.emit_record();
+        if let Some(loaded) = self.loaded.clone() {
+            self.ended().emit_record(&loaded.gw);
+        }
         self.finish_limits(how);
         self.release_unreported_probe();
         self.release_busy();

@@ -2,7 +2,7 @@
 //! and the shipper that sends buffered records to the collector
 //! (`shipper`).
 //!
-//! May use: `host`, `loaded`, `request`, `mcp`.
+//! May use: `host`, `request`, `mcp`.
 //!
 //! The request record and per-request metrics, at the end of a chat
 //! request: who asked, what was resolved, who answered, each attempt, the
@@ -13,25 +13,31 @@ pub mod shipper;
 
 use crate::host::metrics;
 use crate::host::Host;
-use crate::request::RequestContext;
+use crate::request::Ended;
 use portcullis_core::pricing;
 use portcullis_core::telemetry::record::{Attempt, Record};
 
-impl<H: Host> RequestContext<H> {
-    pub(crate) fn emit_record(&mut self) {
+/// The record is written from what the request hands it when it ends
+/// ([`Ended`]): its facts, its client's request and its routed request; it
+/// reads nothing else of the request.
+impl<H: Host> Ended<'_, H> {
+    /// A chat request's record (and metrics).
+    pub(crate) fn emit_record(mut self, gw: &portcullis_core::config::Gateway) {
         if !self.log.chat {
             return;
         }
-        let Some(loaded) = self.loaded.clone() else {
-            return;
-        };
-        let gw = &loaded.gw;
+        let answering = self
+            .flight
+            .and_then(crate::request::flight::Flight::answering);
         let mut rec = Record {
             usage_estimated: self.log.usage_estimated,
             ttft_ms: self.log.ttft_ms,
             prompt: std::mem::take(&mut self.log.prompt),
             completion: std::mem::take(&mut self.log.completion),
-            provider: self.answering_provider().unwrap_or_default(),
+            provider: answering
+                .and_then(|i| gw.providers.get(i))
+                .map(|p| p.name.clone())
+                .unwrap_or_default(),
             ..self.record_base(gw, None)
         };
         let logged = gw.log.is_some();
@@ -44,8 +50,7 @@ impl<H: Host> RequestContext<H> {
             rec.completion_tokens = u.completion;
             rec.cached_tokens = u.cached;
             rec.reasoning_tokens = u.reasoning;
-            let model = self.flight.as_ref().map(|f| (f.model, f.chat.units));
-            let answering = self.answering_index();
+            let model = self.flight.map(|f| (f.model, f.chat.units));
             match model.and_then(|(m, units)| pricing::price_for(gw, m, answering, &units)) {
                 Some((price, source)) => {
                     rec.cost_micros = price.usage_cost(&u);
@@ -54,8 +59,13 @@ impl<H: Host> RequestContext<H> {
                 None => self.host.count(&metrics::unpriced(&rec.model), 1),
             }
         }
-        self.request_metrics(&rec);
-        self.host.emit_record(&rec);
+        self.emit(&rec);
+    }
+
+    /// A record made: counted in the request metrics, handed to the host.
+    pub(crate) fn emit(&self, rec: &Record) {
+        self.request_metrics(rec);
+        self.host.emit_record(rec);
     }
 
     /// What every record says of its request: who, when, how it ended,
@@ -65,7 +75,10 @@ impl<H: Host> RequestContext<H> {
         gw: &portcullis_core::config::Gateway,
         team: Option<usize>,
     ) -> Record {
-        let client = self.client(gw).map(|c| crate::mcp::effective(c, team));
+        let client = self
+            .request
+            .client(gw)
+            .map(|c| crate::mcp::effective(c, team));
         let client = client.as_deref();
         let mut rec = Record {
             request_id: std::mem::take(&mut self.log.request_id),
@@ -94,11 +107,11 @@ impl<H: Host> RequestContext<H> {
     /// a tool call's qualified tool as its model, its method, JSON-RPC
     /// error, sizes, price and trace; counted in the request metrics by
     /// server and tool.
-    pub(crate) fn emit_mcp_record(&mut self, call: &crate::request::mcp::McpCall) {
-        let Some(loaded) = self.loaded.clone() else {
-            return;
-        };
-        let gw = &loaded.gw;
+    pub(crate) fn emit_mcp_record(
+        mut self,
+        gw: &portcullis_core::config::Gateway,
+        call: &crate::request::mcp::McpCall,
+    ) {
         let server = gw
             .mcp
             .as_ref()
@@ -150,8 +163,7 @@ impl<H: Host> RequestContext<H> {
                     end_ms: self.host.now_ms(),
                 });
         }
-        self.request_metrics(&rec);
-        self.host.emit_record(&rec);
+        self.emit(&rec);
     }
 
     /// What only the request log reads (the metrics do not): the trace,
@@ -172,7 +184,7 @@ impl<H: Host> RequestContext<H> {
         rec.response_id = facts.id;
         rec.response_model = facts.model;
         rec.finish_reasons = facts.finish_reasons;
-        let Some(f) = self.flight.as_ref() else {
+        let Some(f) = self.flight else {
             return;
         };
         if let Some(p) = f
@@ -191,7 +203,7 @@ impl<H: Host> RequestContext<H> {
     /// and every attempt (failed, skipped, answered; with the log on, each
     /// one's span id and times).
     fn flight_facts(&self, rec: &mut Record, logged: bool) {
-        let Some(f) = self.flight.as_ref() else {
+        let Some(f) = self.flight else {
             return;
         };
         let span = |n: u32| {
@@ -248,7 +260,7 @@ impl<H: Host> RequestContext<H> {
 
     /// Requests by client, provider, model, status class and cache status;
     /// tokens; the gateway's latency.
-    pub(crate) fn request_metrics(&self, r: &Record) {
+    fn request_metrics(&self, r: &Record) {
         metrics::with_requests(
             &self.host.worker().metric_name,
             &r.client,
