@@ -23,6 +23,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// An empty directory of this process's own for a made-up source tree.
+fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("portcullis-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 /// A file's text with each line's leading blanks removed, so an alias
 /// indented inside `mod tests` matches.
 fn unindented(text: &str) -> String {
@@ -334,8 +341,7 @@ fn no_import_cycle_in_any_crate_or_folder_module() {
 /// through `super::`.
 #[test]
 fn the_cycle_detector_sees_folder_modules_and_super_paths() {
-    let dir = std::env::temp_dir().join(format!("portcullis-cycles-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch_dir("cycles");
     std::fs::create_dir_all(dir.join("api/inner")).unwrap();
     std::fs::write(dir.join("lib.rs"), "pub mod api; pub mod error;").unwrap();
     std::fs::write(dir.join("error.rs"), "fn f() { crate::api::served(); }").unwrap();
@@ -525,8 +531,7 @@ fn every_folder_keeps_to_the_modules_its_rules_name() {
 /// `pub use`), and a folder that states no rules.
 #[test]
 fn the_rule_check_sees_imports_a_folder_does_not_name() {
-    let dir = std::env::temp_dir().join(format!("portcullis-rules-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch_dir("rules");
     std::fs::create_dir_all(dir.join("low")).unwrap();
     std::fs::create_dir_all(dir.join("high/inner")).unwrap();
     std::fs::create_dir_all(dir.join("bare")).unwrap();
@@ -581,4 +586,116 @@ fn the_record_and_the_limits_do_not_reach_into_the_request_holder() {
         }
     }
     assert!(found.is_empty(), "these name RequestContext: {found:?}");
+}
+
+/// Where each part of a request's state may be touched: its owner, and the
+/// holder (`request/mod.rs`) that hands it over. (part, what touching it
+/// looks like in the code, the files and folders that may).
+const PARTS: &[(&str, &[&str], &[&str])] = &[
+    ("an MCP call", &["self.mcp"], &["mcp/", "request/mod.rs"]),
+    (
+        "a files or batches call",
+        &["self.stored"],
+        &["files.rs", "request/mod.rs"],
+    ),
+    (
+        "a Realtime session",
+        &["self.realtime"],
+        &["realtime.rs", "request/mod.rs"],
+    ),
+    (
+        "the guardrails' calls",
+        &["self.guarding"],
+        &["guardrails.rs", "request/mod.rs"],
+    ),
+    (
+        "the fleet cache's lookup",
+        &["self.shared_lookup"],
+        &["cache/", "request/mod.rs"],
+    ),
+    (
+        "a paused run of the steps",
+        &["self.paused"],
+        &["llm/pipeline.rs", "request/mod.rs"],
+    ),
+    (
+        "the prompt cache's part of a flight",
+        &[
+            ".cache.fill",
+            ".cache.seen",
+            ".cache.head",
+            ".cache.status =",
+            ".cache.semantic =",
+        ],
+        &["cache/", "request/flight.rs"],
+    ),
+    (
+        "the request builder's part of a flight",
+        &[".upstream.forwarded", ".upstream.token_provider"],
+        &["upstream/", "request/flight.rs"],
+    ),
+];
+
+/// `mark` in `code` as a whole name (`self.mcp`, not `self.mcp_headers`).
+fn touches(code: &str, mark: &str) -> bool {
+    code.match_indices(mark).any(|(i, _)| {
+        !code[i + mark.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// Which files (relative to `root`, `/`-separated) touch a part outside
+/// its owners.
+fn parts_touched_elsewhere(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(root)
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel.starts_with("lifecycle_tests") {
+            continue;
+        }
+        let code = non_test_code(&std::fs::read_to_string(&f).unwrap());
+        for (part, marks, owners) in PARTS {
+            let owned = owners
+                .iter()
+                .any(|o| rel == *o || (o.ends_with('/') && rel.starts_with(o)));
+            if !owned && marks.iter().any(|m| touches(&code, m)) {
+                found.push(format!("{rel} touches {part}"));
+            }
+        }
+    }
+    found
+}
+
+/// A request's state is parts, each touched by its owner only (and handed
+/// over by the holder); what the others need they get through the owner's
+/// methods or what the holder hands them.
+#[test]
+fn every_part_of_a_requests_state_is_touched_by_its_owner_only() {
+    let found = parts_touched_elsewhere(&repo_root().join("filter/src"));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The check sees a part touched outside its owner, and lets the owner be.
+#[test]
+fn the_parts_check_sees_a_part_touched_elsewhere() {
+    let dir = scratch_dir("parts");
+    std::fs::create_dir_all(dir.join("mcp")).unwrap();
+    std::fs::create_dir_all(dir.join("llm")).unwrap();
+    std::fs::write(dir.join("mcp/mod.rs"), "fn f() { self.mcp.take(); }").unwrap();
+    std::fs::write(dir.join("llm/headers.rs"), "fn h() { self.mcp_headers(); }").unwrap();
+    std::fs::write(dir.join("llm/answer.rs"), "fn g() { f.cache.fill = None; }").unwrap();
+    let found = parts_touched_elsewhere(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        found,
+        vec!["llm/answer.rs touches the prompt cache's part of a flight".to_string()]
+    );
 }

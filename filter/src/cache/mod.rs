@@ -123,8 +123,8 @@ impl<H: Host> RequestContext<H> {
             .filter(|_| directive == Directive::Normal)
             .and_then(|h| local_get(self.host.worker(), h, flight.chat.body(), now));
         let stored = if let Some((key, answer)) = local {
-            flight.cache_fill = Some(key);
-            flight.cache_status = CacheStatus::Miss;
+            flight.cache.fill = Some(key);
+            flight.cache.status = CacheStatus::Miss;
             self.host.count(metrics::CACHE_WORKER_HITS, 1);
             answer
         } else {
@@ -135,16 +135,16 @@ impl<H: Host> RequestContext<H> {
                 cfg.normalize,
                 scope,
             )?;
-            flight.cache_fill = Some(key);
-            flight.cache_status = CacheStatus::Refresh;
-            flight.cache_head = head;
+            flight.cache.fill = Some(key);
+            flight.cache.status = CacheStatus::Refresh;
+            flight.cache.head = head;
             if directive == Directive::Refresh {
                 return Ok(None);
             }
-            flight.cache_status = CacheStatus::Miss;
+            flight.cache.status = CacheStatus::Miss;
             match cache::lookup_seen(&self.host, cfg, &key, now) {
                 Ok((Some(Found { answer, expires_ms }), _)) => {
-                    if let Some(head) = flight.cache_head.take() {
+                    if let Some(head) = flight.cache.head.take() {
                         local_put(
                             self.host.worker(),
                             &head,
@@ -158,7 +158,7 @@ impl<H: Host> RequestContext<H> {
                     answer
                 }
                 Ok((None, seen)) => {
-                    flight.cache_seen = Some(seen);
+                    flight.cache.seen = Some(seen);
                     self.host.count(metrics::CACHE_MISSES, 1);
                     return Ok(None);
                 }
@@ -203,8 +203,8 @@ impl<H: Host> RequestContext<H> {
             return Ok(None);
         }
         if let Some(f) = self.flight.as_mut() {
-            f.cache_status = tier;
-            f.cache_fill = None;
+            f.cache.status = tier;
+            f.cache.fill = None;
         }
         self.host.count(metrics::CACHE_HITS, 1);
         // A hit costs no tokens or budget, but it was a request.
@@ -225,8 +225,8 @@ impl<H: Host> RequestContext<H> {
         let Some(key) = self
             .flight
             .as_ref()
-            .filter(|f| f.cache_status == CacheStatus::Miss)
-            .and_then(|f| f.cache_fill)
+            .filter(|f| f.cache.status == CacheStatus::Miss)
+            .and_then(|f| f.cache.fill)
         else {
             return false;
         };
@@ -278,10 +278,7 @@ impl<H: Host> RequestContext<H> {
                 // Still waiting: for the prompt's embedding now.
                 return Ok(Action::Pause);
             }
-            if let Some((_, x)) = self.paused.as_mut() {
-                x.hit = hit;
-            }
-            self.resume()
+            self.resume_with_hit(hit)
         });
         if step.as_ref().is_ok_and(|a| *a == Action::Pause) && self.phase == Phase::SharedCache {
             return;
@@ -299,7 +296,7 @@ impl<H: Host> RequestContext<H> {
         let client = self.client(gw).ok_or_else(GatewayError::unknown_key)?;
         let (Some(cfg), Some(key)) = (
             gw.cache.as_ref(),
-            self.flight.as_ref().and_then(|f| f.cache_fill),
+            self.flight.as_ref().and_then(|f| f.cache.fill),
         ) else {
             return Ok(None);
         };
@@ -322,13 +319,13 @@ impl<H: Host> RequestContext<H> {
         };
         self.host.count(metrics::CACHE_SHARED_HITS, 1);
         // Kept here too: this Envoy answers the next one itself.
-        let seen = self.flight.as_mut().and_then(|f| f.cache_seen.take());
+        let seen = self.flight.as_mut().and_then(|f| f.cache.seen.take());
         counted_store(
             &self.host,
             cache::insert_until(&self.host, cfg, &key, &answer, now, seen, expires_ms),
         );
         if let Some(f) = self.flight.as_mut() {
-            if let Some(head) = f.cache_head.take() {
+            if let Some(head) = f.cache.head.take() {
                 local_put(
                     self.host.worker(),
                     &head,
@@ -345,8 +342,8 @@ impl<H: Host> RequestContext<H> {
             // A stored answer this request cannot use: it goes to a
             // provider and its answer is stored again.
             if let Some(f) = self.flight.as_mut() {
-                f.cache_fill = Some(key);
-                f.cache_status = CacheStatus::Miss;
+                f.cache.fill = Some(key);
+                f.cache.status = CacheStatus::Miss;
             }
         }
         Ok(hit)
@@ -372,10 +369,10 @@ impl<H: Host> RequestContext<H> {
         let Some(f) = self.flight.as_mut() else {
             return;
         };
-        let Some(key) = f.cache_fill.take() else {
+        let Some(key) = f.cache.fill.take() else {
             return;
         };
-        let seen = f.cache_seen.take();
+        let seen = f.cache.seen.take();
         let now = self.host.now_ms();
         if let Some(tier) = cfg.shared.as_ref() {
             if !body.is_empty() && body.len() <= cfg.max_entry_bytes {
@@ -389,7 +386,7 @@ impl<H: Host> RequestContext<H> {
                 }
                 crate::cache::semantic::queue_put(
                     &self.host,
-                    f.semantic.as_ref(),
+                    f.cache.semantic.as_ref(),
                     body,
                     now.saturating_add(cfg.ttl_ms),
                     tier,
@@ -398,7 +395,7 @@ impl<H: Host> RequestContext<H> {
         }
         let stored = cache::insert_seen(&self.host, cfg, &key, body, now, seen);
         if counted_store(&self.host, stored) {
-            if let Some(head) = f.cache_head.take() {
+            if let Some(head) = f.cache.head.take() {
                 let expires = now.saturating_add(cfg.ttl_ms);
                 local_put(
                     self.host.worker(),

@@ -53,7 +53,7 @@ impl<H: Host> RequestContext<H> {
         let Some(f) = self
             .flight
             .as_ref()
-            .filter(|f| f.cache_status == CacheStatus::Miss)
+            .filter(|f| f.cache.status == CacheStatus::Miss)
         else {
             return false;
         };
@@ -105,7 +105,7 @@ impl<H: Host> RequestContext<H> {
             Ok(token) => {
                 self.host.count(metrics::CACHE_SEMANTIC_LOOKUPS, 1);
                 if let Some(f) = self.flight.as_mut() {
-                    f.semantic = Some(Semantic {
+                    f.cache.semantic = Some(Semantic {
                         space,
                         vector: None,
                         hit: None,
@@ -157,7 +157,7 @@ impl<H: Host> RequestContext<H> {
             return self.semantic_done(None);
         };
         let Some(space) = self.flight.as_mut().and_then(|f| {
-            let s = f.semantic.as_mut()?;
+            let s = f.cache.semantic.as_mut()?;
             s.vector = Some(vector.clone());
             Some(s.space)
         }) else {
@@ -213,7 +213,7 @@ impl<H: Host> RequestContext<H> {
                 let space = self
                     .flight
                     .as_ref()
-                    .and_then(|f| Some(f.semantic.as_ref()?.space));
+                    .and_then(|f| Some(f.cache.semantic.as_ref()?.space));
                 match (self.host.grpc_answer(size), space) {
                     (Ok(b), Some(space)) => {
                         semantic::decode_nearest(&b, &space, threshold, now, max)
@@ -233,12 +233,9 @@ impl<H: Host> RequestContext<H> {
     /// on to the provider; either way the request resumes.
     fn semantic_done(&mut self, found: Option<Near>) {
         self.phase = Phase::ChatBody;
-        let step = self.serve_near(found).and_then(|hit| {
-            if let Some((_, x)) = self.paused.as_mut() {
-                x.hit = hit;
-            }
-            self.resume()
-        });
+        let step = self
+            .serve_near(found)
+            .and_then(|hit| self.resume_with_hit(hit));
         self.resume_with(step);
     }
 
@@ -257,7 +254,7 @@ impl<H: Host> RequestContext<H> {
         let now = self.host.now_ms();
         // Kept for later: what the hit replaces is not stored under the
         // request's exact key (another prompt's answer is not this one's).
-        let fill = self.flight.as_mut().and_then(|f| f.cache_fill.take());
+        let fill = self.flight.as_mut().and_then(|f| f.cache.fill.take());
         let hit = self.serve_stored(
             &loaded.gw,
             client,
@@ -269,7 +266,7 @@ impl<H: Host> RequestContext<H> {
             Some(_) => {
                 self.host.count(metrics::CACHE_SEMANTIC_HITS, 1);
                 let age_s = now.saturating_sub(near.stored_ms) / 1000;
-                if let Some(s) = self.flight.as_mut().and_then(|f| f.semantic.as_mut()) {
+                if let Some(s) = self.flight.as_mut().and_then(|f| f.cache.semantic.as_mut()) {
                     s.hit = Some((near.similarity_ppm, age_s));
                     // Nothing to store under the embedding either.
                     s.vector = None;
@@ -279,8 +276,8 @@ impl<H: Host> RequestContext<H> {
                 // A stored answer this request cannot use (a stream of
                 // tool calls): a miss, stored afresh.
                 if let Some(f) = self.flight.as_mut() {
-                    f.cache_fill = fill;
-                    f.cache_status = CacheStatus::Miss;
+                    f.cache.fill = fill;
+                    f.cache.status = CacheStatus::Miss;
                 }
                 self.host.count(metrics::CACHE_SEMANTIC_MISSES, 1);
             }

@@ -124,7 +124,7 @@ impl<H: Host> RequestContext<H> {
             // Not read: an error, or compressed (passed on untouched, the
             // reservation stands). An error is held whole to scrub the
             // provider's key from it.
-            f.cache_fill = None;
+            f.cache.forget();
             if status >= 400 && !encoded && has_secret {
                 f.hold = true;
             }
@@ -135,7 +135,7 @@ impl<H: Host> RequestContext<H> {
         }
         // How much of a whole answer to keep whole: what the cache may store,
         // or the record's completion text; past that only the tail (usage).
-        let store = f.cache_fill.is_some();
+        let store = f.cache.will_store();
         let cache_max = loaded.gw.cache.as_ref().map_or(0, |c| c.max_entry_bytes);
         let content_max = if include_content(&loaded.gw) && api.answer_is_json() {
             1 << 16
@@ -255,12 +255,12 @@ impl<H: Host> RequestContext<H> {
                     .map(portcullis_core::usage::AnswerFacts::from_body)
             })
             .unwrap_or_default();
-        if whole.is_none() && f.cache_fill.take().is_some() {
+        if whole.is_none() && f.cache.forget() {
             self.host.count(metrics::CACHE_TOO_LARGE, 1);
         }
         if f.output.as_ref().is_some_and(|o| o.touched) {
             // Denied or redacted for this client: not an answer for others.
-            f.cache_fill = None;
+            f.cache.forget();
         }
         // Images, characters, searches: the request's units; audio seconds:
         // the answer's. An answer that is not JSON (speech) is never read
@@ -652,8 +652,8 @@ impl<H: Host> RequestContext<H> {
             if !fl.dropped.is_empty() {
                 f(headers::DROPPED, &fl.dropped.join(","));
             }
-            f(headers::CACHE, fl.cache_status.as_str());
-            if let Some(hit) = fl.semantic.as_ref().and_then(|s| s.hit) {
+            f(headers::CACHE, fl.cache.status.as_str());
+            if let Some(hit) = fl.cache.semantic.as_ref().and_then(|s| s.hit) {
                 f(
                     headers::CACHE_SIMILARITY,
                     &format!("{:.4}", f64::from(hit.0) / 1e6),

@@ -230,7 +230,7 @@ impl<H: Host> RequestContext<H> {
         // A Messages stream always carries its usage.
         flight.usage_chunk = self.request.api.asks_usage_chunk()
             && flight.chat.needs_usage_request()
-            && (flight.cache_fill.is_some() || wants_usage);
+            && (flight.cache.will_store() || wants_usage);
         if gw.log.as_ref().is_some_and(|l| l.include_content) {
             self.log.prompt = flight.chat.messages_text()?;
         }

@@ -63,6 +63,18 @@ impl<H: Host> RequestContext<H> {
 
     /// A wait ended: on from where the pause said, with what the steps had
     /// (the clock read again).
+    /// Resume a request the cache's lookup paused, with what it found
+    /// (`None`: a miss).
+    pub(crate) fn resume_with_hit(
+        &mut self,
+        hit: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<Action, GatewayError> {
+        if let Some((_, x)) = self.paused.as_mut() {
+            x.hit = hit;
+        }
+        self.resume()
+    }
+
     pub(crate) fn resume(&mut self) -> Result<Action, GatewayError> {
         let Some((at, mut x)) = self.paused.take() else {
             return Err(GatewayError::internal("resumed without a pause"));

@@ -109,28 +109,16 @@ pub struct Flight {
     /// retryable failure (that answer goes to the client).
     pub answered: Option<u16>,
     pub call: Option<Call>,
-    pub cache_status: CacheStatus,
-    /// Set when the answer is to be stored in the cache, under this key.
-    pub cache_fill: Option<Hash>,
-    /// The set's index as the lookup read it: the store starts from it.
-    pub cache_seen: Option<portcullis_core::cache::Seen>,
-    /// The route and scope part of the worker's first-level key (set when
-    /// the answer may be held there once stored).
-    pub cache_head: Option<Vec<u8>>,
-    /// The semantic tier's view of the request (`cache.semantic`): its
-    /// space, then its embedding (what a fresh answer is stored under),
-    /// then, on a hit, how similar and how old the answer was.
-    pub semantic: Option<Semantic>,
+    /// The prompt cache's part (`cache/` reads and writes it).
+    pub cache: CacheState,
     /// The gateway asks a streaming provider for the usage chunk the client
     /// did not ask for; it is read, then dropped from what the client gets.
     pub usage_chunk: bool,
     /// (experiment, arm) when an experiment chose the model.
     pub experiment: Option<(String, String)>,
     pub price: Option<Price>,
-    /// The client's headers every fallback sends, read at the first one.
-    pub forwarded: Option<Vec<(String, String)>>,
-    /// The provider whose access token this request is fetching.
-    pub token_provider: Option<String>,
+    /// What the request builder keeps across attempts (`upstream/`).
+    pub upstream: UpstreamState,
     /// How the answer on its way is read (usage, cache, content).
     pub reader: Option<Reader>,
     /// The completion cap a level in `clamp` mode holds the answer to, and
@@ -149,7 +137,7 @@ impl Flight {
     /// The index of the provider that answered (a cache hit: the first
     /// candidate's).
     pub fn answering(&self) -> Option<usize> {
-        if self.cache_status.is_hit() {
+        if self.cache.status.is_hit() {
             Some(self.candidates.first()?.0)
         } else {
             Some(self.current.as_ref()?.provider)
@@ -187,16 +175,11 @@ impl Flight {
             current: None,
             answered: None,
             call: None,
-            cache_status: CacheStatus::Off,
-            cache_fill: None,
-            cache_seen: None,
-            cache_head: None,
-            semantic: None,
+            cache: CacheState::default(),
             usage_chunk: false,
             experiment,
             price,
-            forwarded: None,
-            token_provider: None,
+            upstream: UpstreamState::default(),
             reader: None,
             cap: None,
             budget_routed: false,
@@ -283,6 +266,48 @@ impl Flight {
             }
         }
         None
+    }
+}
+
+/// What the request builder keeps across a request's attempts (only
+/// `upstream/` reads and writes it).
+#[derive(Default)]
+pub struct UpstreamState {
+    /// The client's headers every fallback sends, read at the first one.
+    pub forwarded: Option<Vec<(String, String)>>,
+    /// The provider whose access token this request is fetching.
+    pub token_provider: Option<String>,
+}
+
+/// The prompt cache's part of a routed request: what the lookup found and
+/// what the store needs. Only `cache/` writes it, but for the answer step
+/// saying an answer is not to be stored ([`CacheState::forget`]).
+#[derive(Default)]
+pub struct CacheState {
+    pub status: CacheStatus,
+    /// Set when the answer is to be stored in the cache, under this key.
+    pub fill: Option<Hash>,
+    /// The set's index as the lookup read it: the store starts from it.
+    pub seen: Option<portcullis_core::cache::Seen>,
+    /// The route and scope part of the worker's first-level key (set when
+    /// the answer may be held there once stored).
+    pub head: Option<Vec<u8>>,
+    /// The semantic tier's view of the request (`cache.semantic`): its
+    /// space, then its embedding (what a fresh answer is stored under),
+    /// then, on a hit, how similar and how old the answer was.
+    pub semantic: Option<Semantic>,
+}
+
+impl CacheState {
+    /// Whether the answer is to be stored.
+    pub fn will_store(&self) -> bool {
+        self.fill.is_some()
+    }
+
+    /// The answer is not to be stored (an error, a denied or changed
+    /// answer); `true` when it was to be.
+    pub fn forget(&mut self) -> bool {
+        self.fill.take().is_some()
     }
 }
 

@@ -218,7 +218,7 @@ impl<H: Host> Ended<'_, H> {
         rec.model = f.model_name.clone();
         rec.stream = f.chat.stream;
         rec.budget_routed = f.budget_routed;
-        rec.cache = f.cache_status.as_str().to_string();
+        rec.cache = f.cache.status.as_str().to_string();
         if let Some((e, a)) = &f.experiment {
             rec.experiment = e.clone();
             rec.arm = a.clone();

@@ -151,7 +151,11 @@ impl<H: Host> RequestContext<H> {
     /// waiters are woken by the tick once it is kept, or go on at the
     /// timeout).
     pub(crate) fn abandon_token_fetch(&mut self) {
-        if let Some(provider) = self.flight.as_mut().and_then(|f| f.token_provider.take()) {
+        if let Some(provider) = self
+            .flight
+            .as_mut()
+            .and_then(|f| f.upstream.token_provider.take())
+        {
             unlock(&self.host, &provider);
         }
     }
@@ -212,7 +216,7 @@ impl<H: Host> RequestContext<H> {
             Ok(call) => {
                 self.host.count(metrics::TOKEN_FETCHES, 1);
                 if let Some(f) = self.flight.as_mut() {
-                    f.token_provider = Some(provider.to_string());
+                    f.upstream.token_provider = Some(provider.to_string());
                 }
                 self.phase = Phase::AwaitingToken(call);
             }
@@ -241,7 +245,7 @@ impl<H: Host> RequestContext<H> {
         let provider = self
             .flight
             .as_mut()
-            .and_then(|f| f.token_provider.take())
+            .and_then(|f| f.upstream.token_provider.take())
             .unwrap_or_default();
         let status = self
             .host

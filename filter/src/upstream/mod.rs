@@ -310,7 +310,7 @@ impl<H: Host> RequestContext<H> {
         let sent = self.host.dispatch(up.cluster, &hdrs, body, timeout_ms);
         drop(hdrs);
         if let Some(f) = self.flight.as_mut() {
-            f.forwarded = Some(forwarded);
+            f.upstream.forwarded = Some(forwarded);
         }
         let token = sent?;
         Ok(Call {
@@ -325,7 +325,11 @@ impl<H: Host> RequestContext<H> {
     /// flight for the next. Values that are not UTF-8 cannot go through a
     /// callout and are left out (the log says so).
     fn forwarded_headers(&mut self) -> Vec<(String, String)> {
-        if let Some(kept) = self.flight.as_mut().and_then(|f| f.forwarded.take()) {
+        if let Some(kept) = self
+            .flight
+            .as_mut()
+            .and_then(|f| f.upstream.forwarded.take())
+        {
             return kept;
         }
         let all = self.host.headers(Part::Request).unwrap_or_default();
