@@ -24,6 +24,19 @@
 # BENCH_BASELINE_WASM=path adds route0/hit0: the same two gateways with an
 # earlier build, in the same rounds, so a change is measured against its
 # predecessor in one run (route/route0, hit/hit0).
+# The tail (#67): every run's p50, p99 and p99.9 (wrk's whole histogram,
+# read by the script's done()), and per variant the median over the rounds
+# of its p99 over bare Envoy's p99 in the same round (MCP variants: over
+# baremcp's). The request log goes to a real collector, which runs on
+# core 1 beside wrk and the mock; it is scheduled SCHED_IDLE there
+# (BENCH_COLLECTOR=shared gives it a normal share), so its work does not
+# delay wrk's requests or the mock's answers, as a collector on its own
+# machine would not. BENCH_LOG=0 takes the `log:` section out of every
+# plugin config (to measure what the log costs). BENCH_RATE=n holds every
+# run to about n requests a second (each connection waits 32000/n ms on
+# average between its requests, wrk's delay()): the tail at a load every variant
+# carries, where saturated runs (the default) show each variant's queue at
+# its own capacity, so that their latencies follow their throughput.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENVOY="${ENVOY:-.venv/bin/envoy}"
@@ -45,7 +58,10 @@ wait_for() { local d=$((SECONDS + 120)); until curl -fsS -o /dev/null "$@" 2>/de
 
 MOCK_PORT=18101; COLLECTOR_PORT=18151
 # The request log goes to a real collector, as in a real deployment.
-taskset -c 1 target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR_PORT --http 127.0.0.1:18152 --db "$dir/log.db" >"$dir/collector.log" 2>&1 & pids+=($!)
+# SCHED_IDLE: the collector runs when wrk and the mock leave core 1 idle.
+COLLECTOR_SCHED=(chrt --idle 0)
+[[ ${BENCH_COLLECTOR:-idle} == shared ]] && COLLECTOR_SCHED=()
+taskset -c 1 "${COLLECTOR_SCHED[@]}" target/release/portcullis-collector --grpc 127.0.0.1:$COLLECTOR_PORT --http 127.0.0.1:18152 --db "$dir/log.db" >"$dir/collector.log" 2>&1 & pids+=($!)
 taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --threads 1 --api-key sk-bench >"$dir/mock.log" 2>&1 & pids+=($!)
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
@@ -87,6 +103,12 @@ for v in "${FILTERS[@]}"; do
   sed -e "s/port_value: 10000/port_value: ${PORT[$v]}/; s/port_value: 9901/port_value: ${ADMIN[$v]}/; s/port_value: 18001/port_value: $MOCK_PORT/; s/port_value: 18011/port_value: $MOCK_PORT/; s/port_value: 50051/port_value: $COLLECTOR_PORT/; s|\.run/ecds|$dir/ecds-$v|g" envoy/envoy.yaml >"$dir/$v.yaml"
 done
 scripts/bench-plugin.sh >"$dir/shipped.yaml"   # the shipped config without the tour's sections
+if [[ ${BENCH_LOG:-1} == 0 ]]; then
+  # Without the request log: the top-level `log:` section out.
+  awk '/^log:/ { skip = 1; next } skip && /^[^ #]/ { skip = 0 } !skip' "$dir/shipped.yaml" >"$dir/shipped-nolog.yaml"
+  mv "$dir/shipped-nolog.yaml" "$dir/shipped.yaml"
+  ! grep -q '^log:' "$dir/shipped.yaml" || { echo "bench: cannot take the log out" >&2; exit 1; }
+fi
 sed 's/^  enabled: true/  enabled: false/' "$dir/shipped.yaml" >"$dir/plugin-route.yaml"
 grep -q '^  enabled: false' "$dir/plugin-route.yaml" || { echo "bench: cannot turn the cache off in envoy/plugin.yaml" >&2; exit 1; }
 cp "$dir/shipped.yaml" "$dir/plugin-hit.yaml"
@@ -138,6 +160,13 @@ mcp_session() { # variant
     -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' |
     tr -d '\r' | sed -n 's/^mcp-session-id: //Ip'
 }
+RATE_LUA=""; LOAD=saturated
+if [[ -n ${BENCH_RATE:-} ]]; then
+  LOAD="about $BENCH_RATE requests a second"
+  # Each wait drawn at random (uniform, mean 32000/n ms): fixed waits would
+  # lock the connections in step and send them in bursts of 32.
+  RATE_LUA="delay = function() return math.random(0, $((2 * CONNS * 1000 / BENCH_RATE))) end"
+fi
 for v in "${VARIANTS[@]}"; do
   vbody=$body
   [[ -z ${URLPATH[$v]:-} ]] || vbody=$mcp_body
@@ -146,6 +175,10 @@ wrk.method = "POST"
 wrk.body = '$vbody'
 wrk.headers["content-type"] = "application/json"
 wrk.headers["authorization"] = "Bearer ${KEY[$v]}"
+${RATE_LUA}
+done = function(summary, latency, requests)
+  io.write(string.format("TAIL %d %d %d\\n", latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
 LUA
   if [[ -n ${URLPATH[$v]:-} ]]; then
     session=$(mcp_session "$v")
@@ -189,10 +222,14 @@ run_wrk() { # variant -> "rps p50 p99 non2xx cpu_us_per_request"
   # Envoy's CPU time per request (clock ticks): a cross-check of throughput.
   cpu=$(awk -v t=$((c1 - c0)) -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
   [[ $errs == 0 ]] || { echo "bench: $v had $errs non-2xx answers" >&2; exit 1; }
+  # p50, p99, p99.9 in microseconds and the rate, one line per run (the
+  # tail table).
+  awk -v rps="$rps" '$1=="TAIL" {print $2, $3, $4, rps}' <<<"$out" >>"$dir/tail-$v"
   echo "$rps $p50 $p99 $cpu"
 }
 # Warm up (V8 compiles the module lazily and tiers it up under load).
 for v in "${VARIANTS[@]}"; do run_wrk $v >/dev/null; done
+rm -f "$dir"/tail-*   # the warm-up's runs are not the rounds'
 
 table="| round | bare rps | bare p50 / p99 | route rps | route p50 / p99 | hit rps | hit p50 / p99 | miss rps | miss p50 / p99 | route/bare | hit/bare | miss/bare |
 |---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -332,6 +369,21 @@ mkdir -p .run
     echo
     echo "Median route/route0: $(median_of "${vr[@]}")x, hit/hit0: $(median_of "${vh[@]}")x (baseline: route0/bare $(median_of "${br[@]}")x, hit0/bare $(median_of "${bh[@]}")x)"
   fi
+  echo
+  echo "The tail, every variant (ms; medians over the rounds; p99/bare: the median of each round's p99 over bare Envoy's in the same round, MCP variants over baremcp's; added: the same for p99 minus bare's). Collector: ${BENCH_COLLECTOR:-idle}; request log: $([[ ${BENCH_LOG:-1} == 0 ]] && echo off || echo on); load: $LOAD."
+  echo
+  echo "| variant | rps | p50 | p99 | p99.9 | p99/bare | p99 added | p99.9/bare |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for v in "${VARIANTS[@]}"; do
+    b=bare; [[ -z ${URLPATH[$v]:-} ]] || b=baremcp
+    [[ -s $dir/tail-$v && -s $dir/tail-$b ]] || continue
+    paste -d' ' "$dir/tail-$v" "$dir/tail-$b" | awk -v v="$v" '
+      function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+      { n++; p50[n] = $1; p99[n] = $2; p999[n] = $3; q[n] = $4; r[n] = $2 / $6; d[n] = $2 - $6; r9[n] = $3 / $7 }
+      END { printf "| %s | %.0f | %.2f | %.2f | %.2f | %.2fx | %+.2f | %.2fx |\n", v, med(q, n), med(p50, n) / 1000, med(p99, n) / 1000, med(p999, n) / 1000, med(r, n), med(d, n) / 1000, med(r9, n) }'
+  done
+  echo
   echo "Hit gateway over the whole run: $hits cache hits, $misses misses (the first request)"
   echo "Miss gateway over the whole run: $(cache_stat misses miss) misses, $(cache_stat hits miss | grep . || echo 0) hits, $(cache_stat stores miss) stores"
   echo "Request records in the collector: $(curl -s 'http://127.0.0.1:18152/v1/metrics/summary?since=0' | sed 's/.*"total":\([0-9]*\).*/\1/')"
