@@ -9,6 +9,7 @@
 //! | `policy` | conditional routes, strategies, pinned providers |
 //! | `attempts` | candidates, breakers, fallback callouts |
 //! | `answer` | the one answer path (begin / chunk / end) |
+//! | `guard` | the guardrails' step: input checks and external guards, output checks, handed their parts |
 //! | `stored_responses` | which provider kept a response: by-id requests, chaining |
 //!
 //! May use: `host`, `loaded`, `limits`, `health`, `request`, `upstream`, `guardrails`.
@@ -16,6 +17,7 @@
 pub mod answer;
 pub mod attempts;
 pub mod body;
+pub mod guard;
 pub mod headers;
 pub mod limit_service;
 pub mod pipeline;

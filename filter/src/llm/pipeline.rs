@@ -21,10 +21,10 @@
 //! fallbacks through callouts, the record) is `answer`, `attempts` and
 //! `telemetry`.
 
-use crate::guardrails::Guarded;
 use crate::host::Action;
 use crate::host::{Host, Part};
 use crate::limits::global;
+use crate::llm::guard::Guarded;
 use crate::request::exchange::{Exchange, Next, Step, Wait, BODY};
 use crate::request::RequestContext;
 use portcullis_core::config::{Client, Gateway};

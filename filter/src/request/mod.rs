@@ -1,8 +1,8 @@
 //! A request's state: the holder of its parts ([`RequestContext`]), one
 //! part per capability: the routed request across its attempts (`flight`),
 //! a paused run of the steps (`exchange`), an answer being read
-//! (`reading`), the guardrails' calls in flight and output checks
-//! (`guard`), an MCP call (`mcp`), a files or batches call (`files`), a
+//! (`reading`), the external guards' calls in flight and the output
+//! checks' state (`guard`), an MCP call (`mcp`), a files or batches call (`files`), a
 //! Realtime session (`realtime`); the client's limits are
 //! [`RequestLimits`](crate::limits::RequestLimits), whose fields only
 //! `limits` reads. What a request hands its record when it ends is
@@ -126,6 +126,23 @@ pub struct LogFacts {
     pub guardrails: Vec<portcullis_core::guard::Verdict>,
 }
 
+impl LogFacts {
+    /// Verdicts go to the record and the metrics.
+    pub fn note_verdicts(
+        &mut self,
+        host: &impl Host,
+        verdicts: &[portcullis_core::guard::Verdict],
+    ) {
+        for v in verdicts {
+            host.count(
+                &crate::host::metrics::guardrail(v.stage, &v.check, v.action),
+                1,
+            );
+        }
+        self.guardrails.extend(verdicts.iter().cloned());
+    }
+}
+
 /// The client's request as read at its headers.
 #[derive(Default)]
 pub struct ClientRequest {
@@ -238,6 +255,11 @@ impl<H: Host> RequestContext<H> {
 
     pub fn client<'g>(&self, gw: &'g Gateway) -> Option<&'g Client> {
         self.request.client(gw)
+    }
+
+    /// Verdicts go to the record and the metrics.
+    pub(crate) fn note_verdicts(&mut self, verdicts: &[portcullis_core::guard::Verdict]) {
+        self.log.note_verdicts(&self.host, verdicts);
     }
 
     /// The parts the record reads, handed over at the request's end.
