@@ -280,8 +280,9 @@ pub struct UpstreamState {
 }
 
 /// The prompt cache's part of a routed request: what the lookup found and
-/// what the store needs. Only `cache/` writes it, but for the answer step
-/// saying an answer is not to be stored ([`CacheState::forget`]).
+/// what the store needs. Only `cache/` writes its fields; the model call's
+/// steps say what happened through its methods ([`CacheState::forget`],
+/// [`CacheState::served`], [`CacheState::missed`]).
 #[derive(Default)]
 pub struct CacheState {
     pub status: CacheStatus,
@@ -308,6 +309,35 @@ impl CacheState {
     /// answer); `true` when it was to be.
     pub fn forget(&mut self) -> bool {
         self.fill.take().is_some()
+    }
+
+    /// A stored answer serves the request (`tier` says which): nothing to
+    /// store.
+    pub fn served(&mut self, tier: CacheStatus) {
+        self.status = tier;
+        self.fill = None;
+    }
+
+    /// A stored answer the request could not use: a miss after all, its
+    /// answer stored afresh under `key`.
+    pub fn missed(&mut self, key: Option<Hash>) {
+        self.fill = key;
+        self.status = CacheStatus::Miss;
+    }
+
+    /// The key the answer is to be stored under, taken (a near-duplicate's
+    /// answer is not stored under this prompt's key).
+    pub fn take_fill(&mut self) -> Option<Hash> {
+        self.fill.take()
+    }
+
+    /// A semantic hit: how similar (millionths) and how old (seconds);
+    /// nothing to store under the embedding.
+    pub fn semantic_hit(&mut self, similarity_ppm: u32, age_s: u64) {
+        if let Some(s) = self.semantic.as_mut() {
+            s.hit = Some((similarity_ppm, age_s));
+            s.vector = None;
+        }
     }
 }
 
