@@ -474,7 +474,8 @@ impl<H: Host> RequestContext<H> {
             self.request.has_content_type = true;
         }
         let up = UpstreamRequest::to_provider(&loaded, provider, path, false, body)?;
-        self.send_through_router(&up, body_size)?;
+        let traceparent = self.attempt_traceparent();
+        crate::upstream::through_router(&self.host, &up, &self.request, traceparent, body_size)?;
         if let Some(s) = self.stored.as_mut() {
             s.provider = Some(provider);
         }

@@ -215,7 +215,8 @@ impl<H: Host> RequestContext<H> {
         // An upgrade has no body: no content type is added.
         self.request.has_content_type = true;
         let up = UpstreamRequest::to_provider(&loaded, provider, path, true, None)?;
-        self.send_through_router(&up, 0)?;
+        let traceparent = self.attempt_traceparent();
+        crate::upstream::through_router(&self.host, &up, &self.request, traceparent, 0)?;
         self.phase = Phase::RealtimeUpgrade;
         Ok(())
     }

@@ -569,11 +569,11 @@ fn the_rule_check_sees_imports_a_folder_does_not_name() {
 /// The parts of a request's state that no longer hang on its holder stay
 /// off it: the record is written from what the request hands it when it
 /// ends (`request::Ended`), a client's limits are `RequestLimits`, whose
-/// fields only `limits/` reads, and the guardrails and the prompt cache are
-/// functions over the parts the model call's steps hand them. None of them
-/// names `RequestContext`.
+/// fields only `limits/` reads, and the guardrails, the prompt cache and the
+/// request builder are functions over the parts the steps hand them. None
+/// of them names `RequestContext`.
 #[test]
-fn the_record_the_limits_the_guardrails_and_the_cache_do_not_reach_into_the_request_holder() {
+fn the_services_of_the_request_path_do_not_reach_into_the_request_holder() {
     let mut found = Vec::new();
     for dir in [
         "filter/src/telemetry",

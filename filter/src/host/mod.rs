@@ -245,3 +245,11 @@ pub trait Host: Store {
     /// Queue a request record for the collector (never blocks, may drop).
     fn emit_record(&self, record: &Record);
 }
+
+/// An answer's `:status`, when it is a number.
+pub(crate) fn status_of(headers: &Headers) -> Option<u16> {
+    std::str::from_utf8(headers.get(":status")?)
+        .ok()?
+        .parse()
+        .ok()
+}

@@ -298,7 +298,7 @@ impl<H: Host> RequestContext<H> {
     /// anything else is the client's answer, with the gateway's headers.
     pub(crate) fn router_answer_headers(&mut self, end_of_stream: bool) -> Action {
         let resp = self.host.headers(Part::Response).unwrap_or_default();
-        let status = crate::upstream::status_of(&resp).unwrap_or(0);
+        let status = crate::host::status_of(&resp).unwrap_or(0);
         // Tries Envoy's retries made of this provider (its route says how
         // many in x-envoy-attempt-count).
         if let Some(tries) = resp
@@ -543,7 +543,7 @@ impl<H: Host> RequestContext<H> {
         };
         // As bytes: the provider's header values pass to the client unchanged.
         let resp = self.host.headers(Part::CallResponse).unwrap_or_default();
-        let status = crate::upstream::status_of(&resp);
+        let status = crate::host::status_of(&resp);
         self.note_retry_after(&resp);
         let elapsed = self.host.now_ms().saturating_sub(call.started_ms);
         let mut outcome = classify_call(status, elapsed, call.timeout_ms);

@@ -119,13 +119,22 @@ impl<H: Host> RequestContext<H> {
             let Some(p) = loaded.gw.providers.get(idx) else {
                 continue;
             };
-            let sent = self
-                .upstream_for(&loaded, idx, &model_id)
-                .map_err(|e| e.message)
-                .and_then(|up| match up.awaiting_token {
-                    Some(_) => Err("no access token yet".to_string()),
-                    None => self.dispatch_fallback(&up).map_err(|s| format!("{s:?}")),
-                });
+            let api = self.request.api;
+            let traceparent = flight.traceparent(self.log.trace.as_ref());
+            let sent =
+                crate::upstream::for_attempt(&self.host, &loaded, api, flight, idx, &model_id)
+                    .map_err(|e| e.message)
+                    .and_then(|up| match up.awaiting_token {
+                        Some(_) => Err("no access token yet".to_string()),
+                        None => crate::upstream::fallback(
+                            &self.host,
+                            &up,
+                            &self.request,
+                            flight,
+                            traceparent,
+                        )
+                        .map_err(|s| format!("{s:?}")),
+                    });
             match sent {
                 Ok(call) => {
                     self.host.count(metrics::FALLBACKS, 1);

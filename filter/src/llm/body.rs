@@ -381,8 +381,17 @@ impl<H: Host> RequestContext<H> {
                 &flight.skipped,
             ));
         };
-        let upstream = self.upstream_for(&loaded, provider, &model_id)?;
-        self.send_through_router(&upstream, body_size)?;
+        let api = self.request.api;
+        let upstream =
+            crate::upstream::for_attempt(&self.host, &loaded, api, flight, provider, &model_id)?;
+        let traceparent = self.attempt_traceparent();
+        crate::upstream::through_router(
+            &self.host,
+            &upstream,
+            &self.request,
+            traceparent,
+            body_size,
+        )?;
         self.phase = Phase::Proxied;
         if let Some(source) = upstream.awaiting_token {
             let name = loaded

@@ -115,7 +115,8 @@ impl<H: Host> RequestContext<H> {
         let stream = query.is_some_and(|q| q.split('&').any(|kv| kv == "stream=true"));
         let up = UpstreamRequest::to_provider(&loaded, index, upstream_path, stream, None)?;
         self.request.has_content_type = true;
-        self.send_through_router(&up, 0)?;
+        let traceparent = self.attempt_traceparent();
+        crate::upstream::through_router(&self.host, &up, &self.request, traceparent, 0)?;
         // Passed on as it is: nothing of it is read.
         self.phase = Phase::Done;
         Ok(Action::Continue)

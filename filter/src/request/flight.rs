@@ -134,6 +134,15 @@ pub struct Flight {
 }
 
 impl Flight {
+    /// The current attempt's `traceparent` in `trace`: the trace's, with
+    /// the attempt's own span id (none without a trace or an attempt).
+    pub fn traceparent(
+        &self,
+        trace: Option<&portcullis_core::telemetry::trace::Trace>,
+    ) -> Option<String> {
+        Some(trace?.traceparent(self.current.as_ref()?.n))
+    }
+
     /// The index of the provider that answered (a cache hit: the first
     /// candidate's).
     pub fn answering(&self) -> Option<usize> {

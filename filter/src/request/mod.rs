@@ -257,6 +257,25 @@ impl<H: Host> RequestContext<H> {
         self.request.client(gw)
     }
 
+    /// A provider's answer at its headers: its status, noted for the
+    /// record with the time to it.
+    pub(crate) fn answer_status(&mut self) -> u16 {
+        let resp = self
+            .host
+            .headers(crate::host::Part::Response)
+            .unwrap_or_default();
+        let status = crate::host::status_of(&resp).unwrap_or(0);
+        self.log.status = status;
+        self.log.ttfb_ms = self.host.now_ms().saturating_sub(self.log.started_ms);
+        status
+    }
+
+    /// The current attempt's `traceparent`: the trace's, with the attempt's
+    /// own span id (none without a trace or an attempt).
+    pub(crate) fn attempt_traceparent(&self) -> Option<String> {
+        self.flight.as_ref()?.traceparent(self.log.trace.as_ref())
+    }
+
     /// Verdicts go to the record and the metrics.
     pub(crate) fn note_verdicts(&mut self, verdicts: &[portcullis_core::guard::Verdict]) {
         self.log.note_verdicts(&self.host, verdicts);
