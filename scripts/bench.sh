@@ -145,7 +145,7 @@ if [[ -n $BASE_WASM ]]; then
 fi
 
 for v in "${VARIANTS[@]}"; do
-  taskset -c 0 env ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-bench "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
+  taskset -c 0 env ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$PWD/target/native" OPENAI_API_KEY=sk-bench PORTCULLIS_SEAL_SECRET=bench-seal-secret-32-bytes-long "$ENVOY" -c "$dir/$v.yaml" --disable-hot-restart --concurrency 1 -l error >"$dir/$v.log" 2>&1 &
   PID[$v]=$!; pids+=($!)
 done
 for v in "${VARIANTS[@]}"; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; done
