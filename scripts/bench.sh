@@ -32,7 +32,9 @@
 # (BENCH_COLLECTOR=shared gives it a normal share), so its work does not
 # delay wrk's requests or the mock's answers, as a collector on its own
 # machine would not. BENCH_LOG=0 takes the `log:` section out of every
-# plugin config (to measure what the log costs). BENCH_RATE=n holds every
+# plugin config (to measure what the log costs). BENCH_MAIN=idle runs each
+# Envoy's main thread SCHED_IDLE (what its work does to the worker's tail).
+# BENCH_RATE=n holds every
 # run to about n requests a second (each connection waits 32000/n ms on
 # average between its requests, wrk's delay()): the tail at a load every variant
 # carries, where saturated runs (the default) show each variant's queue at
@@ -149,6 +151,12 @@ for v in "${VARIANTS[@]}"; do
   PID[$v]=$!; pids+=($!)
 done
 for v in "${VARIANTS[@]}"; do wait_for "http://127.0.0.1:${ADMIN[$v]}/ready"; done
+if [[ ${BENCH_MAIN:-} == idle ]]; then
+  # Envoy's main thread (its pid; the workers are threads of their own,
+  # started before this) runs SCHED_IDLE: only when the worker leaves core
+  # 0 idle. A probe of what the main thread's work does to the tail.
+  for v in "${VARIANTS[@]}"; do chrt --idle -p 0 "${PID[$v]}"; done
+fi
 
 # A 212-byte chat body, like the design's measurement.
 body='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark in five words or fewer, please."}],"temperature":0.2,"max_tokens":16}'
@@ -370,7 +378,7 @@ mkdir -p .run
     echo "Median route/route0: $(median_of "${vr[@]}")x, hit/hit0: $(median_of "${vh[@]}")x (baseline: route0/bare $(median_of "${br[@]}")x, hit0/bare $(median_of "${bh[@]}")x)"
   fi
   echo
-  echo "The tail, every variant (ms; medians over the rounds; p99/bare: the median of each round's p99 over bare Envoy's in the same round, MCP variants over baremcp's; added: the same for p99 minus bare's). Collector: ${BENCH_COLLECTOR:-idle}; request log: $([[ ${BENCH_LOG:-1} == 0 ]] && echo off || echo on); load: $LOAD."
+  echo "The tail, every variant (ms; medians over the rounds; p99/bare: the median of each round's p99 over bare Envoy's in the same round, MCP variants over baremcp's; added: the same for p99 minus bare's). Collector: ${BENCH_COLLECTOR:-idle}; Envoy's main thread: ${BENCH_MAIN:-normal}; request log: $([[ ${BENCH_LOG:-1} == 0 ]] && echo off || echo on); load: $LOAD."
   echo
   echo "| variant | rps | p50 | p99 | p99.9 | p99/bare | p99 added | p99.9/bare |"
   echo "|---|---|---|---|---|---|---|---|"
