@@ -8,20 +8,23 @@
 //! output guard), never on the request's holder: the model call's guard
 //! step (`llm::guard`) hands them over.
 //!
-//! May use: `host`, `request`.
+//! May use: `host`, `loaded`, `request`.
 
 use crate::host::metrics;
 use crate::host::LogLevel;
 use crate::host::{Host, Part};
+use crate::loaded::GuardCredential;
 use crate::request::flight::Flight;
-use crate::request::guard::{GuardCalls, OutputGuard};
+use crate::request::guard::{GuardCall, GuardCalls, OutputGuard, SentBatch};
 use crate::request::LogFacts;
 use portcullis_core::api::Api;
 use portcullis_core::config::Client;
+use portcullis_core::credentials::sigv4;
 use portcullis_core::error::GatewayError;
 use portcullis_core::guard::texts::Shape;
+use portcullis_core::guard::vendor::{self, kept};
 use portcullis_core::guard::{
-    self, external, stream::StreamGuard, Act, Guardrails, Kind, Stage, Verdict,
+    self, external, stream::StreamGuard, Act, Guardrails, Kind, Stage, VendorFacts, Verdict,
 };
 use portcullis_core::request::Document;
 
@@ -39,6 +42,7 @@ pub enum Started {
 pub(crate) fn start_input(
     host: &impl Host,
     g: &Guardrails,
+    creds: &[GuardCredential],
     client: &Client,
     api: Api,
     flight: &mut Flight,
@@ -92,7 +96,10 @@ pub(crate) fn start_input(
         doc,
         changed: outcome.changed,
     };
+    // Every external check reads the prompt as the local checks left it;
+    // all are asked at once (the step waits for the slowest).
     let text = external::joined_text(&mut pending.doc);
+    let messages = vendor::message_texts(&pending.doc);
     for i in externals {
         let Some(check) = g.input.get(i) else {
             continue;
@@ -100,6 +107,24 @@ pub(crate) fn start_input(
         let Kind::External(e) = &check.kind else {
             continue;
         };
+        if let Some(v) = &e.vendor {
+            let credential = creds.get(i).unwrap_or(&GuardCredential::None);
+            let asked = ask_vendor(
+                host,
+                g,
+                (i, check, e, v),
+                credential,
+                &messages,
+                &mut pending,
+                log,
+            );
+            if let Err(why) = asked {
+                if let Some(err) = guard_failed(host, log, g, i, &why) {
+                    return Err(err);
+                }
+            }
+            continue;
+        }
         let body = external::request(
             "input",
             &check.name,
@@ -115,7 +140,12 @@ pub(crate) fn start_input(
         ];
         host.count(metrics::GUARD_CALLS, 1);
         match host.dispatch(&e.cluster, &headers, &body, e.timeout_ms) {
-            Ok(token) => pending.calls.push((token, i, host.now_ms())),
+            Ok(token) => pending.calls.push(GuardCall {
+                token,
+                check: i,
+                sent: host.now_ms(),
+                batch: None,
+            }),
             Err(s) => {
                 let why = format!("cannot call cluster `{}`: {s:?}", e.cluster);
                 if let Some(err) = guard_failed(host, log, g, i, &why) {
@@ -131,6 +161,125 @@ pub(crate) fn start_input(
         return Ok(Started::Go);
     }
     Ok(Started::Wait(pending))
+}
+
+/// A vendor check: the messages whose verdict is kept are not sent (their
+/// kept replacements applied), the rest go to the vendor in as few calls as
+/// it takes; `Err` when a call cannot be made.
+fn ask_vendor(
+    host: &impl Host,
+    g: &Guardrails,
+    (i, check, e, v): (usize, &guard::Check, &guard::External, &vendor::Vendor),
+    credential: &GuardCredential,
+    messages: &[vendor::Text],
+    pending: &mut GuardCalls,
+    log: &mut LogFacts,
+) -> Result<(), String> {
+    let now = host.now_ms();
+    let mut to_send: Vec<vendor::Text> = Vec::new();
+    let mut ids: Vec<[u8; 32]> = Vec::new();
+    let mut kept = 0u32;
+    let mut kept_redact: Vec<String> = Vec::new();
+    for m in messages {
+        let id = kept::id(e.fingerprint, &m.text);
+        let found = (g.verdict_ttl_ms > 0)
+            .then(|| host.get(&kept::key(&id)).ok())
+            .flatten()
+            .and_then(|(entry, _)| kept::decode(&entry?, &id, now));
+        match found {
+            Some(targets) => {
+                kept = kept.saturating_add(1);
+                kept_redact.extend(targets);
+            }
+            None => {
+                ids.push(id);
+                to_send.push(m.clone());
+            }
+        }
+    }
+    host.count(metrics::VENDOR_TEXTS_KEPT, i64::from(kept));
+    if !kept_redact.is_empty() && check.act != Act::Log {
+        let hits = external::apply_redactions(&mut pending.doc, &check.name, &kept_redact);
+        pending.changed |= hits > 0;
+        log.note_verdicts(
+            host,
+            &[Verdict {
+                stage: Stage::Input,
+                check: check.name.clone(),
+                action: Act::Redact,
+                hits,
+                matched: Vec::new(),
+                reason: "kept verdict".into(),
+                vendor: Some(VendorFacts {
+                    vendor: v.name(),
+                    categories: Vec::new(),
+                    latency_ms: 0,
+                    sent: 0,
+                    kept,
+                }),
+            }],
+        );
+    }
+    for batch in vendor::batches(v, Stage::Input, &to_send) {
+        let mut headers: Vec<(&str, String)> = vec![
+            (":method", "POST".into()),
+            (":path", e.path.clone()),
+            (":authority", e.authority.clone()),
+            ("content-type", "application/json".into()),
+        ];
+        match credential {
+            GuardCredential::None => {}
+            GuardCredential::Header(name, value) => headers.push((name, value.clone())),
+            GuardCredential::Sign(s) => {
+                let vendor::Vendor::Bedrock { region, .. } = v else {
+                    return Err("only Bedrock signs".into());
+                };
+                let (path, query) = e.path.split_once('?').unwrap_or((&e.path, ""));
+                let req = sigv4::Request {
+                    method: "POST",
+                    path,
+                    query,
+                    host: &e.authority,
+                    body: &batch.body,
+                };
+                let scope = sigv4::Scope {
+                    region,
+                    service: vendor::BEDROCK_SERVICE,
+                };
+                let now_s = now / 1000;
+                let signed = match s.day_key.try_borrow_mut() {
+                    Ok(mut day_key) => sigv4::sign_with(&s.keys, &scope, &req, now_s, &mut day_key),
+                    Err(_) => sigv4::sign(&s.keys, &scope, &req, now_s),
+                };
+                headers.extend(signed);
+            }
+        }
+        let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        host.count(metrics::GUARD_CALLS, 1);
+        let whole: Vec<([u8; 32], String)> = batch
+            .whole
+            .iter()
+            .filter_map(|&t| Some((*ids.get(t)?, to_send.get(t)?.text.clone())))
+            .collect();
+        host.count(
+            metrics::VENDOR_TEXTS_SENT,
+            i64::try_from(whole.len().max(1)).unwrap_or(i64::MAX),
+        );
+        let token = host
+            .dispatch(&e.cluster, &refs, &batch.body, e.timeout_ms)
+            .map_err(|s| format!("cannot call cluster `{}`: {s:?}", e.cluster))?;
+        pending.calls.push(GuardCall {
+            token,
+            check: i,
+            sent: now,
+            batch: Some(SentBatch {
+                joined: batch.joined,
+                whole,
+                kept,
+            }),
+        });
+    }
+    Ok(())
 }
 
 /// A guard that failed: its failure mode decides (`Some`: refuse).
@@ -167,6 +316,13 @@ fn guard_failed(
             hits: 0,
             matched: Vec::new(),
             reason: format!("guard failed: {why}"),
+            vendor: e.vendor.as_ref().map(|v| VendorFacts {
+                vendor: v.name(),
+                categories: Vec::new(),
+                latency_ms: 0,
+                sent: 0,
+                kept: 0,
+            }),
         }],
     );
     e.deny_on_failure.then(|| {
@@ -184,17 +340,22 @@ fn guard_failed(
 }
 
 /// An external guard's answer (`on_http_call_response` while guarding),
-/// the `i`th input check's, sent at `sent`: noted, and a redaction applied
-/// to the calls' prompt; `Err` when the request is refused.
+/// for `call`: noted, and a redaction applied to the calls' prompt; `Err`
+/// when the request is refused.
 pub(crate) fn read_answer(
     host: &impl Host,
     log: &mut LogFacts,
     g: &Guardrails,
     pending: &mut GuardCalls,
-    (i, sent): (usize, u64),
+    call: GuardCall,
     body_size: usize,
+    secret: Option<&str>,
 ) -> Result<(), GatewayError> {
+    let (i, sent) = (call.check, call.sent);
     let Some(check) = g.input.get(i) else {
+        return Ok(());
+    };
+    let Kind::External(e) = &check.kind else {
         return Ok(());
     };
     let now = host.now_ms();
@@ -203,20 +364,41 @@ pub(crate) fn read_answer(
         h.get(":status")
             .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
     });
-    let body = host.body(Part::CallResponse, body_size).unwrap_or_default();
+    let mut body = host.body(Part::CallResponse, body_size).unwrap_or_default();
+    // A vendor that quotes the key in an error: never in a log or a record.
+    if let Some(clean) = secret.and_then(|k| portcullis_core::credentials::secrets::scrub(&body, k))
+    {
+        body = clean;
+    }
+    let late = |why: String| {
+        if status.is_none() && now.saturating_sub(sent).saturating_add(1) >= e.timeout_ms {
+            format!("no answer within {} ms", e.timeout_ms)
+        } else {
+            why
+        }
+    };
+    if let (Some(v), Some(batch)) = (&e.vendor, call.batch) {
+        return match vendor::read(v, status, &body, &batch.joined) {
+            Ok(finding) => read_finding(
+                host,
+                log,
+                g,
+                pending,
+                (check, v),
+                &batch,
+                finding,
+                now.saturating_sub(sent),
+            ),
+            Err(why) => match guard_failed(host, log, g, i, &late(why)) {
+                Some(err) => Err(err),
+                None => Ok(()),
+            },
+        };
+    }
     let answer = match external::answer(status, &body) {
         Ok(a) => a,
         Err(why) => {
-            let timeout = match &check.kind {
-                Kind::External(e) => e.timeout_ms,
-                _ => 0,
-            };
-            let why = if status.is_none() && now.saturating_sub(sent).saturating_add(1) >= timeout {
-                format!("no answer within {timeout} ms")
-            } else {
-                why
-            };
-            return match guard_failed(host, log, g, i, &why) {
+            return match guard_failed(host, log, g, i, &late(why)) {
                 Some(err) => Err(err),
                 None => Ok(()),
             };
@@ -229,6 +411,7 @@ pub(crate) fn read_answer(
         hits,
         matched: Vec::new(),
         reason,
+        vendor: None,
     };
     match answer {
         external::Answer::Allow => Ok(()),
@@ -259,6 +442,83 @@ pub(crate) fn read_answer(
             log.note_verdicts(host, &[v]);
             pending.changed |= hits > 0;
             Ok(())
+        }
+    }
+}
+
+/// What a vendor found in one call: kept per message when it can be used
+/// again, noted, applied by the check's action.
+#[allow(clippy::too_many_arguments)]
+fn read_finding(
+    host: &impl Host,
+    log: &mut LogFacts,
+    g: &Guardrails,
+    pending: &mut GuardCalls,
+    (check, v): (&guard::Check, &vendor::Vendor),
+    batch: &SentBatch,
+    finding: vendor::Finding,
+    latency_ms: u64,
+) -> Result<(), GatewayError> {
+    let keep = |redact: &[String], id: &[u8; 32]| {
+        if g.verdict_ttl_ms == 0 {
+            return;
+        }
+        let until = host.now_ms().saturating_add(g.verdict_ttl_ms);
+        if let Some(entry) = kept::encode(id, until, redact) {
+            let _ = host.set(&kept::key(id), &entry, None);
+        }
+    };
+    if !finding.flagged {
+        for (id, _) in &batch.whole {
+            keep(&[], id);
+        }
+        return Ok(());
+    }
+    host.count(metrics::VENDOR_FLAGGED, 1);
+    let facts = VendorFacts {
+        vendor: v.name(),
+        categories: finding.categories.clone(),
+        latency_ms,
+        sent: u32::try_from(batch.whole.len()).unwrap_or(u32::MAX),
+        kept: batch.kept,
+    };
+    let what = finding.categories.join(", ");
+    let mut verdict = Verdict {
+        stage: Stage::Input,
+        check: check.name.clone(),
+        action: check.act,
+        hits: u32::try_from(finding.categories.len()).unwrap_or(u32::MAX),
+        matched: if g.include_content {
+            finding.redact.clone()
+        } else {
+            Vec::new()
+        },
+        reason: format!("{} flagged {what}", v.name()),
+        vendor: Some(facts),
+    };
+    match check.act {
+        Act::Log => {
+            log.note_verdicts(host, &[verdict]);
+            Ok(())
+        }
+        Act::Redact if !finding.blocked && !finding.redact.is_empty() => {
+            let hits = external::apply_redactions(&mut pending.doc, &check.name, &finding.redact);
+            pending.changed |= hits > 0;
+            verdict.hits = hits;
+            log.note_verdicts(host, &[verdict]);
+            // Each message's replacements kept, when each lies in one.
+            let texts: Vec<&str> = batch.whole.iter().map(|(_, t)| t.as_str()).collect();
+            if let Some(per) = vendor::per_text(&finding.redact, &texts) {
+                for ((id, _), redact) in batch.whole.iter().zip(per) {
+                    keep(&redact, id);
+                }
+            }
+            Ok(())
+        }
+        _ => {
+            verdict.action = Act::Deny;
+            log.note_verdicts(host, &[verdict]);
+            Err(g.denial(&check.name, &format!("{} flagged it ({what})", v.name())))
         }
     }
 }

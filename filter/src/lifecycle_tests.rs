@@ -82,6 +82,7 @@ impl Gateway {
                 limiter_credential: Some(b"Bearer limiter-token".to_vec()),
                 signing: Vec::new(),
                 mcp_credentials: Vec::new(),
+                guard_credentials: Vec::new(),
                 seal: Ok(portcullis_core::credentials::seal::Seal::with_secret(
                     "the lifecycle tests' seal secret",
                 )),

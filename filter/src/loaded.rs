@@ -31,6 +31,9 @@ pub struct Loaded {
     /// its value read from the VM environment at configure time, by server
     /// index.
     pub mcp_credentials: Vec<Option<(String, String)>>,
+    /// Each input guardrail's vendor credential (`guard::vendor`), read
+    /// from the VM environment at configure time, by check index.
+    pub guard_credentials: Vec<GuardCredential>,
     /// The gateway's seal over what callers hand back (MCP sessions, file
     /// and batch ids), from the VM environment's `PORTCULLIS_SEAL_SECRET`
     /// (and `_PREVIOUS` while rotating); without it those calls are
@@ -75,6 +78,81 @@ impl Loaded {
             )
         })
     }
+}
+
+/// How a vendor check's calls are authorized.
+pub enum GuardCredential {
+    None,
+    /// A header and its value (`authorization: Bearer …`, Azure's key header).
+    Header(&'static str, String),
+    /// AWS SigV4 (Bedrock Guardrails).
+    Sign(Box<Signing>),
+}
+
+impl GuardCredential {
+    /// The secret, to keep out of what a vendor's error quotes.
+    pub fn secret(&self) -> Option<&str> {
+        match self {
+            GuardCredential::None => None,
+            GuardCredential::Header(_, v) => Some(v.strip_prefix("Bearer ").unwrap_or(v)),
+            GuardCredential::Sign(s) => Some(&s.keys.secret_access_key),
+        }
+    }
+}
+
+/// Each input check's vendor credential from the VM environment (a missing
+/// variable: a warning, and the vendor's refusal is the check's failure).
+fn guard_credentials(gw: &Gateway, host: &impl Host) -> Vec<GuardCredential> {
+    use portcullis_core::guard::{vendor, Kind};
+    let Some(g) = gw.guardrails.as_ref() else {
+        return Vec::new();
+    };
+    g.input
+        .iter()
+        .map(|c| {
+            let Kind::External(e) = &c.kind else {
+                return GuardCredential::None;
+            };
+            let (Some(v), Some(env)) = (&e.vendor, &e.credential_env) else {
+                return GuardCredential::None;
+            };
+            let warn = |what: &str| {
+                host.log(
+                    LogLevel::Warn,
+                    &format!(
+                        "guardrail `{}`: {what} not set in the VM (add it to \
+                         vm_config.environment_variables.host_env_keys); its calls go without a credential",
+                        c.name
+                    ),
+                );
+            };
+            let header = match v.auth() {
+                vendor::Auth::SigV4 => {
+                    return match sigv4::keys_from_env(env, |name| std::env::var(name).ok()) {
+                        Ok(keys) => GuardCredential::Sign(Box::new(Signing {
+                            keys,
+                            day_key: std::cell::RefCell::new(None),
+                        })),
+                        Err(missing) => {
+                            warn(&missing);
+                            GuardCredential::None
+                        }
+                    };
+                }
+                vendor::Auth::Header(name) => (name, ""),
+                vendor::Auth::Bearer | vendor::Auth::Optional => ("authorization", "Bearer "),
+            };
+            match std::env::var(env) {
+                Ok(k) if !k.trim().is_empty() => {
+                    GuardCredential::Header(header.0, format!("{}{}", header.1, k.trim()))
+                }
+                _ => {
+                    warn(&format!("environment variable {env}"));
+                    GuardCredential::None
+                }
+            }
+        })
+        .collect()
 }
 
 /// A signing provider's keys and the day's signing key derived from them
@@ -153,6 +231,7 @@ impl Loaded {
             .filter(|t| !t.trim().is_empty())
             .map(|t| format!("Bearer {}", t.trim()).into_bytes());
         let mcp_credentials = mcp_credentials(&gw, host);
+        let guard_credentials = guard_credentials(&gw, host);
         let seal =
             portcullis_core::credentials::seal::Seal::from_env(|name| std::env::var(name).ok());
         if let Err(missing) = &seal {
@@ -166,6 +245,7 @@ impl Loaded {
         }
         Self {
             mcp_credentials,
+            guard_credentials,
             seal,
             gw,
             credentials,

@@ -97,6 +97,11 @@ pub const GUARD_OUTPUT_CHECKS: &str = "portcullis.guardrail.output_checked";
 pub const GUARD_CALLS: &str = "portcullis.guardrail.guard_calls";
 pub const GUARD_ERRORS: &str = "portcullis.guardrail.guard_errors";
 pub const GUARD_LATENCY_MS: &str = "portcullis.guardrail.guard_latency_ms";
+/// Vendor checks: messages sent to a vendor, messages whose kept verdict
+/// served instead, and answers that flagged something.
+pub const VENDOR_TEXTS_SENT: &str = "portcullis.guardrail.vendor_texts_sent";
+pub const VENDOR_TEXTS_KEPT: &str = "portcullis.guardrail.vendor_texts_kept";
+pub const VENDOR_FLAGGED: &str = "portcullis.guardrail.vendor_flagged";
 /// Gauge: rises once per distinct applied config.
 pub const CONFIG_GENERATION: &str = "portcullis.config_generation";
 
@@ -368,6 +373,9 @@ pub fn families() -> Vec<(Kind, String)> {
         GUARD_OUTPUT_CHECKS,
         GUARD_CALLS,
         GUARD_ERRORS,
+        VENDOR_TEXTS_SENT,
+        VENDOR_TEXTS_KEPT,
+        VENDOR_FLAGGED,
         GLOBAL_CHECKS,
         GLOBAL_OVER_LIMIT,
         GLOBAL_SHARE_ADMITTED,

@@ -30,7 +30,12 @@ impl<H: Host> RequestContext<H> {
             return Ok(Guarded::Go);
         };
         let api = self.request.api;
-        match guardrails::start_input(&self.host, g, client, api, flight, &mut self.log)? {
+        let creds = self
+            .loaded
+            .as_ref()
+            .map(|l| l.guard_credentials.as_slice())
+            .unwrap_or_default();
+        match guardrails::start_input(&self.host, g, creds, client, api, flight, &mut self.log)? {
             Started::Go => Ok(Guarded::Go),
             Started::Wait(calls) => {
                 self.guarding = Some(calls);
@@ -45,22 +50,29 @@ impl<H: Host> RequestContext<H> {
         let Some(mut pending) = self.guarding.take() else {
             return;
         };
-        let Some(pos) = pending.calls.iter().position(|(t, _, _)| *t == token) else {
+        let Some(pos) = pending.calls.iter().position(|c| c.token == token) else {
             self.guarding = Some(pending);
             return;
         };
-        let (_, i, sent) = pending.calls.swap_remove(pos);
+        let call = pending.calls.swap_remove(pos);
         let read = self
             .loaded()
             .and_then(|loaded| match loaded.gw.guardrails.as_ref() {
-                Some(g) => guardrails::read_answer(
-                    &self.host,
-                    &mut self.log,
-                    g,
-                    &mut pending,
-                    (i, sent),
-                    body_size,
-                ),
+                Some(g) => {
+                    let secret = loaded
+                        .guard_credentials
+                        .get(call.check)
+                        .and_then(|c| c.secret());
+                    guardrails::read_answer(
+                        &self.host,
+                        &mut self.log,
+                        g,
+                        &mut pending,
+                        call,
+                        body_size,
+                        secret,
+                    )
+                }
                 None => Ok(()),
             });
         let step = match read {

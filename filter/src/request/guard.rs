@@ -6,10 +6,29 @@ use portcullis_core::request::Document;
 
 /// Calls to external guards in flight, and the prompt they are about.
 pub struct GuardCalls {
-    /// (token, input check index, sent at).
-    pub calls: Vec<(u32, usize, u64)>,
+    pub calls: Vec<GuardCall>,
     pub doc: Document,
     pub changed: bool,
+}
+
+/// One call to an external guard or a vendor.
+pub struct GuardCall {
+    pub token: u32,
+    /// The input check's index.
+    pub check: usize,
+    /// Sent at (ms).
+    pub sent: u64,
+    /// A vendor's call: the texts it carries.
+    pub batch: Option<SentBatch>,
+}
+
+/// What a vendor's call carried: the text its offsets refer to, and the
+/// messages it holds whole (their ids, for the verdicts kept per message).
+pub struct SentBatch {
+    pub joined: String,
+    pub whole: Vec<([u8; 32], String)>,
+    /// Messages whose kept verdict served, in this check (for the record).
+    pub kept: u32,
 }
 
 /// The output checks of a request, across its answer.

@@ -2,7 +2,8 @@
 //! JSON schema subset, names to indexes), every problem reported with the
 //! rest of the config's.
 
-use super::raw::{RawCheck, RawConfig, RawExternal};
+use super::raw::{RawCheck, RawConfig, RawExternal, RawVendor};
+use crate::guard::vendor::{self, Vendor};
 use crate::guard::{
     pii::Pii, schema::Schema, Act, Bounds, Check, External, Guardrails, Kind, Stage,
     DEFAULT_DENY_STATUS, DEFAULT_LOOKBEHIND,
@@ -13,6 +14,9 @@ use hashbrown::{HashMap, HashSet};
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Longest look-behind a stream may hold per choice.
 const MAX_LOOKBEHIND: usize = 64 << 10;
+/// How long a vendor's verdict on a message is kept by default, and at most.
+const DEFAULT_VERDICT_TTL_S: u64 = 600;
+const MAX_VERDICT_TTL_S: u64 = 86_400;
 
 pub(super) fn guardrails(
     raw: &RawConfig,
@@ -60,12 +64,19 @@ pub(super) fn guardrails(
     };
     let input = compile_all(Stage::Input, &g.input, problems);
     let output = compile_all(Stage::Output, &g.output, problems);
+    let verdict_ttl_s = g.vendor_verdict_ttl_s.unwrap_or(DEFAULT_VERDICT_TTL_S);
+    if verdict_ttl_s > MAX_VERDICT_TTL_S {
+        problems.push(format!(
+            "guardrails.vendor_verdict_ttl_s must be at most {MAX_VERDICT_TTL_S} (a day)"
+        ));
+    }
     Some(Guardrails {
         input,
         output,
         deny_status,
         lookbehind,
         include_content: g.include_content,
+        verdict_ttl_ms: verdict_ttl_s.saturating_mul(1000),
     })
 }
 
@@ -121,12 +132,24 @@ fn check(
         .as_ref()
         .map(|m| cx.models(at, "models", m, problems));
     let kind = kind(at, stage, c, cx, problems)?;
-    let redactable = matches!(kind, Kind::Regex(_) | Kind::Pii(_));
+    let redactable = match &kind {
+        Kind::Regex(_) | Kind::Pii(_) => true,
+        Kind::External(e) => e.vendor.as_ref().is_none_or(Vendor::redacts),
+        _ => false,
+    };
     if act == Act::Redact && !redactable {
         problems.push(format!(
-            "{at}: `redact` needs text to replace (regex or pii checks); use deny or log"
+            "{at}: `redact` needs text to replace (regex, pii, external checks and the vendors that name what to replace: bedrock_guardrails, model_armor, lakera_guard, presidio); use deny or log"
         ));
     }
+    let kind = match kind {
+        Kind::External(mut e) => {
+            // A changed check (its action included) asks again.
+            e.fingerprint = fingerprint(&c.name, act, &e);
+            Kind::External(e)
+        }
+        k => k,
+    };
     Some(Check {
         name: c.name.clone(),
         kind,
@@ -153,6 +176,7 @@ fn kind(
         ("allow_models/deny_models", models),
         ("json_schema", c.json_schema.is_some()),
         ("external", c.external.is_some()),
+        ("vendor", c.vendor.is_some()),
     ];
     let kinds: Vec<&str> = given
         .iter()
@@ -161,7 +185,7 @@ fn kind(
         .collect();
     if kinds.len() != 1 {
         problems.push(format!(
-            "{at}: a check needs exactly one of regex, pii, min_words/max_words/max_tokens, allow_models/deny_models, json_schema, external (got {})",
+            "{at}: a check needs exactly one of regex, pii, min_words/max_words/max_tokens, allow_models/deny_models, json_schema, external, vendor (got {})",
             if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
         ));
         return None;
@@ -240,12 +264,228 @@ fn kind(
             problems,
         )));
     }
+    if let Some(v) = &c.vendor {
+        if stage == Stage::Output {
+            problems.push(format!("{at}: vendor checks run on input only"));
+        }
+        return vendor_check(&format!("{at}.vendor"), v, problems).map(Kind::External);
+    }
     let e = c.external.as_ref()?;
     if stage == Stage::Output {
         problems.push(format!("{at}: external checks run on input only"));
     }
     Some(Kind::External(external(at, e, problems)))
 }
+
+fn fingerprint(name: &str, act: Act, e: &External) -> u64 {
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::default();
+    h.write(name.as_bytes());
+    h.write(format!("{act:?}|{}|{}|{:?}", e.cluster, e.authority, e.vendor).as_bytes());
+    h.finish()
+}
+
+/// What a vendor check names, checked: every problem listed.
+fn vendor_check(at: &str, v: &RawVendor, problems: &mut Vec<String>) -> Option<External> {
+    let start = problems.len();
+    let need = |key: &str, val: &Option<String>, problems: &mut Vec<String>| -> String {
+        match val.as_deref().map(str::trim) {
+            Some(s) if !s.is_empty() => s.to_string(),
+            _ => {
+                problems.push(format!("{at}.{key} is required for `{}`", v.kind));
+                String::new()
+            }
+        }
+    };
+    // Keys of one vendor set on another are mistakes worth naming.
+    let given: [(&str, bool); 13] = [
+        ("guardrail_id", v.guardrail_id.is_some()),
+        ("guardrail_version", v.guardrail_version.is_some()),
+        ("region", v.region.is_some()),
+        ("aws_env_prefix", v.aws_env_prefix.is_some()),
+        ("api_version", v.api_version.is_some()),
+        ("thresholds", v.thresholds.is_some()),
+        ("project", v.project.is_some()),
+        ("location", v.location.is_some()),
+        ("template", v.template.is_some()),
+        ("model", v.model.is_some()),
+        ("project_id", v.project_id.is_some()),
+        ("language", v.language.is_some()),
+        (
+            "entities",
+            v.entities.is_some() || v.score_threshold.is_some(),
+        ),
+    ];
+    let allowed: &[&str] = match v.kind.as_str() {
+        "bedrock_guardrails" => &[
+            "guardrail_id",
+            "guardrail_version",
+            "region",
+            "aws_env_prefix",
+        ],
+        "azure_content_safety" => &["api_version", "thresholds"],
+        "azure_prompt_shields" => &["api_version"],
+        "model_armor" => &["project", "location", "template"],
+        "openai_moderation" => &["model", "thresholds"],
+        "lakera_guard" => &["project_id"],
+        "presidio" => &["language", "entities"],
+        other => {
+            problems.push(format!(
+                "{at}.kind: `{other}` is not a vendor (expected bedrock_guardrails, azure_content_safety, azure_prompt_shields, model_armor, openai_moderation, lakera_guard or presidio)"
+            ));
+            return None;
+        }
+    };
+    for (key, on) in given {
+        if on && !allowed.contains(&key) {
+            let key = if key == "entities" {
+                "entities/score_threshold"
+            } else {
+                key
+            };
+            problems.push(format!("{at}.{key} does not apply to `{}`", v.kind));
+        }
+    }
+    let thresholds = v.thresholds.clone().unwrap_or_default();
+    let vendor = match v.kind.as_str() {
+        "bedrock_guardrails" => {
+            if v.api_key_env.is_some() {
+                problems.push(format!(
+                    "{at}: `bedrock_guardrails` signs with AWS credentials: use `aws_env_prefix` (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in Envoy's environment) instead of `api_key_env`"
+                ));
+            }
+            Vendor::Bedrock {
+                guardrail_id: need("guardrail_id", &v.guardrail_id, problems),
+                version: need("guardrail_version", &v.guardrail_version, problems),
+                region: need("region", &v.region, problems),
+                env_prefix: v.aws_env_prefix.clone().unwrap_or_default(),
+            }
+        }
+        "azure_content_safety" => {
+            let mut list = Vec::new();
+            for (cat, sev) in &thresholds {
+                let Some(name) = vendor::AZURE_CATEGORIES
+                    .iter()
+                    .find(|c| c.eq_ignore_ascii_case(cat))
+                else {
+                    problems.push(format!(
+                        "{at}.thresholds: `{cat}` is not a category (expected Hate, SelfHarm, Sexual, Violence)"
+                    ));
+                    continue;
+                };
+                if !(0.0..=7.0).contains(sev) || sev.fract() != 0.0 {
+                    problems.push(format!(
+                        "{at}.thresholds.{cat}: a severity is a whole number from 0 to 7"
+                    ));
+                    continue;
+                }
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                list.push(((*name).to_string(), *sev as u32));
+            }
+            Vendor::AzureAnalyze {
+                api_version: v
+                    .api_version
+                    .clone()
+                    .unwrap_or_else(|| vendor::AZURE_API_VERSION.into()),
+                thresholds: list,
+            }
+        }
+        "azure_prompt_shields" => Vendor::AzureShields {
+            api_version: v
+                .api_version
+                .clone()
+                .unwrap_or_else(|| vendor::AZURE_API_VERSION.into()),
+        },
+        "model_armor" => Vendor::ModelArmor {
+            project: need("project", &v.project, problems),
+            location: need("location", &v.location, problems),
+            template: need("template", &v.template, problems),
+        },
+        "openai_moderation" => {
+            let mut list = Vec::new();
+            for (cat, score) in &thresholds {
+                if !(0.0..=1.0).contains(score) {
+                    problems.push(format!("{at}.thresholds.{cat}: a score is between 0 and 1"));
+                }
+                list.push((cat.clone(), *score));
+            }
+            Vendor::OpenAiModeration {
+                model: v
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| vendor::OPENAI_MODERATION_MODEL.into()),
+                thresholds: list,
+            }
+        }
+        "lakera_guard" => Vendor::Lakera {
+            project_id: v.project_id.clone(),
+        },
+        _ => {
+            if v.score_threshold.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+                problems.push(format!("{at}.score_threshold: a score is between 0 and 1"));
+            }
+            Vendor::Presidio {
+                language: v.language.clone().unwrap_or_else(|| "en".into()),
+                entities: v.entities.clone().unwrap_or_default(),
+                score_threshold: v.score_threshold,
+            }
+        }
+    };
+    let needs_key = matches!(
+        vendor.auth(),
+        vendor::Auth::Bearer | vendor::Auth::Header(_)
+    );
+    match &v.api_key_env {
+        Some(env) if !super::valid_env_name(env) => problems.push(format!(
+            "{at}.api_key_env: `{env}` is not an environment variable name"
+        )),
+        None if needs_key => problems.push(format!(
+            "{at}.api_key_env is required for `{}` (the variable holding its key; never the key itself)",
+            v.kind
+        )),
+        _ => {}
+    }
+    if v.cluster.trim().is_empty() {
+        problems.push(format!(
+            "{at}.cluster is empty (name the vendor's Envoy cluster)"
+        ));
+    }
+    let timeout_ms = v.timeout_ms.unwrap_or(DEFAULT_VENDOR_TIMEOUT_MS);
+    if timeout_ms == 0 {
+        problems.push(format!("{at}.timeout_ms must be at least 1"));
+    }
+    let deny_on_failure = match v.failure_mode.as_str() {
+        "allow" => false,
+        "deny" => true,
+        other => {
+            problems.push(format!("{at}.failure_mode: `{other}` is not allow or deny"));
+            false
+        }
+    };
+    if problems.len() > start {
+        return None;
+    }
+    let credential_env = match &vendor {
+        Vendor::Bedrock { env_prefix, .. } => Some(env_prefix.clone()),
+        _ => v.api_key_env.clone(),
+    };
+    Some(External {
+        cluster: v.cluster.clone(),
+        path: vendor.path(Stage::Input),
+        authority: v
+            .authority
+            .clone()
+            .unwrap_or_else(|| vendor.default_authority(&v.cluster)),
+        timeout_ms,
+        deny_on_failure,
+        vendor: Some(vendor),
+        credential_env,
+        fingerprint: 0,
+    })
+}
+
+/// A vendor's default time to answer.
+const DEFAULT_VENDOR_TIMEOUT_MS: u64 = 500;
 
 fn external(at: &str, e: &RawExternal, problems: &mut Vec<String>) -> External {
     if e.cluster.trim().is_empty() {
@@ -275,5 +515,8 @@ fn external(at: &str, e: &RawExternal, problems: &mut Vec<String>) -> External {
         authority: e.authority.clone().unwrap_or_else(|| e.cluster.clone()),
         timeout_ms: e.timeout_ms,
         deny_on_failure,
+        vendor: None,
+        credential_env: None,
+        fingerprint: 0,
     }
 }

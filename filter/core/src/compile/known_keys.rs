@@ -7,7 +7,7 @@ use super::raw::{
     RawArm, RawBreaker, RawBudget, RawBudgetLow, RawCache, RawCheck, RawClient, RawClientLimits,
     RawConcurrency, RawConfig, RawExperiment, RawExternal, RawFastest, RawGlobal, RawGuardrails,
     RawLog, RawMatch, RawMcp, RawMcpAccess, RawMcpCredential, RawMcpOauth, RawMcpServer, RawModel,
-    RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting,
+    RawPrice, RawProvider, RawRetries, RawRouting, RawRule, RawTeam, RawTesting, RawVendor,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_yaml::Value;
@@ -130,6 +130,8 @@ const SECTIONS: &[(&[&str], Keys)] = &[
         &["guardrails", "output[]", "external"],
         fields::<RawExternal>,
     ),
+    (&["guardrails", "input[]", "vendor"], fields::<RawVendor>),
+    (&["guardrails", "output[]", "vendor"], fields::<RawVendor>),
 ];
 
 /// The keys the section at `path` accepts (as in [`SECTIONS`]: `[]` is

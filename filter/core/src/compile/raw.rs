@@ -135,6 +135,9 @@ pub(super) struct RawGuardrails {
     /// Records carry the text a check matched (default false).
     #[serde(default)]
     pub(super) include_content: bool,
+    /// How long a vendor check's verdict on one message is kept, in seconds, so the next turns of a conversation send the vendor only their new messages (default 600; 0: every message is sent every time).
+    #[serde(default)]
+    pub(super) vendor_verdict_ttl_s: Option<u64>,
     /// Checks of the prompt, before anything is sent.
     #[serde(default)]
     pub(super) input: Vec<RawCheck>,
@@ -144,8 +147,8 @@ pub(super) struct RawGuardrails {
 }
 
 /// One check: a name, exactly one kind (`regex`, `pii`, the word/token
-/// bounds, `allow_models`/`deny_models`, `json_schema`, `external`), an
-/// action, and where it applies.
+/// bounds, `allow_models`/`deny_models`, `json_schema`, `external`,
+/// `vendor`), an action, and where it applies.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCheck {
@@ -187,6 +190,76 @@ pub(super) struct RawCheck {
     /// An external guard service asked over HTTP.
     #[serde(default)]
     pub(super) external: Option<RawExternal>,
+    /// A content-safety vendor's API (docs/vendor-guardrails.md).
+    #[serde(default)]
+    pub(super) vendor: Option<RawVendor>,
+}
+
+/// A content-safety vendor asked over its own API: which vendor, its Envoy
+/// cluster and what the vendor needs. The credential comes from the
+/// environment (`api_key_env`, or for Bedrock the AWS variables), never
+/// from this config.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVendor {
+    /// `bedrock_guardrails`, `azure_content_safety`, `azure_prompt_shields`, `model_armor`, `openai_moderation`, `lakera_guard` or `presidio`.
+    pub(super) kind: String,
+    /// The Envoy cluster that reaches the vendor (TLS and its host are the cluster's).
+    pub(super) cluster: String,
+    /// The `:authority` sent (default: Bedrock's, Model Armor's, OpenAI's and Lakera's public hosts; Azure and Presidio: the cluster's name, so name your resource's host).
+    #[serde(default)]
+    pub(super) authority: Option<String>,
+    /// How long the vendor may take, in ms (default 500).
+    #[serde(default)]
+    pub(super) timeout_ms: Option<u64>,
+    /// When the vendor fails, is late or answers what does not read: `allow` (default) or `deny`.
+    #[serde(default = "default_failure_mode")]
+    pub(super) failure_mode: String,
+    /// The environment variable holding the vendor's key (Azure, Model Armor's access token, OpenAI, Lakera; optional for Presidio).
+    #[serde(default)]
+    pub(super) api_key_env: Option<String>,
+    /// Bedrock: the guardrail's id.
+    #[serde(default)]
+    pub(super) guardrail_id: Option<String>,
+    /// Bedrock: the guardrail's version (a number or `DRAFT`).
+    #[serde(default)]
+    pub(super) guardrail_version: Option<String>,
+    /// Bedrock: the AWS region.
+    #[serde(default)]
+    pub(super) region: Option<String>,
+    /// Bedrock: prefix of the `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` variables (default none).
+    #[serde(default)]
+    pub(super) aws_env_prefix: Option<String>,
+    /// Azure: the API version (default `2024-09-01`).
+    #[serde(default)]
+    pub(super) api_version: Option<String>,
+    /// Azure content safety: severity (0-7) per category (`Hate`, `SelfHarm`, `Sexual`, `Violence`) at which it is flagged (default 4); OpenAI moderation: score (0-1) per category at which it is flagged (default: the vendor's `flagged`).
+    #[serde(default)]
+    pub(super) thresholds: Option<std::collections::BTreeMap<String, f64>>,
+    /// Model Armor: the Google Cloud project.
+    #[serde(default)]
+    pub(super) project: Option<String>,
+    /// Model Armor: the template's location (e.g. `us-central1`).
+    #[serde(default)]
+    pub(super) location: Option<String>,
+    /// Model Armor: the template's id.
+    #[serde(default)]
+    pub(super) template: Option<String>,
+    /// OpenAI moderation: the model (default `omni-moderation-latest`).
+    #[serde(default)]
+    pub(super) model: Option<String>,
+    /// Lakera Guard: the project whose policy applies (default: the account's default policy).
+    #[serde(default)]
+    pub(super) project_id: Option<String>,
+    /// Presidio: the language of the texts (default `en`).
+    #[serde(default)]
+    pub(super) language: Option<String>,
+    /// Presidio: the entities to find (default: every entity the analyzer knows).
+    #[serde(default)]
+    pub(super) entities: Option<Vec<String>>,
+    /// Presidio: the lowest score an entity is counted at (default: the analyzer's).
+    #[serde(default)]
+    pub(super) score_threshold: Option<f64>,
 }
 
 /// An external guard service (see `guard::external` for its contract).

@@ -22,6 +22,7 @@ mod stream_tests;
 #[cfg(test)]
 mod tests;
 pub mod texts;
+pub mod vendor;
 
 use crate::error::GatewayError;
 use serde::Serialize;
@@ -65,7 +66,7 @@ pub struct Bounds {
 
 /// An external guard: an Envoy cluster that answers the JSON contract of
 /// [`external`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct External {
     pub cluster: String,
     pub path: String,
@@ -73,6 +74,13 @@ pub struct External {
     pub timeout_ms: u64,
     /// When the guard fails or is late: refuse (503) instead of admitting.
     pub deny_on_failure: bool,
+    /// A content-safety vendor's API instead of our JSON contract.
+    pub vendor: Option<vendor::Vendor>,
+    /// The environment variable with the vendor's key (or, for Bedrock,
+    /// the prefix of the AWS variables), read at configure time.
+    pub credential_env: Option<String>,
+    /// The check's name and settings, hashed: the kept verdicts' key.
+    pub fingerprint: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +173,8 @@ pub struct Guardrails {
     pub lookbehind: usize,
     /// Records carry the matched text.
     pub include_content: bool,
+    /// How long a vendor's verdict on one message is kept (0: not kept).
+    pub verdict_ttl_ms: u64,
 }
 
 pub const DEFAULT_DENY_STATUS: u16 = 400;
@@ -218,6 +228,22 @@ pub struct Verdict {
     /// Why a deny or a guard error happened (never the matched text).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// A vendor check's vendor (`guard::vendor`), what it flagged (its own
+    /// names) and how long its calls took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<VendorFacts>,
+}
+
+/// What a vendor check's verdict adds to the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VendorFacts {
+    pub vendor: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub categories: Vec<String>,
+    pub latency_ms: u64,
+    /// Texts sent to the vendor, and texts whose kept verdict was used.
+    pub sent: u32,
+    pub kept: u32,
 }
 
 /// The verdicts of a request, as the record's JSON (empty when none).
@@ -266,6 +292,7 @@ impl Outcome {
             hits: hit.hits,
             matched: hit.matched,
             reason: hit.reason,
+            vendor: None,
         });
         deny
     }

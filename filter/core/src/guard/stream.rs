@@ -788,6 +788,7 @@ impl StreamGuard {
             hits,
             matched,
             reason,
+            vendor: None,
         });
     }
 

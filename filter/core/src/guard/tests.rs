@@ -204,6 +204,89 @@ guardrails:
     }
 }
 
+#[test]
+fn bad_vendor_checks_are_all_reported_and_good_ones_compile() {
+    let yaml = format!(
+        r#"
+providers: [{{name: p, cluster: c, host: h, models: [{{name: m}}]}}]
+clients: [{{name: alice, key_sha256: "{KEY_A}"}}]
+guardrails:
+  vendor_verdict_ttl_s: 100000
+  input:
+    - {{name: a, vendor: {{kind: bedrock_guardrails, cluster: g, api_key_env: K, model: x}}}}
+    - {{name: b, action: redact, vendor: {{kind: azure_content_safety, cluster: g, thresholds: {{Gore: 2, Hate: 9}}}}}}
+    - {{name: c, vendor: {{kind: model_armor, cluster: "", api_key_env: "1x", timeout_ms: 0, failure_mode: maybe}}}}
+    - {{name: d, vendor: {{kind: acme, cluster: g}}}}
+    - {{name: e, vendor: {{kind: openai_moderation, cluster: g, api_key_env: K, thresholds: {{violence: 2}}, colour: red}}}}
+    - {{name: f, vendor: {{kind: presidio, cluster: g}}, regex: x}}
+    - {{name: h, action: redact, vendor: {{kind: openai_moderation, cluster: g, api_key_env: K}}}}
+  output:
+    - {{name: g, vendor: {{kind: presidio, cluster: g}}}}
+"#
+    );
+    let err = compile(yaml.as_bytes()).unwrap_err();
+    for want in [
+        "vendor_verdict_ttl_s must be at most 86400",
+        "input[0] (a).vendor.guardrail_id is required for `bedrock_guardrails`",
+        "input[0] (a).vendor.region is required",
+        "signs with AWS credentials",
+        "input[0] (a).vendor.model does not apply to `bedrock_guardrails`",
+        "`Gore` is not a category",
+        "thresholds.Hate: a severity is a whole number from 0 to 7",
+        "input[1] (b).vendor.api_key_env is required for `azure_content_safety`",
+        "input[2] (c).vendor.project is required for `model_armor`",
+        "`1x` is not an environment variable name",
+        "input[2] (c).vendor.cluster is empty",
+        "input[2] (c).vendor.timeout_ms must be at least 1",
+        "`maybe` is not allow or deny",
+        "`acme` is not a vendor",
+        "thresholds.violence: a score is between 0 and 1",
+        "colour",
+        "exactly one of regex, pii, min_words/max_words/max_tokens, allow_models/deny_models, json_schema, external, vendor",
+        "output[0] (g): vendor checks run on input only",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    // `redact` on a vendor that names nothing to replace.
+    assert!(
+        err.contains("input[6] (h): `redact` needs text to replace"),
+        "{err}"
+    );
+
+    let gw = gateway(
+        r#"  input:
+    - {name: shields, vendor: {kind: azure_prompt_shields, cluster: az, api_key_env: AZ, authority: x.cognitiveservices.azure.com}}
+    - {name: pii, action: redact, vendor: {kind: presidio, cluster: pr, entities: [EMAIL_ADDRESS]}}
+    - {name: aws, action: log, vendor: {kind: bedrock_guardrails, cluster: b, guardrail_id: g1, guardrail_version: '2', region: us-west-2, aws_env_prefix: GUARD_}}"#,
+    );
+    let g = gw.guardrails.unwrap();
+    assert_eq!(g.verdict_ttl_ms, 600_000);
+    let Kind::External(e) = &g.input[0].kind else {
+        panic!()
+    };
+    assert_eq!(
+        e.path,
+        "/contentsafety/text:shieldPrompt?api-version=2024-09-01"
+    );
+    assert_eq!(e.authority, "x.cognitiveservices.azure.com");
+    assert_eq!(e.credential_env.as_deref(), Some("AZ"));
+    assert_eq!(e.timeout_ms, 500);
+    let Kind::External(p) = &g.input[1].kind else {
+        panic!()
+    };
+    assert_eq!(
+        (p.authority.as_str(), p.credential_env.as_deref()),
+        ("pr", None)
+    );
+    let Kind::External(b) = &g.input[2].kind else {
+        panic!()
+    };
+    assert_eq!(b.authority, "bedrock-runtime.us-west-2.amazonaws.com");
+    assert_eq!(b.path, "/guardrail/g1/version/2/apply");
+    assert_eq!(b.credential_env.as_deref(), Some("GUARD_"));
+    assert_ne!(e.fingerprint, p.fingerprint);
+}
+
 fn chunk_event(content: &str) -> String {
     format!(
         "data: {}\n\n",

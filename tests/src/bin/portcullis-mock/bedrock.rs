@@ -108,7 +108,7 @@ fn refuse(status: u16, kind: &str, message: &str) -> Box<Response<Body>> {
 }
 
 /// The signature check; `Err` is the answer AWS would give.
-fn verify(
+pub(super) fn verify(
     aws: &Aws,
     path: &str,
     query: &str,

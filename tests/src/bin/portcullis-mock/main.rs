@@ -74,6 +74,7 @@ mod message_batches;
 mod openai_checks;
 mod realtime;
 mod responses;
+mod vendors;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -739,6 +740,8 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bod
     let path = req.uri().path();
     if path.starts_with("/__mock/") {
         control(state, req).await
+    } else if req.method() == hyper::Method::POST && vendors::is_vendor(path) {
+        vendors::serve(state, req).await
     } else if path == "/mcp" {
         mcp::serve(state, req).await
     } else if req.method() == hyper::Method::GET && path == METADATA_TOKEN_PATH {
