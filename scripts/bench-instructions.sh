@@ -22,7 +22,9 @@
 # portcullis-limiter and Redis: sharedmiss (every prompt new: the lookup
 # that finds nothing, the provider, the store) and sharedhit (a table of one
 # slot, no worker copies, 300 prompts stored by the warm-up and asked again:
-# every request a hit-shared), with nsharedmiss and nsharedhit),
+# every request a hit-shared), with nsharedmiss and nsharedhit; and by
+# name the vendor guardrails (#63): vendor1, vendor3 and vendorkept, with
+# nvendor1, nvendor3 and nvendorkept),
 # Envoy (one worker) starts under
 # callgrind with instrumentation off, takes WARM requests, then counts the
 # instructions of exactly N requests (portcullis-load, 4 keep-alive
@@ -162,6 +164,25 @@ done
 # (scripts/bench-prod-plugin.sh, which make bench uses too.)
 scripts/bench-prod-plugin.sh prod "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
 
+# Vendor guardrails (#63): one vendor check (Lakera Guard's API) and three
+# (Lakera, Azure AI Content Safety, Bedrock Guardrails signed with SigV4),
+# the mock's fakes answering at once, each asked on every request
+# (vendor_verdict_ttl_s: 0), and the three with each message's verdict kept
+# (vendorkept: after the warm-up no vendor is called).
+vendor_checks() { # ttl checks...
+  printf 'guardrails:\n  vendor_verdict_ttl_s: %s\n  input:\n' "$1"; shift
+  for c in "$@"; do
+    case $c in
+      lakera) echo "    - {name: lakera, vendor: {kind: lakera_guard, cluster: primary, api_key_env: OPENAI_API_KEY}}" ;;
+      azure) echo "    - {name: azure, vendor: {kind: azure_content_safety, cluster: primary, api_key_env: OPENAI_API_KEY}}" ;;
+      bedrock) echo "    - {name: aws, vendor: {kind: bedrock_guardrails, cluster: primary, guardrail_id: gr1, guardrail_version: '1', region: us-east-1}}" ;;
+    esac
+  done
+}
+{ cat "$dir/plugin-route.yaml"; vendor_checks 0 lakera; } >"$dir/plugin-vendor1.yaml"
+{ cat "$dir/plugin-route.yaml"; vendor_checks 0 lakera azure bedrock; } >"$dir/plugin-vendor3.yaml"
+{ cat "$dir/plugin-route.yaml"; vendor_checks 600 lakera azure bedrock; } >"$dir/plugin-vendorkept.yaml"
+
 # Trace context (#31): the routed path (with the log) when the client sends
 # a `traceparent` (traced: continued, a child per attempt upstream, ids in
 # the record), and when none comes and the gateway starts one for every
@@ -262,10 +283,10 @@ measure() { # variant -> instructions per request
     envoymcp|envoymcplist) cfg=envoymcp.yaml; key=sk-bench ;;
     images|speech|rerank|transcription|transcription1m|upload1m|upload10m|realtime) envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     nimages|nspeech|nrerank|ntranscription|ntranscription1m|nupload1m|nupload10m|nrealtime) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-route.yaml" "$dir/ecds/portcullis.yaml" ;;
-    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist|sharedmiss|sharedhit) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
+    route|hit|miss|guard|held|anthropic|gemini|bedrock|cheapest|fastest|least_busy|routenolog|hitnolog|responses|responses_anthropic|messages|messages_openai|keylimits|teamlimits|keylimitsnolog|teamlimitsnolog|keys10|keys10000|traced|tracestart|prod|mcp|mcplist|sharedmiss|sharedhit|vendor1|vendor3|vendorkept) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$WASM" ;;
     floor|floorhit|floorstream|floorshared) envoy/render-ecds.sh "$dir/plugin-$v.yaml" "$dir/ecds/portcullis.yaml" "$FLOOR_WASM" ;;
     # The native build (make native) on the same configs.
-    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist|nsharedmiss|nsharedhit) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
+    nroute|nhit|nmiss|nanthropic|ngemini|nbedrock|nmessages_openai|nresponses_anthropic|nguard|nprod|nmcp|nmcplist|nsharedmiss|nsharedhit|nvendor1|nvendor3|nvendorkept) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml" ;;
     nfloor|nfloorhit|nfloorstream) PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-${v#n}.yaml" "$dir/ecds/portcullis.yaml.tmp"
       sed 's/{name: portcullis,/{name: portcullis_floor,/' "$dir/ecds/portcullis.yaml.tmp" >"$dir/ecds/.floor" && mv "$dir/ecds/.floor" "$dir/ecds/portcullis.yaml" ;;
     # An unknown name would measure the config of the variant before it.

@@ -169,8 +169,17 @@ fn plugin(failure_mode: &str) -> String {
         "guard_vendors",
         &format!(", failure_mode: {failure_mode}"),
     );
+    // A team rolling a vendor out: its keys only monitor what the check
+    // denies for everyone else.
+    for (client, team) in [("v-pilot", "\n    team: pilots"), ("v-other", "")] {
+        clients.push_str(&format!(
+            "  - name: {client}\n    key_sha256: {}{team}\n",
+            key_hash(&key_of(client))
+        ));
+    }
+    checks.push_str("    - {name: rollout, action: deny, clients: [v-pilot, v-other], vendor: {kind: lakera_guard, cluster: guard_vendors, api_key_env: GUARD_VENDOR_KEY}}\n");
     let base = test_plugin().replacen("clients:\n", &format!("clients:\n{clients}"), 1);
-    format!("{base}\nguardrails:\n  input:\n{checks}")
+    format!("{base}\nteams:\n  - {{name: pilots, guardrails: {{rollout: log}}}}\nguardrails:\n  input:\n{checks}")
 }
 
 /// The vendors' fakes: the mock with the key and the AWS credentials the
@@ -374,6 +383,25 @@ fn every_vendor_denies_redacts_and_monitors_on_chat_responses_and_messages() {
 }
 
 #[test]
+fn a_team_monitors_what_the_check_denies_for_the_others() {
+    let v = start();
+    let r = chat_as(&v, "v-other", "vendor:attack now");
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert!(r.body.contains("rollout"), "{}", r.body);
+    let flagged =
+        v.s.envoy
+            .stat("wasmcustom.portcullis.guardrail.vendor_flagged")
+            .unwrap_or(0);
+    let r = chat_as(&v, "v-pilot", "vendor:attack now");
+    assert_eq!(r.status, 200, "the team's keys only monitor: {}", r.body);
+    assert!(provider_saw(&v.s.primary).contains("vendor:attack"));
+    v.s.envoy.wait_stat_at_least(
+        "wasmcustom.portcullis.guardrail.vendor_flagged",
+        flagged + 1,
+    );
+}
+
+#[test]
 fn a_conversation_sends_each_message_once_and_three_vendors_are_asked_at_once() {
     let v = start();
     let client = "v-three";
@@ -475,7 +503,14 @@ fn a_vendor_that_is_late_fails_or_answers_garbage_follows_the_failure_mode() {
 }
 
 /// (name, path, headers, body, status, what the refusal says).
-type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, Value, u16, &'a str);
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    Vec<(&'a str, &'a str)>,
+    Value,
+    u16,
+    &'a str,
+);
 
 #[test]
 fn each_vendor_fake_refuses_what_the_vendor_refuses() {

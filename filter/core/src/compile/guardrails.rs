@@ -62,8 +62,9 @@ pub(super) fn guardrails(
         }
         out
     };
-    let input = compile_all(Stage::Input, &g.input, problems);
-    let output = compile_all(Stage::Output, &g.output, problems);
+    let mut input = compile_all(Stage::Input, &g.input, problems);
+    let mut output = compile_all(Stage::Output, &g.output, problems);
+    team_overrides(raw, &mut input, &mut output, problems);
     let verdict_ttl_s = g.vendor_verdict_ttl_s.unwrap_or(DEFAULT_VERDICT_TTL_S);
     if verdict_ttl_s > MAX_VERDICT_TTL_S {
         problems.push(format!(
@@ -78,6 +79,90 @@ pub(super) fn guardrails(
         include_content: g.include_content,
         verdict_ttl_ms: verdict_ttl_s.saturating_mul(1000),
     })
+}
+
+/// `teams[].guardrails`: a team's own action for a check, compiled into
+/// the checks themselves (no cost per request): the check no longer applies
+/// to the team's keys, and a copy with the team's action applies to them
+/// only (`off`: no copy).
+fn team_overrides(
+    raw: &RawConfig,
+    input: &mut Vec<Check>,
+    output: &mut Vec<Check>,
+    problems: &mut Vec<String>,
+) {
+    for (t, team) in raw.teams.iter().enumerate() {
+        let Some(over) = &team.guardrails else {
+            continue;
+        };
+        let members: Vec<String> = raw
+            .clients
+            .iter()
+            .filter(|c| c.team.as_deref() == Some(team.name.as_str()))
+            .map(|c| c.name.clone())
+            .collect();
+        for (name, action) in over {
+            let at = format!("teams[{t}] ({}).guardrails.{name}", team.name);
+            let act = match action.as_str() {
+                "off" => None,
+                a => match Act::parse(a) {
+                    Some(act) => Some(act),
+                    None => {
+                        problems.push(format!(
+                            "{at}: `{a}` is not an action (expected deny, redact, log or off)"
+                        ));
+                        continue;
+                    }
+                },
+            };
+            let mut found = false;
+            for list in [&mut *input, &mut *output] {
+                let Some(i) = list.iter().position(|c| &c.name == name) else {
+                    continue;
+                };
+                found = true;
+                let Some(check) = list.get_mut(i) else {
+                    continue;
+                };
+                // The team's keys the check applied to.
+                let theirs: Vec<String> = members
+                    .iter()
+                    .filter(|m| check.for_client(m))
+                    .cloned()
+                    .collect();
+                check.except.extend(theirs.iter().cloned());
+                let Some(act) = act else {
+                    continue;
+                };
+                if act == Act::Redact && !redactable(&check.kind) {
+                    problems.push(format!(
+                        "{at}: `redact` needs text to replace, and check `{name}` names none; use deny or log"
+                    ));
+                    continue;
+                }
+                let mut copy = check.clone();
+                copy.act = act;
+                copy.clients = Some(theirs);
+                copy.except.clear();
+                if let Kind::External(e) = &mut copy.kind {
+                    e.fingerprint = fingerprint(&copy.name, act, e);
+                }
+                list.insert(i.saturating_add(1), copy);
+            }
+            if !found {
+                problems.push(format!("{at}: `{name}` is not a guardrail check"));
+            }
+        }
+    }
+}
+
+/// Whether a check's kind names text to replace (`redact` needs it).
+fn redactable(kind: &Kind) -> bool {
+    match kind {
+        Kind::Regex(_) | Kind::Pii(_) => true,
+        Kind::External(e) => e.vendor.as_ref().is_none_or(Vendor::redacts),
+        _ => false,
+    }
 }
 
 struct Cx<'a> {
@@ -132,12 +217,7 @@ fn check(
         .as_ref()
         .map(|m| cx.models(at, "models", m, problems));
     let kind = kind(at, stage, c, cx, problems)?;
-    let redactable = match &kind {
-        Kind::Regex(_) | Kind::Pii(_) => true,
-        Kind::External(e) => e.vendor.as_ref().is_none_or(Vendor::redacts),
-        _ => false,
-    };
-    if act == Act::Redact && !redactable {
+    if act == Act::Redact && !redactable(&kind) {
         problems.push(format!(
             "{at}: `redact` needs text to replace (regex, pii, external checks and the vendors that name what to replace: bedrock_guardrails, model_armor, lakera_guard, presidio); use deny or log"
         ));
@@ -155,6 +235,7 @@ fn check(
         kind,
         act,
         clients: c.clients.clone(),
+        except: Vec::new(),
         models,
     })
 }

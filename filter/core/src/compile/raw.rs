@@ -90,6 +90,9 @@ pub(super) struct RawTeam {
     /// The MCP servers and tools the team's keys may use (each key's own list applies too) and the team's tool-call limits, shared by its keys.
     #[serde(default)]
     pub(super) mcp: Option<RawMcpAccess>,
+    /// Per guardrail check (by name), this team's action instead of the check's: `deny`, `redact`, `log` (monitor a vendor before enforcing it) or `off` (the check does not apply to the team's keys).
+    #[serde(default)]
+    pub(super) guardrails: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `testing`: hooks for the real-Envoy tests.

@@ -105,16 +105,24 @@ pub struct Check {
     pub act: Act,
     /// Client names it applies to (`None`: every client).
     pub clients: Option<Vec<String>>,
+    /// Client names it never applies to (a team's own action is a copy of
+    /// the check for them: `teams[].guardrails`).
+    pub except: Vec<String>,
     /// Model indexes it applies to (`None`: every model).
     pub models: Option<Vec<usize>>,
 }
 
 impl Check {
     pub fn applies(&self, client: &str, model: usize) -> bool {
+        self.for_client(client) && self.models.as_ref().is_none_or(|m| m.contains(&model))
+    }
+
+    /// Whether it applies to a client's requests.
+    pub fn for_client(&self, client: &str) -> bool {
         self.clients
             .as_ref()
             .is_none_or(|c| c.iter().any(|n| n == client))
-            && self.models.as_ref().is_none_or(|m| m.contains(&model))
+            && !self.except.iter().any(|n| n == client)
     }
 
     /// Whether this check can find anything in a text with `bytes` (a
@@ -624,9 +632,7 @@ pub fn active_for_tools(g: &Guardrails, stage: Stage, client: &str) -> Vec<usize
         .enumerate()
         .filter(|(_, c)| {
             c.models.is_none()
-                && c.clients
-                    .as_ref()
-                    .is_none_or(|n| n.iter().any(|n| n == client))
+                && c.for_client(client)
                 && matches!(c.kind, Kind::Regex(_) | Kind::Pii(_) | Kind::Bounds(_))
         })
         .map(|(i, _)| i)

@@ -287,6 +287,68 @@ guardrails:
     assert_ne!(e.fingerprint, p.fingerprint);
 }
 
+#[test]
+fn a_team_gets_its_own_action_for_a_check_or_none() {
+    let yaml = format!(
+        r#"
+providers: [{{name: p, cluster: c, host: h, models: [{{name: m}}]}}]
+clients:
+  - {{name: alice, key_sha256: "{KEY_A}", team: pilots}}
+  - {{name: bob, key_sha256: "{KEY_B}"}}
+teams:
+  - {{name: pilots, guardrails: {{aws: log, mail: off, cards: redact}}}}
+guardrails:
+  input:
+    - {{name: aws, vendor: {{kind: openai_moderation, cluster: l, api_key_env: K}}}}
+    - {{name: mail, pii: [email]}}
+  output:
+    - {{name: cards, pii: [card]}}
+"#
+    );
+    let gw = compile(yaml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let g = gw.guardrails.unwrap();
+    let acts = |stage: Stage, client: &str| -> Vec<(String, Act)> {
+        g.active(stage, client, 0)
+            .into_iter()
+            .map(|i| (g.checks(stage)[i].name.clone(), g.checks(stage)[i].act))
+            .collect()
+    };
+    assert_eq!(
+        acts(Stage::Input, "bob"),
+        vec![("aws".into(), Act::Deny), ("mail".into(), Act::Deny)]
+    );
+    assert_eq!(acts(Stage::Input, "alice"), vec![("aws".into(), Act::Log)]);
+    assert_eq!(
+        acts(Stage::Output, "alice"),
+        vec![("cards".into(), Act::Redact)]
+    );
+    assert_eq!(
+        acts(Stage::Output, "bob"),
+        vec![("cards".into(), Act::Deny)]
+    );
+    // A key the config does not list (an MCP login) keeps the check's own.
+    assert_eq!(acts(Stage::Input, "someone").len(), 2);
+    let (Kind::External(a), Kind::External(b)) = (&g.input[0].kind, &g.input[1].kind) else {
+        panic!("the copy follows the check")
+    };
+    assert_ne!(
+        a.fingerprint, b.fingerprint,
+        "a verdict kept under one action is not used under another"
+    );
+
+    let bad = yaml
+        .replace("aws: log", "aws: redact, nope: log")
+        .replace("cards: redact", "cards: maybe");
+    let err = compile(bad.as_bytes()).unwrap_err();
+    for want in [
+        "teams[0] (pilots).guardrails.aws: `redact` needs text to replace",
+        "teams[0] (pilots).guardrails.nope: `nope` is not a guardrail check",
+        "teams[0] (pilots).guardrails.cards: `maybe` is not an action",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+}
+
 fn chunk_event(content: &str) -> String {
     format!(
         "data: {}\n\n",
