@@ -15,7 +15,7 @@ use crate::host::LogLevel;
 use crate::host::{Host, Part};
 use crate::loaded::GuardCredential;
 use crate::request::flight::Flight;
-use crate::request::guard::{GuardCall, GuardCalls, OutputGuard, SentBatch};
+use crate::request::guard::{GuardCall, GuardCalls, OutputGuard, SentBatch, Target};
 use crate::request::LogFacts;
 use portcullis_core::api::Api;
 use portcullis_core::config::Client;
@@ -95,6 +95,7 @@ pub(crate) fn start_input(
         calls: Vec::new(),
         doc,
         changed: outcome.changed,
+        target: Target::Prompt,
     };
     // Every external check reads the prompt as the local checks left it;
     // all are asked at once (the step waits for the slowest).
@@ -163,6 +164,72 @@ pub(crate) fn start_input(
     Ok(Started::Wait(pending))
 }
 
+/// The vendor checks over an MCP `tools/call`'s arguments (`msg`, the
+/// message as the server will get it; `body_size` bytes buffered): each
+/// argument string a text, every vendor asked at once. `None`: no vendor
+/// check applies; else the calls (none left when every verdict was kept).
+pub(crate) fn start_tool_arguments(
+    host: &impl Host,
+    g: &Guardrails,
+    creds: &[GuardCredential],
+    client: &str,
+    msg: Document,
+    body_size: usize,
+    log: &mut LogFacts,
+) -> Result<Option<GuardCalls>, GatewayError> {
+    let vendors: Vec<usize> = g
+        .input
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.models.is_none()
+                && c.for_client(client)
+                && matches!(&c.kind, Kind::External(e) if e.vendor.is_some())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if vendors.is_empty() {
+        return Ok(None);
+    }
+    let texts = vendor::argument_texts(&msg);
+    if texts.is_empty() {
+        return Ok(None);
+    }
+    let mut pending = GuardCalls {
+        calls: Vec::new(),
+        doc: msg,
+        changed: false,
+        target: Target::ToolArguments { body_size },
+    };
+    for i in vendors {
+        let Some(check) = g.input.get(i) else {
+            continue;
+        };
+        let Kind::External(e) = &check.kind else {
+            continue;
+        };
+        let Some(v) = &e.vendor else {
+            continue;
+        };
+        let credential = creds.get(i).unwrap_or(&GuardCredential::None);
+        let asked = ask_vendor(
+            host,
+            g,
+            (i, check, e, v),
+            credential,
+            &texts,
+            &mut pending,
+            log,
+        );
+        if let Err(why) = asked {
+            if let Some(err) = guard_failed(host, log, g, i, &why) {
+                return Err(err);
+            }
+        }
+    }
+    Ok(Some(pending))
+}
+
 /// A vendor check: the messages whose verdict is kept are not sent (their
 /// kept replacements applied), the rest go to the vendor in as few calls as
 /// it takes; `Err` when a call cannot be made.
@@ -199,8 +266,7 @@ fn ask_vendor(
     }
     host.count(metrics::VENDOR_TEXTS_KEPT, i64::from(kept));
     if !kept_redact.is_empty() && check.act != Act::Log {
-        let hits = external::apply_redactions(&mut pending.doc, &check.name, &kept_redact);
-        pending.changed |= hits > 0;
+        let hits = pending.redact(&check.name, &kept_redact);
         log.note_verdicts(
             host,
             &[Verdict {
@@ -342,7 +408,7 @@ fn guard_failed(
 /// An external guard's answer (`on_http_call_response` while guarding),
 /// for `call`: noted, and a redaction applied to the calls' prompt; `Err`
 /// when the request is refused.
-pub(crate) fn read_answer(
+fn read_answer(
     host: &impl Host,
     log: &mut LogFacts,
     g: &Guardrails,
@@ -436,14 +502,36 @@ pub(crate) fn read_answer(
                 );
                 return Ok(());
             }
-            let hits = external::apply_redactions(&mut pending.doc, &check.name, &targets);
+            let hits = pending.redact(&check.name, &targets);
             let mut v = verdict(hits, String::new());
             v.action = Act::Redact;
             log.note_verdicts(host, &[v]);
-            pending.changed |= hits > 0;
             Ok(())
         }
     }
+}
+
+/// A guard's answer to one of `pending`'s calls (by its `token`), read
+/// with the config it was asked under: `None` when the token is not one of
+/// them; `Some(Ok)` when it passed (more calls may be left).
+pub(crate) fn answer_for(
+    host: &impl Host,
+    log: &mut LogFacts,
+    loaded: &crate::loaded::Loaded,
+    pending: &mut GuardCalls,
+    token: u32,
+    body_size: usize,
+) -> Option<Result<(), GatewayError>> {
+    let pos = pending.calls.iter().position(|c| c.token == token)?;
+    let call = pending.calls.swap_remove(pos);
+    let Some(g) = loaded.gw.guardrails.as_ref() else {
+        return Some(Ok(()));
+    };
+    let secret = loaded
+        .guard_credentials
+        .get(call.check)
+        .and_then(|c| c.secret());
+    Some(read_answer(host, log, g, pending, call, body_size, secret))
 }
 
 /// What a vendor found in one call: kept per message when it can be used
@@ -502,8 +590,7 @@ fn read_finding(
             Ok(())
         }
         Act::Redact if !finding.blocked && !finding.redact.is_empty() => {
-            let hits = external::apply_redactions(&mut pending.doc, &check.name, &finding.redact);
-            pending.changed |= hits > 0;
+            let hits = pending.redact(&check.name, &finding.redact);
             verdict.hits = hits;
             log.note_verdicts(host, &[verdict]);
             // Each message's replacements kept, when each lies in one.

@@ -179,7 +179,7 @@ fn plugin(failure_mode: &str) -> String {
     }
     checks.push_str("    - {name: rollout, action: deny, clients: [v-pilot, v-other], vendor: {kind: lakera_guard, cluster: guard_vendors, api_key_env: GUARD_VENDOR_KEY}}\n");
     let base = test_plugin().replacen("clients:\n", &format!("clients:\n{clients}"), 1);
-    format!("{base}\nteams:\n  - {{name: pilots, guardrails: {{rollout: log}}}}\nguardrails:\n  input:\n{checks}")
+    format!("{base}\nteams:\n  - {{name: pilots, guardrails: {{rollout: log}}}}\nguardrails:\n  input:\n{checks}mcp:\n  servers:\n    - {{name: tools, cluster: mcp_tools}}\n")
 }
 
 /// The vendors' fakes: the mock with the key and the AWS credentials the
@@ -203,6 +203,8 @@ fn vendors_mock() -> Mock {
 struct Vendors {
     s: Stack,
     vendors: Mock,
+    /// The MCP server `tools` (the official SDK's, `tests/sdk/mcp_server.py`).
+    _tools: Proc,
 }
 
 fn start() -> Vendors {
@@ -214,6 +216,9 @@ fn start() -> Vendors {
         vendors.port
     );
     let plugin = plugin("allow");
+    let tools_port = dead_port();
+    let tools = mcp_server("tools", tools_port, false);
+    let tools_at = format!("port_value: {tools_port}");
     let envoy = Envoy::start(EnvoyOpts {
         plugin_yaml: &plugin,
         collector_port: dead_port(),
@@ -222,7 +227,10 @@ fn start() -> Vendors {
         backup_port: backup.port,
         workers: 2,
         side_tls: None,
-        bootstrap_patch: vec![("  - name: mcp_tools\n", cluster.as_str())],
+        bootstrap_patch: vec![
+            ("  - name: mcp_tools\n", cluster.as_str()),
+            ("port_value: 18011", tools_at.as_str()),
+        ],
         control: None,
         clusters: None,
         env: vec![
@@ -234,6 +242,10 @@ fn start() -> Vendors {
             ("GUARD_WRONG_KEY", "sk-not-the-vendors-key"),
             ("AWS_ACCESS_KEY_ID", KEY_ID),
             ("AWS_SECRET_ACCESS_KEY", SECRET),
+            (
+                "PORTCULLIS_SEAL_SECRET",
+                "vendor-guardrails-seal-secret-32b",
+            ),
         ],
     });
     Vendors {
@@ -243,6 +255,7 @@ fn start() -> Vendors {
             envoy,
         },
         vendors,
+        _tools: tools,
     }
 }
 
@@ -380,6 +393,81 @@ fn every_vendor_denies_redacts_and_monitors_on_chat_responses_and_messages() {
     assert!(armor
         .iter()
         .all(|c| c["body"]["userPromptData"]["text"].is_string()));
+}
+
+#[test]
+fn a_tool_calls_arguments_are_denied_redacted_and_kept_through_the_mcp_sdk() {
+    let v = start();
+    let url = v.s.envoy.url("/mcp/tools");
+    let lakera = || vendor_calls(&v.vendors, "/v2/guard").len();
+    let out = sdk_script(
+        "vendor_mcp_check.py",
+        &[
+            &url,
+            &key_of("v-lakera-deny"),
+            "hello tool",
+            "please vendor:attack it",
+        ],
+    );
+    assert_eq!(out[0], json!(["tools: hello tool"]), "{out}");
+    assert!(
+        out[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("v-lakera-deny"),
+        "refused in JSON-RPC's shape: {out}"
+    );
+    let before = lakera();
+    let out = sdk_script(
+        "vendor_mcp_check.py",
+        &[
+            &url,
+            &key_of("v-lakera-redact"),
+            "mail alice@example.com",
+            "mail alice@example.com",
+        ],
+    );
+    assert_eq!(
+        out[0],
+        json!(["tools: mail [REDACTED:v-lakera-redact]"]),
+        "the server got the redacted text: {out}"
+    );
+    assert_eq!(out[1], out[0], "{out}");
+    assert_eq!(
+        lakera(),
+        before + 1,
+        "the second call's arguments had a kept verdict"
+    );
+    // The aggregated endpoint's tool names the server.
+    let all = v.s.envoy.url("/mcp");
+    let out = sdk_script(
+        "vendor_mcp_check.py",
+        &[
+            &all,
+            &key_of("v-lakera-redact"),
+            "--tool=tools__echo",
+            "mail bob@example.com",
+            "vendor:attack",
+        ],
+    );
+    assert_eq!(
+        out[0],
+        json!(["tools: mail [REDACTED:v-lakera-redact]"]),
+        "{out}"
+    );
+    assert!(
+        out[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("v-lakera-redact"),
+        "{out}"
+    );
+    // Monitor: the server gets what the caller sent.
+    let out = sdk_script(
+        "vendor_mcp_check.py",
+        &[&url, &key_of("v-lakera-log"), "vendor:attack"],
+    );
+    assert_eq!(out[0], json!(["tools: vendor:attack"]), "{out}");
 }
 
 #[test]

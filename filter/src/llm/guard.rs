@@ -50,31 +50,20 @@ impl<H: Host> RequestContext<H> {
         let Some(mut pending) = self.guarding.take() else {
             return;
         };
-        let Some(pos) = pending.calls.iter().position(|c| c.token == token) else {
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(read) = guardrails::answer_for(
+            &self.host,
+            &mut self.log,
+            &loaded,
+            &mut pending,
+            token,
+            body_size,
+        ) else {
             self.guarding = Some(pending);
             return;
         };
-        let call = pending.calls.swap_remove(pos);
-        let read = self
-            .loaded()
-            .and_then(|loaded| match loaded.gw.guardrails.as_ref() {
-                Some(g) => {
-                    let secret = loaded
-                        .guard_credentials
-                        .get(call.check)
-                        .and_then(|c| c.secret());
-                    guardrails::read_answer(
-                        &self.host,
-                        &mut self.log,
-                        g,
-                        &mut pending,
-                        call,
-                        body_size,
-                        secret,
-                    )
-                }
-                None => Ok(()),
-            });
         let step = match read {
             Ok(()) if !pending.calls.is_empty() => {
                 self.guarding = Some(pending);

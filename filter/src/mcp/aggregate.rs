@@ -226,9 +226,8 @@ impl<H: Host> RequestContext<H> {
         if let Some(call) = self.mcp.as_mut() {
             call.server = Some(index);
         }
-        if tool {
-            self.mcp_tool_call(gw, m, client, server, name, &renamed, renamed.len())?;
-        }
+        let waiting =
+            tool && self.mcp_tool_call(gw, m, client, server, name, &renamed, renamed.len())?;
         self.mcp_upstream(server, Some(index), "", false)?;
         let now = self.host.now_ms();
         if let Some(call) = self.mcp.as_mut() {
@@ -236,6 +235,10 @@ impl<H: Host> RequestContext<H> {
         }
         let value = (!session.is_empty()).then_some(session.as_str());
         let _ = self.host.set_header(Part::Request, "mcp-session-id", value);
+        if waiting {
+            self.phase = Phase::McpGuarding;
+            return Ok(Action::Pause);
+        }
         self.phase = Phase::McpProxied;
         Ok(Action::Continue)
     }

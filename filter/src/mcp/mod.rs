@@ -371,16 +371,21 @@ impl<H: Host> RequestContext<H> {
         if let Some(call) = self.mcp.as_mut() {
             call.sent_ms = now;
         }
-        match &msg.method {
+        let waiting = match &msg.method {
             Method::ToolsList => {
                 if let Some(call) = self.mcp.as_mut() {
                     call.list = true;
                 }
+                false
             }
             Method::ToolCall { name, .. } => {
-                self.mcp_tool_call(gw, m, client, server, name, &body, body_size)?;
+                self.mcp_tool_call(gw, m, client, server, name, &body, body_size)?
             }
-            _ => {}
+            _ => false,
+        };
+        if waiting {
+            self.phase = Phase::McpGuarding;
+            return Ok(Action::Pause);
         }
         Ok(Action::Continue)
     }
@@ -388,6 +393,8 @@ impl<H: Host> RequestContext<H> {
     /// A `tools/call` of `name` at `server`: may the caller call it, the
     /// input checks over its arguments (`body` as the server will get it),
     /// its limits and price, the output checks its result will get.
+    /// `Ok(true)`: the vendor checks were asked and the call waits for them
+    /// (`Phase::McpGuarding`; the limits are taken once they answered).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn mcp_tool_call(
         &mut self,
@@ -398,7 +405,7 @@ impl<H: Host> RequestContext<H> {
         name: &str,
         body: &[u8],
         body_size: usize,
-    ) -> Result<(), GatewayError> {
+    ) -> Result<bool, GatewayError> {
         let tool = core_mcp::qualified(&server.name, name);
         if let Some(call) = self.mcp.as_mut() {
             call.tool.clone_from(&tool);
@@ -411,7 +418,28 @@ impl<H: Host> RequestContext<H> {
                 format!("Key `{}` may not call tool `{tool}`.", client.name),
             ));
         }
-        self.mcp_input_checks(gw, client, body, body_size)?;
+        let rewritten = self.mcp_input_checks(gw, client, body, body_size)?;
+        if self.mcp_vendor_checks(
+            gw,
+            client,
+            rewritten.as_deref().unwrap_or(body),
+            rewritten.as_ref().map_or(body_size, Vec::len),
+        )? {
+            return Ok(true);
+        }
+        self.admit_tool_call(gw, m, client, server)?;
+        Ok(false)
+    }
+
+    /// A tool call that passed its input checks: its limits and price
+    /// taken, its result's output checks set.
+    fn admit_tool_call(
+        &mut self,
+        gw: &Gateway,
+        m: &McpGateway,
+        client: &Client,
+        server: &Server,
+    ) -> Result<(), GatewayError> {
         self.take_tool_call(gw, m, client, server.price_micros)?;
         if let Some(g) = gw.guardrails.as_ref() {
             let output = guard::active_for_tools(g, Stage::Output, &client.name);
@@ -422,6 +450,116 @@ impl<H: Host> RequestContext<H> {
         Ok(())
     }
 
+    /// The vendor checks over a tool call's arguments (`body`, `body_size`
+    /// bytes buffered), all asked at once: `true` when the call waits for
+    /// them; when every verdict was kept, their replacements are applied
+    /// now.
+    fn mcp_vendor_checks(
+        &mut self,
+        gw: &Gateway,
+        client: &Client,
+        body: &[u8],
+        body_size: usize,
+    ) -> Result<bool, GatewayError> {
+        let Some(g) = gw.guardrails.as_ref() else {
+            return Ok(false);
+        };
+        let Some(msg) = portcullis_core::guard::vendor::read_message(body) else {
+            return Ok(false);
+        };
+        let creds = self
+            .loaded
+            .as_ref()
+            .map(|l| l.guard_credentials.as_slice())
+            .unwrap_or_default();
+        let started = crate::guardrails::start_tool_arguments(
+            &self.host,
+            g,
+            creds,
+            &client.name,
+            msg,
+            body_size,
+            &mut self.log,
+        )?;
+        let Some(pending) = started else {
+            return Ok(false);
+        };
+        if pending.calls.is_empty() {
+            self.rewrite_tool_call(&pending)?;
+            return Ok(false);
+        }
+        self.guarding = Some(pending);
+        Ok(true)
+    }
+
+    /// The tool call's body as the vendors' replacements left it.
+    fn rewrite_tool_call(
+        &mut self,
+        pending: &crate::request::guard::GuardCalls,
+    ) -> Result<(), GatewayError> {
+        let crate::request::guard::Target::ToolArguments { body_size } = pending.target else {
+            return Ok(());
+        };
+        if !pending.changed {
+            return Ok(());
+        }
+        let bytes = portcullis_core::guard::vendor::write_message(&pending.doc);
+        self.host
+            .set_body(Part::Request, body_size, &bytes)
+            .map_err(|s| GatewayError::internal(format!("cannot rewrite the body: {s:?}")))?;
+        let _ = self.host.set_header(
+            Part::Request,
+            "content-length",
+            Some(&bytes.len().to_string()),
+        );
+        Ok(())
+    }
+
+    /// A vendor's answer about a tool call's arguments (`on_http_call_response`
+    /// while `McpGuarding`): when the last is in, the call goes on with its
+    /// arguments as the vendors left them, or is refused in JSON-RPC's shape.
+    pub(crate) fn on_mcp_guard_answer(&mut self, token: u32, body_size: usize) {
+        let Some(mut pending) = self.guarding.take() else {
+            return;
+        };
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let gw = &loaded.gw;
+        let Some(read) = crate::guardrails::answer_for(
+            &self.host,
+            &mut self.log,
+            &loaded,
+            &mut pending,
+            token,
+            body_size,
+        ) else {
+            self.guarding = Some(pending);
+            return;
+        };
+        if read.is_ok() && !pending.calls.is_empty() {
+            self.guarding = Some(pending);
+            return;
+        }
+        let step = read.and_then(|()| {
+            self.rewrite_tool_call(&pending)?;
+            let m = gw
+                .mcp
+                .as_ref()
+                .ok_or_else(|| GatewayError::internal("no MCP"))?;
+            let client = self.mcp_client(gw).ok_or_else(GatewayError::unknown_key)?;
+            let server = self
+                .mcp
+                .as_ref()
+                .and_then(|c| m.config.servers.get(c.server?))
+                .ok_or_else(|| GatewayError::internal("no server"))?;
+            self.admit_tool_call(gw, m, &client, server)?;
+            self.phase = Phase::McpProxied;
+            Ok(Action::Continue)
+        });
+        self.resume_with(step);
+    }
+
     /// The input checks over a tool's arguments: a deny refuses the call, a
     /// redaction rewrites the body the server gets.
     fn mcp_input_checks(
@@ -430,28 +568,28 @@ impl<H: Host> RequestContext<H> {
         client: &Client,
         body: &[u8],
         body_size: usize,
-    ) -> Result<(), GatewayError> {
+    ) -> Result<Option<Vec<u8>>, GatewayError> {
         let Some(g) = gw.guardrails.as_ref() else {
-            return Ok(());
+            return Ok(None);
         };
         let active = guard::active_for_tools(g, Stage::Input, &client.name);
         if active.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let (out, rewritten) = answer::check_arguments(g, &active, body);
         self.log.guardrails.extend(out.verdicts);
         if let Some(e) = out.denied {
             return Err(e);
         }
-        if let Some(rewritten) = rewritten {
-            let _ = self.host.set_body(Part::Request, body_size, &rewritten);
+        if let Some(rewritten) = &rewritten {
+            let _ = self.host.set_body(Part::Request, body_size, rewritten);
             let _ = self.host.set_header(
                 Part::Request,
                 "content-length",
                 Some(&rewritten.len().to_string()),
             );
         }
-        Ok(())
+        Ok(rewritten)
     }
 
     /// A tool call's limits at every level (calls per minute, calls in

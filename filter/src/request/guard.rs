@@ -9,6 +9,35 @@ pub struct GuardCalls {
     pub calls: Vec<GuardCall>,
     pub doc: Document,
     pub changed: bool,
+    /// What `doc` is.
+    pub target: Target,
+}
+
+/// What the guards' calls are about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A model call's prompt.
+    Prompt,
+    /// An MCP `tools/call` message (its arguments), whose body has
+    /// `body_size` bytes buffered.
+    ToolArguments { body_size: usize },
+}
+
+impl GuardCalls {
+    /// Replace every listed text where the guarded texts are; the number
+    /// replaced.
+    pub fn redact(&mut self, label: &str, targets: &[String]) -> u32 {
+        let hits = match self.target {
+            Target::Prompt => {
+                portcullis_core::guard::external::apply_redactions(&mut self.doc, label, targets)
+            }
+            Target::ToolArguments { .. } => {
+                portcullis_core::guard::vendor::redact_arguments(&mut self.doc, label, targets)
+            }
+        };
+        self.changed |= hits > 0;
+        hits
+    }
 }
 
 /// One call to an external guard or a vendor.

@@ -65,6 +65,8 @@ pub enum Phase {
     Responding,
     /// An MCP request (`mcp`): waiting for its whole body.
     McpBody,
+    /// An MCP tool call waiting for the vendor checks over its arguments.
+    McpGuarding,
     /// An MCP request on its way to its server, through Envoy's router.
     McpProxied,
     /// An MCP server's answer on its way to the client.
@@ -469,6 +471,7 @@ impl<H: Host> RequestContext<H> {
         match self.phase {
             Phase::FallbackPending => self.fallback_answer(token, body_size),
             Phase::Guarding => self.on_guard_answer(token, body_size),
+            Phase::McpGuarding => self.on_mcp_guard_answer(token, body_size),
             Phase::AwaitingToken(call) if call == token => self.on_token_answer(body_size),
             Phase::McpFanout => self.mcp_fanout_answer(token, body_size),
             Phase::SharedCache => self.on_embedding_answer(token, body_size),

@@ -909,6 +909,70 @@ fn message(m: &Value, out: &mut Vec<Text>) {
     }
 }
 
+/// A JSON-RPC message's object (`None`: not an object).
+pub fn read_message(body: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// A message's bytes again.
+pub fn write_message(msg: &serde_json::Map<String, Value>) -> Vec<u8> {
+    serde_json::to_vec(msg).unwrap_or_default()
+}
+
+/// An MCP `tools/call`'s arguments as a vendor reads them: each string in
+/// `params.arguments` (at any depth) one text, as the tool will read it.
+pub fn argument_texts(msg: &serde_json::Map<String, Value>) -> Vec<Text> {
+    let mut out = Vec::new();
+    if let Some(args) = msg.get("params").and_then(|p| p.get("arguments")) {
+        strings(args, &mut |s| push(&mut out, Role::User, s.to_string()));
+    }
+    out
+}
+
+fn strings(v: &Value, f: &mut dyn FnMut(&str)) {
+    match v {
+        Value::String(s) => f(s),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, f)),
+        Value::Object(o) => o.values().for_each(|x| strings(x, f)),
+        _ => {}
+    }
+}
+
+fn strings_mut(v: &mut Value, f: &mut dyn FnMut(&mut String)) {
+    match v {
+        Value::String(s) => f(s),
+        Value::Array(a) => a.iter_mut().for_each(|x| strings_mut(x, f)),
+        Value::Object(o) => o.values_mut().for_each(|x| strings_mut(x, f)),
+        _ => {}
+    }
+}
+
+/// Replace every listed text in a `tools/call`'s argument strings by
+/// `[REDACTED:<label>]`; the number replaced.
+pub fn redact_arguments(
+    msg: &mut serde_json::Map<String, Value>,
+    label: &str,
+    targets: &[String],
+) -> u32 {
+    let mut n = 0u32;
+    let marker = format!("[REDACTED:{label}]");
+    if let Some(args) = msg.get_mut("params").and_then(|p| p.get_mut("arguments")) {
+        strings_mut(args, &mut |s| {
+            for t in targets.iter().filter(|t| !t.is_empty()) {
+                let hits = s.matches(t.as_str()).count();
+                if hits > 0 {
+                    *s = s.replace(t.as_str(), &marker);
+                    n = n.saturating_add(u32::try_from(hits).unwrap_or(u32::MAX));
+                }
+            }
+        });
+    }
+    n
+}
+
 /// Verdicts kept per text in shared data, so a conversation's next turn
 /// sends the vendor only its new messages: a text the check found clean
 /// (or found only replacements in) is not sent again while its verdict is
