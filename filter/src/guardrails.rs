@@ -60,7 +60,25 @@ pub(crate) fn start_input(
             .iter()
             .any(|&i| matches!(g.output.get(i).map(|c| &c.kind), Some(Kind::Schema(_))));
         let json_wanted = schema && flight.chat.document().is_ok_and(guard::wants_json);
-        flight.output = Some(OutputGuard::new(out_active, json_wanted));
+        let (vendors, local): (Vec<usize>, Vec<usize>) = out_active.into_iter().partition(|&i| {
+            matches!(g.output.get(i).map(|c| &c.kind), Some(Kind::External(e)) if e.vendor.is_some())
+        });
+        if flight.chat.stream {
+            // A streamed answer is not read by vendors yet: said, never a
+            // silent pass (docs/vendor-guardrails.md).
+            for &i in &vendors {
+                let why =
+                    "a streamed answer is not checked by vendor checks (ask without `stream`)";
+                if let Some(err) = guard_failed(host, log, g, (Stage::Output, i), why) {
+                    return Err(err);
+                }
+            }
+        }
+        let mut out = OutputGuard::new(local, json_wanted);
+        if !flight.chat.stream {
+            out.vendors = vendors;
+        }
+        flight.output = Some(out);
     }
     if active.is_empty() {
         return Ok(Started::Go);
@@ -120,7 +138,7 @@ pub(crate) fn start_input(
                 log,
             );
             if let Err(why) = asked {
-                if let Some(err) = guard_failed(host, log, g, i, &why) {
+                if let Some(err) = guard_failed(host, log, g, (Stage::Input, i), &why) {
                     return Err(err);
                 }
             }
@@ -149,7 +167,7 @@ pub(crate) fn start_input(
             }),
             Err(s) => {
                 let why = format!("cannot call cluster `{}`: {s:?}", e.cluster);
-                if let Some(err) = guard_failed(host, log, g, i, &why) {
+                if let Some(err) = guard_failed(host, log, g, (Stage::Input, i), &why) {
                     return Err(err);
                 }
             }
@@ -222,7 +240,62 @@ pub(crate) fn start_tool_arguments(
             log,
         );
         if let Err(why) = asked {
-            if let Some(err) = guard_failed(host, log, g, i, &why) {
+            if let Some(err) = guard_failed(host, log, g, (Stage::Input, i), &why) {
+                return Err(err);
+            }
+        }
+    }
+    Ok(Some(pending))
+}
+
+/// The vendor checks over a whole answer (`body`, in the client's API's
+/// `shape`), all asked at once. `None`: the answer does not read as JSON
+/// (nothing to check); else the calls (none left when every verdict was
+/// kept).
+pub(crate) fn start_answer(
+    host: &impl Host,
+    g: &Guardrails,
+    creds: &[GuardCredential],
+    vendors: &[usize],
+    shape: Shape,
+    body: &[u8],
+    log: &mut LogFacts,
+) -> Result<Option<GuardCalls>, GatewayError> {
+    let Some(mut doc) = vendor::read_message(body) else {
+        return Ok(None);
+    };
+    let texts = vendor::answer_texts(shape, &mut doc);
+    let mut pending = GuardCalls {
+        calls: Vec::new(),
+        doc,
+        changed: false,
+        target: Target::Answer(shape),
+    };
+    if texts.is_empty() {
+        return Ok(Some(pending));
+    }
+    for &i in vendors {
+        let Some(check) = g.output.get(i) else {
+            continue;
+        };
+        let Kind::External(e) = &check.kind else {
+            continue;
+        };
+        let Some(v) = &e.vendor else {
+            continue;
+        };
+        let credential = creds.get(i).unwrap_or(&GuardCredential::None);
+        let asked = ask_vendor(
+            host,
+            g,
+            (i, check, e, v),
+            credential,
+            &texts,
+            &mut pending,
+            log,
+        );
+        if let Err(why) = asked {
+            if let Some(err) = guard_failed(host, log, g, (Stage::Output, i), &why) {
                 return Err(err);
             }
         }
@@ -243,6 +316,7 @@ fn ask_vendor(
     log: &mut LogFacts,
 ) -> Result<(), String> {
     let now = host.now_ms();
+    let stage = pending.target.stage();
     let mut to_send: Vec<vendor::Text> = Vec::new();
     let mut ids: Vec<[u8; 32]> = Vec::new();
     let mut kept = 0u32;
@@ -270,7 +344,7 @@ fn ask_vendor(
         log.note_verdicts(
             host,
             &[Verdict {
-                stage: Stage::Input,
+                stage,
                 check: check.name.clone(),
                 action: Act::Redact,
                 hits,
@@ -286,7 +360,7 @@ fn ask_vendor(
             }],
         );
     }
-    for batch in vendor::batches(v, Stage::Input, &to_send) {
+    for batch in vendor::batches(v, stage, &to_send) {
         let mut headers: Vec<(&str, String)> = vec![
             (":method", "POST".into()),
             (":path", e.path.clone()),
@@ -297,8 +371,8 @@ fn ask_vendor(
             GuardCredential::None => {}
             GuardCredential::Header(name, value) => headers.push((name, value.clone())),
             GuardCredential::Sign(s) => {
-                let vendor::Vendor::Bedrock { region, .. } = v else {
-                    return Err("only Bedrock signs".into());
+                let Some(scope) = v.signing_scope() else {
+                    return Err(format!("{} does not sign its calls", v.name()));
                 };
                 let (path, query) = e.path.split_once('?').unwrap_or((&e.path, ""));
                 let req = sigv4::Request {
@@ -307,10 +381,6 @@ fn ask_vendor(
                     query,
                     host: &e.authority,
                     body: &batch.body,
-                };
-                let scope = sigv4::Scope {
-                    region,
-                    service: vendor::BEDROCK_SERVICE,
                 };
                 let now_s = now / 1000;
                 let signed = match s.day_key.try_borrow_mut() {
@@ -353,10 +423,10 @@ fn guard_failed(
     host: &impl Host,
     log: &mut LogFacts,
     g: &Guardrails,
-    i: usize,
+    (stage, i): (Stage, usize),
     why: &str,
 ) -> Option<GatewayError> {
-    let check = g.input.get(i)?;
+    let check = g.checks(stage).get(i)?;
     let Kind::External(e) = &check.kind else {
         return None;
     };
@@ -372,7 +442,7 @@ fn guard_failed(
     log.note_verdicts(
         host,
         &[Verdict {
-            stage: Stage::Input,
+            stage,
             check: check.name.clone(),
             action: if e.deny_on_failure {
                 Act::Deny
@@ -397,8 +467,12 @@ fn guard_failed(
             "server_error",
             "guardrail_unavailable",
             format!(
-                "Guardrail `{}` could not check the request, and this gateway refuses what it cannot check. Retry shortly.",
-                check.name
+                "Guardrail `{}` could not check the {}, and this gateway refuses what it cannot check. Retry shortly.",
+                check.name,
+                match stage {
+                    Stage::Input => "request",
+                    Stage::Output => "answer",
+                }
             ),
         )
         .with_retry_after(1)
@@ -418,7 +492,8 @@ fn read_answer(
     secret: Option<&str>,
 ) -> Result<(), GatewayError> {
     let (i, sent) = (call.check, call.sent);
-    let Some(check) = g.input.get(i) else {
+    let stage = pending.target.stage();
+    let Some(check) = g.checks(stage).get(i) else {
         return Ok(());
     };
     let Kind::External(e) = &check.kind else {
@@ -455,7 +530,7 @@ fn read_answer(
                 finding,
                 now.saturating_sub(sent),
             ),
-            Err(why) => match guard_failed(host, log, g, i, &late(why)) {
+            Err(why) => match guard_failed(host, log, g, (stage, i), &late(why)) {
                 Some(err) => Err(err),
                 None => Ok(()),
             },
@@ -464,7 +539,7 @@ fn read_answer(
     let answer = match external::answer(status, &body) {
         Ok(a) => a,
         Err(why) => {
-            return match guard_failed(host, log, g, i, &late(why)) {
+            return match guard_failed(host, log, g, (stage, i), &late(why)) {
                 Some(err) => Err(err),
                 None => Ok(()),
             };
@@ -528,9 +603,8 @@ pub(crate) fn answer_for(
         return Some(Ok(()));
     };
     let secret = loaded
-        .guard_credentials
-        .get(call.check)
-        .and_then(|c| c.secret());
+        .guard_credential(pending.target.stage(), call.check)
+        .secret();
     Some(read_answer(host, log, g, pending, call, body_size, secret))
 }
 
@@ -572,7 +646,7 @@ fn read_finding(
     };
     let what = finding.categories.join(", ");
     let mut verdict = Verdict {
-        stage: Stage::Input,
+        stage: pending.target.stage(),
         check: check.name.clone(),
         action: check.act,
         hits: u32::try_from(finding.categories.len()).unwrap_or(u32::MAX),

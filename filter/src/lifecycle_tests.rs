@@ -83,6 +83,7 @@ impl Gateway {
                 signing: Vec::new(),
                 mcp_credentials: Vec::new(),
                 guard_credentials: Vec::new(),
+                guard_output_credentials: Vec::new(),
                 seal: Ok(portcullis_core::credentials::seal::Seal::with_secret(
                     "the lifecycle tests' seal secret",
                 )),

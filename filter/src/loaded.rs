@@ -34,6 +34,8 @@ pub struct Loaded {
     /// Each input guardrail's vendor credential (`guard::vendor`), read
     /// from the VM environment at configure time, by check index.
     pub guard_credentials: Vec<GuardCredential>,
+    /// The same for the output guardrails.
+    pub guard_output_credentials: Vec<GuardCredential>,
     /// The gateway's seal over what callers hand back (MCP sessions, file
     /// and batch ids), from the VM environment's `PORTCULLIS_SEAL_SECRET`
     /// (and `_PREVIOUS` while rotating); without it those calls are
@@ -100,14 +102,34 @@ impl GuardCredential {
     }
 }
 
-/// Each input check's vendor credential from the VM environment (a missing
-/// variable: a warning, and the vendor's refusal is the check's failure).
-fn guard_credentials(gw: &Gateway, host: &impl Host) -> Vec<GuardCredential> {
+impl Loaded {
+    /// A guardrail's vendor credential, by stage and index.
+    pub fn guard_credential(
+        &self,
+        stage: portcullis_core::guard::Stage,
+        i: usize,
+    ) -> &GuardCredential {
+        let list = match stage {
+            portcullis_core::guard::Stage::Input => &self.guard_credentials,
+            portcullis_core::guard::Stage::Output => &self.guard_output_credentials,
+        };
+        list.get(i).unwrap_or(&GuardCredential::None)
+    }
+}
+
+/// Each check's vendor credential from the VM environment, for one stage
+/// (a missing variable: a warning, and the vendor's refusal is the check's
+/// failure).
+fn guard_credentials(
+    gw: &Gateway,
+    host: &impl Host,
+    stage: portcullis_core::guard::Stage,
+) -> Vec<GuardCredential> {
     use portcullis_core::guard::{vendor, Kind};
     let Some(g) = gw.guardrails.as_ref() else {
         return Vec::new();
     };
-    g.input
+    g.checks(stage)
         .iter()
         .map(|c| {
             let Kind::External(e) = &c.kind else {
@@ -231,7 +253,9 @@ impl Loaded {
             .filter(|t| !t.trim().is_empty())
             .map(|t| format!("Bearer {}", t.trim()).into_bytes());
         let mcp_credentials = mcp_credentials(&gw, host);
-        let guard_credentials = guard_credentials(&gw, host);
+        let guard_output_credentials =
+            guard_credentials(&gw, host, portcullis_core::guard::Stage::Output);
+        let guard_credentials = guard_credentials(&gw, host, portcullis_core::guard::Stage::Input);
         let seal =
             portcullis_core::credentials::seal::Seal::from_env(|name| std::env::var(name).ok());
         if let Err(missing) = &seal {
@@ -246,6 +270,7 @@ impl Loaded {
         Self {
             mcp_credentials,
             guard_credentials,
+            guard_output_credentials,
             seal,
             gw,
             credentials,

@@ -619,6 +619,11 @@ const PARTS: &[(&str, &[&str], &[&str])] = &[
         &["llm/guard.rs", "request/mod.rs"],
     ),
     (
+        "a whole answer held for the vendor checks",
+        &["self.held_answer"],
+        &["llm/answer.rs", "request/mod.rs"],
+    ),
+    (
         "the fleet cache's lookup",
         &["self.shared_lookup"],
         &["llm/cache.rs", "request/mod.rs"],

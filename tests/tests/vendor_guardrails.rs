@@ -71,6 +71,7 @@ fn key_of(client: &str) -> String {
 fn plugin(failure_mode: &str) -> String {
     let mut clients = String::new();
     let mut checks = String::new();
+    let mut outputs = String::new();
     let add = |clients: &mut String,
                checks: &mut String,
                client: &str,
@@ -169,6 +170,35 @@ fn plugin(failure_mode: &str) -> String {
         "guard_vendors",
         &format!(", failure_mode: {failure_mode}"),
     );
+    // Output checks on whole answers.
+    for (client, action, kind, settings) in [
+        (
+            "v-out-redact",
+            "redact",
+            "lakera_guard",
+            "api_key_env: GUARD_VENDOR_KEY",
+        ),
+        (
+            "v-out-deny",
+            "deny",
+            "bedrock_guardrails",
+            "guardrail_id: gr-out, guardrail_version: '2', region: us-east-1",
+        ),
+        (
+            "v-out-armor",
+            "redact",
+            "model_armor",
+            "api_key_env: GUARD_VENDOR_KEY, project: p1, location: us-central1, template: t1",
+        ),
+    ] {
+        clients.push_str(&format!(
+            "  - name: {client}\n    key_sha256: {}\n",
+            key_hash(&key_of(client))
+        ));
+        outputs.push_str(&format!(
+            "    - {{name: {client}, action: {action}, clients: [{client}], vendor: {{kind: {kind}, cluster: guard_vendors, failure_mode: {failure_mode}, {settings}}}}}\n"
+        ));
+    }
     // A team rolling a vendor out: its keys only monitor what the check
     // denies for everyone else.
     for (client, team) in [("v-pilot", "\n    team: pilots"), ("v-other", "")] {
@@ -179,7 +209,7 @@ fn plugin(failure_mode: &str) -> String {
     }
     checks.push_str("    - {name: rollout, action: deny, clients: [v-pilot, v-other], vendor: {kind: lakera_guard, cluster: guard_vendors, api_key_env: GUARD_VENDOR_KEY}}\n");
     let base = test_plugin().replacen("clients:\n", &format!("clients:\n{clients}"), 1);
-    format!("{base}\nteams:\n  - {{name: pilots, guardrails: {{rollout: log}}}}\nguardrails:\n  input:\n{checks}mcp:\n  servers:\n    - {{name: tools, cluster: mcp_tools}}\n")
+    format!("{base}\nteams:\n  - {{name: pilots, guardrails: {{rollout: log}}}}\nguardrails:\n  input:\n{checks}  output:\n{outputs}mcp:\n  servers:\n    - {{name: tools, cluster: mcp_tools}}\n")
 }
 
 /// The vendors' fakes: the mock with the key and the AWS credentials the
@@ -205,6 +235,9 @@ struct Vendors {
     vendors: Mock,
     /// The MCP server `tools` (the official SDK's, `tests/sdk/mcp_server.py`).
     _tools: Proc,
+    /// The request log.
+    log: Collector,
+    _log_dir: TempDir,
 }
 
 fn start() -> Vendors {
@@ -216,12 +249,14 @@ fn start() -> Vendors {
         vendors.port
     );
     let plugin = plugin("allow");
+    let log_dir = TempDir::new("vendor-records");
+    let log = Collector::start(&log_dir.0.join("log.db"), 0);
     let tools_port = dead_port();
     let tools = mcp_server("tools", tools_port, false);
     let tools_at = format!("port_value: {tools_port}");
     let envoy = Envoy::start(EnvoyOpts {
         plugin_yaml: &plugin,
-        collector_port: dead_port(),
+        collector_port: log.grpc_port,
         ratelimit_port: dead_port(),
         primary_port: primary.port,
         backup_port: backup.port,
@@ -256,6 +291,8 @@ fn start() -> Vendors {
         },
         vendors,
         _tools: tools,
+        log,
+        _log_dir: log_dir,
     }
 }
 
@@ -471,6 +508,140 @@ fn a_tool_calls_arguments_are_denied_redacted_and_kept_through_the_mcp_sdk() {
 }
 
 #[test]
+fn whole_answers_are_denied_and_redacted_by_vendors_in_every_api() {
+    let v = start();
+    let answers = |texts: &[&str]| {
+        v.s.primary.script(json!(texts
+            .iter()
+            .map(|t| json!({"content": t}))
+            .collect::<Vec<_>>()));
+    };
+    answers(&[
+        "reach me at alice@example.com",
+        "reach me at bob@example.com",
+        "reach me at carol@example.com",
+    ]);
+    let r = chat_as(&v, "v-out-redact", "hi");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "reach me at [REDACTED:v-out-redact]"
+    );
+    assert!(
+        r.header("content-type")
+            .unwrap_or_default()
+            .contains("application/json"),
+        "the answer's headers are kept"
+    );
+    let r = responses_as(&v, "v-out-redact", "hi");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains("reach me at [REDACTED:v-out-redact]") && !r.body.contains("bob@"),
+        "{}",
+        r.body
+    );
+    let r = messages_as(&v, "v-out-redact", "hi");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["content"][0]["text"],
+        "reach me at [REDACTED:v-out-redact]",
+        "{}",
+        r.body
+    );
+    let lakera = vendor_calls(&v.vendors, "/v2/guard");
+    assert_eq!(
+        lakera.last().unwrap()["body"]["messages"][0]["role"],
+        "assistant",
+        "an answer is the assistant's"
+    );
+
+    answers(&["this is vendor:block material", "this is vendor:block too"]);
+    let r = chat_as(&v, "v-out-deny", "hi");
+    assert_openai_error(&r, 400, "guardrail_denied");
+    assert!(!r.body.contains("vendor:block"), "{}", r.body);
+    let r = messages_as(&v, "v-out-deny", "hi");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["type"], "error", "{}", r.body);
+    let bedrock = vendor_calls(&v.vendors, "/guardrail/gr-out/version/2/apply");
+    assert_eq!(bedrock.last().unwrap()["body"]["source"], "OUTPUT");
+
+    answers(&["write dave@example.org soon"]);
+    let r = chat_as(&v, "v-out-armor", "hi");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "write [REDACTED:v-out-armor] soon"
+    );
+    assert!(!vendor_calls(
+        &v.vendors,
+        "/v1/projects/p1/locations/us-central1/templates/t1:sanitizeModelResponse"
+    )
+    .is_empty());
+
+    // Each verdict in the record: the vendor, what it flagged, its latency.
+    let records = poll_until(std::time::Duration::from_secs(30), "the records", || {
+        let r = v.log.recent(50);
+        r.iter().any(|r| r["client"] == "v-out-deny").then_some(r)
+    });
+    let denied = records
+        .iter()
+        .find(|r| r["client"] == "v-out-deny")
+        .unwrap();
+    let verdict = &denied["guardrails"][0];
+    assert_eq!(denied["error"], "guardrail_denied", "{denied}");
+    assert_eq!(verdict["stage"], "output", "{verdict}");
+    assert_eq!(verdict["action"], "deny", "{verdict}");
+    assert_eq!(
+        verdict["vendor"]["vendor"], "bedrock_guardrails",
+        "{verdict}"
+    );
+    assert_eq!(
+        verdict["vendor"]["categories"],
+        json!(["content:VIOLENCE"]),
+        "{verdict}"
+    );
+    assert!(verdict["vendor"]["latency_ms"].is_u64(), "{verdict}");
+    assert_eq!(verdict["vendor"]["sent"], 1, "{verdict}");
+    let redacted = records
+        .iter()
+        .find(|r| r["client"] == "v-out-redact")
+        .unwrap();
+    assert_eq!(
+        redacted["guardrails"][0]["vendor"]["categories"],
+        json!(["pii/email"]),
+        "{redacted}"
+    );
+    assert!(
+        !records.iter().any(|r| r.to_string().contains("alice@")),
+        "no matched text in the record"
+    );
+
+    // A clean answer is kept: the same answer again asks no vendor.
+    answers(&["all clear", "all clear"]);
+    let before = vendor_calls(&v.vendors, "/v2/guard").len();
+    for _ in 0..2 {
+        let r = chat_as(&v, "v-out-redact", "hi");
+        assert_eq!(r.json()["choices"][0]["message"]["content"], "all clear");
+    }
+    assert_eq!(vendor_calls(&v.vendors, "/v2/guard").len(), before + 1);
+
+    // A streamed answer is not read by vendors: with failure mode allow it
+    // passes, counted and recorded, never silently.
+    let errors =
+        v.s.envoy
+            .stat("wasmcustom.portcullis.guardrail.guard_errors")
+            .unwrap_or(0);
+    let r = v.s.chat(
+        &key_of("v-out-deny"),
+        &json!({"model": "mini", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+            .to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    v.s.envoy
+        .wait_stat_at_least("wasmcustom.portcullis.guardrail.guard_errors", errors + 1);
+}
+
+#[test]
 fn a_team_monitors_what_the_check_denies_for_the_others() {
     let v = start();
     let r = chat_as(&v, "v-other", "vendor:attack now");
@@ -588,6 +759,15 @@ fn a_vendor_that_is_late_fails_or_answers_garbage_follows_the_failure_mode() {
     assert!(!r.body.contains("sk-not-the-vendors-key"), "{}", r.body);
     let r = chat_as(&v, "v-fault", "all fine");
     assert_eq!(r.status, 200, "{}", r.body);
+    // An output vendor check with failure mode deny refuses a stream it
+    // cannot read, before any provider is asked.
+    let r = v.s.chat(
+        &key_of("v-out-deny"),
+        &json!({"model": "mini", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+            .to_string(),
+    );
+    assert_openai_error(&r, 503, "guardrail_unavailable");
+    assert!(r.body.contains("answer"), "{}", r.body);
 }
 
 /// (name, path, headers, body, status, what the refusal says).

@@ -22,6 +22,14 @@ use portcullis_core::translate::{self, EventUsage};
 use portcullis_core::wire::headers;
 use portcullis_core::wire::sse;
 
+/// Whether a whole answer waits for vendor checks.
+enum Vendors {
+    Wait,
+    /// None to wait for: the answer as kept replacements left it (`None`:
+    /// unchanged).
+    Done(Option<Vec<u8>>),
+}
+
 /// Whether a response's headers say its body is content-encoded.
 fn is_encoded(headers: &Headers) -> bool {
     headers
@@ -513,6 +521,32 @@ impl<H: Host> RequestContext<H> {
             body.clone_from(new);
             changed = true;
         }
+        if checked.is_ok() && self.log.status == 200 {
+            match self.start_answer_vendors(&body) {
+                Ok(Vendors::Wait) => return Action::Pause,
+                Ok(Vendors::Done(Some(new))) => {
+                    body = new;
+                    changed = true;
+                }
+                Ok(Vendors::Done(None)) => {}
+                Err(e) => {
+                    self.answer_end();
+                    return self.fail(&e);
+                }
+            }
+        }
+        self.finish_held(body, body_size, changed, checked)
+    }
+
+    /// A held answer's last steps once every check read it: scrubbed of the
+    /// provider's key, read for the cache and the record, set as the body.
+    fn finish_held(
+        &mut self,
+        mut body: Vec<u8>,
+        body_size: usize,
+        mut changed: bool,
+        checked: Result<Option<Vec<u8>>, GatewayError>,
+    ) -> Action {
         if let Some(clean) = self.scrubbed_body(&body) {
             body = clean;
             changed = true;
@@ -529,6 +563,127 @@ impl<H: Host> RequestContext<H> {
             Err(e) => self.fail(&e),
             Ok(_) => Action::Continue,
         }
+    }
+
+    /// The vendor checks over a whole answer (`body`, as the client would
+    /// get it): asked at once while the answer is held (`Wait`), or done
+    /// at once (every verdict kept, or none apply): the answer as their
+    /// kept replacements left it.
+    fn start_answer_vendors(&mut self, body: &[u8]) -> Result<Vendors, GatewayError> {
+        let Some(loaded) = self.loaded.clone() else {
+            return Ok(Vendors::Done(None));
+        };
+        let (Some(g), Some(shape)) = (
+            loaded.gw.guardrails.as_ref(),
+            self.request.api.answer_shape(),
+        ) else {
+            return Ok(Vendors::Done(None));
+        };
+        let vendors = match self.flight.as_ref().and_then(|f| f.output.as_ref()) {
+            Some(o) if !o.vendors.is_empty() => o.vendors.clone(),
+            _ => return Ok(Vendors::Done(None)),
+        };
+        let started = crate::guardrails::start_answer(
+            &self.host,
+            g,
+            &loaded.guard_output_credentials,
+            &vendors,
+            shape,
+            body,
+            &mut self.log,
+        )?;
+        let Some(calls) = started else {
+            return Ok(Vendors::Done(None));
+        };
+        if calls.calls.is_empty() {
+            return Ok(Vendors::Done(self.vendors_body(&calls)));
+        }
+        // The answer's headers as they were to go out (pseudo-headers and
+        // framing left to Envoy's local reply).
+        let headers = self
+            .host
+            .headers(Part::Response)
+            .unwrap_or_default()
+            .iter()
+            .filter(|(k, _)| {
+                !(k.starts_with(':')
+                    || matches!(
+                        *k,
+                        "content-length" | "transfer-encoding" | "connection" | "keep-alive"
+                    ))
+            })
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect();
+        self.held_answer = Some(crate::request::guard::HeldAnswer {
+            calls,
+            status: self.log.status,
+            headers,
+            body: body.to_vec(),
+        });
+        self.phase = Phase::GuardingAnswer;
+        Ok(Vendors::Wait)
+    }
+
+    /// The answer as the vendors' replacements left it (`None`: unchanged);
+    /// a changed answer is not stored in the cache.
+    fn vendors_body(&mut self, calls: &crate::request::guard::GuardCalls) -> Option<Vec<u8>> {
+        if !calls.changed {
+            return None;
+        }
+        if let Some(o) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
+            o.touched = true;
+        }
+        Some(portcullis_core::guard::vendor::write_message(&calls.doc))
+    }
+
+    /// A vendor's answer about a held whole answer (`on_http_call_response`
+    /// while `GuardingAnswer`): once the last is in, the answer goes to the
+    /// client as the vendors left it, or the check's refusal does.
+    pub(crate) fn on_answer_guard(&mut self, token: u32, body_size: usize) {
+        let Some(mut held) = self.held_answer.take() else {
+            return;
+        };
+        let Some(loaded) = self.loaded.clone() else {
+            return;
+        };
+        let Some(read) = crate::guardrails::answer_for(
+            &self.host,
+            &mut self.log,
+            &loaded,
+            &mut held.calls,
+            token,
+            body_size,
+        ) else {
+            self.held_answer = Some(held);
+            return;
+        };
+        if read.is_ok() && !held.calls.calls.is_empty() {
+            self.held_answer = Some(held);
+            return;
+        }
+        if let Err(e) = read {
+            if let Some(o) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
+                o.touched = true;
+            }
+            self.log.error = "guardrail_denied";
+            self.answer_end();
+            self.fail(&e);
+            return;
+        }
+        let mut body = self.vendors_body(&held.calls).unwrap_or(held.body);
+        if let Some(clean) = self.scrubbed_body(&body) {
+            body = clean;
+        }
+        if let Some(out) = self.answer_chunk(&body, true) {
+            body = out;
+        }
+        self.answer_end();
+        let headers: Vec<(&str, &[u8])> = held
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        self.send(held.status, &headers, &body);
     }
 
     /// A fallback's answer, whole: the same steps, then sent to the client

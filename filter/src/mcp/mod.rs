@@ -1,7 +1,7 @@
 //! The MCP gateway: one server at `{mcp.path}/{server}` (this file) and
 //! every server behind one endpoint at `{mcp.path}` (`aggregate`).
 //!
-//! May use: `host`, `loaded`, `limits`, `request`.
+//! May use: `host`, `loaded`, `limits`, `request`, `guardrails`.
 //!
 //! The MCP gateway on the request path (#47): `{mcp.path}/{server}` on the
 //! gateway's listener, one MCP server through Envoy's router. At the
@@ -488,7 +488,9 @@ impl<H: Host> RequestContext<H> {
             self.rewrite_tool_call(&pending)?;
             return Ok(false);
         }
-        self.guarding = Some(pending);
+        if let Some(call) = self.mcp.as_mut() {
+            call.guarding = Some(pending);
+        }
         Ok(true)
     }
 
@@ -519,7 +521,7 @@ impl<H: Host> RequestContext<H> {
     /// while `McpGuarding`): when the last is in, the call goes on with its
     /// arguments as the vendors left them, or is refused in JSON-RPC's shape.
     pub(crate) fn on_mcp_guard_answer(&mut self, token: u32, body_size: usize) {
-        let Some(mut pending) = self.guarding.take() else {
+        let Some(mut pending) = self.mcp.as_mut().and_then(|c| c.guarding.take()) else {
             return;
         };
         let Some(loaded) = self.loaded.clone() else {
@@ -534,11 +536,15 @@ impl<H: Host> RequestContext<H> {
             token,
             body_size,
         ) else {
-            self.guarding = Some(pending);
+            if let Some(c) = self.mcp.as_mut() {
+                c.guarding = Some(pending);
+            }
             return;
         };
         if read.is_ok() && !pending.calls.is_empty() {
-            self.guarding = Some(pending);
+            if let Some(c) = self.mcp.as_mut() {
+                c.guarding = Some(pending);
+            }
             return;
         }
         let step = read.and_then(|()| {

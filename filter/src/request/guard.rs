@@ -21,6 +21,17 @@ pub enum Target {
     /// An MCP `tools/call` message (its arguments), whose body has
     /// `body_size` bytes buffered.
     ToolArguments { body_size: usize },
+    /// A whole answer in the client's API's shape (output checks).
+    Answer(portcullis_core::guard::texts::Shape),
+}
+
+impl Target {
+    pub fn stage(self) -> portcullis_core::guard::Stage {
+        match self {
+            Target::Answer(_) => portcullis_core::guard::Stage::Output,
+            _ => portcullis_core::guard::Stage::Input,
+        }
+    }
 }
 
 impl GuardCalls {
@@ -33,6 +44,9 @@ impl GuardCalls {
             }
             Target::ToolArguments { .. } => {
                 portcullis_core::guard::vendor::redact_arguments(&mut self.doc, label, targets)
+            }
+            Target::Answer(shape) => {
+                portcullis_core::guard::vendor::redact_answer(shape, &mut self.doc, label, targets)
             }
         };
         self.changed |= hits > 0;
@@ -72,6 +86,20 @@ pub struct OutputGuard {
     pub touched: bool,
     /// The stream's verdicts went to the record.
     pub noted: bool,
+    /// Indexes of the vendor checks that apply (a whole answer waits for
+    /// them).
+    pub vendors: Vec<usize>,
+}
+
+/// A whole answer held while vendor checks read it: the calls, and what is
+/// sent to the client once they answered.
+pub struct HeldAnswer {
+    pub calls: GuardCalls,
+    pub status: u16,
+    /// The answer's headers as they were to go to the client (a pair per
+    /// header, the gateway's own included).
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
 }
 
 impl OutputGuard {
@@ -82,6 +110,7 @@ impl OutputGuard {
             stream: None,
             touched: false,
             noted: false,
+            vendors: Vec::new(),
         }
     }
 }

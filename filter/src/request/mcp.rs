@@ -20,6 +20,9 @@ pub struct McpCall {
     pub method: String,
     /// A `tools/call`'s qualified tool name.
     pub tool: String,
+    /// The vendor checks' calls over a `tools/call`'s arguments, while the
+    /// call waits for them.
+    pub guarding: Option<crate::request::guard::GuardCalls>,
     /// The answer is a `tools/list` to filter.
     pub list: bool,
     /// The output checks over a tool's result.

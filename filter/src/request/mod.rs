@@ -67,6 +67,8 @@ pub enum Phase {
     McpBody,
     /// An MCP tool call waiting for the vendor checks over its arguments.
     McpGuarding,
+    /// A whole answer held while vendor checks read it.
+    GuardingAnswer,
     /// An MCP request on its way to its server, through Envoy's router.
     McpProxied,
     /// An MCP server's answer on its way to the client.
@@ -210,6 +212,8 @@ pub struct RequestContext<H: Host> {
     pub limits: RequestLimits,
     /// Calls to external guards in flight.
     pub guarding: Option<crate::request::guard::GuardCalls>,
+    /// A whole answer held for the vendor checks over it.
+    pub held_answer: Option<crate::request::guard::HeldAnswer>,
     /// The fleet cache tier's lookup in flight (its call's token, and
     /// which call it is).
     pub shared_lookup: Option<(u32, Lookup)>,
@@ -239,6 +243,7 @@ impl<H: Host> RequestContext<H> {
             flight: None,
             limits: RequestLimits::default(),
             guarding: None,
+            held_answer: None,
             shared_lookup: None,
             paused: None,
             mcp: None,
@@ -472,6 +477,7 @@ impl<H: Host> RequestContext<H> {
             Phase::FallbackPending => self.fallback_answer(token, body_size),
             Phase::Guarding => self.on_guard_answer(token, body_size),
             Phase::McpGuarding => self.on_mcp_guard_answer(token, body_size),
+            Phase::GuardingAnswer => self.on_answer_guard(token, body_size),
             Phase::AwaitingToken(call) if call == token => self.on_token_answer(body_size),
             Phase::McpFanout => self.mcp_fanout_answer(token, body_size),
             Phase::SharedCache => self.on_embedding_answer(token, body_size),

@@ -346,10 +346,7 @@ fn kind(
         )));
     }
     if let Some(v) = &c.vendor {
-        if stage == Stage::Output {
-            problems.push(format!("{at}: vendor checks run on input only"));
-        }
-        return vendor_check(&format!("{at}.vendor"), v, problems).map(Kind::External);
+        return vendor_check(&format!("{at}.vendor"), stage, v, problems).map(Kind::External);
     }
     let e = c.external.as_ref()?;
     if stage == Stage::Output {
@@ -367,7 +364,12 @@ fn fingerprint(name: &str, act: Act, e: &External) -> u64 {
 }
 
 /// What a vendor check names, checked: every problem listed.
-fn vendor_check(at: &str, v: &RawVendor, problems: &mut Vec<String>) -> Option<External> {
+fn vendor_check(
+    at: &str,
+    stage: Stage,
+    v: &RawVendor,
+    problems: &mut Vec<String>,
+) -> Option<External> {
     let start = problems.len();
     let need = |key: &str, val: &Option<String>, problems: &mut Vec<String>| -> String {
         match val.as_deref().map(str::trim) {
@@ -552,7 +554,7 @@ fn vendor_check(at: &str, v: &RawVendor, problems: &mut Vec<String>) -> Option<E
     };
     Some(External {
         cluster: v.cluster.clone(),
-        path: vendor.path(Stage::Input),
+        path: vendor.path(stage),
         authority: v
             .authority
             .clone()

@@ -10,7 +10,7 @@
 //! [`stream`], the built-in PII scanners in [`pii`], the JSON Schema subset
 //! in [`schema`], the external guard's JSON contract in [`external`].
 //!
-//! May use: `error`, `wire`.
+//! May use: `error`, `wire`, `credentials`.
 
 pub mod external;
 pub mod pii;

@@ -221,7 +221,8 @@ guardrails:
     - {{name: f, vendor: {{kind: presidio, cluster: g}}, regex: x}}
     - {{name: h, action: redact, vendor: {{kind: openai_moderation, cluster: g, api_key_env: K}}}}
   output:
-    - {{name: g, vendor: {{kind: presidio, cluster: g}}}}
+    - {{name: g, vendor: {{kind: presidio, cluster: g, language: en}}, action: redact}}
+    - {{name: g2, vendor: {{kind: model_armor, cluster: g}}}}
 "#
     );
     let err = compile(yaml.as_bytes()).unwrap_err();
@@ -240,10 +241,10 @@ guardrails:
         "input[2] (c).vendor.timeout_ms must be at least 1",
         "`maybe` is not allow or deny",
         "`acme` is not a vendor",
+        "output[1] (g2).vendor.project is required for `model_armor`",
         "thresholds.violence: a score is between 0 and 1",
         "colour",
         "exactly one of regex, pii, min_words/max_words/max_tokens, allow_models/deny_models, json_schema, external, vendor",
-        "output[0] (g): vendor checks run on input only",
     ] {
         assert!(err.contains(want), "missing {want:?} in:\n{err}");
     }
@@ -284,6 +285,17 @@ guardrails:
     assert_eq!(b.authority, "bedrock-runtime.us-west-2.amazonaws.com");
     assert_eq!(b.path, "/guardrail/g1/version/2/apply");
     assert_eq!(b.credential_env.as_deref(), Some("GUARD_"));
+    let out = gateway(
+        r#"  output:
+    - {name: armor, vendor: {kind: model_armor, cluster: m, api_key_env: T, project: p, location: l, template: t}}"#,
+    );
+    let Kind::External(o) = &out.guardrails.unwrap().output[0].kind else {
+        panic!()
+    };
+    assert_eq!(
+        o.path,
+        "/v1/projects/p/locations/l/templates/t:sanitizeModelResponse"
+    );
     assert_ne!(e.fingerprint, p.fingerprint);
 }
 

@@ -109,6 +109,17 @@ impl Vendor {
         }
     }
 
+    /// The SigV4 scope a signing vendor's calls are signed in.
+    pub fn signing_scope(&self) -> Option<crate::credentials::sigv4::Scope<'_>> {
+        match self {
+            Vendor::Bedrock { region, .. } => Some(crate::credentials::sigv4::Scope {
+                region,
+                service: BEDROCK_SERVICE,
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether the vendor can say which text to replace (a `redact` check
     /// needs it).
     pub fn redacts(&self) -> bool {
@@ -907,6 +918,60 @@ fn message(m: &Value, out: &mut Vec<Text>) {
             str_of(call.get("function").and_then(|f| f.get("arguments"))),
         );
     }
+}
+
+/// A whole answer's texts as a vendor reads them (the model's words, each
+/// run of them one text, and each tool call's arguments), in the client's
+/// API's shape.
+pub fn answer_texts(
+    shape: super::texts::Shape,
+    doc: &mut serde_json::Map<String, Value>,
+) -> Vec<Text> {
+    let mut v = Value::Object(std::mem::take(doc));
+    let mut out = Vec::new();
+    {
+        let (slots, _) = super::texts::answer_slots(shape, &mut v);
+        for t in super::texts::texts(&slots) {
+            push(&mut out, Role::Assistant, t.into_owned());
+        }
+    }
+    if let Value::Object(m) = v {
+        *doc = m;
+    }
+    out
+}
+
+/// Replace every listed text in a whole answer's texts by
+/// `[REDACTED:<label>]`; the number replaced.
+pub fn redact_answer(
+    shape: super::texts::Shape,
+    doc: &mut serde_json::Map<String, Value>,
+    label: &str,
+    targets: &[String],
+) -> u32 {
+    let mut v = Value::Object(std::mem::take(doc));
+    let n = {
+        let (mut slots, _) = super::texts::answer_slots(shape, &mut v);
+        super::texts::rewrite(
+            &mut slots,
+            &mut |t: &str, spans: &mut Vec<super::Span<'_>>| {
+                for target in targets.iter().filter(|t| !t.is_empty()) {
+                    spans.extend(
+                        t.match_indices(target.as_str())
+                            .map(|(start, m)| super::Span {
+                                start,
+                                end: start.saturating_add(m.len()),
+                                label,
+                            }),
+                    );
+                }
+            },
+        )
+    };
+    if let Value::Object(m) = v {
+        *doc = m;
+    }
+    n
 }
 
 /// A JSON-RPC message's object (`None`: not an object).

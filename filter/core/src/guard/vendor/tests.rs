@@ -426,3 +426,62 @@ fn replacements_are_kept_per_message_only_when_each_lies_in_one() {
     assert!(kept::encode(&id, 5, &["two\nlines".to_string()]).is_none());
     assert!(kept::key(&id).starts_with("portcullis.gv."));
 }
+
+#[test]
+fn an_answers_texts_are_read_and_redacted_in_its_apis_shape() {
+    use crate::guard::texts::Shape;
+    let mut chat = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "mail a@b.co",
+        "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"to\":\"a@b.co\"}"}}]}}]})
+    .as_object()
+    .unwrap()
+    .clone();
+    let texts = answer_texts(Shape::Chat, &mut chat);
+    assert!(texts.iter().all(|t| t.role == Role::Assistant));
+    assert!(texts.iter().any(|t| t.text == "mail a@b.co"), "{texts:?}");
+    assert_eq!(
+        redact_answer(Shape::Chat, &mut chat, "x", &["a@b.co".to_string()]),
+        2
+    );
+    assert_eq!(
+        chat["choices"][0]["message"]["content"],
+        "mail [REDACTED:x]"
+    );
+    let args: Value = serde_json::from_str(
+        chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(args["to"], "[REDACTED:x]", "the arguments stay JSON");
+    let mut msg = json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi a@b.co"}]})
+        .as_object()
+        .unwrap()
+        .clone();
+    assert_eq!(answer_texts(Shape::Messages, &mut msg)[0].text, "hi a@b.co");
+    assert_eq!(
+        redact_answer(Shape::Messages, &mut msg, "x", &["a@b.co".to_string()]),
+        1
+    );
+    assert_eq!(msg["content"][0]["text"], "hi [REDACTED:x]");
+}
+
+#[test]
+fn a_tool_calls_argument_strings_are_texts_and_are_redacted_in_place() {
+    let mut call =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "send",
+        "arguments": {"to": "a@b.co", "n": 3, "cc": ["a@b.co", "c@d.io"], "deep": {"note": ""}}}})
+        .as_object()
+        .unwrap()
+        .clone();
+    let texts: Vec<String> = argument_texts(&call).into_iter().map(|t| t.text).collect();
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    assert_eq!(redact_arguments(&mut call, "x", &["a@b.co".to_string()]), 2);
+    assert_eq!(call["params"]["arguments"]["to"], "[REDACTED:x]");
+    assert_eq!(
+        call["params"]["arguments"]["cc"],
+        json!(["[REDACTED:x]", "c@d.io"])
+    );
+    assert_eq!(call["params"]["arguments"]["n"], 3);
+    assert_eq!(read_message(&write_message(&call)), Some(call));
+    assert_eq!(read_message(b"[1]"), None);
+}
