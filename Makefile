@@ -167,6 +167,10 @@ WEBSOCKETS_VERSION := 16.1.1
 # 2.x's MCPServer and streamable_http_client). Pinned after the Agents SDK,
 # which would otherwise pick its own.
 MCP_SDK_VERSION := 2.3.0
+# The content-safety vendors' SDKs: their models check what the gateway sends
+# and what the fakes answer (tests/sdk/vendor_sdk_check.py).
+BOTOCORE_VERSION := 1.40.0
+AZURE_CONTENTSAFETY_VERSION := 1.0.0
 sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
@@ -181,6 +185,10 @@ sdk:
 	  $(VENV)/bin/pip install --quiet websockets==$(WEBSOCKETS_VERSION)
 	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$(MCP_SDK_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet mcp==$(MCP_SDK_VERSION)
+	@$(VENV)/bin/python -c "import botocore, sys; sys.exit(botocore.__version__ != '$(BOTOCORE_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet botocore==$(BOTOCORE_VERSION)
+	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('azure-ai-contentsafety') != '$(AZURE_CONTENTSAFETY_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet azure-ai-contentsafety==$(AZURE_CONTENTSAFETY_VERSION)
 
 # The fleet's images (docker-compose.yml). `make images`: stand-in bases made
 # here without a registry (debootstrap); `make images BASES=public`: from

@@ -642,6 +642,53 @@ fn whole_answers_are_denied_and_redacted_by_vendors_in_every_api() {
 }
 
 #[test]
+fn the_vendors_sdks_read_what_the_gateway_sends_and_what_the_fakes_answer() {
+    let v = start();
+    for (client, text) in [
+        ("v-bedrock-deny", "hello there"),
+        ("v-bedrock-deny", "please vendor:block it"),
+        ("v-bedrock-redact", "mail alice@example.com"),
+        ("v-azure-deny", "hello azure"),
+        ("v-azure-deny", "vendor:block azure"),
+    ] {
+        chat_as(&v, client, text);
+    }
+    let log: Vec<Value> = v
+        .vendors
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r["path"].as_str().is_some_and(|p| {
+                p.starts_with("/guardrail/") || p.starts_with("/contentsafety/text:analyze")
+            })
+        })
+        .collect();
+    let dir = TempDir::new("vendor-sdk");
+    let file = dir.0.join("requests.json");
+    std::fs::write(&file, serde_json::to_vec(&log).unwrap()).unwrap();
+    let out = sdk_script(
+        "vendor_sdk_check.py",
+        &[
+            &v.vendors.url(""),
+            VENDOR_KEY,
+            KEY_ID,
+            SECRET,
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out["bedrock"]["checked"], 3, "{out}");
+    assert_eq!(out["bedrock"]["problems"], json!([]), "{out}");
+    assert_eq!(
+        out["bedrock"]["actions"],
+        json!(["NONE", "GUARDRAIL_INTERVENED", "GUARDRAIL_INTERVENED"]),
+        "{out}"
+    );
+    assert_eq!(out["azure"]["checked"], 2, "{out}");
+    assert_eq!(out["azure"]["problems"], json!([]), "{out}");
+    assert_eq!(out["azure"]["severities"][1]["Violence"], 6, "{out}");
+}
+
+#[test]
 fn a_team_monitors_what_the_check_denies_for_the_others() {
     let v = start();
     let r = chat_as(&v, "v-other", "vendor:attack now");
