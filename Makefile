@@ -171,6 +171,8 @@ MCP_SDK_VERSION := 2.3.0
 # and what the fakes answer (tests/sdk/vendor_sdk_check.py).
 BOTOCORE_VERSION := 1.40.0
 AZURE_CONTENTSAFETY_VERSION := 1.0.0
+# A real Presidio analyzer (its pattern recognizers; no NLP model is loaded).
+PRESIDIO_VERSION := 2.2.366
 sdk:
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	@$(VENV)/bin/python -c "import openai, sys; sys.exit(openai.__version__ != '$(OPENAI_SDK_VERSION)')" 2>/dev/null || \
@@ -189,6 +191,8 @@ sdk:
 	  $(VENV)/bin/pip install --quiet botocore==$(BOTOCORE_VERSION)
 	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('azure-ai-contentsafety') != '$(AZURE_CONTENTSAFETY_VERSION)')" 2>/dev/null || \
 	  $(VENV)/bin/pip install --quiet azure-ai-contentsafety==$(AZURE_CONTENTSAFETY_VERSION)
+	@$(VENV)/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('presidio-analyzer') != '$(PRESIDIO_VERSION)')" 2>/dev/null || \
+	  $(VENV)/bin/pip install --quiet presidio-analyzer==$(PRESIDIO_VERSION)
 
 # The fleet's images (docker-compose.yml). `make images`: stand-in bases made
 # here without a registry (debootstrap); `make images BASES=public`: from

@@ -199,6 +199,12 @@ fn plugin(failure_mode: &str) -> String {
             "    - {{name: {client}, action: {action}, clients: [{client}], vendor: {{kind: {kind}, cluster: guard_vendors, failure_mode: {failure_mode}, {settings}}}}}\n"
         ));
     }
+    // The real Presidio analyzer (presidio_server.py), on its own cluster.
+    clients.push_str(&format!(
+        "  - name: v-presidio-real\n    key_sha256: {}\n",
+        key_hash(&key_of("v-presidio-real"))
+    ));
+    checks.push_str("    - {name: v-presidio-real, action: redact, clients: [v-presidio-real], vendor: {kind: presidio, cluster: presidio_real, entities: [EMAIL_ADDRESS, PHONE_NUMBER, CREDIT_CARD]}}\n");
     // A team rolling a vendor out: its keys only monitor what the check
     // denies for everyone else.
     for (client, team) in [("v-pilot", "\n    team: pilots"), ("v-other", "")] {
@@ -241,11 +247,16 @@ struct Vendors {
 }
 
 fn start() -> Vendors {
+    start_with_presidio(dead_port())
+}
+
+/// The same, with the cluster `presidio_real` at `presidio_port`.
+fn start_with_presidio(presidio_port: u16) -> Vendors {
     let primary = mock("primary", Some(PRIMARY_KEY));
     let backup = mock("backup", Some(BACKUP_KEY));
     let vendors = vendors_mock();
     let cluster = format!(
-        "  - name: guard_vendors\n    type: STATIC\n    connect_timeout: 2s\n    load_assignment:\n      cluster_name: guard_vendors\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n  - name: mcp_tools\n",
+        "  - name: presidio_real\n    type: STATIC\n    connect_timeout: 2s\n    load_assignment:\n      cluster_name: presidio_real\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {presidio_port}}}}}}}\n  - name: guard_vendors\n    type: STATIC\n    connect_timeout: 2s\n    load_assignment:\n      cluster_name: guard_vendors\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n  - name: mcp_tools\n",
         vendors.port
     );
     let plugin = plugin("allow");
@@ -686,6 +697,30 @@ fn the_vendors_sdks_read_what_the_gateway_sends_and_what_the_fakes_answer() {
     assert_eq!(out["azure"]["checked"], 2, "{out}");
     assert_eq!(out["azure"]["problems"], json!([]), "{out}");
     assert_eq!(out["azure"]["severities"][1]["Violence"], 6, "{out}");
+}
+
+#[test]
+fn a_real_presidio_analyzer_redacts_what_its_recognizers_find() {
+    let port = dead_port();
+    let _presidio = presidio_server(port);
+    let v = start_with_presidio(port);
+    let r = chat_as(
+        &v,
+        "v-presidio-real",
+        "mail alice@example.com or call 212-555-0199, card 4111 1111 1111 1111",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let saw = provider_saw(&v.s.primary);
+    for gone in ["alice@example.com", "212-555-0199", "4111 1111 1111 1111"] {
+        assert!(!saw.contains(gone), "{gone} reached the provider: {saw}");
+    }
+    assert!(
+        saw.contains("mail [REDACTED:v-presidio-real] or call [REDACTED:v-presidio-real]"),
+        "{saw}"
+    );
+    let r = chat_as(&v, "v-presidio-real", "nothing personal here");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(provider_saw(&v.s.primary).contains("nothing personal here"));
 }
 
 #[test]

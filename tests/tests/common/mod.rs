@@ -339,6 +339,25 @@ pub fn mcp_server(name: &str, port: u16, json: bool) -> Proc {
     proc
 }
 
+/// A real Presidio analyzer (`tests/sdk/presidio_server.py`, its pattern
+/// recognizers) on `port`, ready.
+pub fn presidio_server(port: u16) -> Proc {
+    let child = std::process::Command::new(python())
+        .arg(repo_root().join("tests/sdk/presidio_server.py"))
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start Presidio (`make sdk` installs `presidio-analyzer`)");
+    let proc = Proc(child);
+    poll_until(
+        std::time::Duration::from_secs(60),
+        "Presidio's port",
+        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+    );
+    proc
+}
+
 /// An Envoy of a fleet (2 workers) whose limiter cluster is `ratelimit_port`
 /// and whose collector is `collector_port`, with the providers' keys and
 /// the limiter's token in its environment.
