@@ -117,8 +117,21 @@ pub(crate) fn start_input(
     };
     // Every external check reads the prompt as the local checks left it;
     // all are asked at once (the step waits for the slowest).
-    let text = external::joined_text(&mut pending.doc);
-    let messages = vendor::message_texts(&pending.doc);
+    // Our own contract reads the texts joined; vendors read them message
+    // by message. Each is built only when a check of its kind applies.
+    let ours = externals.iter().any(|&i| {
+        matches!(g.input.get(i).map(|c| &c.kind), Some(Kind::External(e)) if e.vendor.is_none())
+    });
+    let text = if ours {
+        external::joined_text(&mut pending.doc)
+    } else {
+        String::new()
+    };
+    let messages = if ours && externals.len() == 1 {
+        Vec::new()
+    } else {
+        vendor::message_texts(&pending.doc)
+    };
     for i in externals {
         let Some(check) = g.input.get(i) else {
             continue;

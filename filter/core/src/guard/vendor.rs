@@ -1066,37 +1066,34 @@ pub mod kept {
         format!("portcullis.gv.{n}")
     }
 
-    fn hex(id: &[u8; 32]) -> String {
-        id.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
     /// The entry for `id`: kept until `until` (ms), with its replacements;
-    /// `None` when they are too long to keep.
+    /// `None` when they are too long to keep. Binary: the id's 32 bytes,
+    /// `until` (8 bytes, little-endian), then each replacement after a
+    /// newline.
     pub fn encode(id: &[u8; 32], until: u64, redact: &[String]) -> Option<Vec<u8>> {
-        if redact.iter().map(String::len).sum::<usize>() > MAX_KEPT_BYTES {
+        let len: usize = redact.iter().map(|r| r.len().saturating_add(1)).sum();
+        if len > MAX_KEPT_BYTES || redact.iter().any(|r| r.contains('\n')) {
             return None;
         }
-        let mut out = format!("{} {until}", hex(id));
+        let mut out = Vec::with_capacity(40usize.saturating_add(len));
+        out.extend_from_slice(id);
+        out.extend_from_slice(&until.to_le_bytes());
         for r in redact {
-            if r.contains('\n') {
-                return None;
-            }
-            out.push('\n');
-            out.push_str(r);
+            out.push(b'\n');
+            out.extend_from_slice(r.as_bytes());
         }
-        Some(out.into_bytes())
+        Some(out)
     }
 
     /// The replacements kept for `id` at `now` (`None`: no verdict kept).
     pub fn decode(entry: &[u8], id: &[u8; 32], now: u64) -> Option<Vec<String>> {
-        let s = std::str::from_utf8(entry).ok()?;
-        let mut lines = s.split('\n');
-        let head = lines.next()?;
-        let (h, until) = head.split_once(' ')?;
-        if h != hex(id) || until.parse::<u64>().ok()? <= now {
+        let (head, rest) = (entry.get(..40)?, entry.get(40..)?);
+        let until = u64::from_le_bytes(head.get(32..40)?.try_into().ok()?);
+        if head.get(..32)? != id.as_slice() || until <= now {
             return None;
         }
-        Some(lines.map(str::to_string).collect())
+        let rest = std::str::from_utf8(rest).ok()?;
+        Some(rest.split('\n').skip(1).map(str::to_string).collect())
     }
 }
 
