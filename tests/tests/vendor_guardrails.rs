@@ -214,7 +214,11 @@ fn plugin(failure_mode: &str) -> String {
         ));
     }
     checks.push_str("    - {name: rollout, action: deny, clients: [v-pilot, v-other], vendor: {kind: lakera_guard, cluster: guard_vendors, api_key_env: GUARD_VENDOR_KEY}}\n");
-    let base = test_plugin().replacen("clients:\n", &format!("clients:\n{clients}"), 1);
+    // The prompt cache on: a stored answer must not pass an output vendor
+    // check unread.
+    let base = test_plugin()
+        .replacen("cache:\n  enabled: false", "cache:\n  enabled: true", 1)
+        .replacen("clients:\n", &format!("clients:\n{clients}"), 1);
     format!("{base}\nteams:\n  - {{name: pilots, guardrails: {{rollout: log}}}}\nguardrails:\n  input:\n{checks}  output:\n{outputs}mcp:\n  servers:\n    - {{name: tools, cluster: mcp_tools}}\n")
 }
 
@@ -358,7 +362,7 @@ fn every_vendor_denies_redacts_and_monitors_on_chat_responses_and_messages() {
         let s = short(kind);
         let deny = format!("v-{s}-deny");
         let before = v.s.primary.requests().len();
-        let text = format!("please {harmful} thanks");
+        let text = format!("please {harmful} thanks ({kind})");
         for r in [chat_as(&v, &deny, &text), responses_as(&v, &deny, &text)] {
             assert_openai_error(&r, 400, "guardrail_denied");
             assert!(
@@ -627,13 +631,27 @@ fn whole_answers_are_denied_and_redacted_by_vendors_in_every_api() {
         "no matched text in the record"
     );
 
-    // A clean answer is kept: the same answer again asks no vendor.
+    // A clean answer is kept: the same answer again asks no vendor. The
+    // same prompt is not answered from the cache either: a stored answer
+    // would pass the vendor unread, so the provider is asked again.
     answers(&["all clear", "all clear"]);
     let before = vendor_calls(&v.vendors, "/v2/guard").len();
+    let asked = v.s.primary.requests().len();
     for _ in 0..2 {
-        let r = chat_as(&v, "v-out-redact", "hi");
+        let r = chat_as(&v, "v-out-redact", "the same prompt");
         assert_eq!(r.json()["choices"][0]["message"]["content"], "all clear");
+        assert_ne!(
+            r.header("x-portcullis-cache"),
+            Some("hit"),
+            "{:?}",
+            r.headers
+        );
     }
+    assert_eq!(
+        v.s.primary.requests().len(),
+        asked + 2,
+        "no answer from the cache"
+    );
     assert_eq!(vendor_calls(&v.vendors, "/v2/guard").len(), before + 1);
 
     // A streamed answer is not read by vendors: with failure mode allow it

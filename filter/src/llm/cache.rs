@@ -55,6 +55,17 @@ impl<H: Host> RequestContext<H> {
         let Some(flight) = self.flight.as_ref() else {
             return Ok(None);
         };
+        if flight
+            .output
+            .as_ref()
+            .is_some_and(|o| !o.vendors.is_empty())
+        {
+            // This client's vendor checks read its answers, and a stored
+            // answer is not held for them: a miss, the provider's answer
+            // checked (docs/vendor-guardrails.md).
+            self.host.count(metrics::CACHE_MISSES, 1);
+            return Ok(None);
+        }
         let (stream, include_usage) = (flight.chat.stream, flight.chat.include_usage);
         let (answer, denied) = match self.check_whole_answer(&stored) {
             Ok(Some(redacted)) => (cache::hit_body(redacted, stream, include_usage), None),
