@@ -14,6 +14,9 @@
 #   baremcp, mcp, nmcp  an MCP tools/call (#47): bare Envoy to the mock's MCP
 #          mode, our filter at /mcp/tools (Wasm, native); BENCH_MCP=0 leaves
 #          them out
+#   vendor1, vendor3, nvendor1, nvendor3  the routed config with one and with
+#          three vendor guardrails (#63), the mock's fakes answering at once;
+#          BENCH_VENDORS=1 adds them
 # Many short rounds alternate bare/route/hit and we report the median of the
 # per-round ratios: the machines are shared and noisy, and drift hits all
 # sides of a round alike. Prints a markdown table (also .run/bench-latest.md).
@@ -68,7 +71,7 @@ taskset -c 1 target/release/portcullis-mock --port $MOCK_PORT --name bench --thr
 wait_for http://127.0.0.1:$MOCK_PORT/__mock/hits
 wait_for http://127.0.0.1:18152/healthz
 
-declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109 [baremcp]=10110 [mcp]=10111 [nmcp]=10112 [prod]=10113 [nprod]=10114) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920 [baremcp]=9921 [mcp]=9922 [nmcp]=9923 [prod]=9924 [nprod]=9925) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo [baremcp]=sk-bench [mcp]=sk-portcullis-demo [nmcp]=sk-portcullis-demo [prod]=sk-portcullis-demo [nprod]=sk-portcullis-demo)
+declare -A PORT=([bare]=10101 [route]=10100 [hit]=10102 [route0]=10103 [hit0]=10104 [floor]=10105 [floorhit]=10106 [miss]=10107 [nroute]=10108 [nhit]=10109 [baremcp]=10110 [mcp]=10111 [nmcp]=10112 [prod]=10113 [nprod]=10114 [vendor1]=10115 [vendor3]=10116 [nvendor1]=10117 [nvendor3]=10118) ADMIN=([bare]=9912 [route]=9911 [hit]=9913 [route0]=9914 [hit0]=9915 [floor]=9916 [floorhit]=9917 [miss]=9918 [nroute]=9919 [nhit]=9920 [baremcp]=9921 [mcp]=9922 [nmcp]=9923 [prod]=9924 [nprod]=9925 [vendor1]=9926 [vendor3]=9927 [nvendor1]=9928 [nvendor3]=9929) PID=() KEY=([bare]=sk-bench [route]=sk-portcullis-demo [hit]=sk-portcullis-demo [route0]=sk-portcullis-demo [hit0]=sk-portcullis-demo [floor]=sk-portcullis-demo [floorhit]=sk-portcullis-demo [miss]=sk-portcullis-demo [nroute]=sk-portcullis-demo [nhit]=sk-portcullis-demo [baremcp]=sk-bench [mcp]=sk-portcullis-demo [nmcp]=sk-portcullis-demo [prod]=sk-portcullis-demo [nprod]=sk-portcullis-demo [vendor1]=sk-portcullis-demo [vendor3]=sk-portcullis-demo [nvendor1]=sk-portcullis-demo [nvendor3]=sk-portcullis-demo)
 # What each variant is sent to (chat completions unless said here).
 declare -A URLPATH=([baremcp]=/mcp [mcp]=/mcp/tools [nmcp]=/mcp/tools)
 BASE_WASM="${BENCH_BASELINE_WASM:-}"
@@ -93,6 +96,15 @@ PROD="${BENCH_PROD:-1}"
 if [[ $PROD == 1 ]]; then
   VARIANTS+=(prod); FILTERS+=(prod)
   if [[ $NATIVE == 1 ]]; then VARIANTS+=(nprod); FILTERS+=(nprod); fi
+fi
+# Vendor guardrails (#63; BENCH_VENDORS=1): the routed config with one
+# vendor check (Lakera Guard's API) and with three (Lakera, Azure AI Content
+# Safety, Presidio), the mock's fakes answering at once, each asked on every
+# request (vendor_verdict_ttl_s: 0).
+VENDORS="${BENCH_VENDORS:-0}"
+if [[ $VENDORS == 1 ]]; then
+  VARIANTS+=(vendor1 vendor3); FILTERS+=(vendor1 vendor3)
+  if [[ $NATIVE == 1 ]]; then VARIANTS+=(nvendor1 nvendor3); FILTERS+=(nvendor1 nvendor3); fi
 fi
 MCP="${BENCH_MCP:-1}"
 if [[ $MCP == 1 ]]; then
@@ -130,6 +142,24 @@ if [[ $PROD == 1 ]]; then
   scripts/bench-prod-plugin.sh prod "$dir/plugin-route.yaml" >"$dir/plugin-prod.yaml"
   envoy/render-ecds.sh "$dir/plugin-prod.yaml" "$dir/ecds-prod/portcullis.yaml" "$WASM"
   [[ $NATIVE != 1 ]] || PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-prod.yaml" "$dir/ecds-nprod/portcullis.yaml"
+fi
+if [[ $VENDORS == 1 ]]; then
+  vendor_checks() { # checks...
+    printf 'guardrails:\n  vendor_verdict_ttl_s: 0\n  input:\n'
+    for c in "$@"; do
+      case $c in
+        lakera) echo "    - {name: lakera, vendor: {kind: lakera_guard, cluster: primary, api_key_env: OPENAI_API_KEY}}" ;;
+        azure) echo "    - {name: azure, vendor: {kind: azure_content_safety, cluster: primary, api_key_env: OPENAI_API_KEY}}" ;;
+        presidio) echo "    - {name: presidio, vendor: {kind: presidio, cluster: primary}}" ;;
+      esac
+    done
+  }
+  { cat "$dir/plugin-route.yaml"; vendor_checks lakera; } >"$dir/plugin-vendor1.yaml"
+  { cat "$dir/plugin-route.yaml"; vendor_checks lakera azure presidio; } >"$dir/plugin-vendor3.yaml"
+  for n in 1 3; do
+    envoy/render-ecds.sh "$dir/plugin-vendor$n.yaml" "$dir/ecds-vendor$n/portcullis.yaml" "$WASM"
+    [[ $NATIVE != 1 ]] || PORTCULLIS_BUILD=native envoy/render-ecds.sh "$dir/plugin-vendor$n.yaml" "$dir/ecds-nvendor$n/portcullis.yaml"
+  done
 fi
 if [[ $MCP == 1 ]]; then
   # One MCP server, the mock, which takes its key as the server's credential.
@@ -251,6 +281,7 @@ mcpr=(); nmcpr=(); pr=(); npr=(); prc=(); nprc=()
 ptable="| round | prod rps | prod p50 / p99 | prod/bare | prod/route | nprod rps | nprod p50 / p99 | nprod/bare | nprod/nroute |
 |---|---|---|---|---|---|---|---|---|"
 mtable="| round | baremcp rps | mcp rps | mcp/baremcp | route/bare (same round) | nmcp rps | nmcp/baremcp |
+vtable=
 |---|---|---|---|---|---|---|"
 ntable="| round | nroute rps | nroute p50 / p99 | nhit rps | nhit p50 / p99 | nroute/bare | nhit/bare | nroute/route | nhit/hit |
 |---|---|---|---|---|---|---|---|---|"
@@ -326,6 +357,15 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
     mtable+=$'\n'"$rowm"
   fi
+  if [[ $VENDORS == 1 ]]; then
+    vlist=(vendor1 vendor3); [[ $NATIVE != 1 ]] || vlist+=(nvendor1 nvendor3)
+    rowv="| $r |"
+    for v in "${vlist[@]}"; do
+      read -r v_rps _ v_p99 _ < <(run_wrk "$v")
+      rowv+=" $v_rps | $v_p99 | $(awk -v a="$v_rps" -v b="$b_rps" 'BEGIN {printf "%.2f", a/b}')x |"
+    done
+    vtable+=$'\n'"$rowv"
+  fi
 done
 misses=$(cache_stat misses); hits=$(cache_stat hits)
 median_of() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.2f", (a[NR/2]+a[NR/2+1])/2}'; }
@@ -368,6 +408,15 @@ mkdir -p .run
     echo "$mtable"
     echo
     echo "Median mcp/baremcp: $(median_of "${mcpr[@]}")x (route/bare $(median_of "${rr[@]}")x)${nmcpr[0]:+, nmcp/baremcp: $(median_of "${nmcpr[@]}")x}"
+  fi
+  if [[ $VENDORS == 1 ]]; then
+    echo
+    echo "Vendor guardrails (#63), one check and three, each asked on every request (the mock's fakes), same rounds:"
+    echo
+    vhead="| round |"; vsep="|---|"
+    for v in "${vlist[@]}"; do vhead+=" $v rps | $v p99 | $v/bare |"; vsep+="---|---|---|"; done
+    echo "$vhead"
+    echo "$vsep$vtable"
   fi
   if [[ -n $BASE_WASM ]]; then
     echo
