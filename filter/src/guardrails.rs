@@ -139,22 +139,8 @@ pub(crate) fn start_input(
         let Kind::External(e) = &check.kind else {
             continue;
         };
-        if let Some(v) = &e.vendor {
-            let credential = creds.get(i).unwrap_or(&GuardCredential::None);
-            let asked = ask_vendor(
-                host,
-                g,
-                (i, check, e, v),
-                credential,
-                &messages,
-                &mut pending,
-                log,
-            );
-            if let Err(why) = asked {
-                if let Some(err) = guard_failed(host, log, g, (Stage::Input, i), &why) {
-                    return Err(err);
-                }
-            }
+        if e.vendor.is_some() {
+            ask_vendors(host, g, creds, &[i], &messages, &mut pending, log)?;
             continue;
         }
         let body = external::request(
@@ -232,32 +218,7 @@ pub(crate) fn start_tool_arguments(
         changed: false,
         target: Target::ToolArguments { body_size },
     };
-    for i in vendors {
-        let Some(check) = g.input.get(i) else {
-            continue;
-        };
-        let Kind::External(e) = &check.kind else {
-            continue;
-        };
-        let Some(v) = &e.vendor else {
-            continue;
-        };
-        let credential = creds.get(i).unwrap_or(&GuardCredential::None);
-        let asked = ask_vendor(
-            host,
-            g,
-            (i, check, e, v),
-            credential,
-            &texts,
-            &mut pending,
-            log,
-        );
-        if let Err(why) = asked {
-            if let Some(err) = guard_failed(host, log, g, (Stage::Input, i), &why) {
-                return Err(err);
-            }
-        }
-    }
+    ask_vendors(host, g, creds, &vendors, &texts, &mut pending, log)?;
     Ok(Some(pending))
 }
 
@@ -287,8 +248,24 @@ pub(crate) fn start_answer(
     if texts.is_empty() {
         return Ok(Some(pending));
     }
-    for &i in vendors {
-        let Some(check) = g.output.get(i) else {
+    ask_vendors(host, g, creds, vendors, &texts, &mut pending, log)?;
+    Ok(Some(pending))
+}
+
+/// Every vendor check of `indexes` (of `pending`'s stage) asked about
+/// `texts` at once; a check whose call cannot be made fails by its mode.
+fn ask_vendors(
+    host: &impl Host,
+    g: &Guardrails,
+    creds: &[GuardCredential],
+    indexes: &[usize],
+    texts: &[vendor::Text],
+    pending: &mut GuardCalls,
+    log: &mut LogFacts,
+) -> Result<(), GatewayError> {
+    let stage = pending.target.stage();
+    for &i in indexes {
+        let Some(check) = g.checks(stage).get(i) else {
             continue;
         };
         let Kind::External(e) = &check.kind else {
@@ -298,22 +275,14 @@ pub(crate) fn start_answer(
             continue;
         };
         let credential = creds.get(i).unwrap_or(&GuardCredential::None);
-        let asked = ask_vendor(
-            host,
-            g,
-            (i, check, e, v),
-            credential,
-            &texts,
-            &mut pending,
-            log,
-        );
+        let asked = ask_vendor(host, g, (i, check, e, v), credential, texts, pending, log);
         if let Err(why) = asked {
-            if let Some(err) = guard_failed(host, log, g, (Stage::Output, i), &why) {
+            if let Some(err) = guard_failed(host, log, g, (stage, i), &why) {
                 return Err(err);
             }
         }
     }
-    Ok(Some(pending))
+    Ok(())
 }
 
 /// A vendor check: the messages whose verdict is kept are not sent (their
@@ -600,8 +569,9 @@ fn read_answer(
 }
 
 /// A guard's answer to one of `pending`'s calls (by its `token`), read
-/// with the config it was asked under: `None` when the token is not one of
-/// them; `Some(Ok)` when it passed (more calls may be left).
+/// with the config it was asked under. `None`: the step still waits (the
+/// token is not one of them, or it passed and others are out); `Some`: the
+/// step is over, passed (`Ok`, every call answered) or refused.
 pub(crate) fn answer_for(
     host: &impl Host,
     log: &mut LogFacts,
@@ -612,13 +582,16 @@ pub(crate) fn answer_for(
 ) -> Option<Result<(), GatewayError>> {
     let pos = pending.calls.iter().position(|c| c.token == token)?;
     let call = pending.calls.swap_remove(pos);
-    let Some(g) = loaded.gw.guardrails.as_ref() else {
-        return Some(Ok(()));
+    let read = match loaded.gw.guardrails.as_ref() {
+        Some(g) => {
+            let secret = loaded
+                .guard_credential(pending.target.stage(), call.check)
+                .secret();
+            read_answer(host, log, g, pending, call, body_size, secret)
+        }
+        None => Ok(()),
     };
-    let secret = loaded
-        .guard_credential(pending.target.stage(), call.check)
-        .secret();
-    Some(read_answer(host, log, g, pending, call, body_size, secret))
+    (read.is_err() || pending.calls.is_empty()).then_some(read)
 }
 
 /// What a vendor found in one call: kept per message when it can be used

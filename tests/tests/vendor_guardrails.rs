@@ -414,6 +414,32 @@ fn every_vendor_denies_redacts_and_monitors_on_chat_responses_and_messages() {
                 saw.contains(&format!("[REDACTED:{redact}]")),
                 "{kind}: {saw}"
             );
+            // The same message again (another temperature: not the cache's
+            // answer): its kept replacement is applied, no vendor is asked.
+            let (asked, sent) = (v.vendors.hits(), v.s.primary.requests().len());
+            let again = json!({"model": "mini", "temperature": 0.9,
+                "messages": [{"role": "user", "content": "mail alice@example.com today"}]});
+            let r = v.s.chat(&key_of(&redact), &again.to_string());
+            assert_eq!(r.status, 200, "{kind}: {}", r.body);
+            assert_eq!(
+                v.s.primary.requests().len(),
+                sent + 1,
+                "{kind}: the provider was asked"
+            );
+            let saw = provider_saw(&v.s.primary);
+            assert!(
+                !saw.contains("alice@example.com"),
+                "{kind}: kept redaction: {saw}"
+            );
+            assert!(
+                saw.contains(&format!("[REDACTED:{redact}]")),
+                "{kind}: {saw}"
+            );
+            assert_eq!(
+                v.vendors.hits(),
+                asked,
+                "{kind}: a kept verdict asks no vendor"
+            );
             let r = messages_as(&v, &redact, "mail bob@example.net today");
             assert_eq!(r.status, 200, "{kind}: {}", r.body);
             let saw = provider_saw(&v.s.primary);

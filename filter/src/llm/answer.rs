@@ -657,10 +657,6 @@ impl<H: Host> RequestContext<H> {
             self.held_answer = Some(held);
             return;
         };
-        if read.is_ok() && !held.calls.calls.is_empty() {
-            self.held_answer = Some(held);
-            return;
-        }
         if let Err(e) = read {
             if let Some(o) = self.flight.as_mut().and_then(|f| f.output.as_mut()) {
                 o.touched = true;

@@ -64,14 +64,7 @@ impl<H: Host> RequestContext<H> {
             self.guarding = Some(pending);
             return;
         };
-        let step = match read {
-            Ok(()) if !pending.calls.is_empty() => {
-                self.guarding = Some(pending);
-                return;
-            }
-            Ok(()) => self.after_guards(&pending),
-            Err(e) => Err(e),
-        };
+        let step = read.and_then(|()| self.after_guards(&pending));
         self.resume_with(step);
     }
 

@@ -541,12 +541,6 @@ impl<H: Host> RequestContext<H> {
             }
             return;
         };
-        if read.is_ok() && !pending.calls.is_empty() {
-            if let Some(c) = self.mcp.as_mut() {
-                c.guarding = Some(pending);
-            }
-            return;
-        }
         let step = read.and_then(|()| {
             self.rewrite_tool_call(&pending)?;
             let m = gw

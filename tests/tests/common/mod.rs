@@ -319,42 +319,44 @@ fn python() -> String {
 /// An MCP server built with the official `mcp` SDK (tests/sdk/mcp_server.py)
 /// on `port`, answering SSE streams, or JSON with `json`.
 pub fn mcp_server(name: &str, port: u16, json: bool) -> Proc {
-    let mut cmd = std::process::Command::new(python());
-    cmd.arg(repo_root().join("tests/sdk/mcp_server.py"))
-        .args([name, &port.to_string()]);
+    let port_s = port.to_string();
+    let mut args = vec![name, port_s.as_str()];
     if json {
-        cmd.arg("json");
+        args.push("json");
     }
-    let child = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start an MCP server (`make sdk` installs `mcp`)");
-    let proc = Proc(child);
-    poll_until(
-        std::time::Duration::from_secs(30),
-        "the MCP server's port",
-        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
-    );
-    proc
+    sdk_server(
+        "mcp_server.py",
+        &args,
+        port,
+        "an MCP server (`make sdk` installs `mcp`)",
+    )
 }
 
 /// A real Presidio analyzer (`tests/sdk/presidio_server.py`, its pattern
 /// recognizers) on `port`, ready.
 pub fn presidio_server(port: u16) -> Proc {
+    sdk_server(
+        "presidio_server.py",
+        &[&port.to_string()],
+        port,
+        "Presidio (`make sdk` installs `presidio-analyzer`)",
+    )
+}
+
+/// A server of `tests/sdk/` run with the venv's Python, once it takes
+/// connections on `port`.
+fn sdk_server(script: &str, args: &[&str], port: u16, what: &str) -> Proc {
     let child = std::process::Command::new(python())
-        .arg(repo_root().join("tests/sdk/presidio_server.py"))
-        .arg(port.to_string())
+        .arg(repo_root().join("tests/sdk").join(script))
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("start Presidio (`make sdk` installs `presidio-analyzer`)");
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
     let proc = Proc(child);
-    poll_until(
-        std::time::Duration::from_secs(60),
-        "Presidio's port",
-        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
-    );
+    poll_until(std::time::Duration::from_secs(60), what, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
     proc
 }
 

@@ -495,16 +495,7 @@ pub async fn converse(
     state: Arc<State>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, io::Error> {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or("").to_string();
-    let headers = req.headers().clone();
-    let (logged_path, logged_headers) = super::request_facts(&req);
-    let body = super::body_bytes(req).await?;
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    state
-        .hits
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    super::log_request(&state, &logged_path, logged_headers, &parsed);
+    let (path, query, headers, body, parsed) = super::read_logged(&state, req).await?;
     let step = super::next_step(&state);
     if let Some(ms) = step.delay_ms {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;

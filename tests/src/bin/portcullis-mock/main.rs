@@ -181,6 +181,26 @@ fn log_request(state: &State, path: &str, headers: serde_json::Map<String, Value
     }
 }
 
+/// A request as an AWS-style handler reads it: its path, query, headers
+/// and body, the body parsed (null when it is not JSON); counted and
+/// logged.
+async fn read_logged(
+    state: &State,
+    req: Request<Incoming>,
+) -> Result<(String, String, hyper::HeaderMap, Bytes, Value), io::Error> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let headers = req.headers().clone();
+    let (logged_path, logged_headers) = request_facts(&req);
+    let body = body_bytes(req).await?;
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    state
+        .hits
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    log_request(state, &logged_path, logged_headers, &parsed);
+    Ok((path, query, headers, body, parsed))
+}
+
 /// A request's body read, counted and logged; the step that answers it
 /// (after its delay).
 async fn receive(

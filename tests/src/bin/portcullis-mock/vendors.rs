@@ -99,16 +99,7 @@ async fn fault(texts: &[String]) -> Option<Response<Body>> {
 }
 
 pub async fn serve(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, io::Error> {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or("").to_string();
-    let headers = req.headers().clone();
-    let (logged_path, logged_headers) = super::request_facts(&req);
-    let body = super::body_bytes(req).await?;
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    state
-        .hits
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    super::log_request(&state, &logged_path, logged_headers, &parsed);
+    let (path, query, headers, body, parsed) = super::read_logged(&state, req).await?;
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let bearer_ok = || match &state.api_key {
         Some(k) => header("authorization") == Some(format!("Bearer {k}").as_str()),
